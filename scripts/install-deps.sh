@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package gpupool needs to build, test and run its
+# end-to-end suite. Idempotent: packages already present are not fetched again,
+# and `apt-get update` runs only when something is missing.
+#
+#   scripts/install-deps.sh          build + unit/integration test packages
+#   scripts/install-deps.sh --e2e    also the local Kubernetes cluster packages
+set -euo pipefail
+
+build_pkgs=(
+  build-essential cmake pkg-config git
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev
+  libcmocka-dev valgrind
+  python3 python3-grpcio python3-grpc-tools python3-protobuf python3-pytest python3-yaml
+)
+e2e_pkgs=(
+  golang-go rsync containerd runc etcd-server containernetworking-plugins
+  busybox-static openssl iptables iproute2 curl dpkg-dev
+  golang-github-modern-go-reflect2-dev
+)
+
+want=("${build_pkgs[@]}")
+if [[ "${1:-}" == "--e2e" ]]; then
+  want+=("${e2e_pkgs[@]}")
+fi
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#want[@]} packages present"
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,105 @@
+/* config.h -- gpupool-device-plugin configuration, NVIDIA-compatible.
+ *
+ * One table of options drives the command line, the environment and the
+ * `version: v1` config file (same names as NVIDIA's k8s-device-plugin).
+ * Precedence: flag > environment > file > default. Invalid input of any
+ * kind is rejected before anything is served, with `file:line: what` for
+ * the file and `--flag`/`ENV` naming for the rest.
+ * Owner: struct gp_config is embedded by the caller; config_free() releases
+ * what config_load() allocated. Not thread-safe; read-only once loaded. */
+#ifndef GP_CONFIG_H
+#define GP_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define CONFIG_NAME_LEN 64      /* resource names: "nvidia.com/" + 52 */
+#define CONFIG_PATTERN_LEN 256
+#define CONFIG_DEVICE_REF_LEN 96
+
+enum mig_strategy { MIG_STRATEGY_NONE, MIG_STRATEGY_SINGLE, MIG_STRATEGY_MIXED };
+enum device_id_strategy { DEVICE_ID_UUID, DEVICE_ID_INDEX };
+enum shared_alloc_policy { SHARED_ALLOC_DISTRIBUTED, SHARED_ALLOC_PACKED };
+
+/* --device-list-strategy is a set. */
+enum device_list_strategy_bits {
+    DEVICE_LIST_ENVVAR = 1u << 0,
+    DEVICE_LIST_VOLUME_MOUNTS = 1u << 1,
+    DEVICE_LIST_CDI_ANNOTATIONS = 1u << 2,
+    DEVICE_LIST_CDI_CRI = 1u << 3,
+};
+
+/* resources.gpus[] / resources.mig[]: devices whose name (GPU) or profile
+ * (MIG) matches the `*` wildcard pattern are served as `name`. */
+struct config_resource_pattern {
+    char pattern[CONFIG_PATTERN_LEN];
+    char name[CONFIG_NAME_LEN];     /* always fully qualified: "nvidia.com/..." */
+};
+
+/* sharing.timeSlicing.resources[] */
+struct config_time_slice {
+    char name[CONFIG_NAME_LEN];     /* fully qualified resource being shared */
+    char rename[CONFIG_NAME_LEN];   /* fully qualified; "" = keep name (or .shared, see rename_by_default) */
+    int replicas;                   /* >= 2 */
+    bool all_devices;               /* devices: all (default) */
+    size_t device_count;
+    char (*devices)[CONFIG_DEVICE_REF_LEN]; /* "0", "1:0", "GPU-...", "MIG-..." */
+};
+
+struct gp_config {
+    /* flags */
+    enum mig_strategy mig_strategy;
+    bool fail_on_init_error;
+    char *nvidia_driver_root;       /* default "/" */
+    char *nvidia_dev_root;          /* default = nvidia_driver_root */
+    char *mps_root;                 /* "" = unset */
+    bool gds_enabled, mofed_enabled, gdrcopy_enabled;
+    bool pass_device_specs;
+    unsigned device_list_strategy;  /* DEVICE_LIST_* bits, never 0 */
+    enum device_id_strategy device_id_strategy;
+    char *cdi_annotation_prefix;    /* default "cdi.k8s.io/" */
+    char *nvidia_ctk_path;          /* default "/usr/bin/nvidia-ctk" */
+    char *container_driver_root;    /* default "/driver-root" */
+    enum shared_alloc_policy shared_alloc_policy;
+    char *kubelet_socket;           /* default /var/lib/kubelet/device-plugins/kubelet.sock; "" = don't register */
+    char *config_file;              /* "" = none */
+    int verbosity;                  /* -v */
+
+    /* gpupool's own health knobs (flags / env / flags.health.* in the file) */
+    int health_recovery_probes;     /* consecutive good probes to recover, default 3; 0 = never recover */
+    int health_probe_interval_ms;   /* default 5000 */
+
+    /* resources */
+    size_t gpu_resource_count;
+    struct config_resource_pattern *gpu_resources;
+    size_t mig_resource_count;
+    struct config_resource_pattern *mig_resources;
+
+    /* sharing.timeSlicing */
+    bool rename_by_default;
+    bool fail_requests_greater_than_one;
+    size_t time_slice_count;
+    struct config_time_slice *time_slices;
+};
+
+enum config_result {
+    CONFIG_OK = 0,
+    CONFIG_EXIT = 1,    /* --help or --version was printed to stdout: exit 0 */
+    CONFIG_ERROR = -1,  /* err holds the message: exit non-zero */
+};
+
+/* Builds the configuration from defaults, the file named by --config-file /
+ * CONFIG_FILE, the environment (envp, NULL-terminated, as main's) and argv. */
+enum config_result config_load(struct gp_config *cfg, int argc, char **argv, char **envp,
+                               char *err, size_t errlen);
+void config_free(struct gp_config *cfg);
+
+/* The merged configuration as a JSON document (NVIDIA's shape: version,
+ * flags, resources, sharing), malloc'd; NULL on allocation failure. */
+char *config_to_json(const struct gp_config *cfg);
+
+/* Usage text for --help, generated from the option table. */
+void config_print_usage(FILE *out);
+
+#endif

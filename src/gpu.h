@@ -1,0 +1,76 @@
+/* gpu.h -- the node's GPU inventory as plain structs.
+ *
+ * gpu_inventory_load() asks NVML once for everything the plugin needs
+ * (identity, memory, PCI/NUMA placement, compute capability, MIG layout and
+ * the pairwise link topology) so that no RPC ever has to call NVML: a GPU
+ * that falls off the bus later cannot break GetPreferredAllocation.
+ * Owner: the caller of gpu_inventory_load(); free with gpu_inventory_free().
+ * Not thread-safe to load; read-only (and so shareable) once loaded. */
+#ifndef GP_GPU_H
+#define GP_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "nvml.h"
+
+#define GPU_UUID_LEN 96
+#define GPU_NAME_LEN 96
+#define GPU_BUS_ID_LEN 32
+#define GPU_PROFILE_LEN 32
+#define GPU_NUMA_UNKNOWN (-1)
+#define GPU_MINOR_UNKNOWN (-1)
+
+/* One MIG device (a compute instance inside a GPU instance). */
+struct mig_device {
+    char uuid[GPU_UUID_LEN];        /* "MIG-..." */
+    unsigned index;                 /* j in the "i:j" index form */
+    unsigned gpu_instance_id;
+    unsigned compute_instance_id;
+    char profile[GPU_PROFILE_LEN];  /* "1g.10gb", "1c.2g.20gb", "1g.10gb+me" */
+    unsigned long long memory_bytes;
+    unsigned gpu_instance_slices;
+    unsigned compute_instance_slices;
+    /* /dev/nvidia-caps/nvidia-cap<N> minors from /proc/driver/nvidia-caps/mig-minors;
+     * GPU_MINOR_UNKNOWN when the file or the line is missing. */
+    int gi_access_minor;
+    int ci_access_minor;
+};
+
+struct gpu_device {
+    char uuid[GPU_UUID_LEN];        /* "GPU-..." */
+    char name[GPU_NAME_LEN];        /* "NVIDIA A100-SXM4-40GB" */
+    char pci_bus_id[GPU_BUS_ID_LEN];/* NVML form, "00000000:3B:00.0" */
+    unsigned index;                 /* NVML index */
+    int minor;                      /* /dev/nvidia<minor> */
+    unsigned long long memory_bytes;
+    int numa_node;                  /* GPU_NUMA_UNKNOWN when not known */
+    int cc_major, cc_minor;
+    bool mig_capable;
+    bool mig_enabled;               /* current mode */
+    size_t mig_count;
+    struct mig_device *migs;        /* owned */
+};
+
+/* Link quality between two GPUs, higher is better: the PCIe part follows
+ * go-gpuallocator's scale (10 cross-CPU ... 60 same board), plus 100 per
+ * active NVLink between the pair. 0 = unknown (an NVML error on either). */
+struct gpu_inventory {
+    size_t count;
+    struct gpu_device *gpus;        /* owned, count entries, ordered by index */
+    int *link_score;                /* owned, count*count, [a*count+b] */
+    char driver_version[80];
+};
+
+/* Fills *inv from an initialised NVML. Per-GPU errors in optional facts
+ * (NUMA, topology, MIG attributes) are logged and leave the fact unknown;
+ * errors in identity (count, handle, UUID, minor) fail the load with a
+ * message naming the GPU and the NVML error. Returns 0 or -1 (+ err). */
+int gpu_inventory_load(struct nvml *nvml, struct gpu_inventory *inv, char *err, size_t errlen);
+void gpu_inventory_free(struct gpu_inventory *inv);
+
+/* Lookups; NULL / -1 when absent. */
+const struct gpu_device *gpu_find_by_uuid(const struct gpu_inventory *inv, const char *uuid);
+int gpu_link_score(const struct gpu_inventory *inv, size_t a, size_t b);
+
+#endif
