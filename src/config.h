@@ -69,6 +69,10 @@ struct gp_config {
     /* gpupool's own health knobs (flags / env / flags.health.* in the file) */
     int health_recovery_probes;     /* consecutive good probes to recover, default 3; 0 = never recover */
     int health_probe_interval_ms;   /* default 5000 */
+    /* DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS verbatim (NULL = unset);
+     * health.c interprets them as NVIDIA's plugin does. */
+    char *disable_healthchecks;
+    char *enable_healthchecks;
 
     /* resources */
     size_t gpu_resource_count;
