@@ -21,6 +21,8 @@
 enum mig_strategy { MIG_STRATEGY_NONE, MIG_STRATEGY_SINGLE, MIG_STRATEGY_MIXED };
 enum device_id_strategy { DEVICE_ID_UUID, DEVICE_ID_INDEX };
 enum shared_alloc_policy { SHARED_ALLOC_DISTRIBUTED, SHARED_ALLOC_PACKED };
+/* --device-discovery-strategy; NVIDIA's `tegra` is rejected as unsupported. */
+enum device_discovery_strategy { DEVICE_DISCOVERY_AUTO, DEVICE_DISCOVERY_NVML };
 
 /* --device-list-strategy is a set. */
 enum device_list_strategy_bits {
@@ -40,9 +42,17 @@ struct config_resource_pattern {
 /* sharing.timeSlicing.resources[] */
 struct config_time_slice {
     char name[CONFIG_NAME_LEN];     /* fully qualified resource being shared */
-    char rename[CONFIG_NAME_LEN];   /* fully qualified; "" = keep name (or .shared, see rename_by_default) */
+    /* Fully qualified advertised name; "" = keep name. config_load() already
+     * applies renameByDefault: an entry without `rename` gets name + ".shared"
+     * when sharing.timeSlicing.renameByDefault is true, so readers only look
+     * at this field. */
+    char rename[CONFIG_NAME_LEN];
     int replicas;                   /* >= 2 */
-    bool all_devices;               /* devices: all (default) */
+    bool all_devices;               /* devices: all (default), also true for a count, see below */
+    /* devices: <N> (NVIDIA's "count" form): share only the first N devices
+     * of the resource; 0 = not given. all_devices stays true with a count so
+     * that code which ignores this field behaves as NVIDIA does (all). */
+    unsigned first_n_devices;
     size_t device_count;
     char (*devices)[CONFIG_DEVICE_REF_LEN]; /* "0", "1:0", "GPU-...", "MIG-..." */
 };
@@ -65,6 +75,13 @@ struct gp_config {
     char *kubelet_socket;           /* default /var/lib/kubelet/device-plugins/kubelet.sock; "" = don't register */
     char *config_file;              /* "" = none */
     int verbosity;                  /* -v */
+    enum device_discovery_strategy device_discovery_strategy; /* default auto */
+    /* imex.channelIDs: NVIDIA allows only [] and [0], so a count suffices:
+     * 0 = no channel, 1 = channel 0. */
+    size_t imex_channel_count;
+    bool imex_required;
+    char *cdi_feature_flags;        /* comma-joined --cdi-feature-flags, "" = none */
+    char *cdi_disable_hooks;        /* comma-joined --cdi-disable-hooks, "" = none */
 
     /* gpupool's own health knobs (flags / env / flags.health.* in the file) */
     int health_recovery_probes;     /* consecutive good probes to recover, default 3; 0 = never recover */

@@ -67,6 +67,24 @@ struct gpu_inventory {
  * errors in identity (count, handle, UUID, minor) fail the load with a
  * message naming the GPU and the NVML error. Returns 0 or -1 (+ err). */
 int gpu_inventory_load(struct nvml *nvml, struct gpu_inventory *inv, char *err, size_t errlen);
+
+/* Host files read besides NVML; NULL members mean the defaults
+ * (/sys/bus/pci/devices and /proc/driver/nvidia-caps/mig-minors). Tests
+ * point them at fixtures. */
+struct gpu_host_paths {
+    const char *pci_devices_dir;
+    const char *mig_minors_file;
+};
+int gpu_inventory_load_with_paths(struct nvml *nvml, const struct gpu_host_paths *paths,
+                                  struct gpu_inventory *inv, char *err, size_t errlen);
+
+/* go-nvlib's MIG profile name: "<g>g.<gb>gb", or "<c>c.<g>g.<gb>gb" when
+ * the compute instance uses fewer slices than its GPU instance. gb is the
+ * instance's memory as a fraction of the parent's, rounded up to eighths,
+ * times the parent's memory in whole GiB (rounded up), rounded. */
+void gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices,
+                          unsigned long long mig_memory_mb,
+                          unsigned long long parent_memory_bytes, char *out, size_t outlen);
 void gpu_inventory_free(struct gpu_inventory *inv);
 
 /* Lookups; NULL / -1 when absent. */

@@ -1,2 +1,7 @@
-/* placeholder: replaced by the real entry point */
-int main(void) { return 0; }
+/* gpupool-device-plugin: serves the node's NVIDIA GPUs to the kubelet. */
+#include "daemon.h"
+
+int main(int argc, char **argv, char **envp)
+{
+    return daemon_run(argc, argv, envp);
+}

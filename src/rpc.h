@@ -52,6 +52,11 @@ struct rpc_handlers {
      * generation (bumped on every change). Called whenever a stream can send;
      * a stream that already sent `generation` is not sent the same again. */
     int (*snapshot)(void *ctx, struct rpc_buf *out, uint64_t *generation);
+    /* Optional (NULL in the plugin): also serve /v1beta1.Registration/Register,
+     * the kubelet's side, for tests and benchmarks that play the kubelet.
+     * Called on the runtime's thread with the RegisterRequest bytes. */
+    enum rpc_status (*registration)(void *ctx, const uint8_t *req, size_t req_len, char *msg,
+                                    size_t msglen);
 };
 
 struct rpc_runtime;
@@ -88,5 +93,36 @@ int rpc_register(struct rpc_runtime *rt, const char *kubelet_socket, const uint8
 int rpc_call(struct rpc_runtime *rt, const char *socket_path, const char *method,
              const uint8_t *req, size_t req_len, int timeout_ms, struct rpc_buf *resp,
              int *status, char *err, size_t errlen);
+
+/* ---- client side: benchmarks, tests, fake kubelets ------------------------
+ * One persistent channel per rpc_client; calls block the calling thread on
+ * their own queue and never touch the runtime's thread. A client (and each
+ * watch) is used by one thread at a time. */
+struct rpc_client;
+struct rpc_watch;
+
+/* Pass as req_len to send no request message at all, only the half-close. */
+#define RPC_NO_MESSAGE SIZE_MAX
+
+int rpc_client_open(struct rpc_runtime *rt, const char *socket_path, struct rpc_client **out,
+                    char *err, size_t errlen);
+/* Unary call. Returns 0 when the status is OK (*resp is malloc'd, free it),
+ * otherwise -1 with *status (a gRPC code, RPC_INTERNAL for local failures)
+ * and the status message in msg. timeout_ms < 0: no deadline. */
+int rpc_client_call(struct rpc_client *client, const char *method, const uint8_t *req,
+                    size_t req_len, int timeout_ms, struct rpc_buf *resp, int *status,
+                    char *msg, size_t msglen);
+void rpc_client_close(struct rpc_client *client);
+
+/* Open a ListAndWatch stream on the client's channel. */
+int rpc_client_watch_open(struct rpc_client *client, struct rpc_watch **out, char *err,
+                          size_t errlen);
+/* Next stream message: 1 with *msg malloc'd, 0 when timeout_ms passed first
+ * (call again; nothing is lost), -1 when the stream ended (status and message
+ * in err; *status set when status is not NULL). */
+int rpc_client_watch_next(struct rpc_watch *watch, int timeout_ms, struct rpc_buf *msg,
+                          int *status, char *err, size_t errlen);
+/* Cancels the stream if still open and frees it. NULL is a no-op. */
+void rpc_client_watch_close(struct rpc_watch *watch);
 
 #endif

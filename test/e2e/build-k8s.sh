@@ -11,10 +11,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 log() { printf '%s build-k8s: %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+# kubectl has no --version flag (it is `kubectl version --client`).
+k8s_version() {
+  if [[ $1 == kubectl ]]; then
+    "$K8S_CACHE/bin/kubectl" version --client --short 2>/dev/null
+  else
+    "$K8S_CACHE/bin/$1" --version 2>/dev/null
+  fi
+}
+
 all_cached() {
   local c
   for c in "${components[@]}"; do
-    "$K8S_CACHE/bin/$c" --version 2>/dev/null | grep -q v1.20.2 || return 1
+    k8s_version "$c" | grep -q v1.20.2 || return 1
   done
 }
 
@@ -56,7 +65,7 @@ fi
 
 export KUBE_GIT_VERSION=v1.20.2
 for c in "${components[@]}"; do
-  if "$K8S_CACHE/bin/$c" --version 2>/dev/null | grep -q v1.20.2; then
+  if k8s_version "$c" | grep -q v1.20.2; then
     log "$c cached"
     continue
   fi

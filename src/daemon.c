@@ -1,0 +1,501 @@
+/* daemon.c -- the device plugin's supervisor (see daemon.h). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "gpu.h"
+#include "health.h"
+#include "log.h"
+#include "nvml.h"
+#include "plugin.h"
+#include "rpc.h"
+
+#define DAEMON_DEFAULT_SOCKET_DIR "/var/lib/kubelet/device-plugins"
+#define DAEMON_REGISTER_TIMEOUT_MS 5000
+#define DAEMON_RETRY_SECONDS 5
+#define DAEMON_ERR_LEN 1024
+
+enum setup_result { SETUP_SERVING = 0, SETUP_IDLE = 1, SETUP_FATAL = -1 };
+
+struct daemon {
+    int argc;
+    char **argv;
+    char **envp;
+    struct gp_config cfg;
+    struct nvml *nvml;
+    struct gpu_inventory inv;
+    bool have_inventory;
+    struct plugin_node node;
+    bool have_node;
+    bool *registered;             /* per resource */
+    struct rpc_runtime *rpc;
+    struct health_monitor *health;
+    char socket_dir[PATH_MAX];
+    const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
+    int signal_fd, inotify_fd, timer_fd;
+    int watch;                    /* inotify watch descriptor, -1 when none */
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void arm_retry(struct daemon *d)
+{
+    struct itimerspec its = {.it_value = {.tv_sec = DAEMON_RETRY_SECONDS}};
+    if (timerfd_settime(d->timer_fd, 0, &its, NULL) != 0)
+        log_error("cannot arm the retry timer: %s", strerror(errno));
+}
+
+static void resolve_socket_dir(struct daemon *d)
+{
+    const char *sock = d->cfg.kubelet_socket;
+    d->kubelet_socket_name = NULL;
+    if (sock == NULL || sock[0] == '\0') {
+        snprintf(d->socket_dir, sizeof d->socket_dir, "%s", DAEMON_DEFAULT_SOCKET_DIR);
+        return;
+    }
+    const char *slash = strrchr(sock, '/');
+    if (slash == NULL) {
+        snprintf(d->socket_dir, sizeof d->socket_dir, ".");
+        d->kubelet_socket_name = sock;
+    } else {
+        int len = slash == sock ? 1 : (int)(slash - sock);
+        snprintf(d->socket_dir, sizeof d->socket_dir, "%.*s", len, sock);
+        d->kubelet_socket_name = slash + 1;
+    }
+}
+
+static void watch_socket_dir(struct daemon *d)
+{
+    if (d->watch >= 0)
+        return;
+    d->watch = inotify_add_watch(d->inotify_fd, d->socket_dir,
+                                 IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM |
+                                     IN_DELETE_SELF);
+    if (d->watch < 0) {
+        log_warn("cannot watch %s for kubelet restarts (%s); retrying in %d s", d->socket_dir,
+                 strerror(errno), DAEMON_RETRY_SECONDS);
+        arm_retry(d);
+    }
+}
+
+static void socket_path(const struct daemon *d, size_t resource, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%s", d->socket_dir, d->node.resources.resources[resource].socket_name);
+}
+
+/* ---- registration ------------------------------------------------------- */
+
+static void register_one(struct daemon *d, size_t i)
+{
+    const struct resource *res = &d->node.resources.resources[i];
+    char err[DAEMON_ERR_LEN];
+    struct rpc_buf req = {0};
+
+    if (d->kubelet_socket_name == NULL) {
+        d->registered[i] = true; /* --kubelet-socket "": serve without registering */
+        return;
+    }
+    struct stat st;
+    if (stat(d->cfg.kubelet_socket, &st) != 0) {
+        /* Not blocking here keeps signals responsive; inotify reports the
+         * socket's creation and the retry timer covers a missed event. */
+        log_info("Waiting for the kubelet socket %s to register '%s'", d->cfg.kubelet_socket,
+                 res->name);
+        arm_retry(d);
+        return;
+    }
+    if (plugin_node_register_request(&d->node, i, &req) != 0) {
+        log_error("cannot encode the registration of %s: out of memory", res->name);
+        arm_retry(d);
+        return;
+    }
+    if (rpc_register(d->rpc, d->cfg.kubelet_socket, req.data, req.len,
+                     DAEMON_REGISTER_TIMEOUT_MS, err, sizeof err) == 0) {
+        d->registered[i] = true;
+        log_info("Registered device plugin for '%s' with Kubelet (endpoint %s, %zu devices)",
+                 res->name, res->socket_name, res->device_count);
+    } else {
+        log_error("Could not register device plugin for '%s' with Kubelet at %s: %s; "
+                  "retrying in %d s", res->name, d->cfg.kubelet_socket, err,
+                  DAEMON_RETRY_SECONDS);
+        arm_retry(d);
+    }
+    free(req.data);
+}
+
+static void register_pending(struct daemon *d)
+{
+    for (size_t i = 0; i < d->node.resources.count; i++)
+        if (!d->registered[i] && d->node.endpoints[i].server != NULL)
+            register_one(d, i);
+}
+
+/* ---- servers ------------------------------------------------------------ */
+
+static void stop_servers(struct daemon *d)
+{
+    if (!d->have_node)
+        return;
+    for (size_t i = 0; i < d->node.resources.count; i++) {
+        struct rpc_server *srv = d->node.endpoints[i].server;
+        if (srv == NULL)
+            continue;
+        plugin_node_attach_server(&d->node, i, NULL);
+        rpc_server_stop(srv);
+        d->registered[i] = false;
+    }
+}
+
+/* Returns -1 only when another live process serves one of our sockets:
+ * taking it over would break that process, so we refuse to run. */
+static int start_servers(struct daemon *d)
+{
+    char err[DAEMON_ERR_LEN], path[PATH_MAX + RESOURCE_SOCKET_LEN];
+    for (size_t i = 0; i < d->node.resources.count; i++) {
+        if (d->node.endpoints[i].server != NULL)
+            continue;
+        struct rpc_handlers h = plugin_node_handlers(&d->node, i);
+        struct rpc_server *srv = NULL;
+        socket_path(d, i, path, sizeof path);
+        if (rpc_server_start(d->rpc, path, &h, &srv, err, sizeof err) != 0) {
+            if (strstr(err, "another live process") != NULL) {
+                log_error("%s", err);
+                return -1;
+            }
+            log_error("Could not start device plugin for '%s' on %s: %s; retrying in %d s",
+                      d->node.resources.resources[i].name, path, err, DAEMON_RETRY_SECONDS);
+            arm_retry(d);
+            continue;
+        }
+        plugin_node_attach_server(&d->node, i, srv);
+        log_info("Starting GRPC server for '%s' on %s", d->node.resources.resources[i].name,
+                 path);
+    }
+    register_pending(d);
+    return 0;
+}
+
+static int restart_servers(struct daemon *d, const char *why)
+{
+    if (!d->have_node)
+        return 0;
+    log_info("%s: restarting device plugin servers", why);
+    stop_servers(d);
+    return start_servers(d);
+}
+
+/* ---- setup / teardown ------------------------------------------------------ */
+
+static void teardown(struct daemon *d)
+{
+    health_monitor_stop(d->health);
+    d->health = NULL;
+    stop_servers(d);
+    if (d->have_node)
+        plugin_node_free(&d->node);
+    d->have_node = false;
+    free(d->registered);
+    d->registered = NULL;
+    if (d->have_inventory)
+        gpu_inventory_free(&d->inv);
+    d->have_inventory = false;
+    nvml_close(d->nvml);
+    d->nvml = NULL;
+}
+
+/* NVML or the GPUs cannot be used: fatal with failOnInitError, else idle
+ * (a DaemonSet also lands on nodes without GPUs). */
+static enum setup_result init_failure(struct daemon *d, const char *what, const char *err)
+{
+    if (d->cfg.fail_on_init_error) {
+        log_error("%s: %s", what, err);
+        log_error("If this is a GPU node, check that the NVIDIA driver is loaded, that "
+                  "--driver-root/NVIDIA_DRIVER_ROOT points at it and that the container runtime "
+                  "exposes it. If this is not a GPU node, deploy the plugin with "
+                  "--fail-on-init-error=false to let it idle.");
+        return SETUP_FATAL;
+    }
+    log_warn("%s: %s", what, err);
+    log_info("No devices found. Waiting indefinitely.");
+    return SETUP_IDLE;
+}
+
+static void log_inventory(const struct gpu_inventory *inv)
+{
+    for (size_t i = 0; i < inv->count; i++) {
+        const struct gpu_device *g = &inv->gpus[i];
+        log_info("GPU %u: %s %s, %llu MiB, PCI %s, NUMA %d, CC %d.%d, MIG %s (%zu devices)",
+                 g->index, g->uuid, g->name, g->memory_bytes >> 20, g->pci_bus_id, g->numa_node,
+                 g->cc_major, g->cc_minor,
+                 g->mig_enabled ? "enabled" : (g->mig_capable ? "disabled" : "unsupported"),
+                 g->mig_count);
+    }
+}
+
+static enum setup_result setup(struct daemon *d)
+{
+    char err[DAEMON_ERR_LEN];
+
+    if (nvml_open(d->cfg.nvidia_driver_root, &d->nvml, err, sizeof err) != 0)
+        return init_failure(d, "Failed to initialize NVML", err);
+    if (gpu_inventory_load(d->nvml, &d->inv, err, sizeof err) != 0)
+        return init_failure(d, "Failed to enumerate GPUs", err);
+    d->have_inventory = true;
+    log_inventory(&d->inv);
+    if (d->inv.count == 0) {
+        log_info("No devices found. Waiting indefinitely.");
+        return SETUP_IDLE;
+    }
+    if (plugin_node_init(&d->node, &d->cfg, &d->inv, err, sizeof err) != 0) {
+        log_error("Invalid configuration for this node: %s", err);
+        return SETUP_FATAL;
+    }
+    d->have_node = true;
+    if (d->node.resources.count == 0) {
+        log_info("No devices found. Waiting indefinitely.");
+        return SETUP_IDLE;
+    }
+    d->registered = calloc(d->node.resources.count, sizeof *d->registered);
+    if (d->registered == NULL) {
+        log_error("out of memory");
+        return SETUP_FATAL;
+    }
+    watch_socket_dir(d);
+    if (start_servers(d) != 0)
+        return SETUP_FATAL;
+    if (health_monitor_start(d->nvml, &d->inv, &d->node, &d->cfg, &d->health, err,
+                             sizeof err) != 0)
+        log_warn("Failed to start health checks: %s; continuing with health checks disabled",
+                 err);
+    return SETUP_SERVING;
+}
+
+static void log_config(const struct gp_config *cfg)
+{
+    char *json = config_to_json(cfg);
+    if (json == NULL) {
+        log_warn("cannot render the configuration: out of memory");
+        return;
+    }
+    log_info("Running with config:\n%s", json);
+    free(json);
+}
+
+/* SIGHUP: a new config first; the old one stays in force if it is bad. */
+static enum setup_result reload(struct daemon *d)
+{
+    struct gp_config next;
+    char err[DAEMON_ERR_LEN];
+    enum config_result r = config_load(&next, d->argc, d->argv, d->envp, err, sizeof err);
+    if (r != CONFIG_OK) {
+        if (r == CONFIG_ERROR)
+            log_error("SIGHUP: keeping the running configuration, the new one is invalid: %s",
+                      err);
+        if (r == CONFIG_EXIT)
+            config_free(&next);
+        return d->have_node ? SETUP_SERVING : SETUP_IDLE;
+    }
+    log_info("Received SIGHUP, restarting with the reloaded configuration");
+    teardown(d);
+    config_free(&d->cfg);
+    d->cfg = next;
+    log_set_verbosity(d->cfg.verbosity);
+    resolve_socket_dir(d);
+    log_config(&d->cfg);
+    return setup(d);
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+static bool is_our_socket_gone(const struct daemon *d, const char *name)
+{
+    if (!d->have_node)
+        return false;
+    for (size_t i = 0; i < d->node.resources.count; i++) {
+        if (strcmp(name, d->node.resources.resources[i].socket_name) != 0)
+            continue;
+        char path[PATH_MAX + RESOURCE_SOCKET_LEN];
+        struct stat st;
+        socket_path(d, i, path, sizeof path);
+        /* Our own restart deletes and re-creates the file; only a socket
+         * that is still missing means somebody else removed it. */
+        return stat(path, &st) != 0;
+    }
+    return false;
+}
+
+/* Returns the restart reason, or NULL. */
+static const char *read_inotify(struct daemon *d)
+{
+    _Alignas(struct inotify_event) char buf[4096];
+    const char *why = NULL;
+    for (;;) {
+        ssize_t n = read(d->inotify_fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            p += sizeof *ev + ev->len;
+            if (ev->mask & (IN_IGNORED | IN_DELETE_SELF)) {
+                log_warn("socket directory %s was removed; watching again when it returns",
+                         d->socket_dir);
+                d->watch = -1;
+                arm_retry(d);
+                continue;
+            }
+            if (ev->len == 0)
+                continue;
+            if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && d->kubelet_socket_name &&
+                strcmp(ev->name, d->kubelet_socket_name) == 0)
+                why = "inotify: kubelet socket created (kubelet restarted)";
+            else if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && !why &&
+                     is_our_socket_gone(d, ev->name))
+                why = "inotify: plugin socket deleted";
+        }
+    }
+    return why;
+}
+
+enum loop_action { LOOP_CONTINUE, LOOP_EXIT, LOOP_FAIL };
+
+static enum loop_action on_signal(struct daemon *d)
+{
+    struct signalfd_siginfo si;
+    if (read(d->signal_fd, &si, sizeof si) != (ssize_t)sizeof si)
+        return LOOP_CONTINUE;
+    if (si.ssi_signo != SIGHUP) {
+        log_info("Received signal \"%s\", shutting down.", strsignal((int)si.ssi_signo));
+        return LOOP_EXIT;
+    }
+    return reload(d) == SETUP_FATAL ? LOOP_FAIL : LOOP_CONTINUE;
+}
+
+static enum loop_action on_timer(struct daemon *d)
+{
+    uint64_t expirations;
+    if (read(d->timer_fd, &expirations, sizeof expirations) < 0)
+        return LOOP_CONTINUE;
+    watch_socket_dir(d);
+    if (d->have_node && d->registered != NULL)
+        return start_servers(d) == 0 ? LOOP_CONTINUE : LOOP_FAIL;
+    return LOOP_CONTINUE;
+}
+
+static int event_loop(struct daemon *d)
+{
+    struct pollfd fds[3] = {
+        {.fd = d->signal_fd, .events = POLLIN},
+        {.fd = d->inotify_fd, .events = POLLIN},
+        {.fd = d->timer_fd, .events = POLLIN},
+    };
+    for (;;) {
+        if (poll(fds, 3, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            log_error("poll: %s", strerror(errno));
+            return 1;
+        }
+        enum loop_action a = LOOP_CONTINUE;
+        if (fds[0].revents & POLLIN)
+            a = on_signal(d);
+        if (a == LOOP_CONTINUE && (fds[1].revents & POLLIN)) {
+            const char *why = read_inotify(d);
+            if (why != NULL && restart_servers(d, why) != 0)
+                a = LOOP_FAIL;
+        }
+        if (a == LOOP_CONTINUE && (fds[2].revents & POLLIN))
+            a = on_timer(d);
+        if (a != LOOP_CONTINUE)
+            return a == LOOP_EXIT ? 0 : 1;
+    }
+}
+
+/* ---- entry ------------------------------------------------------------------ */
+
+static int open_event_fds(struct daemon *d, const sigset_t *signals)
+{
+    d->signal_fd = signalfd(-1, signals, SFD_CLOEXEC);
+    d->inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    d->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (d->signal_fd < 0 || d->inotify_fd < 0 || d->timer_fd < 0) {
+        log_error("cannot create event descriptors: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void close_event_fds(struct daemon *d)
+{
+    if (d->signal_fd >= 0)
+        close(d->signal_fd);
+    if (d->inotify_fd >= 0)
+        close(d->inotify_fd);
+    if (d->timer_fd >= 0)
+        close(d->timer_fd);
+}
+
+int daemon_run(int argc, char **argv, char **envp)
+{
+    struct daemon d = {.argc = argc, .argv = argv, .envp = envp,
+                       .signal_fd = -1, .inotify_fd = -1, .timer_fd = -1, .watch = -1};
+    char err[DAEMON_ERR_LEN];
+    int status = 1;
+
+    /* Blocked before any thread exists, so gRPC's and the health thread
+     * inherit the mask and signals reach only the signalfd. */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGHUP);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    enum config_result r = config_load(&d.cfg, argc, argv, envp, err, sizeof err);
+    if (r == CONFIG_EXIT) {
+        config_free(&d.cfg);
+        return 0;
+    }
+    if (r == CONFIG_ERROR) {
+        fprintf(stderr, "gpupool-device-plugin: %s\n", err);
+        log_error("invalid configuration: %s", err);
+        return 1;
+    }
+    log_set_verbosity(d.cfg.verbosity);
+    log_info("Starting gpupool-device-plugin %s", GP_VERSION);
+    resolve_socket_dir(&d);
+
+    if (open_event_fds(&d, &signals) != 0)
+        goto out;
+    if (rpc_runtime_start(&d.rpc, err, sizeof err) != 0) {
+        log_error("cannot start gRPC: %s", err);
+        goto out;
+    }
+    enum setup_result s = setup(&d);
+    /* The merged configuration is logged after registration so that it
+     * does not delay the kubelet seeing the devices. */
+    log_config(&d.cfg);
+    if (s != SETUP_FATAL)
+        status = event_loop(&d);
+out:
+    teardown(&d);
+    rpc_runtime_stop(d.rpc);
+    close_event_fds(&d);
+    config_free(&d.cfg);
+    log_info("gpupool-device-plugin exiting with status %d", status);
+    return status;
+}

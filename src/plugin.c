@@ -1,0 +1,488 @@
+/* plugin.c -- DevicePlugin RPC semantics (see plugin.h). */
+#include "plugin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocate.h"
+#include "api.pb-c.h"
+#include "arena.h"
+#include "log.h"
+#include "preferred.h"
+
+/* ---- setup --------------------------------------------------------------- */
+
+static int compare_by_id(const void *a, const void *b, void *ctx)
+{
+    const struct resource *r = ctx;
+    return strcmp(r->devices[*(const size_t *)a].id, r->devices[*(const size_t *)b].id);
+}
+
+static int build_index(struct plugin_endpoint *ep, const struct resource *res)
+{
+    ep->by_id = calloc(res->device_count ? res->device_count : 1, sizeof *ep->by_id);
+    if (ep->by_id == NULL)
+        return -1;
+    for (size_t i = 0; i < res->device_count; i++)
+        ep->by_id[i] = i;
+    qsort_r(ep->by_id, res->device_count, sizeof *ep->by_id, compare_by_id, (void *)res);
+    return 0;
+}
+
+int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
+                     const struct gpu_inventory *inv, char *err, size_t errlen)
+{
+    memset(node, 0, sizeof *node);
+    node->cfg = cfg;
+    node->inv = inv;
+    if (resource_set_build(inv, cfg, &node->resources, err, errlen) != 0)
+        return -1;
+    size_t n = node->resources.count;
+    node->endpoints = calloc(n ? n : 1, sizeof *node->endpoints);
+    if (node->endpoints == NULL)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        node->endpoints[i].node = node;
+        node->endpoints[i].resource = i;
+        node->endpoints[i].generation = 1;
+        if (build_index(&node->endpoints[i], &node->resources.resources[i]) != 0)
+            goto oom;
+    }
+    pthread_mutex_init(&node->lock, NULL);
+    pthread_mutex_init(&node->notify_lock, NULL);
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory setting up %zu resources", n);
+    if (node->endpoints)
+        for (size_t i = 0; i < n; i++)
+            free(node->endpoints[i].by_id);
+    free(node->endpoints);
+    resource_set_free(&node->resources);
+    return -1;
+}
+
+void plugin_node_free(struct plugin_node *node)
+{
+    if (node->endpoints == NULL)
+        return;
+    for (size_t i = 0; i < node->resources.count; i++)
+        free(node->endpoints[i].by_id);
+    free(node->endpoints);
+    resource_set_free(&node->resources);
+    pthread_mutex_destroy(&node->lock);
+    pthread_mutex_destroy(&node->notify_lock);
+    node->endpoints = NULL;
+}
+
+void plugin_node_attach_server(struct plugin_node *node, size_t resource, struct rpc_server *srv)
+{
+    pthread_mutex_lock(&node->notify_lock);
+    node->endpoints[resource].server = srv;
+    pthread_mutex_unlock(&node->notify_lock);
+}
+
+/* ---- lookups --------------------------------------------------------------- */
+
+static long find_position(const struct plugin_endpoint *ep, const struct resource *res,
+                          const char *id)
+{
+    size_t lo = 0, hi = res->device_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(res->devices[ep->by_id[mid]].id, id);
+        if (c == 0)
+            return (long)ep->by_id[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+static const struct resource *endpoint_resource(const struct plugin_endpoint *ep)
+{
+    return &ep->node->resources.resources[ep->resource];
+}
+
+/* ---- encoding helpers --------------------------------------------------------- */
+
+static int pack(const ProtobufCMessage *msg, struct rpc_buf *out)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    out->data = malloc(len ? len : 1);
+    if (out->data == NULL)
+        return -1;
+    out->len = protobuf_c_message_pack(msg, out->data);
+    return 0;
+}
+
+/* ---- Allocate ------------------------------------------------------------------- */
+
+static enum rpc_status resolve_ids(const struct plugin_endpoint *ep, char **ids, size_t n,
+                                   size_t *positions, char *msg, size_t msglen)
+{
+    const struct resource *res = endpoint_resource(ep);
+    for (size_t i = 0; i < n; i++) {
+        long pos = find_position(ep, res, ids[i]);
+        if (pos < 0) {
+            snprintf(msg, msglen, "invalid allocation request for \"%s\": unknown device: %.128s",
+                     res->name, ids[i]);
+            return RPC_INVALID_ARGUMENT;
+        }
+        positions[i] = (size_t)pos;
+    }
+    return RPC_OK;
+}
+
+static enum rpc_status check_container_request(const struct resource *res, size_t container,
+                                               const size_t *positions, size_t n, char *msg,
+                                               size_t msglen)
+{
+    if (n == 0) {
+        snprintf(msg, msglen, "invalid allocation request for \"%s\": container request %zu "
+                 "lists no devices", res->name, container);
+        return RPC_INVALID_ARGUMENT;
+    }
+    if (!res->fail_requests_greater_than_one || n < 2)
+        return RPC_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (res->devices[positions[i]].replica != RESOURCE_NO_REPLICA) {
+            snprintf(msg, msglen, "invalid allocation request for \"%s\": maximum request size "
+                     "for shared resources is 1; found %zu", res->name, n);
+            return RPC_INVALID_ARGUMENT;
+        }
+    }
+    return RPC_OK;
+}
+
+static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t *req,
+                                       size_t len, struct rpc_buf *resp, char *msg,
+                                       size_t msglen)
+{
+    const struct resource *res = endpoint_resource(ep);
+    const struct plugin_node *node = ep->node;
+    V1beta1__AllocateRequest *in = v1beta1__allocate_request__unpack(NULL, len, req);
+    if (in == NULL) {
+        snprintf(msg, msglen, "cannot decode AllocateRequest (%zu bytes)", len);
+        return RPC_INVALID_ARGUMENT;
+    }
+    struct arena a = ARENA_INIT;
+    enum rpc_status st = RPC_INTERNAL;
+    V1beta1__AllocateResponse out = V1BETA1__ALLOCATE_RESPONSE__INIT;
+    size_t nc = in->n_container_requests;
+    out.container_responses = arena_calloc(&a, nc ? nc : 1, sizeof *out.container_responses);
+    if (out.container_responses == NULL)
+        goto oom;
+    for (size_t c = 0; c < nc; c++) {
+        V1beta1__ContainerAllocateRequest *creq = in->container_requests[c];
+        size_t *positions = arena_calloc(&a, creq->n_devices_ids + 1, sizeof *positions);
+        V1beta1__ContainerAllocateResponse *cresp = arena_alloc(&a, sizeof *cresp);
+        if (positions == NULL || cresp == NULL)
+            goto oom;
+        st = resolve_ids(ep, creq->devices_ids, creq->n_devices_ids, positions, msg, msglen);
+        if (st == RPC_OK)
+            st = check_container_request(res, c, positions, creq->n_devices_ids, msg, msglen);
+        if (st != RPC_OK)
+            goto out;
+        if (allocate_container(&a, node->cfg, node->inv, res, positions, creq->n_devices_ids,
+                               cresp, msg, msglen) != 0)
+            goto oom;
+        out.container_responses[out.n_container_responses++] = cresp;
+        log_v(1, "Allocate %s: %zu devices for container %zu", res->name, creq->n_devices_ids, c);
+    }
+    if (pack(&out.base, resp) != 0)
+        goto oom;
+    st = RPC_OK;
+    goto out;
+oom:
+    snprintf(msg, msglen, "out of memory answering Allocate");
+    st = RPC_RESOURCE_EXHAUSTED;
+out:
+    arena_free(&a);
+    v1beta1__allocate_request__free_unpacked(in, NULL);
+    return st;
+}
+
+/* ---- GetPreferredAllocation ------------------------------------------------------------ */
+
+/* Available IDs -> positions, duplicates dropped. */
+static enum rpc_status resolve_unique(const struct plugin_endpoint *ep, char **ids, size_t n,
+                                      size_t *positions, size_t *count, bool *seen, char *msg,
+                                      size_t msglen)
+{
+    enum rpc_status st = resolve_ids(ep, ids, n, positions, msg, msglen);
+    if (st != RPC_OK)
+        return st;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (seen[positions[i]])
+            continue;
+        seen[positions[i]] = true;
+        positions[k++] = positions[i];
+    }
+    *count = k;
+    return RPC_OK;
+}
+
+static enum rpc_status prefer_container(struct plugin_endpoint *ep, struct arena *a,
+                                        const V1beta1__ContainerPreferredAllocationRequest *creq,
+                                        V1beta1__ContainerPreferredAllocationResponse *cresp,
+                                        char *msg, size_t msglen)
+{
+    const struct resource *res = endpoint_resource(ep);
+    const struct plugin_node *node = ep->node;
+    size_t n_avail = 0, n_req = 0;
+    size_t *avail = arena_calloc(a, creq->n_available_deviceids + 1, sizeof *avail);
+    size_t *req = arena_calloc(a, creq->n_must_include_deviceids + 1, sizeof *req);
+    bool *seen_avail = arena_calloc(a, res->device_count + 1, sizeof *seen_avail);
+    bool *seen_req = arena_calloc(a, res->device_count + 1, sizeof *seen_req);
+    if (!avail || !req || !seen_avail || !seen_req)
+        return RPC_RESOURCE_EXHAUSTED;
+    enum rpc_status st = resolve_unique(ep, creq->available_deviceids,
+                                        creq->n_available_deviceids, avail, &n_avail, seen_avail,
+                                        msg, msglen);
+    if (st == RPC_OK)
+        st = resolve_unique(ep, creq->must_include_deviceids, creq->n_must_include_deviceids,
+                            req, &n_req, seen_req, msg, msglen);
+    if (st != RPC_OK)
+        return st;
+    if (creq->allocation_size <= 0) {
+        snprintf(msg, msglen, "invalid preferred allocation request for \"%s\": allocation "
+                 "size %d", res->name, (int)creq->allocation_size);
+        return RPC_INVALID_ARGUMENT;
+    }
+    size_t size = (size_t)creq->allocation_size;
+    size_t *chosen = arena_calloc(a, size, sizeof *chosen);
+    char **ids = arena_calloc(a, size, sizeof *ids);
+    if (!chosen || !ids)
+        return RPC_RESOURCE_EXHAUSTED;
+    char why[256];
+    if (preferred_choose(res, node->inv, node->cfg->shared_alloc_policy, avail, n_avail, req,
+                         n_req, size, chosen, why, sizeof why) != 0) {
+        snprintf(msg, msglen, "invalid preferred allocation request for \"%s\": %s", res->name,
+                 why);
+        return RPC_INVALID_ARGUMENT;
+    }
+    for (size_t i = 0; i < size; i++)
+        ids[i] = res->devices[chosen[i]].id;
+    v1beta1__container_preferred_allocation_response__init(cresp);
+    cresp->n_deviceids = size;
+    cresp->deviceids = ids;
+    return RPC_OK;
+}
+
+static enum rpc_status handle_preferred(struct plugin_endpoint *ep, const uint8_t *req,
+                                        size_t len, struct rpc_buf *resp, char *msg,
+                                        size_t msglen)
+{
+    V1beta1__PreferredAllocationRequest *in =
+        v1beta1__preferred_allocation_request__unpack(NULL, len, req);
+    if (in == NULL) {
+        snprintf(msg, msglen, "cannot decode PreferredAllocationRequest (%zu bytes)", len);
+        return RPC_INVALID_ARGUMENT;
+    }
+    struct arena a = ARENA_INIT;
+    enum rpc_status st = RPC_RESOURCE_EXHAUSTED;
+    V1beta1__PreferredAllocationResponse out = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
+    size_t nc = in->n_container_requests;
+    out.container_responses = arena_calloc(&a, nc ? nc : 1, sizeof *out.container_responses);
+    if (out.container_responses == NULL)
+        goto out;
+    for (size_t c = 0; c < nc; c++) {
+        V1beta1__ContainerPreferredAllocationResponse *cresp = arena_alloc(&a, sizeof *cresp);
+        if (cresp == NULL) {
+            st = RPC_RESOURCE_EXHAUSTED;
+            goto out;
+        }
+        st = prefer_container(ep, &a, in->container_requests[c], cresp, msg, msglen);
+        if (st != RPC_OK)
+            goto out;
+        out.container_responses[out.n_container_responses++] = cresp;
+    }
+    st = pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
+out:
+    if (st == RPC_RESOURCE_EXHAUSTED)
+        snprintf(msg, msglen, "out of memory answering GetPreferredAllocation");
+    arena_free(&a);
+    v1beta1__preferred_allocation_request__free_unpacked(in, NULL);
+    return st;
+}
+
+/* ---- small RPCs ------------------------------------------------------------------------- */
+
+static enum rpc_status handle_options(const uint8_t *req, size_t len, struct rpc_buf *resp,
+                                      char *msg, size_t msglen)
+{
+    V1beta1__Empty *in = v1beta1__empty__unpack(NULL, len, req);
+    if (in == NULL) {
+        snprintf(msg, msglen, "cannot decode Empty (%zu bytes)", len);
+        return RPC_INVALID_ARGUMENT;
+    }
+    v1beta1__empty__free_unpacked(in, NULL);
+    V1beta1__DevicePluginOptions out = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+    out.pre_start_required = 0;
+    out.get_preferred_allocation_available = 1;
+    return pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
+}
+
+static enum rpc_status handle_pre_start(const uint8_t *req, size_t len, struct rpc_buf *resp,
+                                        char *msg, size_t msglen)
+{
+    V1beta1__PreStartContainerRequest *in =
+        v1beta1__pre_start_container_request__unpack(NULL, len, req);
+    if (in == NULL) {
+        snprintf(msg, msglen, "cannot decode PreStartContainerRequest (%zu bytes)", len);
+        return RPC_INVALID_ARGUMENT;
+    }
+    v1beta1__pre_start_container_request__free_unpacked(in, NULL);
+    V1beta1__PreStartContainerResponse out = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
+    return pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
+}
+
+static enum rpc_status plugin_unary(void *ctx, enum rpc_method method, const uint8_t *req,
+                                    size_t len, struct rpc_buf *resp, char *msg, size_t msglen)
+{
+    struct plugin_endpoint *ep = ctx;
+    switch (method) {
+    case RPC_GET_DEVICE_PLUGIN_OPTIONS:
+        return handle_options(req, len, resp, msg, msglen);
+    case RPC_ALLOCATE:
+        return handle_allocate(ep, req, len, resp, msg, msglen);
+    case RPC_GET_PREFERRED_ALLOCATION:
+        return handle_preferred(ep, req, len, resp, msg, msglen);
+    case RPC_PRE_START_CONTAINER:
+        return handle_pre_start(req, len, resp, msg, msglen);
+    case RPC_LIST_AND_WATCH:
+        break;
+    }
+    snprintf(msg, msglen, "method not implemented");
+    return RPC_UNIMPLEMENTED;
+}
+
+/* ---- ListAndWatch ------------------------------------------------------------------------ */
+
+static int plugin_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
+{
+    struct plugin_endpoint *ep = ctx;
+    struct plugin_node *node = ep->node;
+    const struct resource *res = endpoint_resource(ep);
+    struct arena a = ARENA_INIT;
+    int rc = -1;
+    size_t n = res->device_count;
+    V1beta1__ListAndWatchResponse msg = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
+    V1beta1__Device *devices = arena_calloc(&a, n + 1, sizeof *devices);
+    V1beta1__Device **ptrs = arena_calloc(&a, n + 1, sizeof *ptrs);
+    V1beta1__TopologyInfo *topo = arena_calloc(&a, n + 1, sizeof *topo);
+    V1beta1__NUMANode *numa = arena_calloc(&a, n + 1, sizeof *numa);
+    V1beta1__NUMANode **numa_ptrs = arena_calloc(&a, n + 1, sizeof *numa_ptrs);
+    if (!devices || !ptrs || !topo || !numa || !numa_ptrs)
+        goto out;
+
+    pthread_mutex_lock(&node->lock);
+    for (size_t i = 0; i < n; i++) {
+        const struct resource_device *d = &res->devices[i];
+        v1beta1__device__init(&devices[i]);
+        devices[i].id = (char *)d->id;
+        devices[i].health = d->healthy ? "Healthy" : "Unhealthy";
+        if (d->numa_node != GPU_NUMA_UNKNOWN) {
+            v1beta1__topology_info__init(&topo[i]);
+            v1beta1__numanode__init(&numa[i]);
+            numa[i].id = d->numa_node;
+            numa_ptrs[i] = &numa[i];
+            topo[i].n_nodes = 1;
+            topo[i].nodes = &numa_ptrs[i];
+            devices[i].topology = &topo[i];
+        }
+        ptrs[i] = &devices[i];
+    }
+    *generation = ep->generation;
+    pthread_mutex_unlock(&node->lock);
+
+    msg.n_devices = n;
+    msg.devices = ptrs;
+    rc = pack(&msg.base, out);
+out:
+    arena_free(&a);
+    return rc;
+}
+
+struct rpc_handlers plugin_node_handlers(struct plugin_node *node, size_t resource)
+{
+    struct rpc_handlers h = {
+        .ctx = &node->endpoints[resource],
+        .unary = plugin_unary,
+        .snapshot = plugin_snapshot,
+    };
+    return h;
+}
+
+int plugin_node_register_request(struct plugin_node *node, size_t resource, struct rpc_buf *out)
+{
+    const struct resource *res = &node->resources.resources[resource];
+    V1beta1__DevicePluginOptions options = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+    options.get_preferred_allocation_available = 1;
+    V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
+    req.version = PLUGIN_API_VERSION;
+    req.endpoint = (char *)res->socket_name;
+    req.resource_name = (char *)res->name;
+    req.options = &options;
+    return pack(&req.base, out);
+}
+
+/* ---- health ---------------------------------------------------------------------------- */
+
+static void notify_changed(struct plugin_node *node, const bool *changed)
+{
+    pthread_mutex_lock(&node->notify_lock);
+    for (size_t r = 0; r < node->resources.count; r++)
+        if (changed[r] && node->endpoints[r].server != NULL)
+            rpc_server_notify(node->endpoints[r].server);
+    pthread_mutex_unlock(&node->notify_lock);
+}
+
+/* gpu == PLUGIN_ALL_GPUS: every device; mig == RESOURCE_NO_MIG: the whole GPU. */
+static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool healthy)
+{
+    size_t count = 0;
+    bool changed[node->resources.count + 1];
+    memset(changed, 0, sizeof changed);
+
+    pthread_mutex_lock(&node->lock);
+    for (size_t r = 0; r < node->resources.count; r++) {
+        struct resource *res = &node->resources.resources[r];
+        for (size_t i = 0; i < res->device_count; i++) {
+            struct resource_device *d = &res->devices[i];
+            if (gpu != PLUGIN_ALL_GPUS && (d->gpu != gpu || (mig != RESOURCE_NO_MIG && d->mig != mig)))
+                continue;
+            if (d->healthy == healthy)
+                continue;
+            d->healthy = healthy;
+            changed[r] = true;
+            count++;
+        }
+        if (changed[r])
+            node->endpoints[r].generation++;
+    }
+    pthread_mutex_unlock(&node->lock);
+
+    if (count > 0)
+        notify_changed(node, changed);
+    return count;
+}
+
+size_t plugin_node_set_gpu_health(struct plugin_node *node, size_t gpu, bool healthy)
+{
+    return set_health(node, gpu, RESOURCE_NO_MIG, healthy);
+}
+
+size_t plugin_node_set_mig_health(struct plugin_node *node, size_t gpu, int mig, bool healthy)
+{
+    return set_health(node, gpu, mig, healthy);
+}
+
+size_t plugin_node_set_all_health(struct plugin_node *node, bool healthy)
+{
+    return set_health(node, PLUGIN_ALL_GPUS, RESOURCE_NO_MIG, healthy);
+}

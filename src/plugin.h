@@ -1,0 +1,72 @@
+/* plugin.h -- DevicePlugin semantics for every resource of the node.
+ *
+ * A plugin_node owns the resources built from the inventory and the
+ * configuration, their health, and one rpc_handlers context per resource.
+ * It decodes requests, validates them, answers with resource/allocate/
+ * preferred logic and encodes replies; rpc.c only moves bytes.
+ *
+ * Threading: the handlers run on the RPC thread; plugin_node_set_gpu_health()
+ * runs on the health thread. One mutex guards device health and the
+ * snapshot generations; everything else is read-only after init. */
+#ifndef GP_PLUGIN_H
+#define GP_PLUGIN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "gpu.h"
+#include "resource.h"
+#include "rpc.h"
+
+#define PLUGIN_API_VERSION "v1beta1"
+#define PLUGIN_ALL_GPUS ((size_t)-1)
+
+struct plugin_endpoint {
+    struct plugin_node *node;
+    size_t resource;                 /* position in node->resources */
+    uint64_t generation;             /* bumped on every health change */
+    struct rpc_server *server;       /* set by the daemon while serving */
+    size_t *by_id;                   /* device positions sorted by ID (lookups) */
+};
+
+struct plugin_node {
+    pthread_mutex_t lock;            /* device health, generations */
+    pthread_mutex_t notify_lock;     /* endpoint->server while it is used */
+    const struct gp_config *cfg;     /* borrowed */
+    const struct gpu_inventory *inv; /* borrowed */
+    struct resource_set resources;   /* owned */
+    struct plugin_endpoint *endpoints; /* owned, one per resource */
+};
+
+/* Builds the resources; -1 + err when the configuration cannot be served. */
+int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
+                     const struct gpu_inventory *inv, char *err, size_t errlen);
+void plugin_node_free(struct plugin_node *node);
+
+/* Handlers for resource `resource`, ready for rpc_server_start(). */
+struct rpc_handlers plugin_node_handlers(struct plugin_node *node, size_t resource);
+
+/* Attach (srv) or detach (NULL) the server that pushes snapshots of
+ * `resource`. Detach before rpc_server_stop(): afterwards no thread uses it. */
+void plugin_node_attach_server(struct plugin_node *node, size_t resource, struct rpc_server *srv);
+
+/* Encoded RegisterRequest for resource `resource` (socket_name as endpoint). */
+int plugin_node_register_request(struct plugin_node *node, size_t resource, struct rpc_buf *out);
+
+/* Marks every device carved from physical GPU `gpu` (the GPU itself, its
+ * replicas, its MIG devices, in every resource) healthy or not, and pushes
+ * a new snapshot to the kubelet for each resource that changed. Returns the
+ * number of devices whose health changed. Any thread. */
+size_t plugin_node_set_gpu_health(struct plugin_node *node, size_t gpu, bool healthy);
+
+/* Only the devices carved from MIG device `mig` of GPU `gpu` (an XID the
+ * driver attributed to one GPU/compute instance). */
+size_t plugin_node_set_mig_health(struct plugin_node *node, size_t gpu, int mig, bool healthy);
+
+/* Marks every device of the node (health monitoring itself failed). */
+size_t plugin_node_set_all_health(struct plugin_node *node, bool healthy);
+
+#endif

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Starts a real one-node Kubernetes v1.20.2 cluster on this machine:
+#   etcd -> kube-apiserver -> containerd (own config/root/socket, CNI bridge)
+#   -> kube-scheduler -> kubelet (node "localhost", root /var/lib/kubelet)
+# then waits for the node to be Ready and removes the not-ready taint (no
+# controller-manager runs). Binaries come from build-k8s.sh ($K8S_BIN), images
+# from images.sh. Logs go to $E2E_LOGS. Stop with down.sh.
+# Recipe and pitfalls: docs/e2e.md.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+[[ $(id -u) -eq 0 ]] || e2e_die "must run as root"
+for c in kubelet kube-apiserver kube-scheduler kubectl; do
+  [[ -x $K8S_BIN/$c ]] || e2e_die "$K8S_BIN/$c missing: run test/e2e/build-k8s.sh"
+done
+for c in etcd containerd containerd-shim-runc-v2 runc ctr openssl curl ip; do
+  command -v "$c" >/dev/null || e2e_die "$c missing: run scripts/install-deps.sh --e2e"
+done
+[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
+  e2e_die "CNI plugins missing in /usr/lib/cni (containernetworking-plugins)"
+
+# Refuse to trample a kubelet (or kubelet root) that is not ours.
+if [[ -d $KUBELET_ROOT && ! -f $KUBELET_ROOT/.gpupool-e2e ]] &&
+   [[ -n "$(ls -A "$KUBELET_ROOT" 2>/dev/null)" ]] && [[ ${E2E_FORCE:-0} != 1 ]]; then
+  e2e_die "$KUBELET_ROOT exists and was not made by this suite (set E2E_FORCE=1 to use it anyway)"
+fi
+for port in 2379 2380 6443 10248 10250; do
+  if ss -Hltn "sport = :$port" | grep -q .; then
+    e2e_die "port $port is already in use (a cluster still running? try test/e2e/down.sh)"
+  fi
+done
+
+t0=$SECONDS
+mkdir -p "$E2E_LOGS" "$E2E_RUN/pids"
+rm -rf "$E2E_STATE"
+mkdir -p "$E2E_STATE"/{etcd,pki,kubelet-pki,cni/net.d,cni/ipam,containerd} "$KUBELET_ROOT"
+touch "$KUBELET_ROOT/.gpupool-e2e"
+
+# --- credentials -----------------------------------------------------------
+TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+echo "$TOKEN,admin,admin,system:masters" >"$E2E_STATE/pki/tokens.csv"
+openssl genrsa -out "$E2E_STATE/pki/sa.key" 2048 2>/dev/null
+openssl rsa -in "$E2E_STATE/pki/sa.key" -pubout -out "$E2E_STATE/pki/sa.pub" 2>/dev/null
+cat >"$KUBECONFIG" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://127.0.0.1:6443
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: $TOKEN
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: admin}
+current-context: e2e
+EOF
+chmod 600 "$KUBECONFIG" "$E2E_STATE/pki/tokens.csv"
+
+# The apiserver refuses a loopback advertise address; nothing connects to it.
+ADVERTISE=$(ip -4 -o addr show scope global 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')
+ADVERTISE=${ADVERTISE:-192.0.2.1}
+
+# --- etcd ------------------------------------------------------------------
+e2e_log "starting etcd"
+start_bg etcd "$E2E_LOGS/etcd.log" etcd --name e2e --data-dir "$E2E_STATE/etcd" \
+  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster e2e=http://127.0.0.1:2380 --quota-backend-bytes=1073741824
+wait_for 30 "etcd healthy" curl -fsS --max-time 2 http://127.0.0.1:2379/health ||
+  e2e_die "etcd did not start; see $E2E_LOGS/etcd.log"
+
+# --- kube-apiserver --------------------------------------------------------
+e2e_log "starting kube-apiserver (advertise $ADVERTISE)"
+start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
+  --etcd-servers=http://127.0.0.1:2379 \
+  --bind-address=127.0.0.1 --secure-port=6443 --insecure-port=0 \
+  --advertise-address="$ADVERTISE" \
+  --cert-dir="$E2E_STATE/pki/apiserver" \
+  --token-auth-file="$E2E_STATE/pki/tokens.csv" \
+  --authorization-mode=AlwaysAllow \
+  --service-account-key-file="$E2E_STATE/pki/sa.pub" \
+  --service-account-signing-key-file="$E2E_STATE/pki/sa.key" \
+  --service-account-issuer=https://kubernetes.default.svc \
+  --disable-admission-plugins=ServiceAccount \
+  --service-cluster-ip-range=10.96.0.0/24 \
+  --kubelet-preferred-address-types=Hostname,InternalIP \
+  --allow-privileged=true \
+  --profiling=false \
+  --v=1
+apiserver_ok() { curl -fsSk --max-time 2 -H "Authorization: Bearer $TOKEN" https://127.0.0.1:6443/healthz; }
+wait_for 90 "kube-apiserver healthz" apiserver_ok ||
+  e2e_die "kube-apiserver did not become healthy; see $E2E_LOGS/kube-apiserver.log"
+
+# --- containerd ------------------------------------------------------------
+cat >"$E2E_STATE/cni/net.d/10-gpupool-e2e.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "gpupool-e2e",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$CNI_BRIDGE",
+      "isGateway": false,
+      "ipMasq": false,
+      "hairpinMode": false,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_SUBNET"}]],
+        "dataDir": "$E2E_STATE/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+cat >"$E2E_STATE/containerd.toml" <<EOF
+version = 2
+root = "$E2E_STATE/containerd"
+state = "$E2E_RUN/containerd"
+oom_score = 0
+
+[grpc]
+  address = "$CTRD_SOCK"
+
+[ttrpc]
+  address = "$CTRD_SOCK.ttrpc"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$E2E_STATE/cni/net.d"
+    max_conf_num = 1
+EOF
+e2e_log "starting containerd ($CTRD_SOCK)"
+mkdir -p "$E2E_RUN/containerd"
+start_bg containerd "$E2E_LOGS/containerd.log" containerd --config "$E2E_STATE/containerd.toml"
+wait_for 30 "containerd answers" ctr --address "$CTRD_SOCK" version ||
+  e2e_die "containerd did not start; see $E2E_LOGS/containerd.log"
+"$E2E_DIR/images.sh" build
+"$E2E_DIR/images.sh" import
+
+# --- kube-scheduler --------------------------------------------------------
+e2e_log "starting kube-scheduler"
+start_bg kube-scheduler "$E2E_LOGS/kube-scheduler.log" "$K8S_BIN/kube-scheduler" \
+  --kubeconfig="$KUBECONFIG" --leader-elect=false \
+  --port=0 --secure-port=0 --bind-address=127.0.0.1 --v=2
+
+# --- kubelet ---------------------------------------------------------------
+cat >"$E2E_STATE/kubelet-config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+cgroupDriver: cgroupfs
+failSwapOn: false
+makeIPTablesUtilChains: false
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization:
+  mode: AlwaysAllow
+nodeStatusUpdateFrequency: ${NODE_STATUS_UPDATE_FREQUENCY:-10s}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "50Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+serializeImagePulls: false
+EOF
+e2e_log "starting kubelet"
+start_kubelet
+wait_for 60 "kubelet healthz" kubelet_healthy ||
+  e2e_die "kubelet did not become healthy; see $E2E_LOGS/kubelet.log"
+wait_for 90 "node $NODE_NAME Ready" node_ready ||
+  e2e_die "node did not become Ready; see $E2E_LOGS/kubelet.log"
+kc taint node "$NODE_NAME" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
+kc get node -o wide
+e2e_log "cluster up in $((SECONDS - t0))s (logs: $E2E_LOGS)"

@@ -1,0 +1,250 @@
+"""Fixtures for the integration tests: a socket dir, the kubelet simulator, the real plugin.
+
+    GP_BUILD_DIR   build tree holding gpupool-device-plugin and test/fakenvml (default ./build)
+
+Run with Debian's interpreter: /usr/bin/python3 -m pytest test/integration
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "test", "sim"))
+sys.path.insert(0, HERE)
+
+import kubelet_sim  # noqa: E402
+from inventory import Inventory, INVENTORY_DIR  # noqa: E402
+
+BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
+PLUGIN_BIN = os.path.join(BUILD, "gpupool-device-plugin")
+FAKENVML_DIR = os.path.join(BUILD, "test", "fakenvml")
+FAKENVML_LIB = os.path.join(FAKENVML_DIR, "libnvidia-ml.so.1")
+
+RESOURCE = "nvidia.com/gpu"
+ENDPOINT = "gpupool-nvidia-gpu.sock"
+KLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [\w.]+:\d+\] ")
+
+# Environment variables the plugin reads (NVIDIA's names + ours): never inherited.
+PLUGIN_ENV = {
+    "MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "NVIDIA_DRIVER_ROOT", "NVIDIA_DEV_ROOT",
+    "PASS_DEVICE_SPECS", "DEVICE_LIST_STRATEGY", "DEVICE_ID_STRATEGY", "GDRCOPY_ENABLED",
+    "GDS_ENABLED", "MOFED_ENABLED", "CDI_ANNOTATION_PREFIX", "NVIDIA_CDI_HOOK_PATH",
+    "NVIDIA_CTK_PATH", "DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT", "MPS_ROOT",
+    "SHARED_DEVICES_ALLOCATION_POLICY", "DEVICE_DISCOVERY_STRATEGY", "IMEX_CHANNEL_IDS",
+    "IMEX_REQUIRED", "KUBELET_SOCKET", "CONFIG_FILE", "CDI_FEATURE_FLAGS", "CDI_DISABLE_HOOKS",
+    "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS", "GP_HEALTH_RECOVERY_PROBES",
+    "GP_HEALTH_PROBE_INTERVAL", "LD_LIBRARY_PATH", "LD_PRELOAD", "FAKE_NVML_INVENTORY",
+    "FAKE_NVML_CONTROL",
+}
+
+
+def pytest_report_header(config):
+    return "gpupool plugin: %s%s" % (PLUGIN_BIN, "" if os.path.exists(PLUGIN_BIN) else " (MISSING)")
+
+
+def require_binaries(fakenvml=False):
+    if not os.access(PLUGIN_BIN, os.X_OK):
+        pytest.fail("plugin binary not built: %s (run make, or set GP_BUILD_DIR)" % PLUGIN_BIN)
+    if fakenvml and not os.path.exists(FAKENVML_LIB):
+        pytest.fail("fake NVML not built: %s" % FAKENVML_LIB)
+
+
+class Plugin:
+    """One gpupool-device-plugin process on a simulated node."""
+
+    def __init__(self, sockdir, workdir, kubelet, inventory, args, env, config, control,
+                 lib_dir, name):
+        self.sockdir = sockdir
+        self.kubelet = kubelet
+        self.name = name
+        self.inventory_name = inventory
+        self.inventory = Inventory(inventory) if inventory else None
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.control_path = os.path.join(workdir, name + ".control")
+        with open(self.control_path, "w") as f:
+            for line in control:
+                f.write(line.rstrip("\n") + "\n")
+        self.config_path = None
+        if config is not None:
+            self.config_path = os.path.join(workdir, name + "-config.yaml")
+            with open(self.config_path, "w") as f:
+                f.write(config)
+        self.argv = [PLUGIN_BIN, "--kubelet-socket", os.path.join(sockdir, "kubelet.sock")]
+        if self.config_path:
+            self.argv += ["--config-file", self.config_path]
+        self.argv += list(args)
+        e = {k: v for k, v in os.environ.items() if k not in PLUGIN_ENV}
+        e["LD_LIBRARY_PATH"] = lib_dir if lib_dir is not None else FAKENVML_DIR
+        if self.inventory:
+            e["FAKE_NVML_INVENTORY"] = self.inventory.path
+        e["FAKE_NVML_CONTROL"] = self.control_path
+        e.update(env or {})
+        self.env = e
+        self.proc = None
+        self.expect_clean_exit = True
+
+    def start(self):
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return self
+
+    # -- state -------------------------------------------------------------
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log(self):
+        try:
+            with open(self.log_path, "r", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def socket(self, endpoint=ENDPOINT):
+        return os.path.join(self.sockdir, endpoint)
+
+    def control(self, *lines):
+        """Appends fake NVML control commands, e.g. control("xid 0 48")."""
+        with open(self.control_path, "a") as f:
+            for line in lines:
+                f.write(line.rstrip("\n") + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def wait_exit(self, timeout=5):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("plugin still running after %.1fs\n--- log ---\n%s"
+                                 % (timeout, self.log()))
+
+    def wait_log(self, pattern, timeout=5):
+        rx = re.compile(pattern, re.M)
+        deadline = time.monotonic() + timeout
+        while True:
+            m = rx.search(self.log())
+            if m:
+                return m
+            if time.monotonic() > deadline:
+                raise AssertionError("no log line matching %r within %.1fs\n--- log ---\n%s"
+                                     % (pattern, timeout, self.log()))
+            time.sleep(0.02)
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout=5):
+        """SIGTERM; returns the exit code."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("plugin ignored SIGTERM for %.1fs" % timeout)
+
+    def close(self):
+        if self.proc and self.alive():
+            self.proc.kill()
+            self.proc.wait()
+        if getattr(self, "_log", None):
+            self._log.close()
+
+
+@pytest.fixture
+def sockdir():
+    # Short path: unix socket paths are limited to 107 bytes.
+    d = tempfile.mkdtemp(prefix="gp-", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return str(tmp_path)
+
+
+@pytest.fixture
+def kubelet(sockdir):
+    sim = kubelet_sim.KubeletSim(sockdir).start()
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def plugin(request, sockdir, workdir, kubelet):
+    """Factory: plugin(inventory="4gpu.json", args=(), env=None, config=None, control=(),
+    wait=RESOURCE, lib_dir=None). `wait` names the resource whose registration (and first
+    ListAndWatch snapshot) to wait for, or None/False. `config` is YAML text written to a file
+    and passed with --config-file. `control` lines are written to the control file first."""
+    require_binaries()
+    started = []
+    request.node.gp_plugins = started
+
+    def start(inventory="4gpu.json", args=(), env=None, config=None, control=(), wait=RESOURCE,
+              lib_dir=None, timeout=5):
+        require_binaries(fakenvml=lib_dir is None)
+        p = Plugin(sockdir, workdir, kubelet, inventory, args, env, config, control, lib_dir,
+                   "plugin%d" % len(started))
+        started.append(p)
+        p.start()
+        if wait:
+            try:
+                kubelet.wait_for(lambda: not p.alive() or (
+                    kubelet.endpoints.get(wait) is not None and
+                    kubelet.endpoints[wait].snapshots), timeout, "registration of " + wait)
+            except TimeoutError as e:
+                raise AssertionError("%s; rejected: %s\n--- plugin log ---\n%s"
+                                     % (e, kubelet.rejected, p.log()))
+            if not p.alive():
+                raise AssertionError("plugin exited with %s before registering\n--- log ---\n%s"
+                                     % (p.proc.returncode, p.log()))
+        return p
+
+    yield start
+
+    errors = []
+    for p in started:
+        if p.proc is None:
+            continue
+        if not p.alive() or not p.expect_clean_exit:
+            p.close()
+            continue
+        endpoints = {r.endpoint for r in kubelet.registrations} or {ENDPOINT}
+        try:
+            rc = p.stop()
+        except AssertionError as e:
+            errors.append("%s: %s" % (p.name, e))
+            continue
+        finally:
+            p.close()
+        if rc != 0:
+            errors.append("%s: exit code %s after SIGTERM (want 0)" % (p.name, rc))
+        left = [e for e in endpoints if os.path.exists(os.path.join(sockdir, e))]
+        if left:
+            errors.append("%s: socket(s) not removed on SIGTERM: %s" % (p.name, left))
+    if errors:
+        pytest.fail("\n".join(errors), pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed:
+        for p in getattr(item, "gp_plugins", []):
+            rep.sections.append(("%s log (%s)" % (p.name, " ".join(p.argv[1:])), p.log()))
