@@ -31,7 +31,8 @@ LOG=$TMP/plugin.log
 SIM_OUT=$TMP/kubelet.out
 CONTROL=$TMP/nvml-control
 mkdir -p "$SOCKDIR" && : >"$CONTROL"
-SIM_PID= PLUGIN_PID=
+SIM_PID=''
+PLUGIN_PID=''
 
 cleanup() {
   [ -n "$SIM_PID" ] && kill "$SIM_PID" 2>/dev/null && wait "$SIM_PID" 2>/dev/null
@@ -90,6 +91,7 @@ sed '/^kubelet simulator listening/d; s/^/   /' "$SIM_OUT"
 echo
 
 # 3. stop: SIGTERM must end the plugin with status 0 and remove its socket
+echo "stopping the plugin with SIGTERM"
 kill -TERM "$PLUGIN_PID"
 for _ in $(seq 100); do kill -0 "$PLUGIN_PID" 2>/dev/null || break; sleep 0.05; done
 kill -0 "$PLUGIN_PID" 2>/dev/null && fail "plugin still running 5 s after SIGTERM"
@@ -98,7 +100,7 @@ wait "$PLUGIN_PID"; rc=$?; PLUGIN_PID=
 leftover=$(find "$SOCKDIR" -name 'gpupool-*.sock' 2>/dev/null)
 [ -z "$leftover" ] || fail "plugin left its socket behind: $leftover"
 
-echo "== plugin log (klog)"
-sed 's/^/   /' "$LOG" | head -n 40
+echo "== plugin log (klog lines; the merged configuration JSON is left out)"
+grep -E '^[IWEF][0-9]{4} ' "$LOG" | sed 's/^/   /' | head -n 30
 echo
 echo "== stopped with SIGTERM: exit status 0, socket removed. Demo OK."

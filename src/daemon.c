@@ -13,9 +13,11 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "footprint.h"
 #include "gpu.h"
 #include "health.h"
 #include "log.h"
@@ -41,6 +43,7 @@ struct daemon {
     struct plugin_node node;
     bool have_node;
     bool *registered;             /* per resource */
+    struct timespec registered_at; /* CLOCK_REALTIME of the last registration */
     struct rpc_runtime *rpc;
     struct health_monitor *health;
     char socket_dir[PATH_MAX];
@@ -125,6 +128,7 @@ static void register_one(struct daemon *d, size_t i)
     if (rpc_register(d->rpc, d->cfg.kubelet_socket, req.data, req.len,
                      DAEMON_REGISTER_TIMEOUT_MS, err, sizeof err) == 0) {
         d->registered[i] = true;
+        clock_gettime(CLOCK_REALTIME, &d->registered_at);
         log_info("Registered device plugin for '%s' with Kubelet (endpoint %s, %zu devices)",
                  res->name, res->socket_name, res->device_count);
     } else {
@@ -273,13 +277,15 @@ static enum setup_result setup(struct daemon *d)
         log_error("out of memory");
         return SETUP_FATAL;
     }
-    watch_socket_dir(d);
-    if (start_servers(d) != 0)
-        return SETUP_FATAL;
+    /* Health first: an XID between registration and the event set's
+     * creation would otherwise be lost. */
     if (health_monitor_start(d->nvml, &d->inv, &d->node, &d->cfg, &d->health, err,
                              sizeof err) != 0)
         log_warn("Failed to start health checks: %s; continuing with health checks disabled",
                  err);
+    watch_socket_dir(d);
+    if (start_servers(d) != 0)
+        return SETUP_FATAL;
     return SETUP_SERVING;
 }
 
@@ -337,6 +343,23 @@ static bool is_our_socket_gone(const struct daemon *d, const char *name)
     return false;
 }
 
+/* The kubelet that created its socket at `created` already has our
+ * registration when every resource registered after that moment. This
+ * folds the two events of one kubelet restart (our sockets deleted, its
+ * socket created) into one re-registration. */
+static bool registered_since_kubelet_start(const struct daemon *d)
+{
+    struct stat st;
+    if (!d->have_node || d->registered == NULL || stat(d->cfg.kubelet_socket, &st) != 0)
+        return false;
+    for (size_t i = 0; i < d->node.resources.count; i++)
+        if (!d->registered[i])
+            return false;
+    if (d->registered_at.tv_sec != st.st_ctim.tv_sec)
+        return d->registered_at.tv_sec > st.st_ctim.tv_sec;
+    return d->registered_at.tv_nsec > st.st_ctim.tv_nsec;
+}
+
 /* Returns the restart reason, or NULL. */
 static const char *read_inotify(struct daemon *d)
 {
@@ -359,8 +382,12 @@ static const char *read_inotify(struct daemon *d)
             if (ev->len == 0)
                 continue;
             if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && d->kubelet_socket_name &&
-                strcmp(ev->name, d->kubelet_socket_name) == 0)
-                why = "inotify: kubelet socket created (kubelet restarted)";
+                strcmp(ev->name, d->kubelet_socket_name) == 0) {
+                if (registered_since_kubelet_start(d))
+                    log_v(1, "kubelet socket re-created; already registered with this kubelet");
+                else
+                    why = "inotify: kubelet socket created (kubelet restarted)";
+            }
             else if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && !why &&
                      is_our_socket_gone(d, ev->name))
                 why = "inotify: plugin socket deleted";
@@ -485,12 +512,16 @@ int daemon_run(int argc, char **argv, char **envp)
         log_error("cannot start gRPC: %s", err);
         goto out;
     }
+    footprint_trim_text(); /* gRPC's one-time initialisation code */
     enum setup_result s = setup(&d);
     /* The merged configuration is logged after registration so that it
      * does not delay the kubelet seeing the devices. */
     log_config(&d.cfg);
-    if (s != SETUP_FATAL)
+    if (s != SETUP_FATAL) {
+        int trimmed = footprint_trim_text();
+        log_v(1, "footprint: %d text mappings trimmed", trimmed);
         status = event_loop(&d);
+    }
 out:
     teardown(&d);
     rpc_runtime_stop(d.rpc);

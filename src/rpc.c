@@ -44,7 +44,9 @@
 /* How long rpc_server_stop lets streams end by themselves before cancelling. */
 #define RPC_STOP_GRACE_MS 2000
 /* Reconnect backoff for wait-for-ready clients: the kubelet socket usually
- * appears within a second; the core's default first retry is after 1 s. */
+ * appears within a second; the core's default first retry is after 1 s.
+ * (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is left alone: in 1.51 it is also the
+ * connect-attempt timeout, 20 s, and a small value fails slow handshakes.) */
 #define RPC_RECONNECT_BACKOFF_MS 100
 #define RPC_MSG_LEN 256
 
@@ -220,9 +222,12 @@ static void copy_slice_text(grpc_slice slice, char *out, size_t outlen)
 
 /* ---- server: call lifetime ------------------------------------------------------- */
 
+static void stream_unlink(struct call *c);
+
 static void call_free(struct call *c)
 {
     struct rpc_server *srv = c->srv;
+    stream_unlink(c); /* never leave a freed call in the stream list */
     if (c->call != NULL)
         grpc_call_unref(c->call);
     grpc_call_details_destroy(&c->details);
@@ -403,6 +408,11 @@ static void on_request_received(struct call *c, bool success)
          * unless the call already failed (then there is nobody to answer). */
         if (success && !grpc_call_failed_before_recv_message(c->call) && !c->closed)
             call_finish(c, RPC_INVALID_ARGUMENT, "request message missing", NULL);
+        return;
+    }
+    if (c->closed) {
+        /* Cancelled while the request was in flight: nobody to answer. */
+        grpc_byte_buffer_destroy(bb);
         return;
     }
     grpc_slice request;
@@ -660,7 +670,9 @@ static int socket_path_claim(const char *path, char *err, size_t errlen)
         return -1;
     }
     memcpy(addr.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a live server with a full backlog answers EAGAIN
+     * instead of blocking us; that is a live server too. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
@@ -668,7 +680,7 @@ static int socket_path_claim(const char *path, char *err, size_t errlen)
     int rc = connect(fd, (struct sockaddr *)&addr, sizeof addr);
     int saved = errno;
     close(fd);
-    if (rc == 0) {
+    if (rc == 0 || saved == EAGAIN || saved == EINPROGRESS) {
         snprintf(err, errlen, "%s is served by another live process; refusing to take it over",
                  path);
         return -1;
@@ -911,8 +923,10 @@ struct rpc_watch {
     grpc_metadata_array trailing_metadata;
     grpc_status_code status;
     grpc_slice status_details;
+    grpc_byte_buffer *request;
     grpc_byte_buffer *message;
     int start_tag, recv_tag, status_tag; /* addresses used as tags */
+    bool start_pending;
     bool recv_pending;
     bool status_done;
     bool ended;
@@ -926,8 +940,6 @@ static grpc_channel *channel_open(const char *socket_path)
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_CHANNELZ, .value.integer = 0},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-         .value.integer = RPC_RECONNECT_BACKOFF_MS},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
          .value.integer = RPC_RECONNECT_BACKOFF_MS},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
          .value.integer = 1000},
@@ -1148,32 +1160,32 @@ int rpc_client_watch_open(struct rpc_client *client, struct rpc_watch **out, cha
     grpc_metadata_array_init(&w->trailing_metadata);
     w->status_details = grpc_empty_slice();
 
-    grpc_byte_buffer *request = buffer_copy(NULL, 0); /* Empty */
+    /* The first batch completes only when the server answers; it is
+     * collected in close, so a silent server cannot block open. */
+    w->request = buffer_copy(NULL, 0); /* Empty */
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = request;
+    ops[1].data.send_message.send_message = w->request;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[3].data.recv_initial_metadata.recv_initial_metadata = &w->initial_metadata;
-    grpc_call_error e1 = grpc_call_start_batch(w->call, ops, 4, &w->start_tag, NULL);
-    /* The status arrives when the stream ends, so it is a batch of its own. */
-    grpc_op status_op;
-    memset(&status_op, 0, sizeof status_op);
-    status_op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    status_op.data.recv_status_on_client.trailing_metadata = &w->trailing_metadata;
-    status_op.data.recv_status_on_client.status = &w->status;
-    status_op.data.recv_status_on_client.status_details = &w->status_details;
-    grpc_call_error e2 = grpc_call_start_batch(w->call, &status_op, 1, &w->status_tag, NULL);
-    if (e1 == GRPC_CALL_OK)
-        grpc_completion_queue_pluck(w->cq, &w->start_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                    NULL); /* sent; initial metadata may be empty on error */
-    grpc_byte_buffer_destroy(request);
-    if (e1 != GRPC_CALL_OK || e2 != GRPC_CALL_OK) {
-        snprintf(err, errlen, "cannot start the ListAndWatch call: %d/%d", (int)e1, (int)e2);
-        if (e2 != GRPC_CALL_OK)
-            w->status_done = true; /* nothing to pluck */
+    grpc_call_error e = grpc_call_start_batch(w->call, ops, 4, &w->start_tag, NULL);
+    w->start_pending = e == GRPC_CALL_OK;
+    if (e == GRPC_CALL_OK) {
+        /* The status arrives when the stream ends: a batch of its own. */
+        grpc_op status_op;
+        memset(&status_op, 0, sizeof status_op);
+        status_op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+        status_op.data.recv_status_on_client.trailing_metadata = &w->trailing_metadata;
+        status_op.data.recv_status_on_client.status = &w->status;
+        status_op.data.recv_status_on_client.status_details = &w->status_details;
+        e = grpc_call_start_batch(w->call, &status_op, 1, &w->status_tag, NULL);
+    }
+    if (e != GRPC_CALL_OK) {
+        snprintf(err, errlen, "cannot start the ListAndWatch call: %d", (int)e);
+        w->status_done = true; /* nothing to collect */
         rpc_client_watch_close(w);
         return -1;
     }
@@ -1242,6 +1254,9 @@ void rpc_client_watch_close(struct rpc_watch *w)
         return;
     grpc_call_cancel(w->call, NULL);
     /* Cancelling completes every pending batch; collect them before unref. */
+    if (w->start_pending)
+        grpc_completion_queue_pluck(w->cq, &w->start_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                    NULL);
     if (w->recv_pending)
         grpc_completion_queue_pluck(w->cq, &w->recv_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
                                     NULL);
@@ -1250,6 +1265,8 @@ void rpc_client_watch_close(struct rpc_watch *w)
                                     NULL);
     if (w->message != NULL)
         grpc_byte_buffer_destroy(w->message);
+    if (w->request != NULL)
+        grpc_byte_buffer_destroy(w->request);
     grpc_call_unref(w->call);
     grpc_metadata_array_destroy(&w->initial_metadata);
     grpc_metadata_array_destroy(&w->trailing_metadata);

@@ -32,6 +32,18 @@ if all_cached; then
   exit 0
 fi
 
+# One build at a time (two CI jobs, or make e2e twice in parallel).
+mkdir -p "$K8S_CACHE"
+exec 9>"$K8S_CACHE/.lock"
+if ! flock -n 9; then
+  log "another build-k8s.sh holds $K8S_CACHE/.lock; waiting for it"
+  flock 9
+fi
+if all_cached; then
+  log "all components cached in $K8S_CACHE/bin (built by the other run)"
+  exit 0
+fi
+
 "$here/../../scripts/install-deps.sh" --e2e
 
 mkdir -p "$K8S_CACHE/bin" "$K8S_CACHE/src"
@@ -51,8 +63,15 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
     apt-get update -qq
   fi
-  (cd "$src_root" && apt-get source -qq --download-only kubernetes 2>&1 | grep -v unsandboxed || true)
-  dsc=$(ls "$src_root"/kubernetes_*.dsc | head -n1)
+  for try in 1 2 3; do
+    (cd "$src_root" && apt-get source -qq --download-only kubernetes 2>&1 | grep -v unsandboxed || true)
+    ls "$src_root"/kubernetes_*.dsc >/dev/null 2>&1 && break
+    log "apt-get source kubernetes failed (try $try); retrying after apt-get update"
+    sleep 5
+    apt-get update -qq || true
+  done
+  dsc=$(ls "$src_root"/kubernetes_*.dsc 2>/dev/null | head -n1)
+  [[ -n $dsc ]] || { echo "build-k8s: could not download the kubernetes source package" >&2; exit 1; }
   (cd "$src_root" && dpkg-source -x "$dsc" >/dev/null)
   tree=$(find "$src_root" -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)
   # reflect2 1.0.1 (vendored) panics under Go >= 1.18; Debian ships 1.0.2.
@@ -73,7 +92,8 @@ for c in "${components[@]}"; do
   start=$SECONDS
   (cd "$tree" && make WHAT="cmd/$c" >"$K8S_CACHE/build-$c.log" 2>&1) || {
     tail -n 40 "$K8S_CACHE/build-$c.log" >&2; exit 1; }
-  cp "$tree/_output/local/bin/linux/amd64/$c" "$K8S_CACHE/bin/$c"
+  cp "$tree/_output/local/bin/linux/$(dpkg --print-architecture)/$c" "$K8S_CACHE/bin/.$c.tmp"
+  mv -f "$K8S_CACHE/bin/.$c.tmp" "$K8S_CACHE/bin/$c"
   log "$c built in $((SECONDS - start)) s"
 done
 log "done"

@@ -14,17 +14,17 @@ IMG_DIR=$K8S_CACHE/images
 build() {
   local bb=/bin/busybox stamp
   [[ -x $bb ]] || e2e_die "$bb missing (apt-get install busybox-static)"
-  stamp="$(sha256sum "$bb" | cut -c1-16) $BUSYBOX_IMAGE $PAUSE_IMAGE v2"
+  stamp="$(sha256sum "$bb" | cut -c1-16) $BUSYBOX_IMAGE $PAUSE_IMAGE $(dpkg --print-architecture) v2"
   if [[ -f $IMG_DIR/stamp && "$(cat "$IMG_DIR/stamp")" == "$stamp" &&
         -f $IMG_DIR/busybox.tar && -f $IMG_DIR/pause.tar ]]; then
     e2e_log "images: cached in $IMG_DIR"
     return 0
   fi
   mkdir -p "$IMG_DIR"
-  /usr/bin/python3 - "$bb" "$IMG_DIR" "$BUSYBOX_IMAGE" "$PAUSE_IMAGE" <<'PY'
+  /usr/bin/python3 - "$bb" "$IMG_DIR" "$BUSYBOX_IMAGE" "$PAUSE_IMAGE" "$(dpkg --print-architecture)" <<'PY'
 import hashlib, io, json, os, subprocess, sys, tarfile
 
-bb, outdir, busybox_ref, pause_ref = sys.argv[1:5]
+bb, outdir, busybox_ref, pause_ref, arch = sys.argv[1:6]
 applets = subprocess.run([bb, "--list-full"], check=True, capture_output=True,
                          text=True).stdout.split()
 
@@ -65,7 +65,7 @@ diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
 
 def image(path, ref, cfg):
     config = {
-        "architecture": "amd64", "os": "linux",
+        "architecture": arch, "os": "linux",
         "created": "1970-01-01T00:00:00Z",
         "config": dict({"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}, **cfg),
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
@@ -99,7 +99,7 @@ do_import() {
     if ctr_ images ls -q 2>/dev/null | grep -qxF "$ref"; then
       continue
     fi
-    ctr_ images import --platform linux/amd64 "$IMG_DIR/$t.tar" >/dev/null
+    ctr_ images import --platform "linux/$(dpkg --print-architecture)" "$IMG_DIR/$t.tar" >/dev/null
   done
   ctr_ images ls -q | grep -F localhost/gpupool-e2e | sed 's/^/  image: /'
 }

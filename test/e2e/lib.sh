@@ -38,7 +38,7 @@ kshow() {
   kc "$@" 2>&1 | sed 's/^/    /'
   return "${PIPESTATUS[0]}"
 }
-ctr_() { ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
+ctr_() { timeout 60 ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
 
 # wait_for TIMEOUT_S DESCRIPTION CMD...  -- polls CMD every second until it
 # succeeds; returns 1 (after saying so) when TIMEOUT_S elapses first.

@@ -60,7 +60,10 @@ teardown() {
   ((DOWN_DONE)) && return 0
   DOWN_DONE=1
   if [[ ${E2E_KEEP_UP:-0} == 1 ]]; then
-    e2e_log "E2E_KEEP_UP=1: cluster left running (KUBECONFIG=$KUBECONFIG); stop it with test/e2e/down.sh"
+    if [[ -z $PLUGIN_PID && -x $PLUGIN_BIN ]] && is_running kubelet; then
+      start_plugin kept-up --device-list-strategy envvar
+    fi
+    e2e_log "E2E_KEEP_UP=1: cluster left running with the plugin (KUBECONFIG=$KUBECONFIG); stop it with test/e2e/down.sh"
     return 0
   fi
   section "down"
@@ -121,6 +124,22 @@ plugin_alive() { [[ -n $PLUGIN_PID ]] && alive "$PLUGIN_PID"; }
 # The plugin's own socket(s) in the device-plugin dir (anything but kubelet.sock).
 plugin_sockets() { find "$DP_DIR" -maxdepth 1 -type s ! -name kubelet.sock -printf '%f %i %C@\n' 2>/dev/null | sort; }
 
+# Registrations the kubelet accepted for nvidia.com/gpu (its own log line,
+# kubelet v1.20 manager.go: "Registered endpoint &{... nvidia.com/gpu ...}").
+registrations() {
+  local n
+  n=$(grep -c 'Registered endpoint .* nvidia.com/gpu ' "$E2E_LOGS/kubelet.log" 2>/dev/null)
+  echo "${n:-0}"
+}
+# wait_registered N_BEFORE  -- waits until the kubelet has registered the plugin again.
+wait_registered() {
+  local before=$1
+  registered_since() { (( $(registrations) > before )); }
+  wait_for 60 "kubelet: Registered endpoint for nvidia.com/gpu" registered_since || return 1
+  grep 'Registered endpoint .* nvidia.com/gpu \|registration request .*nvidia.com/gpu' "$E2E_LOGS/kubelet.log" |
+    tail -n 2 | cut -c1-200 | sed 's/^/  kubelet.log: /'
+}
+
 # --- pod helpers ----------------------------------------------------------------
 make_pod() {  # make_pod NAME GPUS
   sed -e "s/@NAME@/$1/" -e "s/@GPUS@/$2/" "$E2E_DIR/manifests/gpu-pod.yaml" | kc apply -f - | sed 's/^/    /'
@@ -170,7 +189,9 @@ T_SCEN0=$SECONDS
 
 # =============================================================================
 section "1. registration: node capacity and allocatable nvidia.com/gpu: 4"
+regs=$(registrations)
 start_plugin envvar --device-list-strategy envvar
+wait_registered "$regs"
 wait_gpu 4 4 60
 show_gpu
 check "plugin is running" plugin_alive
@@ -226,11 +247,14 @@ plugin_pid_before=$PLUGIN_PID
 echo "  plugin socket before (name inode ctime): $socks_before"
 e2e_log "stopping the kubelet (TERM) and starting it again with the same flags"
 stop_pid kubelet 20
+regs=$(registrations)
 start_kubelet
 wait_for 60 "kubelet healthz" kubelet_healthy
 show_gpu
 sock_renewed() { local s; s=$(plugin_sockets); [[ -n $s && $s != "$socks_before" ]]; }
 wait_for 60 "plugin socket re-created in $DP_DIR" sock_renewed
+wait_registered "$regs"
+check "the restarted kubelet registered the plugin again" test "$(registrations)" -gt "$regs"
 echo "  plugin socket after (name inode ctime):  $(plugin_sockets)"
 echo "  $ ls -l $DP_DIR"; ls -l "$DP_DIR" | sed 's/^/    /'
 wait_gpu 4 4 60
@@ -269,8 +293,10 @@ wait_for 30 "gpu-after-kubelet gone" pod_gone gpu-after-kubelet
 stop_plugin
 check "plugin exits 0 on SIGTERM" test "$PLUGIN_RC" = 0
 echo "  $ ls -l $DP_DIR   (plugin stopped)"; ls -l "$DP_DIR" | sed 's/^/    /'
+regs=$(registrations)
 start_plugin envvar-again --device-list-strategy envvar
-wait_for 30 "plugin socket in $DP_DIR" bash -c "find $DP_DIR -maxdepth 1 -type s ! -name kubelet.sock | grep -q ."
+wait_registered "$regs"
+check "the restarted plugin registered with the kubelet" test "$(registrations)" -gt "$regs"
 wait_gpu 4 4 60
 show_gpu
 check "after plugin restart: capacity nvidia.com/gpu = 4" node_res_is capacity nvidia.com/gpu 4
@@ -293,7 +319,9 @@ delete_all_pods
 section "7. time-slicing (replicas 2): capacity 8, pods share GPUs"
 stop_plugin
 echo "  $ cat test/e2e/time-slicing.yaml"; sed 's/^/    /' "$E2E_DIR/time-slicing.yaml"
+regs=$(registrations)
 start_plugin time-slicing --device-list-strategy envvar --config-file "$E2E_DIR/time-slicing.yaml"
+wait_registered "$regs"
 wait_gpu 8 8 60
 show_gpu
 check "time-slicing: capacity nvidia.com/gpu = 8" node_res_is capacity nvidia.com/gpu 8
@@ -326,7 +354,9 @@ delete_all_pods
 # =============================================================================
 section "8. --device-list-strategy volume-mounts"
 stop_plugin
+regs=$(registrations)
 start_plugin volume-mounts --device-list-strategy volume-mounts
+wait_registered "$regs"
 wait_gpu 4 4 60
 show_gpu
 check "volume-mounts: capacity nvidia.com/gpu = 4" node_res_is capacity nvidia.com/gpu 4

@@ -31,6 +31,7 @@ FAKENVML_LIB = os.path.join(FAKENVML_DIR, "libnvidia-ml.so.1")
 
 RESOURCE = "nvidia.com/gpu"
 ENDPOINT = "gpupool-nvidia-gpu.sock"
+HEALTH_READY = r"(?i)health checks? (started|enabled)"
 KLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [\w.]+:\d+\] ")
 
 # Environment variables the plugin reads (NVIDIA's names + ours): never inherited.
@@ -142,6 +143,16 @@ class Plugin:
                 raise AssertionError("no log line matching %r within %.1fs\n--- log ---\n%s"
                                      % (pattern, timeout, self.log()))
             time.sleep(0.02)
+
+    def health_ready(self, timeout=2):
+        """Soft wait until the plugin logs that its NVML event sets are registered. The fake
+        NVML drops XIDs injected before that (no event set exists yet), as a driver would.
+        ASSUMPTION: gpupool logs "Health checks started ..." (or "... enabled")."""
+        try:
+            self.wait_log(HEALTH_READY, timeout)
+        except AssertionError:
+            pass
+        return self
 
     def signal(self, sig):
         self.proc.send_signal(sig)

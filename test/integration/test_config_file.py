@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 
 import pytest
 
@@ -76,6 +77,8 @@ def test_precedence(plugin, kubelet, cfg, args, env, want):
 
 def test_merged_config_logged_as_json(plugin, kubelet):
     p = plugin(config=FILE_INDEX)
+    p.wait_log(r"deviceIDStrategy", 3)
+    time.sleep(0.1)   # let the rest of a multi-line JSON block land
     log = p.log()
     # find a JSON object in the log that carries the merged flags
     for m in re.finditer(r"\{", log):

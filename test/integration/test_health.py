@@ -24,6 +24,10 @@ def gpu_of(rid):
     return rid.split("::", 1)[0]
 
 
+def ready(p):
+    return p.health_ready()
+
+
 def unhealthy(snap):
     return {i for i, h in snap.health.items() if h != HEALTHY}
 
@@ -36,7 +40,7 @@ def first_change(kubelet, n_before, timeout=3):
 
 @pytest.mark.parametrize("ref", ["index", "uuid"])
 def test_xid_48_marks_gpu_unhealthy(plugin, kubelet, ref):
-    p = plugin("4gpu.json")
+    p = ready(plugin("4gpu.json"))
     g = p.inventory.gpus[1]
     n = len(kubelet.endpoint().snapshots)
     p.control("xid %s 48" % (g.index if ref == "index" else g.uuid))
@@ -47,7 +51,7 @@ def test_xid_48_marks_gpu_unhealthy(plugin, kubelet, ref):
 
 
 def test_xid_marks_all_replicas_in_one_snapshot(plugin, kubelet):
-    p = plugin("8gpu-nvlink.json", config=TS4)
+    p = ready(plugin("8gpu-nvlink.json", config=TS4))
     g = p.inventory.gpus[5]
     n = len(kubelet.endpoint().snapshots)
     p.control("xid %d 48" % g.index)
@@ -56,7 +60,7 @@ def test_xid_marks_all_replicas_in_one_snapshot(plugin, kubelet):
 
 
 def test_ignored_xids_change_nothing(plugin, kubelet):
-    p = plugin("4gpu.json")
+    p = ready(plugin("4gpu.json"))
     g0, g3 = p.inventory.gpus[0], p.inventory.gpus[3]
     n = len(kubelet.endpoint().snapshots)
     p.control(*["xid %d %d" % (g0.index, x) for x in (13, 31, 43, 45, 68, 109)])
@@ -69,7 +73,7 @@ def test_ignored_xids_change_nothing(plugin, kubelet):
 @pytest.mark.parametrize("xid", [31, 63, 79, 94, 95])
 def test_other_xids_are_critical(plugin, kubelet, xid):
     env = {"DP_ENABLE_HEALTHCHECKS": "31"} if xid == 31 else {}
-    p = plugin("4gpu.json", env=env)
+    p = ready(plugin("4gpu.json", env=env))
     g = p.inventory.gpus[2]
     n = len(kubelet.endpoint().snapshots)
     p.control("xid %d %d" % (g.index, xid))
@@ -77,7 +81,7 @@ def test_other_xids_are_critical(plugin, kubelet, xid):
 
 
 def test_disable_healthchecks_list(plugin, kubelet):
-    p = plugin("4gpu.json", env={"DP_DISABLE_HEALTHCHECKS": "48,64"})
+    p = ready(plugin("4gpu.json", env={"DP_DISABLE_HEALTHCHECKS": "48,64"}))
     g0, g1 = p.inventory.gpus[0], p.inventory.gpus[1]
     n = len(kubelet.endpoint().snapshots)
     p.control("xid %d 48" % g0.index, "xid %d 64" % g0.index, "xid %d 74" % g1.index)
@@ -96,7 +100,7 @@ def test_disable_healthchecks_all(plugin, kubelet, value):
 
 
 def test_recovery_round_trip(plugin, kubelet):
-    p = plugin("4gpu.json", args=["--health-recovery-probes", "2", "--health-probe-interval", "100ms"])
+    p = ready(plugin("4gpu.json", args=["--health-recovery-probes", "2", "--health-probe-interval", "100ms"]))
     g = p.inventory.gpus[0]
     n = len(kubelet.endpoint().snapshots)
     t0 = time.monotonic()
@@ -111,8 +115,8 @@ def test_recovery_round_trip(plugin, kubelet):
 
 
 def test_recovery_env_and_replicas(plugin, kubelet):
-    p = plugin("8gpu-nvlink.json", config=TS4,
-               env={"GP_HEALTH_RECOVERY_PROBES": "2", "GP_HEALTH_PROBE_INTERVAL": "100ms"})
+    p = ready(plugin("8gpu-nvlink.json", config=TS4,
+               env={"GP_HEALTH_RECOVERY_PROBES": "2", "GP_HEALTH_PROBE_INTERVAL": "100ms"}))
     g = p.inventory.gpus[7]
     n = len(kubelet.endpoint().snapshots)
     p.control("xid %d 64" % g.index)
@@ -121,8 +125,8 @@ def test_recovery_env_and_replicas(plugin, kubelet):
 
 
 def test_lost_gpu_stays_unhealthy_and_rpcs_work(plugin, kubelet):
-    p = plugin("8gpu-nvlink.json", args=["--health-recovery-probes", "2",
-                                         "--health-probe-interval", "100ms"])
+    p = ready(plugin("8gpu-nvlink.json", args=["--health-recovery-probes", "2",
+                                         "--health-probe-interval", "100ms"]))
     inv = p.inventory
     g = inv.gpus[3]
     p.control("lost %d" % g.index)
@@ -143,18 +147,26 @@ def test_lost_gpu_stays_unhealthy_and_rpcs_work(plugin, kubelet):
     assert snap.health.get(g.uuid, UNHEALTHY) == UNHEALTHY
 
 
-def test_lost_gpu_recovers_after_recover(plugin, kubelet):
-    """ASSUMPTION: `recover <gpu>` puts the GPU back on the bus; probes then succeed."""
-    p = plugin("4gpu.json", args=["--health-recovery-probes", "2", "--health-probe-interval", "100ms"])
+def test_lost_gpu_needs_restart(plugin, kubelet):
+    """A lost GPU does not come back by probing, even once NVML answers again
+    (`recover`); a restart (SIGHUP) rebuilds the plugin from NVML and it is Healthy again."""
+    import signal
+    p = ready(plugin("4gpu.json", args=["--health-recovery-probes", "2", "--health-probe-interval", "100ms"]))
     g = p.inventory.gpus[1]
     p.control("lost %d" % g.index)
     kubelet.wait_snapshot(RESOURCE, lambda s: unhealthy(s) == {g.uuid}, 3)
     p.control("recover %d" % g.index)
-    kubelet.wait_snapshot(RESOURCE, lambda s: not unhealthy(s), 5, "Healthy after recover")
+    time.sleep(0.5)
+    assert unhealthy(kubelet.endpoint().snapshots[-1]) == {g.uuid}
+    n = len(kubelet.registrations_for(RESOURCE))
+    p.signal(signal.SIGHUP)
+    kubelet.wait_for(lambda: len(kubelet.registrations_for(RESOURCE)) > n and
+                     kubelet.endpoint().snapshots, 3, "re-registration after SIGHUP")
+    kubelet.wait_snapshot(RESOURCE, lambda s: not unhealthy(s), 3, "Healthy after restart")
 
 
 def test_lost_replicated_gpu(plugin, kubelet):
-    p = plugin("8gpu-nvlink.json", config=TS4)
+    p = ready(plugin("8gpu-nvlink.json", config=TS4))
     g = p.inventory.gpus[0]
     n = len(kubelet.endpoint().snapshots)
     p.control("lost %d" % g.index)
@@ -164,10 +176,10 @@ def test_lost_replicated_gpu(plugin, kubelet):
     assert len(got) == 3
 
 
-def test_unhealthy_gpu_not_preferred_but_allocatable(plugin, kubelet):
+def test_allocate_of_unhealthy_gpu_still_answers(plugin, kubelet):
     """The kubelet decides what is available; Allocate of an Unhealthy ID by a kubelet that
     raced the update still answers (NVIDIA does not check health in Allocate)."""
-    p = plugin("4gpu.json")
+    p = ready(plugin("4gpu.json"))
     g = p.inventory.gpus[0]
     p.control("xid %d 48" % g.index)
     kubelet.wait_snapshot(RESOURCE, lambda s: unhealthy(s) == {g.uuid}, 3)

@@ -84,6 +84,7 @@ def test_mixed_xid_parent(plugin, kubelet):
     want = expected_mixed(inv)
     p = plugin(MIXED, args=["--mig-strategy", "mixed"], wait=None)
     wait_resources(kubelet, want)
+    p.health_ready()
     parent = next(g for g in inv.gpus if len(g.mig) >= 2)
     p.control("xid %d 48" % parent.index)
 
@@ -159,6 +160,7 @@ def test_mixed_xid_on_one_mig_device(plugin, kubelet):
     p = plugin(MIXED, args=["--mig-strategy", "mixed"], wait=None)
     wait_resources(kubelet, want)
     m = next(x for x in inv.migs() if x.full_profile and len(x.parent.mig) >= 2)
+    p.health_ready()
     p.control("xid %s 48" % m.uuid)
 
     def bad():
