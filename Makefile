@@ -3,7 +3,9 @@
 #
 #   make          build every program (build/)
 #   make demo     build and run the device plugin on a simulated node
-#   make test     unit tests, the same under ASan+UBSan, integration tests
+#   make test     unit tests, the same under ASan+UBSan, integration tests (plain
+#                 plugin, ASan+UBSan plugin, a subset under valgrind)
+#   make valgrind-test   the integration subset with the plugin under valgrind
 #   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
 #   make bench    footprint and latency benchmarks
 
@@ -12,7 +14,41 @@ ASAN_BUILD ?= build-asan
 PYTHON     ?= /usr/bin/python3
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build asan demo test unit-test asan-test integration-test e2e bench clean
+# The daemon under the sanitizers: leaks on, a distinct exit status (23) that the
+# integration fixtures recognise; UBSan fatal with status 24.
+SAN_ENV    = ASAN_OPTIONS=detect_leaks=1:exitcode=23 \
+             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=24
+VALGRIND  ?= valgrind --error-exitcode=99 --leak-check=full \
+             --errors-for-leak-kinds=definite,indirect --track-fds=no -q
+# Timeouts, sleeps and latency bounds in the suite are multiplied by this under valgrind.
+VALGRIND_SCALE ?= 10
+PYTEST     = $(PYTHON) -m pytest -q -p no:cacheprovider
+IT         = test/integration
+# A representative subset: valgrind makes the daemon 10-20x slower.
+VALGRIND_TESTS ?= \
+  $(IT)/test_registration.py \
+  $(IT)/test_allocate.py::test_envvar_uuid $(IT)/test_allocate.py::test_several_strategies \
+  $(IT)/test_allocate.py::test_cdi_cri $(IT)/test_allocate.py::test_pass_device_specs \
+  $(IT)/test_allocate.py::test_unknown_id_is_named $(IT)/test_allocate.py::test_oversized_request \
+  $(IT)/test_allocate.py::test_many_containers $(IT)/test_allocate.py::test_empty_container_request \
+  $(IT)/test_preferred.py::test_must_include_honoured $(IT)/test_preferred.py::test_nvlink_pairs_preferred \
+  $(IT)/test_preferred.py::test_same_numa_preferred \
+  $(IT)/test_preferred.py::test_topology_failure_does_not_fail_call \
+  $(IT)/test_robustness.py::test_garbage_on_plugin_socket $(IT)/test_robustness.py::test_unknown_method \
+  $(IT)/test_robustness.py::test_garbage_protobuf_payload \
+  $(IT)/test_robustness.py::test_idle_connections_do_not_block \
+  $(IT)/test_robustness.py::test_second_instance_refuses_to_start \
+  $(IT)/test_robustness.py::test_sigkill_then_restart \
+  $(IT)/test_health.py::test_xid_48_marks_gpu_unhealthy $(IT)/test_health.py::test_recovery_round_trip \
+  $(IT)/test_health.py::test_lost_gpu_needs_restart \
+  $(IT)/test_lifecycle.py::test_sigterm $(IT)/test_lifecycle.py::test_sigint \
+  $(IT)/test_lifecycle.py::test_sighup_restarts $(IT)/test_lifecycle.py::test_kubelet_restart \
+  $(IT)/test_lifecycle.py::test_plugin_socket_deleted \
+  $(IT)/test_mig.py::test_mixed_allocate_and_preferred \
+  $(IT)/test_mig.py::test_mixed_pass_device_specs_mig_caps
+
+.PHONY: all deps build asan demo test unit-test asan-test integration-test \
+        asan-integration-test valgrind-test e2e bench clean
 
 all: build
 
@@ -38,9 +74,17 @@ asan-test: asan
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure
 
 integration-test: build
-	GP_BUILD_DIR=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -p no:cacheprovider test/integration
+	GP_BUILD_DIR=$(abspath $(BUILD)) $(PYTEST) $(IT)
 
-test: unit-test asan-test integration-test
+asan-integration-test: asan
+	GP_BUILD_DIR=$(abspath $(ASAN_BUILD)) $(SAN_ENV) $(PYTEST) $(IT)
+
+valgrind-test: build
+	@command -v valgrind >/dev/null || { echo "valgrind-test: valgrind not installed (make deps)" >&2; exit 1; }
+	GP_BUILD_DIR=$(abspath $(BUILD)) GP_PLUGIN_WRAPPER="$(VALGRIND)" \
+	  GP_TIMEOUT_SCALE=$(VALGRIND_SCALE) $(PYTEST) $(VALGRIND_TESTS)
+
+test: unit-test asan-test integration-test asan-integration-test valgrind-test
 
 e2e: build
 	@test/e2e/run.sh $(abspath $(BUILD))

@@ -45,6 +45,7 @@ struct daemon {
     bool *registered;             /* per resource */
     struct timespec registered_at; /* CLOCK_REALTIME of the last registration */
     struct rpc_runtime *rpc;
+    struct rpc_client *kubelet;   /* pre-connected for the first registration, then NULL */
     struct health_monitor *health;
     char socket_dir[PATH_MAX];
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
@@ -125,8 +126,12 @@ static void register_one(struct daemon *d, size_t i)
         arm_retry(d);
         return;
     }
-    if (rpc_register(d->rpc, d->cfg.kubelet_socket, req.data, req.len,
-                     DAEMON_REGISTER_TIMEOUT_MS, err, sizeof err) == 0) {
+    int rc = d->kubelet != NULL
+                 ? rpc_client_register(d->kubelet, req.data, req.len,
+                                       DAEMON_REGISTER_TIMEOUT_MS, err, sizeof err)
+                 : rpc_register(d->rpc, d->cfg.kubelet_socket, req.data, req.len,
+                                DAEMON_REGISTER_TIMEOUT_MS, err, sizeof err);
+    if (rc == 0) {
         d->registered[i] = true;
         clock_gettime(CLOCK_REALTIME, &d->registered_at);
         log_info("Registered device plugin for '%s' with Kubelet (endpoint %s, %zu devices)",
@@ -452,6 +457,23 @@ static int event_loop(struct daemon *d)
 
 /* ---- entry ------------------------------------------------------------------ */
 
+/* The HTTP/2 handshake with the kubelet runs while NVML enumerates, which
+ * takes it off the exec -> Register path. Best effort: on any failure the
+ * registration opens its own channel. */
+static void preconnect_kubelet(struct daemon *d)
+{
+    char err[DAEMON_ERR_LEN];
+    struct stat st;
+    if (d->kubelet_socket_name == NULL || stat(d->cfg.kubelet_socket, &st) != 0)
+        return;
+    if (rpc_client_open(d->rpc, d->cfg.kubelet_socket, &d->kubelet, err, sizeof err) != 0) {
+        log_v(1, "cannot pre-connect to the kubelet: %s", err);
+        d->kubelet = NULL;
+        return;
+    }
+    rpc_client_connect(d->kubelet);
+}
+
 static int open_event_fds(struct daemon *d, const sigset_t *signals)
 {
     d->signal_fd = signalfd(-1, signals, SFD_CLOEXEC);
@@ -512,8 +534,10 @@ int daemon_run(int argc, char **argv, char **envp)
         log_error("cannot start gRPC: %s", err);
         goto out;
     }
-    footprint_trim_text(); /* gRPC's one-time initialisation code */
+    preconnect_kubelet(&d);
     enum setup_result s = setup(&d);
+    rpc_client_close(d.kubelet); /* later registrations use fresh channels */
+    d.kubelet = NULL;
     /* The merged configuration is logged after registration so that it
      * does not delay the kubelet seeing the devices. */
     log_config(&d.cfg);

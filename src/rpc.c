@@ -1109,26 +1109,39 @@ int rpc_call(struct rpc_runtime *rt, const char *socket_path, const char *method
     return rc;
 }
 
-int rpc_register(struct rpc_runtime *rt, const char *kubelet_socket, const uint8_t *req,
-                 size_t req_len, int timeout_ms, char *err, size_t errlen)
+void rpc_client_connect(struct rpc_client *client)
 {
-    struct rpc_client *client = NULL;
+    /* try_to_connect = 1: the handshake runs on gRPC's threads meanwhile. */
+    (void)grpc_channel_check_connectivity_state(client->channel, 1);
+}
+
+int rpc_client_register(struct rpc_client *client, const uint8_t *req, size_t req_len,
+                        int timeout_ms, char *err, size_t errlen)
+{
     struct rpc_buf resp = {0};
     char msg[RPC_MSG_LEN];
     int status = RPC_INTERNAL;
 
-    if (rpc_client_open(rt, kubelet_socket, &client, err, errlen) != 0)
-        return -1;
     /* Wait for the kubelet socket to accept instead of failing at once. */
     int rc = unary_call(client->channel, client->cq, REGISTER_PATH, req, req_len, timeout_ms,
                         GRPC_INITIAL_METADATA_WAIT_FOR_READY, &resp, &status, msg, sizeof msg);
-    rpc_client_close(client);
     free(resp.data);
     if (rc != 0) {
         snprintf(err, errlen, "Register failed: %s (%d): %s", status_name(status), status, msg);
         return -1;
     }
     return 0;
+}
+
+int rpc_register(struct rpc_runtime *rt, const char *kubelet_socket, const uint8_t *req,
+                 size_t req_len, int timeout_ms, char *err, size_t errlen)
+{
+    struct rpc_client *client = NULL;
+    if (rpc_client_open(rt, kubelet_socket, &client, err, errlen) != 0)
+        return -1;
+    int rc = rpc_client_register(client, req, req_len, timeout_ms, err, errlen);
+    rpc_client_close(client);
+    return rc;
 }
 
 /* ---- client: ListAndWatch -------------------------------------------------------- */

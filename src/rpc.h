@@ -113,6 +113,13 @@ int rpc_client_call(struct rpc_client *client, const char *method, const uint8_t
                     size_t req_len, int timeout_ms, struct rpc_buf *resp, int *status,
                     char *msg, size_t msglen);
 void rpc_client_close(struct rpc_client *client);
+/* Start connecting now (non-blocking), so that a later call on this client
+ * finds the connection made: the daemon overlaps the kubelet handshake with
+ * NVML enumeration. */
+void rpc_client_connect(struct rpc_client *client);
+/* rpc_register() on an open client. */
+int rpc_client_register(struct rpc_client *client, const uint8_t *req, size_t req_len,
+                        int timeout_ms, char *err, size_t errlen);
 
 /* Open a ListAndWatch stream on the client's channel. */
 int rpc_client_watch_open(struct rpc_client *client, struct rpc_watch **out, char *err,

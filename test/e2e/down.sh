@@ -46,8 +46,8 @@ stop_pid etcd 15
 # 4. Mounts: kubelet root (it bind-mounts itself), pod volumes, netns and
 #    rootfs mounts under containerd's state/root. Deepest first.
 umount_under() {
-  local prefix=$1 m pass
-  for pass in 1 2 3; do
+  local prefix=$1 m
+  for _ in 1 2 3; do
     mapfile -t ms < <(awk -v p="$prefix" '$2 == p || index($2, p "/") == 1 {print $2}' /proc/self/mounts | sort -r)
     ((${#ms[@]})) || return 0
     for m in "${ms[@]}"; do
@@ -74,7 +74,14 @@ rm -rf "$E2E_STATE" "$E2E_RUN"
 if [[ -f $KUBELET_ROOT/.gpupool-e2e ]]; then
   rm -rf "$KUBELET_ROOT"
 fi
-# libcni's result cache (containerd does not let us move it); only if empty.
+# libcni's result cache (containerd does not let us move it): entries of our
+# network (left when a pod was torn down without CNI DEL), then the dirs if empty.
+for f in /var/lib/cni/results/gpupool-e2e-*; do
+  [[ -e $f ]] || continue
+  id=${f#/var/lib/cni/results/gpupool-e2e-}
+  id=${id%-eth0}
+  rm -f "$f" "/var/lib/cni/results/cni-loopback-$id-lo"
+done
 rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
 
 # Report anything left behind.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared helpers for the gpupool end-to-end suite. Source it; it sets no
 # shell options of its own.
 #

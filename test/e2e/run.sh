@@ -31,7 +31,9 @@ if [[ -z ${E2E_INNER:-} ]]; then
   ln -sfn "$stamp" /var/tmp/gpupool-e2e/logs/latest
   # keep the last 10 runs' logs
   ls -1d /var/tmp/gpupool-e2e/logs/20*/ 2>/dev/null | head -n -10 | xargs -r rm -rf
-  E2E_INNER=1 "$0" "$@" 2>&1 | tee "$E2E_LOGS/e2e.log"
+  # The tee ignores INT and TERM: on Ctrl-C or a CI timeout it must outlive
+  # the suite's teardown, or the suite dies of SIGPIPE before cleaning up.
+  E2E_INNER=1 "$0" "$@" 2>&1 | (trap '' INT TERM; exec tee "$E2E_LOGS/e2e.log")
   exit "${PIPESTATUS[0]}"
 fi
 
@@ -84,7 +86,8 @@ finish() {
   ((E2E_FAILED == 0))
 }
 trap 'finish; exit $?' EXIT
-trap 'fail "interrupted"; exit 130' INT TERM
+# On INT/TERM, ignore SIGPIPE first: the tee may be gone, teardown must still run.
+trap 'trap "" PIPE; fail "interrupted"; exit 130' INT TERM
 
 # --- plugin control -------------------------------------------------------------
 PLUGIN_N=0
@@ -280,7 +283,9 @@ wait_for 90 "pod gpu-after-kubelet Running" pod_ready_line gpu-after-kubelet
 kshow logs gpu-after-kubelet
 mapfile -t AK < <(pod_uuids gpu-after-kubelet)
 disjoint() {  # disjoint "a b" "c d": two UUIDs each, no overlap
-  local a=($1) b=($2) x y
+  local a b x y
+  read -ra a <<<"$1"
+  read -ra b <<<"$2"
   ((${#a[@]} == 2 && ${#b[@]} == 2)) || return 1
   for x in "${a[@]}"; do for y in "${b[@]}"; do [[ $x != "$y" ]] || return 1; done; done
 }

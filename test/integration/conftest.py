@@ -1,12 +1,22 @@
 """Fixtures for the integration tests: a socket dir, the kubelet simulator, the real plugin.
 
-    GP_BUILD_DIR   build tree holding gpupool-device-plugin and test/fakenvml (default ./build)
+    GP_BUILD_DIR       build tree holding gpupool-device-plugin and test/fakenvml (default ./build)
+    GP_PLUGIN_WRAPPER  command line the plugin runs under, e.g.
+                       "valgrind --error-exitcode=99 --leak-check=full -q" (default: none)
+    GP_TIMEOUT_SCALE   factor for every timeout, sleep and latency bound in the suite
+                       (default 1, or 10 when GP_PLUGIN_WRAPPER is set)
+
+Sanitizers: the plugin gets ASAN_OPTIONS / UBSAN_OPTIONS from the caller, or the defaults
+below (leaks on, exit status 23; UBSan fatal, status 24). A test fails when a plugin it
+started exited with a sanitizer's or the wrapper's error status, or logged a sanitizer or
+valgrind report.
 
 Run with Debian's interpreter: /usr/bin/python3 -m pytest test/integration
 """
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -28,6 +38,55 @@ BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build
 PLUGIN_BIN = os.path.join(BUILD, "gpupool-device-plugin")
 FAKENVML_DIR = os.path.join(BUILD, "test", "fakenvml")
 FAKENVML_LIB = os.path.join(FAKENVML_DIR, "libnvidia-ml.so.1")
+
+# Run the plugin under a tool (valgrind): its argv is prefixed with this.
+WRAPPER = shlex.split(os.environ.get("GP_PLUGIN_WRAPPER", ""))
+TIMEOUT_SCALE = float(os.environ.get("GP_TIMEOUT_SCALE") or (10 if WRAPPER else 1))
+
+
+def scaled(seconds):
+    """A timeout, sleep or latency bound, stretched for slow runs (valgrind, loaded CI)."""
+    return seconds * TIMEOUT_SCALE
+
+
+# Sanitizer defaults when the caller sets none (harmless for an unsanitized binary).
+ASAN_EXITCODE = 23
+UBSAN_EXITCODE = 24
+SANITIZER_ENV_DEFAULTS = {
+    "ASAN_OPTIONS": "detect_leaks=1:exitcode=%d" % ASAN_EXITCODE,
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=%d" % UBSAN_EXITCODE,
+}
+
+
+def _option(opts, name):
+    m = re.search(r"(?:^|[:\s,])%s=(\d+)" % re.escape(name), opts or "")
+    return int(m.group(1)) if m else None
+
+
+def error_exitcodes():
+    """Exit statuses that mean "a sanitizer or the wrapper found an error"."""
+    codes = set()
+    asan = os.environ.get("ASAN_OPTIONS", SANITIZER_ENV_DEFAULTS["ASAN_OPTIONS"])
+    codes.add(_option(asan, "exitcode") or 1)
+    ubsan = _option(os.environ.get("UBSAN_OPTIONS", SANITIZER_ENV_DEFAULTS["UBSAN_OPTIONS"]),
+                    "exitcode")
+    if ubsan:
+        codes.add(ubsan)
+    for a in WRAPPER:
+        if a.startswith("--error-exitcode="):
+            codes.add(int(a.split("=", 1)[1]))
+    codes.discard(0)
+    codes.discard(1)       # the plugin's own "failed" status; never a sanitizer's here
+    return codes
+
+
+# Reports in the plugin's log that fail a test whatever its exit status.
+SANITIZER_REPORT = re.compile(
+    r"ERROR: AddressSanitizer|runtime error:|LeakSanitizer|"
+    r"^==\d+== (?:Invalid (?:read|write|free)|Conditional jump|Use of uninitialised|"
+    r"Syscall param|Mismatched free|Source and destination overlap|Process terminating|"
+    r"Argument '.*' of function|.* are (?:definitely|indirectly) lost in loss record)",
+    re.M)
 
 RESOURCE = "nvidia.com/gpu"
 ENDPOINT = "gpupool-nvidia-gpu.sock"
@@ -63,7 +122,7 @@ class Plugin:
     """One gpupool-device-plugin process on a simulated node."""
 
     def __init__(self, sockdir, workdir, kubelet, inventory, args, env, config, control,
-                 lib_dir, name):
+                 lib_dir, name, prefix=()):
         self.sockdir = sockdir
         self.kubelet = kubelet
         self.name = name
@@ -79,11 +138,15 @@ class Plugin:
             self.config_path = os.path.join(workdir, name + "-config.yaml")
             with open(self.config_path, "w") as f:
                 f.write(config)
-        self.argv = [PLUGIN_BIN, "--kubelet-socket", os.path.join(sockdir, "kubelet.sock")]
+        # prefix: a command that sets something up and then execs the rest (same pid).
+        self.argv = list(prefix) + WRAPPER + [
+            PLUGIN_BIN, "--kubelet-socket", os.path.join(sockdir, "kubelet.sock")]
         if self.config_path:
             self.argv += ["--config-file", self.config_path]
         self.argv += list(args)
         e = {k: v for k, v in os.environ.items() if k not in PLUGIN_ENV}
+        for k, v in SANITIZER_ENV_DEFAULTS.items():
+            e.setdefault(k, v)
         e["LD_LIBRARY_PATH"] = lib_dir if lib_dir is not None else FAKENVML_DIR
         if self.inventory:
             e["FAKE_NVML_INVENTORY"] = self.inventory.path
@@ -126,6 +189,7 @@ class Plugin:
             os.fsync(f.fileno())
 
     def wait_exit(self, timeout=5):
+        timeout = scaled(timeout)
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -134,6 +198,7 @@ class Plugin:
 
     def wait_log(self, pattern, timeout=5):
         rx = re.compile(pattern, re.M)
+        timeout = scaled(timeout)
         deadline = time.monotonic() + timeout
         while True:
             m = rx.search(self.log())
@@ -159,6 +224,7 @@ class Plugin:
 
     def stop(self, timeout=5):
         """SIGTERM; returns the exit code."""
+        timeout = scaled(timeout)
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -167,6 +233,18 @@ class Plugin:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError("plugin ignored SIGTERM for %.1fs" % timeout)
+
+    def sanitizer_errors(self):
+        """Complaints about this (exited) process from sanitizers or the wrapper."""
+        errors = []
+        rc = self.proc.returncode if self.proc else None
+        if rc is not None and rc in error_exitcodes():
+            errors.append("%s: exit status %d: a sanitizer or %s reported errors"
+                          % (self.name, rc, WRAPPER[0] if WRAPPER else "the wrapper"))
+        m = SANITIZER_REPORT.search(self.log())
+        if m:
+            errors.append("%s: sanitizer/valgrind report in its log: %r" % (self.name, m.group(0)))
+        return errors
 
     def close(self):
         if self.proc and self.alive():
@@ -189,9 +267,34 @@ def workdir(tmp_path):
     return str(tmp_path)
 
 
+class KubeletSim(kubelet_sim.KubeletSim):
+    """The simulator with every wait and RPC deadline stretched by GP_TIMEOUT_SCALE (tests keep
+    writing the timeouts they mean at full speed)."""
+
+    def __init__(self, directory, register_timeout=10):
+        super().__init__(directory, scaled(register_timeout))
+
+    def wait_for(self, predicate, timeout=5, what=None, raw=False):
+        """raw=True: `timeout` is already scaled."""
+        return super().wait_for(predicate, timeout if raw else scaled(timeout), what)
+
+    def get_preferred_allocation(self, resource, available, must_include=(), size=1, timeout=5):
+        return super().get_preferred_allocation(resource, available, must_include, size,
+                                                scaled(timeout))
+
+    def allocate(self, resource, ids, timeout=5):
+        return super().allocate(resource, ids, scaled(timeout))
+
+    def allocate_raw(self, resource, request, timeout=5):
+        return super().allocate_raw(resource, request, scaled(timeout))
+
+    def pre_start(self, resource, ids, timeout=5):
+        return super().pre_start(resource, ids, scaled(timeout))
+
+
 @pytest.fixture
 def kubelet(sockdir):
-    sim = kubelet_sim.KubeletSim(sockdir).start()
+    sim = KubeletSim(sockdir).start()
     yield sim
     sim.stop()
 
@@ -199,18 +302,19 @@ def kubelet(sockdir):
 @pytest.fixture
 def plugin(request, sockdir, workdir, kubelet):
     """Factory: plugin(inventory="4gpu.json", args=(), env=None, config=None, control=(),
-    wait=RESOURCE, lib_dir=None). `wait` names the resource whose registration (and first
-    ListAndWatch snapshot) to wait for, or None/False. `config` is YAML text written to a file
-    and passed with --config-file. `control` lines are written to the control file first."""
+    wait=RESOURCE, lib_dir=None, prefix=()). `wait` names the resource whose registration (and
+    first ListAndWatch snapshot) to wait for, or None/False. `config` is YAML text written to a file
+    and passed with --config-file. `control` lines are written to the control file first.
+    `prefix` is argv put before the (wrapped) plugin: a command that must exec its arguments."""
     require_binaries()
     started = []
     request.node.gp_plugins = started
 
     def start(inventory="4gpu.json", args=(), env=None, config=None, control=(), wait=RESOURCE,
-              lib_dir=None, timeout=5):
+              lib_dir=None, timeout=5, prefix=()):
         require_binaries(fakenvml=lib_dir is None)
         p = Plugin(sockdir, workdir, kubelet, inventory, args, env, config, control, lib_dir,
-                   "plugin%d" % len(started))
+                   "plugin%d" % len(started), prefix)
         started.append(p)
         p.start()
         if wait:
@@ -234,6 +338,7 @@ def plugin(request, sockdir, workdir, kubelet):
             continue
         if not p.alive() or not p.expect_clean_exit:
             p.close()
+            errors += p.sanitizer_errors()
             continue
         endpoints = {r.endpoint for r in kubelet.registrations} or {ENDPOINT}
         try:
@@ -243,6 +348,7 @@ def plugin(request, sockdir, workdir, kubelet):
             continue
         finally:
             p.close()
+            errors += p.sanitizer_errors()
         if rc != 0:
             errors.append("%s: exit code %s after SIGTERM (want 0)" % (p.name, rc))
         left = [e for e in endpoints if os.path.exists(os.path.join(sockdir, e))]
@@ -258,4 +364,4 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed:
         for p in getattr(item, "gp_plugins", []):
-            rep.sections.append(("%s log (%s)" % (p.name, " ".join(p.argv[1:])), p.log()))
+            rep.sections.append(("%s log (%s)" % (p.name, " ".join(p.argv)), p.log()))

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import RESOURCE
+from conftest import RESOURCE, scaled
 
 # NVIDIA README, "Configuration File" example, unchanged (driver root made harmless below).
 NVIDIA_EXAMPLE = """version: v1
@@ -78,7 +78,7 @@ def test_precedence(plugin, kubelet, cfg, args, env, want):
 def test_merged_config_logged_as_json(plugin, kubelet):
     p = plugin(config=FILE_INDEX)
     p.wait_log(r"deviceIDStrategy", 3)
-    time.sleep(0.1)   # let the rest of a multi-line JSON block land
+    time.sleep(scaled(0.1))   # let the rest of a multi-line JSON block land
     log = p.log()
     # find a JSON object in the log that carries the merged flags
     for m in re.finditer(r"\{", log):

@@ -5,7 +5,7 @@ import time
 import grpc
 import pytest
 
-from conftest import RESOURCE
+from conftest import RESOURCE, scaled
 from kubelet_sim import HEALTHY, UNHEALTHY
 
 TS4 = """version: v1
@@ -94,7 +94,7 @@ def test_disable_healthchecks_all(plugin, kubelet, value):
     p = plugin("4gpu.json", env={"DP_DISABLE_HEALTHCHECKS": value})
     n = len(kubelet.endpoint().snapshots)
     p.control("xid 0 48", "xid 1 79", "lost 2")
-    time.sleep(0.5)
+    time.sleep(scaled(0.5))
     snaps = kubelet.endpoint().snapshots
     assert all(not unhealthy(s) for s in snaps[n - 1:]), [unhealthy(s) for s in snaps]
 
@@ -131,7 +131,7 @@ def test_lost_gpu_stays_unhealthy_and_rpcs_work(plugin, kubelet):
     g = inv.gpus[3]
     p.control("lost %d" % g.index)
     kubelet.wait_snapshot(RESOURCE, lambda s: unhealthy(s) == {g.uuid}, 3, "lost GPU Unhealthy")
-    time.sleep(1.0)      # 10 probe intervals: a lost GPU must not come back
+    time.sleep(scaled(1.0))      # 10 probe intervals: a lost GPU must not come back
     assert unhealthy(kubelet.endpoint().snapshots[-1]) == {g.uuid}
     others = [x.uuid for x in inv.gpus if x is not g]
     got = kubelet.get_preferred_allocation(RESOURCE, others, [others[0]], 2)
@@ -156,7 +156,7 @@ def test_lost_gpu_needs_restart(plugin, kubelet):
     p.control("lost %d" % g.index)
     kubelet.wait_snapshot(RESOURCE, lambda s: unhealthy(s) == {g.uuid}, 3)
     p.control("recover %d" % g.index)
-    time.sleep(0.5)
+    time.sleep(scaled(0.5))
     assert unhealthy(kubelet.endpoint().snapshots[-1]) == {g.uuid}
     n = len(kubelet.registrations_for(RESOURCE))
     p.signal(signal.SIGHUP)

@@ -8,7 +8,8 @@ import time
 
 import grpc
 
-from conftest import RESOURCE, ENDPOINT, KLOG_RE, PLUGIN_BIN, ROOT, require_binaries
+from conftest import (RESOURCE, ENDPOINT, KLOG_RE, PLUGIN_BIN, ROOT, SANITIZER_REPORT,
+                      error_exitcodes, require_binaries, scaled)
 from kubelet_sim import HEALTHY
 
 
@@ -24,13 +25,15 @@ def wait_reregistered(kubelet, before, timeout=2.0):
 def wait_settled(kubelet, p, quiet=0.3, timeout=3):
     """Waits until the plugin has re-registered and then stayed quiet for `quiet` seconds
     (several restart triggers may be queued; each may restart the servers once more)."""
+    quiet, timeout = scaled(quiet), scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         kubelet.wait_for(lambda: n_regs(kubelet) >= 2 and kubelet.endpoint().snapshots and
-                         os.path.exists(p.socket()), max(0.1, deadline - time.monotonic()))
+                         os.path.exists(p.socket()), max(0.1, deadline - time.monotonic()),
+                         raw=True)
         n = n_regs(kubelet)
         try:
-            kubelet.wait_for(lambda: n_regs(kubelet) > n, quiet)
+            kubelet.wait_for(lambda: n_regs(kubelet) > n, quiet, raw=True)
         except TimeoutError:
             if kubelet.endpoint().snapshots:
                 return
@@ -45,7 +48,7 @@ def test_kubelet_restart(plugin, kubelet, sockdir):
     t0 = time.monotonic()
     kubelet.restart(wait=False)
     wait_reregistered(kubelet, 1)
-    assert kubelet.registrations_for(RESOURCE)[1].time - t0 < 2.0
+    assert kubelet.registrations_for(RESOURCE)[1].time - t0 < scaled(2.0)
     wait_settled(kubelet, p)
     snap = kubelet.endpoint().snapshots[-1]
     assert sorted(snap.ids) == sorted(p.inventory.uuids)
@@ -71,7 +74,7 @@ def test_kubelet_down_then_up(plugin, kubelet, sockdir):
     kubelet.stop()
     from kubelet_sim import cleanup_plugin_dir
     cleanup_plugin_dir(sockdir)
-    time.sleep(0.3)
+    time.sleep(scaled(0.3))
     assert p.alive()
     kubelet.start()
     wait_reregistered(kubelet, 1)
@@ -100,7 +103,7 @@ def test_foreign_files_ignored(plugin, kubelet, sockdir):
     for name in ("DEPRECATION", "other-plugin.sock", "kubelet_internal_checkpoint"):
         open(os.path.join(sockdir, name), "w").close()
     os.unlink(os.path.join(sockdir, "other-plugin.sock"))
-    time.sleep(0.3)
+    time.sleep(scaled(0.3))
     assert n_regs(kubelet) == 1
 
 
@@ -137,7 +140,7 @@ def test_sigterm_before_kubelet(plugin, kubelet):
     if os.path.exists(kubelet.socket):
         os.unlink(kubelet.socket)
     p = plugin(wait=None)
-    time.sleep(0.3)
+    time.sleep(scaled(0.3))
     assert p.alive()
     assert p.stop() == 0
     assert not os.path.exists(p.socket())
@@ -145,23 +148,26 @@ def test_sigterm_before_kubelet(plugin, kubelet):
 
 def test_help_and_version():
     require_binaries()
-    h = subprocess.run([PLUGIN_BIN, "--help"], capture_output=True, text=True, timeout=5)
+    h = subprocess.run([PLUGIN_BIN, "--help"], capture_output=True, text=True, timeout=scaled(5))
     assert h.returncode == 0
     out = h.stdout + h.stderr
     for flag in ("--kubelet-socket", "--device-list-strategy", "--device-id-strategy",
                  "--pass-device-specs", "--fail-on-init-error", "--mig-strategy", "--config-file"):
         assert flag in out, flag
-    v = subprocess.run([PLUGIN_BIN, "--version"], capture_output=True, text=True, timeout=5)
+    v = subprocess.run([PLUGIN_BIN, "--version"], capture_output=True, text=True, timeout=scaled(5))
     assert v.returncode == 0
     m = re.search(r"project\(gpupool VERSION ([0-9.]+)", open(os.path.join(ROOT, "CMakeLists.txt")).read())
     assert m and m.group(1) in v.stdout + v.stderr
+    for r in (h, v):
+        assert not SANITIZER_REPORT.search(r.stdout + r.stderr), r.stderr
 
 
 def test_unknown_flag():
     require_binaries()
-    r = subprocess.run([PLUGIN_BIN, "--no-such-flag"], capture_output=True, text=True, timeout=5)
-    assert r.returncode != 0
+    r = subprocess.run([PLUGIN_BIN, "--no-such-flag"], capture_output=True, text=True, timeout=scaled(5))
+    assert r.returncode != 0 and r.returncode not in error_exitcodes(), r.returncode
     assert "no-such-flag" in r.stdout + r.stderr
+    assert not SANITIZER_REPORT.search(r.stdout + r.stderr), r.stderr
 
 
 def test_logs_are_klog(plugin, kubelet):

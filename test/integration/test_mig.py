@@ -167,3 +167,111 @@ def test_mixed_xid_on_one_mig_device(plugin, kubelet):
         return {i for r in want for i, h in kubelet.endpoint(r).snapshots[-1].health.items()
                 if h != "Healthy"}
     kubelet.wait_for(lambda: bad() == {m.uuid}, 3, "MIG device %s Unhealthy" % m.uuid)
+
+
+# ---- --pass-device-specs for MIG devices: capability minors from the real /proc file ----
+
+MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
+# In a private mount namespace: a tmpfs over /proc/driver holding our mig-minors, then exec
+# the plugin (same pid, so signals and the exit status are the plugin's).
+NS_SETUP = ('mount -t tmpfs -o mode=0755 tmpfs /proc/driver && mkdir /proc/driver/nvidia-caps && '
+            'cp "$1" %s && shift && exec "$@"' % MIG_MINORS)
+
+
+def mig_minors_table(n_gpus):
+    """The driver's layout: config, monitor, then per GPU 15 GIs x (GI access + 8 CIs)."""
+    lines, minor, table = ["config 1", "monitor 2"], 3, {}
+    for gpu in range(n_gpus):
+        for gi in range(15):
+            for ci in [None] + list(range(8)):
+                key = "gpu%d/gi%d" % (gpu, gi) + ("" if ci is None else "/ci%d" % ci)
+                lines.append("%s/access %d" % (key, minor))
+                table[(gpu, gi, ci)] = minor
+                minor += 1
+    return "\n".join(lines) + "\n", table
+
+
+def private_proc_driver_or_skip():
+    import os
+    import shutil
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts a tmpfs over /proc/driver in a private mount namespace")
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare(1) not installed (util-linux)")
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        "mount -t tmpfs tmpfs /proc/driver && mkdir /proc/driver/nvidia-caps"],
+                       capture_output=True, text=True, timeout=10)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs over /proc/driver in a private mount namespace: %s"
+                    % (r.stderr.strip() or "exit %d" % r.returncode))
+
+
+@pytest.mark.parametrize("minors", ["as-inventory", "permuted"])
+def test_mixed_pass_device_specs_mig_caps(plugin, kubelet, workdir, minors):
+    """Allocate of MIG devices with --pass-device-specs: the parent's /dev/nvidia<minor> and the
+    GI and CI access capability nodes named by /proc/driver/nvidia-caps/mig-minors, rw, under
+    --dev-root. "permuted" gives GPUs minors unlike their indices (minor 7 - index), so a
+    lookup by index instead of minor shows."""
+    import json
+    import os
+    private_proc_driver_or_skip()
+    inventory = MIXED
+    if minors == "permuted":
+        raw = json.load(open(Inventory(MIXED).path))
+        for i, g in enumerate(raw["gpus"]):
+            g["minor"] = len(raw["gpus"]) - 1 - i
+        inventory = os.path.join(workdir, "mig-permuted.json")
+        json.dump(raw, open(inventory, "w"))
+    inv = Inventory(inventory)
+    assert any(g.index != g.minor for g in inv.gpus) == (minors == "permuted")
+    text, table = mig_minors_table(max(g.minor for g in inv.gpus) + 1)
+    minors_file = os.path.join(workdir, "mig-minors")
+    open(minors_file, "w").write(text)
+    devroot = os.path.join(workdir, "devroot")
+    os.makedirs(os.path.join(devroot, "dev", "nvidia-caps"))
+    open(devroot + "/dev/nvidiactl", "w").close()
+    for g in inv.gpus:
+        open(devroot + "/dev/nvidia%d" % g.minor, "w").close()
+    for m in table.values():
+        open(devroot + "/dev/nvidia-caps/nvidia-cap%d" % m, "w").close()
+
+    want = expected_mixed(inv)
+    plugin(inventory, wait=None,
+           args=["--mig-strategy", "mixed", "--pass-device-specs", "--dev-root", devroot],
+           prefix=["unshare", "--mount", "--propagation", "private", "sh", "-c", NS_SETUP, "sh",
+                   minors_file])
+    wait_resources(kubelet, want)
+
+    def spec(path):
+        return (path, devroot + path, "rw")
+
+    def mig_specs(m):
+        return {spec("/dev/nvidia%d" % m.parent.minor),
+                spec("/dev/nvidia-caps/nvidia-cap%d" % table[(m.parent.minor, m.gi, None)]),
+                spec("/dev/nvidia-caps/nvidia-cap%d" % table[(m.parent.minor, m.gi, m.ci)])}
+
+    checked = 0
+    for res in sorted(r for r in want if r != RESOURCE):
+        ids = set(want[res])
+        for m in (x for x in inv.migs() if x.uuid in ids):
+            r = kubelet.allocate(res, [m.uuid])
+            got = [(d.container_path, d.host_path, d.permissions) for d in r.devices]
+            assert len(got) == len(set(got)), got
+            assert set(got) == mig_specs(m) | {spec("/dev/nvidiactl")}, (res, m.uuid, m.parent.minor, m.gi, m.ci)
+            checked += 1
+    assert checked == sum(1 for m in inv.migs() if m.full_profile)
+    # Two MIG devices of one GPU: the parent node once, both instances' capabilities.
+    migs = {m.uuid: m for m in inv.migs()}
+    pairs = []
+    for res in sorted(r for r in want if r != RESOURCE):
+        by_parent = collections.defaultdict(list)
+        for u in sorted(want[res]):
+            by_parent[migs[u].parent.index].append(migs[u])
+        pairs += [(res, v[:2]) for v in by_parent.values() if len(v) >= 2]
+    assert pairs, "inventory has no GPU with two MIG devices of one profile"
+    res, pair = pairs[0]
+    r = kubelet.allocate(res, [m.uuid for m in pair])
+    got = [(d.container_path, d.host_path, d.permissions) for d in r.devices]
+    assert len(got) == len(set(got)), got
+    assert set(got) == mig_specs(pair[0]) | mig_specs(pair[1]) | {spec("/dev/nvidiactl")}

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import RESOURCE
+from conftest import RESOURCE, scaled
 from inventory import INVENTORY_DIR
 
 ERR = "NVML_ERROR_UNKNOWN"         # fake NVML control: fail <function> <ERROR_NAME> [gpu]
@@ -50,7 +50,7 @@ def test_no_nvml_waits_indefinitely(plugin, kubelet, no_nvml, how):
         env["FAIL_ON_INIT_ERROR"] = "false"
     p = plugin(lib_dir=no_nvml, args=args, env=env, wait=None)
     p.wait_log(r"No devices found\. Waiting indefinitely\.", 5)
-    time.sleep(0.2)
+    time.sleep(scaled(0.2))
     assert p.alive()
     assert kubelet.registrations == []
     assert p.stop() == 0
@@ -110,7 +110,7 @@ def test_error_mid_enumeration_no_fail_on_init(plugin, kubelet):
     plugin does not crash (it either waits or serves the GPUs it could read)."""
     p = plugin(control=["fail nvmlDeviceGetUUID %s 2" % ERR], wait=None,
                args=["--fail-on-init-error=false"])
-    time.sleep(0.5)
+    time.sleep(scaled(0.5))
     assert p.alive(), p.log()
     assert re.search(ERR_TEXT, p.log(), re.I) or ERR in p.log()
     if kubelet.endpoints.get(RESOURCE):

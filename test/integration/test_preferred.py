@@ -5,7 +5,7 @@ import itertools
 import grpc
 import pytest
 
-from conftest import RESOURCE
+from conftest import RESOURCE, scaled
 
 FAIL_TOPOLOGY = "fail nvmlDeviceGetTopologyCommonAncestor NVML_ERROR_UNKNOWN %s"
 
@@ -135,7 +135,7 @@ def test_multiple_container_requests(plugin, kubelet):
         pb.ContainerPreferredAllocationRequest(available_deviceIDs=u, allocation_size=1),
         pb.ContainerPreferredAllocationRequest(available_deviceIDs=u, must_include_deviceIDs=[u[3]],
                                                allocation_size=2)])
-    resp = kubelet.endpoint().stub.GetPreferredAllocation(req, timeout=5)
+    resp = kubelet.endpoint().stub.GetPreferredAllocation(req, timeout=scaled(5))
     assert [len(c.deviceIDs) for c in resp.container_responses] == [1, 2]
     assert u[3] in resp.container_responses[1].deviceIDs
 

@@ -6,7 +6,7 @@ import socket
 import grpc
 import pytest
 
-from conftest import RESOURCE, ENDPOINT
+from conftest import RESOURCE, ENDPOINT, scaled
 from kubelet_sim import pb
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -14,7 +14,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 def raw(path, data, read=True):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(2)
+    s.settimeout(scaled(2))
     s.connect(path)
     try:
         s.sendall(data)
@@ -30,13 +30,13 @@ def raw(path, data, read=True):
 
 
 def still_serving(kubelet, p):
-    assert kubelet.endpoint().options(timeout=3).get_preferred_allocation_available
+    assert kubelet.endpoint().options(timeout=scaled(3)).get_preferred_allocation_available
     u = p.inventory.uuids[0]
     assert kubelet.allocate(RESOURCE, [u]).envs["NVIDIA_VISIBLE_DEVICES"] == u
     # a fresh channel works too
     with grpc.insecure_channel("unix:" + p.socket()) as ch:
         from kubelet_sim import pb_grpc
-        pb_grpc.DevicePluginStub(ch).GetDevicePluginOptions(pb.Empty(), timeout=3)
+        pb_grpc.DevicePluginStub(ch).GetDevicePluginOptions(pb.Empty(), timeout=scaled(3))
     assert p.alive()
 
 
@@ -78,7 +78,7 @@ def test_garbage_protobuf_payload(plugin, kubelet):
                                                   request_serializer=lambda b: b,
                                                   response_deserializer=lambda b: b)
     with pytest.raises(grpc.RpcError) as e:
-        call(b"\xff\xff\xff\xff\x0f\x0a\x05", timeout=3)
+        call(b"\xff\xff\xff\xff\x0f\x0a\x05", timeout=scaled(3))
     assert e.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL)
     still_serving(kubelet, p)
 
@@ -90,7 +90,7 @@ def test_unknown_method(plugin, kubelet):
         call = kubelet.endpoint().channel.unary_unary(method, request_serializer=lambda b: b,
                                                       response_deserializer=lambda b: b)
         with pytest.raises(grpc.RpcError) as e:
-            call(b"", timeout=3)
+            call(b"", timeout=scaled(3))
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED, method
     still_serving(kubelet, p)
 

@@ -1,0 +1,67 @@
+#!/bin/sh
+# bench/run.sh BUILD_DIR -- every benchmark, one Markdown report on stdout.
+#
+# Called by `make bench`. Runs, in order:
+#   snapshot_bench   ListAndWatch snapshot encode time and size (in-process)
+#   plugin_bench     the real plugin on the fake NVML, played by a C kubelet:
+#                    exec -> Register, RSS, Allocate, XID -> ListAndWatch, sizes
+#   sim_latency.py   Allocate latency from the Python kubelet simulator
+# Exits non-zero if any of them fails. Takes well under 3 minutes.
+set -u
+
+if [ $# -ne 1 ] || [ ! -d "$1" ]; then
+    echo "usage: bench/run.sh BUILD_DIR" >&2
+    exit 2
+fi
+BUILD=$(cd "$1" && pwd)
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-/usr/bin/python3}
+
+for f in "$BUILD/gpupool-device-plugin" "$BUILD/bench/snapshot_bench" \
+         "$BUILD/bench/plugin_bench" "$BUILD/test/fakenvml/libnvidia-ml.so.1"; do
+    if [ ! -e "$f" ]; then
+        echo "bench/run.sh: $f is missing (build first: make)" >&2
+        exit 1
+    fi
+done
+
+cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -n 1)
+[ -n "$cpu" ] || cpu=$(uname -m)
+commit=$(git -C "$SRC" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$SRC" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    commit="$commit (with uncommitted changes)"
+fi
+
+echo "# gpupool benchmarks"
+echo
+echo "| | |"
+echo "|---|---|"
+echo "| machine | $(nproc) CPUs, $cpu, $(uname -sr) |"
+echo "| load average at start | $(cut -d' ' -f1-3 /proc/loadavg) |"
+echo "| date | $(date -u '+%Y-%m-%d %H:%M:%S UTC') |"
+echo "| commit | $commit |"
+echo "| build | $BUILD |"
+
+failed=""
+start=$(date +%s)
+
+echo
+echo "## ListAndWatch snapshot encode (snapshot_bench, in-process)"
+echo
+"$BUILD/bench/snapshot_bench" || failed="$failed snapshot_bench"
+
+echo
+echo "## The plugin from the kubelet's side (plugin_bench)"
+"$BUILD/bench/plugin_bench" -F "$BUILD/test/fakenvml" -I "$SRC/test/fakenvml/inventories" \
+    "$BUILD/gpupool-device-plugin" || failed="$failed plugin_bench"
+
+echo
+echo "## Allocate from the Python kubelet simulator (sim_latency.py)"
+"$PYTHON" "$SRC/bench/sim_latency.py" --calls 10000 "$BUILD" || failed="$failed sim_latency.py"
+
+echo
+echo "Total $(( $(date +%s) - start )) s."
+if [ -n "$failed" ]; then
+    echo "bench/run.sh: FAILED:$failed" >&2
+    exit 1
+fi
