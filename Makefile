@@ -19,7 +19,8 @@ JOBS       ?= $(shell nproc)
 SAN_ENV    = ASAN_OPTIONS=detect_leaks=1:exitcode=23 \
              UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=24
 VALGRIND  ?= valgrind --error-exitcode=99 --leak-check=full \
-             --errors-for-leak-kinds=definite,indirect --track-fds=no -q
+             --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
+             --track-fds=no -q
 # Timeouts, sleeps and latency bounds in the suite are multiplied by this under valgrind.
 VALGRIND_SCALE ?= 10
 PYTEST     = $(PYTHON) -m pytest -q -p no:cacheprovider

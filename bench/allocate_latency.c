@@ -12,31 +12,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "api.pb-c.h"
 #include "rpc.h"
 
 #define DEFAULT_CALLS 2000
 #define WARMUP_CALLS 50
 #define TIMEOUT_MS 5000
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double percentile(const double *sorted, size_t n, double p)
-{
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return sorted[i < n ? i : n - 1];
-}
 
 /* AllocateRequest{container_requests: [{devices_ids: ids}]} */
 static int encode_allocate(char **ids, size_t n, struct rpc_buf *out)

@@ -8,23 +8,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_stats.h"
 #include "../test/unit/fixtures.h"
 #include "plugin.h"
 
 #define ROUNDS 2000
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int measure(const char *label, struct gpu_inventory *inv, struct gp_config *cfg)
 {

@@ -118,6 +118,16 @@ static int pack(const ProtobufCMessage *msg, struct rpc_buf *out)
     return 0;
 }
 
+/* A request that does not decode is the caller's error, named as such. */
+static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *type, const uint8_t *req,
+                                size_t len, char *msg, size_t msglen)
+{
+    ProtobufCMessage *m = protobuf_c_message_unpack(type, NULL, len, req);
+    if (m == NULL)
+        snprintf(msg, msglen, "cannot decode %s (%zu bytes)", type->short_name, len);
+    return m;
+}
+
 /* ---- Allocate ------------------------------------------------------------------- */
 
 static enum rpc_status resolve_ids(const struct plugin_endpoint *ep, char **ids, size_t n,
@@ -163,11 +173,10 @@ static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t
 {
     const struct resource *res = endpoint_resource(ep);
     const struct plugin_node *node = ep->node;
-    V1beta1__AllocateRequest *in = v1beta1__allocate_request__unpack(NULL, len, req);
-    if (in == NULL) {
-        snprintf(msg, msglen, "cannot decode AllocateRequest (%zu bytes)", len);
+    V1beta1__AllocateRequest *in = (V1beta1__AllocateRequest *)decode(
+        &v1beta1__allocate_request__descriptor, req, len, msg, msglen);
+    if (in == NULL)
         return RPC_INVALID_ARGUMENT;
-    }
     struct arena a = ARENA_INIT;
     enum rpc_status st = RPC_INTERNAL;
     V1beta1__AllocateResponse out = V1BETA1__ALLOCATE_RESPONSE__INIT;
@@ -277,12 +286,10 @@ static enum rpc_status handle_preferred(struct plugin_endpoint *ep, const uint8_
                                         size_t len, struct rpc_buf *resp, char *msg,
                                         size_t msglen)
 {
-    V1beta1__PreferredAllocationRequest *in =
-        v1beta1__preferred_allocation_request__unpack(NULL, len, req);
-    if (in == NULL) {
-        snprintf(msg, msglen, "cannot decode PreferredAllocationRequest (%zu bytes)", len);
+    V1beta1__PreferredAllocationRequest *in = (V1beta1__PreferredAllocationRequest *)decode(
+        &v1beta1__preferred_allocation_request__descriptor, req, len, msg, msglen);
+    if (in == NULL)
         return RPC_INVALID_ARGUMENT;
-    }
     struct arena a = ARENA_INIT;
     enum rpc_status st = RPC_RESOURCE_EXHAUSTED;
     V1beta1__PreferredAllocationResponse out = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
@@ -312,15 +319,23 @@ out:
 
 /* ---- small RPCs ------------------------------------------------------------------------- */
 
+/* Requests whose content does not matter still have to decode. */
+static enum rpc_status check_decodes(const ProtobufCMessageDescriptor *type, const uint8_t *req,
+                                     size_t len, char *msg, size_t msglen)
+{
+    ProtobufCMessage *in = decode(type, req, len, msg, msglen);
+    if (in == NULL)
+        return RPC_INVALID_ARGUMENT;
+    protobuf_c_message_free_unpacked(in, NULL);
+    return RPC_OK;
+}
+
 static enum rpc_status handle_options(const uint8_t *req, size_t len, struct rpc_buf *resp,
                                       char *msg, size_t msglen)
 {
-    V1beta1__Empty *in = v1beta1__empty__unpack(NULL, len, req);
-    if (in == NULL) {
-        snprintf(msg, msglen, "cannot decode Empty (%zu bytes)", len);
-        return RPC_INVALID_ARGUMENT;
-    }
-    v1beta1__empty__free_unpacked(in, NULL);
+    enum rpc_status st = check_decodes(&v1beta1__empty__descriptor, req, len, msg, msglen);
+    if (st != RPC_OK)
+        return st;
     V1beta1__DevicePluginOptions out = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     out.pre_start_required = 0;
     out.get_preferred_allocation_available = 1;
@@ -330,13 +345,10 @@ static enum rpc_status handle_options(const uint8_t *req, size_t len, struct rpc
 static enum rpc_status handle_pre_start(const uint8_t *req, size_t len, struct rpc_buf *resp,
                                         char *msg, size_t msglen)
 {
-    V1beta1__PreStartContainerRequest *in =
-        v1beta1__pre_start_container_request__unpack(NULL, len, req);
-    if (in == NULL) {
-        snprintf(msg, msglen, "cannot decode PreStartContainerRequest (%zu bytes)", len);
-        return RPC_INVALID_ARGUMENT;
-    }
-    v1beta1__pre_start_container_request__free_unpacked(in, NULL);
+    enum rpc_status st =
+        check_decodes(&v1beta1__pre_start_container_request__descriptor, req, len, msg, msglen);
+    if (st != RPC_OK)
+        return st;
     V1beta1__PreStartContainerResponse out = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
     return pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
 }
