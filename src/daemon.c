@@ -27,7 +27,8 @@
 
 #define DAEMON_DEFAULT_SOCKET_DIR "/var/lib/kubelet/device-plugins"
 #define DAEMON_REGISTER_TIMEOUT_MS 5000
-#define DAEMON_RETRY_SECONDS 5
+#define DAEMON_RETRY_MIN_MS 250          /* retries: the delay doubles per failure ... */
+#define DAEMON_RETRY_MAX_MS 5000         /* ... up to this */
 #define DAEMON_ERR_LEN 1024
 
 enum setup_result { SETUP_SERVING = 0, SETUP_IDLE = 1, SETUP_FATAL = -1 };
@@ -51,15 +52,21 @@ struct daemon {
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
     int signal_fd, inotify_fd, timer_fd;
     int watch;                    /* inotify watch descriptor, -1 when none */
+    int retry_ms;                 /* next retry delay */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
 
+/* Schedules the next retry and backs off; a successful registration
+ * resets the delay. */
 static void arm_retry(struct daemon *d)
 {
-    struct itimerspec its = {.it_value = {.tv_sec = DAEMON_RETRY_SECONDS}};
+    struct itimerspec its = {.it_value = {.tv_sec = d->retry_ms / 1000,
+                                          .tv_nsec = (long)(d->retry_ms % 1000) * 1000000L}};
     if (timerfd_settime(d->timer_fd, 0, &its, NULL) != 0)
         log_error("cannot arm the retry timer: %s", strerror(errno));
+    if (d->retry_ms < DAEMON_RETRY_MAX_MS)
+        d->retry_ms = d->retry_ms * 2 < DAEMON_RETRY_MAX_MS ? d->retry_ms * 2 : DAEMON_RETRY_MAX_MS;
 }
 
 static void resolve_socket_dir(struct daemon *d)
@@ -89,8 +96,8 @@ static void watch_socket_dir(struct daemon *d)
                                  IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM |
                                      IN_DELETE_SELF);
     if (d->watch < 0) {
-        log_warn("cannot watch %s for kubelet restarts (%s); retrying in %d s", d->socket_dir,
-                 strerror(errno), DAEMON_RETRY_SECONDS);
+        log_warn("cannot watch %s for kubelet restarts (%s); retrying in %d ms", d->socket_dir,
+                 strerror(errno), d->retry_ms);
         arm_retry(d);
     }
 }
@@ -101,6 +108,23 @@ static void socket_path(const struct daemon *d, size_t resource, char *out, size
 }
 
 /* ---- registration ------------------------------------------------------- */
+
+/* Fails fast when nothing answers on the socket (a kubelet that is
+ * restarting): the retry timer and inotify bring the next attempt, and the
+ * main loop never sits in a call while signals and events wait. */
+static int register_with_kubelet(struct daemon *d, const struct rpc_buf *req, char *err,
+                                 size_t errlen)
+{
+    struct rpc_client *client = d->kubelet;
+    if (client == NULL && rpc_client_open(d->rpc, d->cfg.kubelet_socket, &client, err,
+                                          errlen) != 0)
+        return -1;
+    int rc = rpc_client_register(client, req->data, req->len, DAEMON_REGISTER_TIMEOUT_MS, false,
+                                 err, errlen);
+    if (client != d->kubelet)
+        rpc_client_close(client);
+    return rc;
+}
 
 static void register_one(struct daemon *d, size_t i)
 {
@@ -116,8 +140,9 @@ static void register_one(struct daemon *d, size_t i)
     if (stat(d->cfg.kubelet_socket, &st) != 0) {
         /* Not blocking here keeps signals responsive; inotify reports the
          * socket's creation and the retry timer covers a missed event. */
-        log_info("Waiting for the kubelet socket %s to register '%s'", d->cfg.kubelet_socket,
-                 res->name);
+        if (d->retry_ms == DAEMON_RETRY_MIN_MS)
+            log_info("Waiting for the kubelet socket %s to register '%s'",
+                     d->cfg.kubelet_socket, res->name);
         arm_retry(d);
         return;
     }
@@ -126,20 +151,16 @@ static void register_one(struct daemon *d, size_t i)
         arm_retry(d);
         return;
     }
-    int rc = d->kubelet != NULL
-                 ? rpc_client_register(d->kubelet, req.data, req.len,
-                                       DAEMON_REGISTER_TIMEOUT_MS, err, sizeof err)
-                 : rpc_register(d->rpc, d->cfg.kubelet_socket, req.data, req.len,
-                                DAEMON_REGISTER_TIMEOUT_MS, err, sizeof err);
+    int rc = register_with_kubelet(d, &req, err, sizeof err);
     if (rc == 0) {
+        d->retry_ms = DAEMON_RETRY_MIN_MS;
         d->registered[i] = true;
         clock_gettime(CLOCK_REALTIME, &d->registered_at);
         log_info("Registered device plugin for '%s' with Kubelet (endpoint %s, %zu devices)",
                  res->name, res->socket_name, res->device_count);
     } else {
         log_error("Could not register device plugin for '%s' with Kubelet at %s: %s; "
-                  "retrying in %d s", res->name, d->cfg.kubelet_socket, err,
-                  DAEMON_RETRY_SECONDS);
+                  "retrying in %d ms", res->name, d->cfg.kubelet_socket, err, d->retry_ms);
         arm_retry(d);
     }
     free(req.data);
@@ -184,8 +205,8 @@ static int start_servers(struct daemon *d)
                 log_error("%s", err);
                 return -1;
             }
-            log_error("Could not start device plugin for '%s' on %s: %s; retrying in %d s",
-                      d->node.resources.resources[i].name, path, err, DAEMON_RETRY_SECONDS);
+            log_error("Could not start device plugin for '%s' on %s: %s; retrying in %d ms",
+                      d->node.resources.resources[i].name, path, err, d->retry_ms);
             arm_retry(d);
             continue;
         }
@@ -499,7 +520,8 @@ static void close_event_fds(struct daemon *d)
 int daemon_run(int argc, char **argv, char **envp)
 {
     struct daemon d = {.argc = argc, .argv = argv, .envp = envp,
-                       .signal_fd = -1, .inotify_fd = -1, .timer_fd = -1, .watch = -1};
+                       .signal_fd = -1, .inotify_fd = -1, .timer_fd = -1, .watch = -1,
+                       .retry_ms = DAEMON_RETRY_MIN_MS};
     char err[DAEMON_ERR_LEN];
     int status = 1;
 

@@ -1116,15 +1116,15 @@ void rpc_client_connect(struct rpc_client *client)
 }
 
 int rpc_client_register(struct rpc_client *client, const uint8_t *req, size_t req_len,
-                        int timeout_ms, char *err, size_t errlen)
+                        int timeout_ms, bool wait_for_ready, char *err, size_t errlen)
 {
     struct rpc_buf resp = {0};
     char msg[RPC_MSG_LEN];
     int status = RPC_INTERNAL;
 
-    /* Wait for the kubelet socket to accept instead of failing at once. */
+    uint32_t flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
     int rc = unary_call(client->channel, client->cq, REGISTER_PATH, req, req_len, timeout_ms,
-                        GRPC_INITIAL_METADATA_WAIT_FOR_READY, &resp, &status, msg, sizeof msg);
+                        flags, &resp, &status, msg, sizeof msg);
     free(resp.data);
     if (rc != 0) {
         snprintf(err, errlen, "Register failed: %s (%d): %s", status_name(status), status, msg);
@@ -1139,7 +1139,8 @@ int rpc_register(struct rpc_runtime *rt, const char *kubelet_socket, const uint8
     struct rpc_client *client = NULL;
     if (rpc_client_open(rt, kubelet_socket, &client, err, errlen) != 0)
         return -1;
-    int rc = rpc_client_register(client, req, req_len, timeout_ms, err, errlen);
+    /* Wait for the kubelet socket to accept instead of failing at once. */
+    int rc = rpc_client_register(client, req, req_len, timeout_ms, true, err, errlen);
     rpc_client_close(client);
     return rc;
 }

@@ -11,6 +11,7 @@
 #ifndef GP_RPC_H
 #define GP_RPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -117,9 +118,12 @@ void rpc_client_close(struct rpc_client *client);
  * finds the connection made: the daemon overlaps the kubelet handshake with
  * NVML enumeration. */
 void rpc_client_connect(struct rpc_client *client);
-/* rpc_register() on an open client. */
+/* rpc_register() on an open client. With wait_for_ready false the call
+ * fails at once (UNAVAILABLE) when nothing accepts on the socket, instead
+ * of retrying the connection until the deadline: the daemon prefers to
+ * retry on its own schedule and stay responsive. */
 int rpc_client_register(struct rpc_client *client, const uint8_t *req, size_t req_len,
-                        int timeout_ms, char *err, size_t errlen);
+                        int timeout_ms, bool wait_for_ready, char *err, size_t errlen);
 
 /* Open a ListAndWatch stream on the client's channel. */
 int rpc_client_watch_open(struct rpc_client *client, struct rpc_watch **out, char *err,
