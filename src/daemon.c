@@ -166,13 +166,6 @@ static void register_one(struct daemon *d, size_t i)
     free(req.data);
 }
 
-static void register_pending(struct daemon *d)
-{
-    for (size_t i = 0; i < d->node.resources.count; i++)
-        if (!d->registered[i] && d->node.endpoints[i].server != NULL)
-            register_one(d, i);
-}
-
 /* ---- servers ------------------------------------------------------------ */
 
 static void stop_servers(struct daemon *d)
@@ -191,30 +184,42 @@ static void stop_servers(struct daemon *d)
 
 /* Returns -1 only when another live process serves one of our sockets:
  * taking it over would break that process, so we refuse to run. */
-static int start_servers(struct daemon *d)
+/* Starts the server of resource i if it is not running. Returns -1 only
+ * when another live process serves the socket: taking it over would break
+ * that process, so we refuse to run. */
+static int start_server(struct daemon *d, size_t i)
 {
     char err[DAEMON_ERR_LEN], path[PATH_MAX + RESOURCE_SOCKET_LEN];
-    for (size_t i = 0; i < d->node.resources.count; i++) {
-        if (d->node.endpoints[i].server != NULL)
-            continue;
-        struct rpc_handlers h = plugin_node_handlers(&d->node, i);
-        struct rpc_server *srv = NULL;
-        socket_path(d, i, path, sizeof path);
-        if (rpc_server_start(d->rpc, path, &h, &srv, err, sizeof err) != 0) {
-            if (strstr(err, "another live process") != NULL) {
-                log_error("%s", err);
-                return -1;
-            }
-            log_error("Could not start device plugin for '%s' on %s: %s; retrying in %d ms",
-                      d->node.resources.resources[i].name, path, err, d->retry_ms);
-            arm_retry(d);
-            continue;
+    if (d->node.endpoints[i].server != NULL)
+        return 0;
+    struct rpc_handlers h = plugin_node_handlers(&d->node, i);
+    struct rpc_server *srv = NULL;
+    socket_path(d, i, path, sizeof path);
+    if (rpc_server_start(d->rpc, path, &h, &srv, err, sizeof err) != 0) {
+        if (strstr(err, "another live process") != NULL) {
+            log_error("%s", err);
+            return -1;
         }
-        plugin_node_attach_server(&d->node, i, srv);
-        log_info("Starting GRPC server for '%s' on %s", d->node.resources.resources[i].name,
-                 path);
+        log_error("Could not start device plugin for '%s' on %s: %s; retrying in %d ms",
+                  d->node.resources.resources[i].name, path, err, d->retry_ms);
+        arm_retry(d);
+        return 0;
     }
-    register_pending(d);
+    plugin_node_attach_server(&d->node, i, srv);
+    log_info("Starting GRPC server for '%s' on %s", d->node.resources.resources[i].name, path);
+    return 0;
+}
+
+/* Each resource registers as soon as its own server runs, so the kubelet
+ * sees the first resource without waiting for the others' servers. */
+static int start_servers(struct daemon *d)
+{
+    for (size_t i = 0; i < d->node.resources.count; i++) {
+        if (start_server(d, i) != 0)
+            return -1;
+        if (!d->registered[i] && d->node.endpoints[i].server != NULL)
+            register_one(d, i);
+    }
     return 0;
 }
 
