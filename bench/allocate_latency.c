@@ -12,31 +12,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_stats.h"
+#include "bench_util.h"
 #include "api.pb-c.h"
 #include "rpc.h"
 
 #define DEFAULT_CALLS 2000
 #define WARMUP_CALLS 50
 #define TIMEOUT_MS 5000
-
-/* AllocateRequest{container_requests: [{devices_ids: ids}]} */
-static int encode_allocate(char **ids, size_t n, struct rpc_buf *out)
-{
-    V1beta1__ContainerAllocateRequest container = V1BETA1__CONTAINER_ALLOCATE_REQUEST__INIT;
-    V1beta1__ContainerAllocateRequest *containers[] = {&container};
-    V1beta1__AllocateRequest req = V1BETA1__ALLOCATE_REQUEST__INIT;
-    container.n_devices_ids = n;
-    container.devices_ids = ids;
-    req.n_container_requests = 1;
-    req.container_requests = containers;
-    out->len = v1beta1__allocate_request__get_packed_size(&req);
-    out->data = malloc(out->len + 1);
-    if (out->data == NULL)
-        return -1;
-    v1beta1__allocate_request__pack(&req, out->data);
-    return 0;
-}
 
 /* Time from opening a stream to its first message; returns the device count. */
 static int first_list(struct rpc_runtime *rt, const char *socket, double *open_us,

@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_stats.h"
+#include "bench_util.h"
 #include "api.pb-c.h"
 #include "rpc.h"
 
@@ -170,18 +170,6 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     pthread_cond_broadcast(&k->changed);
     pthread_mutex_unlock(&k->lock);
     return RPC_OK;
-}
-
-static enum rpc_status kubelet_unary(void *ctx, enum rpc_method method, const uint8_t *req,
-                                     size_t len, struct rpc_buf *resp, char *msg, size_t msglen)
-{
-    snprintf(msg, msglen, "this is a kubelet");
-    return RPC_UNIMPLEMENTED;
-}
-
-static int kubelet_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
-{
-    return -1;
 }
 
 static int kubelet_start(struct kubelet *k)
@@ -765,18 +753,6 @@ static void print_sizes(const struct startup_result *r, int n)
 }
 
 /* ---- Allocate latency --------------------------------------------------------------- */
-
-static int encode_allocate(char **ids, size_t n, struct rpc_buf *out)
-{
-    V1beta1__ContainerAllocateRequest container = V1BETA1__CONTAINER_ALLOCATE_REQUEST__INIT;
-    V1beta1__ContainerAllocateRequest *containers[] = {&container};
-    V1beta1__AllocateRequest req = V1BETA1__ALLOCATE_REQUEST__INIT;
-    container.n_devices_ids = n;
-    container.devices_ids = ids;
-    req.n_container_requests = 1;
-    req.container_requests = containers;
-    return pack_message(&req.base, out);
-}
 
 /* One Allocate; 0 when OK (and *us its time), else -1 with the status. */
 static int allocate_once(struct rpc_client *c, const struct rpc_buf *req, double *us,

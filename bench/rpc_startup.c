@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_stats.h"
+#include "bench_util.h"
 #include "api.pb-c.h"
 #include "rpc.h"
 
@@ -160,18 +160,6 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     pthread_cond_signal(&k->registered);
     pthread_mutex_unlock(&k->lock);
     return RPC_OK;
-}
-
-static enum rpc_status kubelet_unary(void *ctx, enum rpc_method method, const uint8_t *req,
-                                     size_t len, struct rpc_buf *resp, char *msg, size_t msglen)
-{
-    snprintf(msg, msglen, "this is a kubelet");
-    return RPC_UNIMPLEMENTED;
-}
-
-static int kubelet_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
-{
-    return -1;
 }
 
 struct sample {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench_stats.h"
+#include "bench_util.h"
 #include "../test/unit/fixtures.h"
 #include "plugin.h"
 

@@ -1051,29 +1051,23 @@ EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned 
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
-{
-    lock();
-    nvmlReturn_t rc = enter_device("nvmlDeviceGetIndex", device);
-    if (rc == NVML_SUCCESS && index == NULL)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    else if (rc == NVML_SUCCESS)
-        *index = device->gpu->index;
-    unlock();
-    return rc;
-}
+/* The NVML getters that copy one unsigned value of a device. */
+#define FAKE_UINT_GETTER(name, expr)                                   \
+    EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int *out)   \
+    {                                                                  \
+        lock();                                                        \
+        nvmlReturn_t rc = enter_device(#name, device);                 \
+        if (rc == NVML_SUCCESS && out == NULL)                         \
+            rc = NVML_ERROR_INVALID_ARGUMENT;                          \
+        else if (rc == NVML_SUCCESS)                                   \
+            *out = (expr);                                             \
+        unlock();                                                      \
+        return rc;                                                     \
+    }
 
-EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
-{
-    lock();
-    nvmlReturn_t rc = enter_device("nvmlDeviceGetMinorNumber", device);
-    if (rc == NVML_SUCCESS && minor == NULL)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    else if (rc == NVML_SUCCESS)
-        *minor = device->gpu->minor;
-    unlock();
-    return rc;
-}
+FAKE_UINT_GETTER(nvmlDeviceGetIndex, device->gpu->index)
+
+FAKE_UINT_GETTER(nvmlDeviceGetMinorNumber, (unsigned int)device->gpu->minor)
 
 static void fill_pci_info(const struct fake_gpu *g, nvmlPciInfo_t *pci)
 {
@@ -1238,17 +1232,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mi
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *is_mig)
-{
-    lock();
-    nvmlReturn_t rc = enter_device("nvmlDeviceIsMigDeviceHandle", device);
-    if (rc == NVML_SUCCESS && is_mig == NULL)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    else if (rc == NVML_SUCCESS)
-        *is_mig = device->mig != NULL;
-    unlock();
-    return rc;
-}
+FAKE_UINT_GETTER(nvmlDeviceIsMigDeviceHandle, device->mig != NULL)
 
 static nvmlReturn_t get_instance_id(const char *function, nvmlDevice_t device, unsigned int *id,
                                     bool compute)
