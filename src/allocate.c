@@ -125,7 +125,7 @@ static int add_device_spec(struct reply_builder *b, const struct gp_config *cfg,
 
 /* The IDs the container runtime understands: physical UUID or index,
  * replicas folded, first occurrence kept. */
-static size_t runtime_ids(struct arena *a, const struct gp_config *cfg,
+static size_t runtime_ids(const struct gp_config *cfg,
                           const struct resource *res, const size_t *positions, size_t count,
                           const char **ids, size_t *first_position)
 {
@@ -141,7 +141,6 @@ static size_t runtime_ids(struct arena *a, const struct gp_config *cfg,
         first_position[n] = positions[i];
         ids[n++] = id;
     }
-    (void)a;
     return n;
 }
 
@@ -297,7 +296,7 @@ int allocate_container(struct arena *a, const struct gp_config *cfg,
     size_t *unique_positions = arena_calloc(a, count ? count : 1, sizeof *unique_positions);
     if (ids == NULL || unique_positions == NULL || size_arrays(&b, count) != 0)
         goto oom;
-    size_t n = runtime_ids(a, cfg, res, positions, count, ids, unique_positions);
+    size_t n = runtime_ids(cfg, res, positions, count, ids, unique_positions);
 
     unsigned cdi = DEVICE_LIST_CDI_ANNOTATIONS | DEVICE_LIST_CDI_CRI;
     if ((cfg->device_list_strategy & cdi) && add_cdi(&b, cfg, ids, n) != 0)

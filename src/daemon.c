@@ -43,8 +43,8 @@ struct daemon {
     bool have_inventory;
     struct plugin_node node;
     bool have_node;
-    bool *registered;             /* per resource */
-    struct timespec registered_at; /* CLOCK_REALTIME of the last registration */
+    /* Per resource: CLOCK_REALTIME of its registration; {0, 0} = not registered. */
+    struct timespec *registered_at;
     struct rpc_runtime *rpc;
     struct rpc_client *kubelet;   /* pre-connected for the first registration, then NULL */
     struct health_monitor *health;
@@ -109,6 +109,11 @@ static void socket_path(const struct daemon *d, size_t resource, char *out, size
 
 /* ---- registration ------------------------------------------------------- */
 
+static bool is_registered(const struct daemon *d, size_t i)
+{
+    return d->registered_at[i].tv_sec != 0 || d->registered_at[i].tv_nsec != 0;
+}
+
 /* Fails fast when nothing answers on the socket (a kubelet that is
  * restarting): the retry timer and inotify bring the next attempt, and the
  * main loop never sits in a call while signals and events wait. */
@@ -133,7 +138,8 @@ static void register_one(struct daemon *d, size_t i)
     struct rpc_buf req = {0};
 
     if (d->kubelet_socket_name == NULL) {
-        d->registered[i] = true; /* --kubelet-socket "": serve without registering */
+        /* --kubelet-socket "": serve without registering */
+        clock_gettime(CLOCK_REALTIME, &d->registered_at[i]);
         return;
     }
     struct stat st;
@@ -154,8 +160,7 @@ static void register_one(struct daemon *d, size_t i)
     int rc = register_with_kubelet(d, &req, err, sizeof err);
     if (rc == 0) {
         d->retry_ms = DAEMON_RETRY_MIN_MS;
-        d->registered[i] = true;
-        clock_gettime(CLOCK_REALTIME, &d->registered_at);
+        clock_gettime(CLOCK_REALTIME, &d->registered_at[i]);
         log_info("Registered device plugin for '%s' with Kubelet (endpoint %s, %zu devices)",
                  res->name, res->socket_name, res->device_count);
     } else {
@@ -178,7 +183,7 @@ static void stop_servers(struct daemon *d)
             continue;
         plugin_node_attach_server(&d->node, i, NULL);
         rpc_server_stop(srv);
-        d->registered[i] = false;
+        d->registered_at[i] = (struct timespec){0, 0};
     }
 }
 
@@ -217,7 +222,7 @@ static int start_servers(struct daemon *d)
     for (size_t i = 0; i < d->node.resources.count; i++) {
         if (start_server(d, i) != 0)
             return -1;
-        if (!d->registered[i] && d->node.endpoints[i].server != NULL)
+        if (!is_registered(d, i) && d->node.endpoints[i].server != NULL)
             register_one(d, i);
     }
     return 0;
@@ -242,8 +247,8 @@ static void teardown(struct daemon *d)
     if (d->have_node)
         plugin_node_free(&d->node);
     d->have_node = false;
-    free(d->registered);
-    d->registered = NULL;
+    free(d->registered_at);
+    d->registered_at = NULL;
     if (d->have_inventory)
         gpu_inventory_free(&d->inv);
     d->have_inventory = false;
@@ -303,8 +308,8 @@ static enum setup_result setup(struct daemon *d)
         log_info("No devices found. Waiting indefinitely.");
         return SETUP_IDLE;
     }
-    d->registered = calloc(d->node.resources.count, sizeof *d->registered);
-    if (d->registered == NULL) {
+    d->registered_at = calloc(d->node.resources.count, sizeof *d->registered_at);
+    if (d->registered_at == NULL) {
         log_error("out of memory");
         return SETUP_FATAL;
     }
@@ -312,8 +317,7 @@ static enum setup_result setup(struct daemon *d)
      * creation would otherwise be lost. */
     if (health_monitor_start(d->nvml, &d->inv, &d->node, &d->cfg, &d->health, err,
                              sizeof err) != 0)
-        log_warn("Failed to start health checks: %s; continuing with health checks disabled",
-                 err);
+        log_warn("Failed to start health checks: %s", err);
     watch_socket_dir(d);
     if (start_servers(d) != 0)
         return SETUP_FATAL;
@@ -381,14 +385,15 @@ static bool is_our_socket_gone(const struct daemon *d, const char *name)
 static bool registered_since_kubelet_start(const struct daemon *d)
 {
     struct stat st;
-    if (!d->have_node || d->registered == NULL || stat(d->cfg.kubelet_socket, &st) != 0)
+    if (!d->have_node || d->registered_at == NULL || stat(d->cfg.kubelet_socket, &st) != 0)
         return false;
-    for (size_t i = 0; i < d->node.resources.count; i++)
-        if (!d->registered[i])
+    for (size_t i = 0; i < d->node.resources.count; i++) {
+        const struct timespec *t = &d->registered_at[i];
+        if (!is_registered(d, i) || t->tv_sec < st.st_ctim.tv_sec ||
+            (t->tv_sec == st.st_ctim.tv_sec && t->tv_nsec <= st.st_ctim.tv_nsec))
             return false;
-    if (d->registered_at.tv_sec != st.st_ctim.tv_sec)
-        return d->registered_at.tv_sec > st.st_ctim.tv_sec;
-    return d->registered_at.tv_nsec > st.st_ctim.tv_nsec;
+    }
+    return true;
 }
 
 /* Returns the restart reason, or NULL. */
@@ -447,7 +452,7 @@ static enum loop_action on_timer(struct daemon *d)
     if (read(d->timer_fd, &expirations, sizeof expirations) < 0)
         return LOOP_CONTINUE;
     watch_socket_dir(d);
-    if (d->have_node && d->registered != NULL)
+    if (d->have_node && d->registered_at != NULL)
         return start_servers(d) == 0 ? LOOP_CONTINUE : LOOP_FAIL;
     return LOOP_CONTINUE;
 }

@@ -369,7 +369,9 @@ int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
     m->gpus = gpus;
     nvmlReturn_t rc = nvml->EventSetCreate(&m->set);
     if (rc != NVML_SUCCESS) {
-        snprintf(err, errlen, "nvmlEventSetCreate failed: %s", nvml_strerror(nvml, rc));
+        /* Unmonitored GPUs are not trusted (NVIDIA's "zombie node", its #1640). */
+        snprintf(err, errlen, "nvmlEventSetCreate failed: %s; all devices marked Unhealthy",
+                 nvml_strerror(nvml, rc));
         plugin_node_set_all_health(node, false);
         free(gpus);
         free(m);
@@ -379,7 +381,8 @@ int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
         register_gpu(m, i);
     int prc = pthread_create(&m->thread, NULL, health_thread, m);
     if (prc != 0) {
-        snprintf(err, errlen, "cannot start the health thread: %s", strerror(prc));
+        snprintf(err, errlen, "cannot start the health thread: %s; continuing without health "
+                 "checks", strerror(prc));
         nvml->EventSetFree(m->set);
         free(gpus);
         free(m);
