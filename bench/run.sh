@@ -17,7 +17,7 @@ BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 
-for f in "$BUILD/gpupool-device-plugin" "$BUILD/bench/snapshot_bench" \
+for f in "$BUILD/bin/gpupool-device-plugin" "$BUILD/bench/snapshot_bench" \
          "$BUILD/bench/plugin_bench" "$BUILD/test/fakenvml/libnvidia-ml.so.1"; do
     if [ ! -e "$f" ]; then
         echo "bench/run.sh: $f is missing (build first: make)" >&2
@@ -53,7 +53,7 @@ echo
 echo
 echo "## The plugin from the kubelet's side (plugin_bench)"
 "$BUILD/bench/plugin_bench" -F "$BUILD/test/fakenvml" -I "$SRC/test/fakenvml/inventories" \
-    "$BUILD/gpupool-device-plugin" || failed="$failed plugin_bench"
+    "$BUILD/bin/gpupool-device-plugin" || failed="$failed plugin_bench"
 
 echo
 echo "## Allocate from the Python kubelet simulator (sim_latency.py)"

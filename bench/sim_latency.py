@@ -3,7 +3,7 @@
 
     bench/sim_latency.py [--calls N] BUILD_DIR
 
-Starts BUILD_DIR/gpupool-device-plugin on the fake NVML (8 GPUs,
+Starts BUILD_DIR/bin/gpupool-device-plugin on the fake NVML (8 GPUs,
 test/fakenvml/inventories/8gpu-nvlink.json) against test/sim/kubelet_sim.py,
 which registers it the way the kubelet does. Then times N sequential Allocate
 calls with 1 and with 2 device IDs on the simulator's one channel (the stub
@@ -50,7 +50,7 @@ def start_plugin(build, sockdir, workdir):
     env["FAKE_NVML_CONTROL"] = os.path.join(workdir, "control")
     open(env["FAKE_NVML_CONTROL"], "w").close()
     log = open(os.path.join(workdir, "plugin.log"), "wb")
-    argv = [os.path.join(build, "gpupool-device-plugin"),
+    argv = [os.path.join(build, "bin", "gpupool-device-plugin"),
             "--kubelet-socket", os.path.join(sockdir, "kubelet.sock")]
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "../test/unit/fixtures.h"
+#include "fixtures.h"
 #include "plugin.h"
 
 #define ROUNDS 2000

@@ -17,7 +17,7 @@ die() { echo "demo: $*" >&2; exit 1; }
 
 [ -d "$BUILD" ] || die "no build directory $BUILD (run make first)"
 BUILD=$(cd "$BUILD" && pwd)
-PLUGIN=$BUILD/gpupool-device-plugin
+PLUGIN=$BUILD/bin/gpupool-device-plugin
 FAKENVML=$BUILD/test/fakenvml
 [ -x "$PLUGIN" ] || die "$PLUGIN is not built"
 [ -e "$FAKENVML/libnvidia-ml.so.1" ] || die "fake NVML $FAKENVML/libnvidia-ml.so.1 is not built"

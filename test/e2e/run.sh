@@ -6,13 +6,13 @@
 #
 #   test/e2e/run.sh BUILD_DIR        (what `make e2e` runs; root only)
 #
-# BUILD_DIR holds gpupool-device-plugin and test/fakenvml/libnvidia-ml.so.1.
+# BUILD_DIR holds bin/gpupool-device-plugin and test/fakenvml/libnvidia-ml.so.1.
 # Steps: install e2e packages -> build-k8s.sh (cached) -> images -> up.sh ->
 # scenarios -> down.sh (always, via trap). Every component's log is kept in
 # /var/tmp/gpupool-e2e/logs/<run>/ (printed on failure). The output ends with
 # the line "N passed, N failed"; the exit status is non-zero on any failure.
 #
-# Environment: PLUGIN_BIN (default BUILD_DIR/gpupool-device-plugin),
+# Environment: PLUGIN_BIN (default BUILD_DIR/bin/gpupool-device-plugin),
 # FAKENVML_DIR, FAKE_NVML_INVENTORY, RECOVERY_PROBES (default 25),
 # K8S_CACHE (default /var/cache/gpupool-k8s), E2E_KEEP_UP=1 (leave the
 # cluster running), E2E_SKIP_DEPS=1 (skip install-deps).
@@ -42,7 +42,7 @@ T_START=$SECONDS
 section() { printf '\n==== %s (%s, +%ss) ====\n' "$*" "$(date +%H:%M:%S)" "$((SECONDS - T_START))"; }
 
 # --- the build under test ---------------------------------------------------
-PLUGIN_BIN=${PLUGIN_BIN:-$BUILD/gpupool-device-plugin}
+PLUGIN_BIN=${PLUGIN_BIN:-$BUILD/bin/gpupool-device-plugin}
 if [[ -z ${FAKENVML_DIR:-} ]]; then
   lib=$(find "$BUILD" -name libnvidia-ml.so.1 -not -path '*/CMakeFiles/*' 2>/dev/null | head -n1)
   FAKENVML_DIR=${lib:+$(dirname "$lib")}

@@ -1,6 +1,6 @@
 """Fixtures for the integration tests: a socket dir, the kubelet simulator, the real plugin.
 
-    GP_BUILD_DIR       build tree holding gpupool-device-plugin and test/fakenvml (default ./build)
+    GP_BUILD_DIR       build tree holding bin/gpupool-device-plugin and test/fakenvml (default ./build)
     GP_PLUGIN_WRAPPER  command line the plugin runs under, e.g.
                        "valgrind --error-exitcode=99 --leak-check=full -q" (default: none)
     GP_TIMEOUT_SCALE   factor for every timeout, sleep and latency bound in the suite
@@ -35,7 +35,7 @@ import kubelet_sim  # noqa: E402
 from inventory import Inventory, INVENTORY_DIR  # noqa: E402
 
 BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
-PLUGIN_BIN = os.path.join(BUILD, "gpupool-device-plugin")
+PLUGIN_BIN = os.path.join(BUILD, "bin", "gpupool-device-plugin")
 FAKENVML_DIR = os.path.join(BUILD, "test", "fakenvml")
 FAKENVML_LIB = os.path.join(FAKENVML_DIR, "libnvidia-ml.so.1")
 
