@@ -1,0 +1,64 @@
+/* client.h -- internals shared by kube.c (request/response) and watch.c
+ * (watch, reflector, cancellation). Not for consumers: use kube.h. */
+#ifndef GP_KUBE_CLIENT_H
+#define GP_KUBE_CLIENT_H
+
+#include "kube.h"
+#include "kubeconfig.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <time.h>
+
+struct kube_client {
+    struct kube_config cfg; /* immutable after kube_client_new */
+    char *user_agent;
+    long timeout_ms, connect_timeout_ms, watch_timeout_s;
+    size_t max_body;
+    struct kube_retry_policy retry;
+
+    /* The request/response handle: one call at a time, so its connection
+     * (keep-alive, TLS session) is reused by every call. */
+    pthread_mutex_t request_lock;
+    CURL *handle;
+
+    /* Token, counters and the jitter generator: short critical sections,
+     * never held across network I/O. */
+    pthread_mutex_t state_lock;
+    char *token;                 /* current bearer token, NULL for none */
+    struct timespec token_read;  /* monotonic time token_file was last read */
+    struct kube_client_stats stats;
+    uint64_t random_state;
+};
+
+/* Re-reads cfg.token_file when older than a minute, or now when `force`
+ * (after a 401). Keeps the old token if the file cannot be read. */
+void kube_token_refresh(struct kube_client *c, bool force);
+
+/* Applies every per-connection option (TLS, auth, timeouts, keepalive, user
+ * agent) and headers to a freshly reset handle; *headers is the caller's to
+ * curl_slist_free_all after the transfer. content_type may be NULL. */
+int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const char *content_type,
+                      struct curl_slist **headers, struct kube_error *err);
+
+/* server + path (+ sep + extra when extra is not NULL): malloc'ed. */
+char *kube_url(const struct kube_client *c, const char *path, const char *extra);
+
+/* Describes a failed transfer (reason "ConnectError", "TLSError", ...). */
+void kube_error_from_curl(struct kube_error *err, CURLcode code, const char *what,
+                          const char *curl_message);
+
+void kube_stats_count(struct kube_client *c, bool retry, size_t body_bytes);
+double kube_random01(struct kube_client *c);
+
+/* kube_list with a cancellation token checked between pages and during
+ * retry backoff (for the reflector). */
+enum kube_result kube_list_cancellable(struct kube_client *client, const char *path, long limit,
+                                       kube_item_fn on_item, void *ctx, char *rv,
+                                       struct kube_cancel *cancel, struct kube_error *err);
+
+/* Sleeps ms, waking early when cancel fires; true when it has fired.
+ * A NULL cancel sleeps the whole time. */
+bool kube_cancel_sleep(struct kube_cancel *cancel, long ms);
+
+#endif

@@ -1,0 +1,689 @@
+/* kube.c -- the client, its request/response calls and their retries.
+ * See kube.h for the contract and docs/kube.md for the design. */
+#include "client.h"
+#include "wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#ifndef GP_VERSION
+#define GP_VERSION "dev"
+#endif
+
+#define DEFAULT_TIMEOUT_MS 30000
+#define DEFAULT_CONNECT_TIMEOUT_MS 10000
+#define DEFAULT_WATCH_TIMEOUT_S 300
+#define DEFAULT_MAX_BODY ((size_t)64 << 20)
+#define DEFAULT_ATTEMPTS 5
+#define DEFAULT_INITIAL_BACKOFF_MS 200
+#define DEFAULT_MAX_BACKOFF_MS 10000
+#define DEFAULT_PAGE_LIMIT 500
+#define TOKEN_REREAD_S 60
+
+static long elapsed_s(const struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long)(now.tv_sec - since->tv_sec);
+}
+
+void kube_token_refresh(struct kube_client *c, bool force)
+{
+    if (c->cfg.token_file == NULL)
+        return;
+    pthread_mutex_lock(&c->state_lock);
+    if (force || c->token == NULL || elapsed_s(&c->token_read) >= TOKEN_REREAD_S) {
+        char why[256];
+        char *fresh = kube_read_token_file(c->cfg.token_file, why, sizeof why);
+        if (fresh != NULL) { /* else keep the old one: a rotation may be mid-write */
+            free(c->token);
+            c->token = fresh;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &c->token_read);
+    }
+    pthread_mutex_unlock(&c->state_lock);
+}
+
+void kube_stats_count(struct kube_client *c, bool retry, size_t body_bytes)
+{
+    pthread_mutex_lock(&c->state_lock);
+    c->stats.requests++;
+    if (retry)
+        c->stats.retries++;
+    if (body_bytes > c->stats.peak_body_bytes)
+        c->stats.peak_body_bytes = body_bytes;
+    pthread_mutex_unlock(&c->state_lock);
+}
+
+double kube_random01(struct kube_client *c)
+{
+    pthread_mutex_lock(&c->state_lock);
+    uint64_t x = c->random_state; /* xorshift64: jitter needs no quality */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c->random_state = x;
+    pthread_mutex_unlock(&c->state_lock);
+    return (double)(x >> 11) / (double)(1ULL << 53);
+}
+
+void kube_client_stats(struct kube_client *client, struct kube_client_stats *out)
+{
+    pthread_mutex_lock(&client->state_lock);
+    *out = client->stats;
+    pthread_mutex_unlock(&client->state_lock);
+}
+
+const char *kube_client_namespace(const struct kube_client *client)
+{
+    return client->cfg.ns;
+}
+
+const char *kube_client_server(const struct kube_client *client)
+{
+    return client->cfg.server;
+}
+
+char *kube_escape(const char *value)
+{
+    char *escaped = curl_easy_escape(NULL, value, 0);
+    if (escaped == NULL)
+        return NULL;
+    char *copy = strdup(escaped); /* callers free() it, not curl_free() */
+    curl_free(escaped);
+    return copy;
+}
+
+char *kube_url(const struct kube_client *c, const char *path, const char *extra)
+{
+    const char *sep = extra == NULL ? "" : strchr(path, '?') ? "&" : "?";
+    size_t need = strlen(c->cfg.server) + strlen(path) + (extra ? strlen(extra) : 0) + 3;
+    char *url = malloc(need);
+    if (url != NULL)
+        snprintf(url, need, "%s%s%s%s", c->cfg.server, path[0] == '/' ? "" : "/", path,
+                 extra ? sep : "");
+    if (url != NULL && extra != NULL)
+        strcat(url, extra);
+    return url;
+}
+
+static void set_blob(CURL *h, CURLoption option, const struct kube_blob *blob)
+{
+    struct curl_blob b = {.data = blob->data, .len = blob->len, .flags = CURL_BLOB_NOCOPY};
+    curl_easy_setopt(h, option, &b); /* NOCOPY: the config outlives every handle */
+}
+
+static int add_header(struct curl_slist **headers, const char *line, struct kube_error *err)
+{
+    struct curl_slist *grown = curl_slist_append(*headers, line);
+    if (grown == NULL)
+        return kube_fail(err, 0, "InternalError", "out of memory");
+    *headers = grown;
+    return 0;
+}
+
+static int auth_header(struct kube_client *c, struct curl_slist **headers, struct kube_error *err)
+{
+    kube_token_refresh(c, false);
+    pthread_mutex_lock(&c->state_lock);
+    char *line = NULL;
+    if (c->token != NULL) {
+        size_t need = strlen(c->token) + 32;
+        line = malloc(need);
+        if (line != NULL)
+            snprintf(line, need, "Authorization: Bearer %s", c->token);
+    }
+    bool wanted = c->token != NULL;
+    pthread_mutex_unlock(&c->state_lock);
+    if (!wanted)
+        return 0;
+    if (line == NULL)
+        return kube_fail(err, 0, "InternalError", "out of memory");
+    int rc = add_header(headers, line, err);
+    free(line);
+    return rc;
+}
+
+int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const char *content_type,
+                      struct curl_slist **headers, struct kube_error *err)
+{
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, c->user_agent);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (c->cfg.insecure) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (c->cfg.ca.data != NULL)
+        set_blob(h, CURLOPT_CAINFO_BLOB, &c->cfg.ca);
+    if (c->cfg.cert.data != NULL) {
+        set_blob(h, CURLOPT_SSLCERT_BLOB, &c->cfg.cert);
+        set_blob(h, CURLOPT_SSLKEY_BLOB, &c->cfg.key);
+        curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+        curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    }
+    if (c->cfg.username != NULL) {
+        curl_easy_setopt(h, CURLOPT_USERNAME, c->cfg.username);
+        curl_easy_setopt(h, CURLOPT_PASSWORD, c->cfg.password);
+    }
+    *headers = NULL;
+    if (add_header(headers, "Accept: application/json", err) != 0 ||
+        add_header(headers, "Expect:", err) != 0 || auth_header(c, headers, err) != 0)
+        goto fail;
+    if (content_type != NULL) {
+        char line[128];
+        snprintf(line, sizeof line, "Content-Type: %s", content_type);
+        if (add_header(headers, line, err) != 0)
+            goto fail;
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, *headers);
+    return 0;
+fail:
+    curl_slist_free_all(*headers);
+    *headers = NULL;
+    return -1;
+}
+
+void kube_error_from_curl(struct kube_error *err, CURLcode code, const char *what,
+                          const char *curl_message)
+{
+    const char *reason;
+    switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+        reason = "ConnectError";
+        break;
+    case CURLE_OPERATION_TIMEDOUT:
+        reason = "Timeout";
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CLIENTCERT:
+        reason = "TLSError";
+        break;
+    case CURLE_ABORTED_BY_CALLBACK:
+        reason = "Cancelled";
+        break;
+    default:
+        reason = "ConnectionError";
+    }
+    kube_fail(err, 0, reason, "%s: %s", what,
+              curl_message && curl_message[0] ? curl_message : curl_easy_strerror(code));
+}
+
+/* ---- request/response ------------------------------------------------- */
+
+struct call {
+    const char *method;       /* GET, POST, PATCH */
+    const char *path;         /* API path and query */
+    const char *content_type; /* NULL without a body */
+    const char *body;
+    size_t body_len;
+    bool idempotent;          /* may be retried after the server could have acted */
+    struct kube_cancel *cancel;
+};
+
+struct response {
+    char *data;
+    size_t len, cap, max;
+    bool too_large;
+    long status;
+    long retry_after_ms;
+    struct kube_cancel *cancel;
+};
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    struct response *r = userdata;
+    size_t n = size * nmemb;
+    if (r->len + n > r->max) {
+        r->too_large = true;
+        return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 16384;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        char *grown = realloc(r->data, cap);
+        if (grown == NULL)
+            return 0;
+        r->data = grown;
+        r->cap = cap;
+    }
+    memcpy(r->data + r->len, ptr, n);
+    r->len += n;
+    r->data[r->len] = '\0';
+    return n;
+}
+
+static size_t on_header(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+    struct response *r = userdata;
+    size_t n = size * nitems;
+    static const char name[] = "retry-after:";
+    if (n > sizeof name && strncasecmp(buffer, name, sizeof name - 1) == 0) {
+        char value[32];
+        size_t vlen = n - (sizeof name - 1);
+        if (vlen >= sizeof value)
+            vlen = sizeof value - 1;
+        memcpy(value, buffer + sizeof name - 1, vlen);
+        value[vlen] = '\0';
+        value[strcspn(value, "\r\n")] = '\0';
+        r->retry_after_ms = kube_retry_after_ms(value);
+    }
+    return n;
+}
+
+static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    struct response *r = userdata;
+    return r->cancel != NULL && kube_cancel_fired(r->cancel); /* non-zero aborts */
+}
+
+/* One HTTP exchange on the shared handle. Returns the libcurl result; the
+ * response (status, body) is in *r. */
+static CURLcode perform_once(struct kube_client *c, const struct call *call, struct response *r,
+                             char *curl_message, struct kube_error *err, bool *setup_failed)
+{
+    char *url = kube_url(c, call->path, NULL);
+    if (url == NULL) {
+        *setup_failed = true;
+        kube_fail(err, 0, "InternalError", "out of memory");
+        return CURLE_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&c->request_lock);
+    CURL *h = c->handle;
+    curl_easy_reset(h); /* keeps the connection cache: reuse survives */
+    struct curl_slist *headers = NULL;
+    CURLcode code = CURLE_OK;
+    if (kube_handle_setup(c, h, url, call->content_type, &headers, err) != 0) {
+        *setup_failed = true;
+        code = CURLE_OUT_OF_MEMORY;
+        goto out;
+    }
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_message);
+    if (call->cancel != NULL) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
+    }
+    if (strcmp(call->method, "GET") == 0) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    } else {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, call->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)call->body_len);
+        if (strcmp(call->method, "POST") != 0)
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, call->method);
+    }
+    code = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+out:
+    pthread_mutex_unlock(&c->request_lock);
+    curl_slist_free_all(headers);
+    free(url);
+    return code;
+}
+
+/* Parses a 2xx body into *out (a JSON object). */
+static int parse_body(const struct call *call, const struct response *r, json_t **out,
+                      struct kube_error *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(r->data ? r->data : "", r->len, 0, &jerr);
+    if (root == NULL)
+        return kube_fail(err, (int)r->status, "BadResponse",
+                         "%s %s: malformed JSON from the server (line %d column %d): %s",
+                         call->method, call->path, jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return kube_fail(err, (int)r->status, "BadResponse",
+                         "%s %s: the server answered JSON that is not an object", call->method,
+                         call->path);
+    }
+    if (out != NULL)
+        *out = root;
+    else
+        json_decref(root);
+    return 0;
+}
+
+static bool retryable(enum kube_retry_class cls, bool idempotent)
+{
+    return cls == KUBE_RETRY_ALWAYS || (cls == KUBE_RETRY_IDEMPOTENT && idempotent);
+}
+
+/* The retry loop around perform_once(). On success *out (may be NULL)
+ * holds the response object. */
+static int call_json(struct kube_client *c, const struct call *call, json_t **out,
+                     struct kube_error *err)
+{
+    char what[512];
+    snprintf(what, sizeof what, "%s %s", call->method, call->path);
+    bool reread_token = false;
+    for (int attempt = 1;; attempt++) {
+        struct response r = {.max = c->max_body, .cancel = call->cancel};
+        char curl_message[CURL_ERROR_SIZE] = "";
+        bool setup_failed = false;
+        CURLcode code = perform_once(c, call, &r, curl_message, err, &setup_failed);
+        kube_stats_count(c, attempt > 1, r.cap);
+        if (setup_failed) {
+            free(r.data);
+            return -1;
+        }
+        enum kube_retry_class cls;
+        if (code == CURLE_OK && r.status >= 200 && r.status < 300) {
+            int rc = parse_body(call, &r, out, err);
+            free(r.data);
+            return rc;
+        }
+        if (code == CURLE_WRITE_ERROR && r.too_large) {
+            kube_fail(err, (int)r.status, "TooLarge", "%s: response larger than %zu bytes", what,
+                      c->max_body);
+            cls = KUBE_RETRY_NEVER;
+        } else if (code != CURLE_OK) {
+            kube_error_from_curl(err, code, what, curl_message);
+            cls = kube_retry_class_of(0, (int)code);
+        } else {
+            kube_error_from_response(err, (int)r.status, what, r.data, r.len);
+            cls = kube_retry_class_of((int)r.status, 0);
+        }
+        free(r.data);
+        if (code == CURLE_ABORTED_BY_CALLBACK)
+            return -1;
+        /* A bound service-account token may have rotated under us. */
+        if (code == CURLE_OK && r.status == 401 && c->cfg.token_file && !reread_token) {
+            reread_token = true;
+            kube_token_refresh(c, true);
+            cls = KUBE_RETRY_ALWAYS;
+        }
+        if (!retryable(cls, call->idempotent) || attempt >= c->retry.max_attempts)
+            return -1;
+        long wait = kube_backoff_ms(&c->retry, attempt, kube_random01(c), r.retry_after_ms);
+        if (kube_cancel_sleep(call->cancel, wait))
+            return kube_fail(err, 0, "Cancelled", "%s: cancelled", what);
+    }
+}
+
+int kube_get(struct kube_client *client, const char *path, json_t **out, struct kube_error *err)
+{
+    struct call call = {.method = "GET", .path = path, .idempotent = true};
+    if (out != NULL)
+        *out = NULL;
+    return call_json(client, &call, out, err);
+}
+
+static int call_with_body(struct kube_client *c, const char *method, const char *path,
+                          const char *content_type, const json_t *body, json_t **out,
+                          struct kube_error *err)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (body == NULL)
+        return kube_fail(err, 0, "InvalidArgument", "%s %s: no body", method, path);
+    /* json_dumpb into our own buffer: json_dumps() memory belongs to
+     * jansson's allocator, which a program may have replaced. */
+    size_t len = json_dumpb(body, NULL, 0, JSON_COMPACT);
+    char *text = len > 0 ? malloc(len) : NULL;
+    if (text == NULL || json_dumpb(body, text, len, JSON_COMPACT) != len) {
+        free(text);
+        return kube_fail(err, 0, "InvalidArgument", "%s %s: body cannot be serialized", method,
+                         path);
+    }
+    struct call call = {.method = method, .path = path, .content_type = content_type,
+                        .body = text, .body_len = len, .idempotent = false};
+    int rc = call_json(c, &call, out, err);
+    free(text);
+    return rc;
+}
+
+int kube_patch(struct kube_client *client, const char *path, enum kube_patch_type type,
+               const json_t *body, json_t **out, struct kube_error *err)
+{
+    static const char *const types[] = {
+        [KUBE_PATCH_STRATEGIC] = "application/strategic-merge-patch+json",
+        [KUBE_PATCH_MERGE] = "application/merge-patch+json",
+        [KUBE_PATCH_JSON] = "application/json-patch+json",
+    };
+    if ((unsigned)type > KUBE_PATCH_JSON)
+        return kube_fail(err, 0, "InvalidArgument", "PATCH %s: unknown patch type %d", path,
+                         (int)type);
+    return call_with_body(client, "PATCH", path, types[type], body, out, err);
+}
+
+int kube_post(struct kube_client *client, const char *path, const json_t *body, json_t **out,
+              struct kube_error *err)
+{
+    return call_with_body(client, "POST", path, "application/json", body, out, err);
+}
+
+int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
+                  const char *node, struct kube_error *err)
+{
+    json_t *meta = json_pack("{s:s, s:s}", "name", name, "namespace", ns);
+    if (meta != NULL && uid != NULL)
+        json_object_set_new(meta, "uid", json_string(uid));
+    json_t *body = json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind",
+                             "Binding", "metadata", meta, "target", "apiVersion", "v1", "kind",
+                             "Node", "name", node);
+    if (body == NULL)
+        return kube_fail(err, 0, "InvalidArgument", "binding %s/%s to %s: bad names", ns, name,
+                         node);
+    char path[1024];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/binding", ns, name);
+    int rc = kube_post(client, path, body, NULL, err);
+    json_decref(body);
+    return rc;
+}
+
+/* ---- paginated LIST --------------------------------------------------- */
+
+/* "limit=N[&continue=<escaped>]" for one page. */
+static char *page_query(long limit, const char *cont)
+{
+    char *esc = cont ? kube_escape(cont) : NULL;
+    if (cont != NULL && esc == NULL)
+        return NULL;
+    size_t need = 64 + (esc ? strlen(esc) : 0);
+    char *q = malloc(need);
+    if (q != NULL)
+        snprintf(q, need, "limit=%ld%s%s", limit, esc ? "&continue=" : "", esc ? esc : "");
+    free(esc);
+    return q;
+}
+
+static char *page_path(const char *path, long limit, const char *cont)
+{
+    char *q = page_query(limit, cont);
+    if (q == NULL)
+        return NULL;
+    size_t need = strlen(path) + strlen(q) + 2;
+    char *full = malloc(need);
+    if (full != NULL)
+        snprintf(full, need, "%s%s%s", path, strchr(path, '?') ? "&" : "?", q);
+    free(q);
+    return full;
+}
+
+/* Calls on_item for each item of one page; copies the page's continue token
+ * (or NULL) into *next and its resourceVersion into rv. */
+static enum kube_result walk_page(json_t *page, const char *path, kube_item_fn on_item, void *ctx,
+                                  char *rv, char **next, struct kube_error *err)
+{
+    json_t *items = json_object_get(page, "items");
+    if (items != NULL && !json_is_array(items) && !json_is_null(items)) {
+        kube_fail(err, 200, "BadResponse", "LIST %s: \"items\" is not a list", path);
+        return KUBE_ERROR;
+    }
+    json_t *meta = json_object_get(page, "metadata");
+    const char *version = json_string_value(json_object_get(meta, "resourceVersion"));
+    const char *cont = json_string_value(json_object_get(meta, "continue"));
+    if (rv != NULL && version != NULL)
+        snprintf(rv, KUBE_RV_MAX, "%s", version);
+    *next = cont && cont[0] ? strdup(cont) : NULL;
+    size_t i;
+    json_t *item;
+    json_array_foreach(items, i, item)
+    {
+        if (on_item(item, ctx) != 0) {
+            free(*next);
+            *next = NULL;
+            kube_fail(err, 0, "CallbackError", "LIST %s: the item callback stopped the list",
+                      path);
+            return KUBE_ERROR;
+        }
+    }
+    return KUBE_OK;
+}
+
+enum kube_result kube_list_cancellable(struct kube_client *client, const char *path, long limit,
+                                       kube_item_fn on_item, void *ctx, char *rv,
+                                       struct kube_cancel *cancel, struct kube_error *err)
+{
+    if (limit <= 0)
+        limit = DEFAULT_PAGE_LIMIT;
+    if (rv != NULL)
+        rv[0] = '\0';
+    char *cont = NULL;
+    do {
+        if (cancel != NULL && kube_cancel_fired(cancel)) {
+            free(cont);
+            kube_fail(err, 0, "Cancelled", "LIST %s: cancelled", path);
+            return KUBE_CANCELLED;
+        }
+        char *page_url = page_path(path, limit, cont);
+        free(cont);
+        cont = NULL;
+        if (page_url == NULL) {
+            kube_fail(err, 0, "InternalError", "out of memory");
+            return KUBE_ERROR;
+        }
+        struct call call = {.method = "GET", .path = page_url, .idempotent = true,
+                            .cancel = cancel};
+        json_t *page = NULL;
+        int rc = call_json(client, &call, &page, err);
+        free(page_url);
+        if (rc != 0) {
+            if (cancel != NULL && kube_cancel_fired(cancel))
+                return KUBE_CANCELLED;
+            return err->http_status == 410 ? KUBE_GONE : KUBE_ERROR;
+        }
+        enum kube_result res = walk_page(page, path, on_item, ctx, rv, &cont, err);
+        json_decref(page); /* one page at a time */
+        if (res != KUBE_OK)
+            return res;
+    } while (cont != NULL);
+    return KUBE_OK;
+}
+
+enum kube_result kube_list(struct kube_client *client, const char *path, long limit,
+                           kube_item_fn on_item, void *ctx, char *rv, struct kube_error *err)
+{
+    return kube_list_cancellable(client, path, limit, on_item, ctx, rv, NULL, err);
+}
+
+/* ---- construction ----------------------------------------------------- */
+
+static void apply_defaults(struct kube_client *c, const struct kube_client_options *o)
+{
+    c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    c->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms
+                                                      : DEFAULT_CONNECT_TIMEOUT_MS;
+    c->watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s : DEFAULT_WATCH_TIMEOUT_S;
+    c->max_body = o->max_body_bytes > 0 ? o->max_body_bytes : DEFAULT_MAX_BODY;
+    c->retry.max_attempts = o->retry.max_attempts > 0 ? o->retry.max_attempts : DEFAULT_ATTEMPTS;
+    c->retry.initial_backoff_ms = o->retry.initial_backoff_ms > 0 ? o->retry.initial_backoff_ms
+                                                                  : DEFAULT_INITIAL_BACKOFF_MS;
+    c->retry.max_backoff_ms = o->retry.max_backoff_ms > 0 ? o->retry.max_backoff_ms
+                                                          : DEFAULT_MAX_BACKOFF_MS;
+    if (c->retry.max_backoff_ms < c->retry.initial_backoff_ms)
+        c->retry.max_backoff_ms = c->retry.initial_backoff_ms;
+}
+
+struct kube_client *kube_client_new(const struct kube_client_options *opt, char *err,
+                                    size_t errlen)
+{
+    static const struct kube_client_options none = {0};
+    const struct kube_client_options *o = opt ? opt : &none;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, errlen, "libcurl initialisation failed");
+        return NULL;
+    }
+    struct kube_client *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        snprintf(err, errlen, "out of memory");
+        curl_global_cleanup();
+        return NULL;
+    }
+    if (kube_config_resolve(o->kubeconfig, o->context, o->in_cluster, o->serviceaccount_dir,
+                            &c->cfg, err, errlen) != 0) {
+        free(c);
+        curl_global_cleanup();
+        return NULL;
+    }
+    apply_defaults(c, o);
+    c->user_agent = strdup(o->user_agent ? o->user_agent : "gpupool/" GP_VERSION);
+    c->handle = curl_easy_init();
+    if (c->cfg.token != NULL)
+        c->token = strdup(c->cfg.token);
+    pthread_mutex_init(&c->request_lock, NULL);
+    pthread_mutex_init(&c->state_lock, NULL);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    c->random_state = ((uint64_t)now.tv_nsec << 20) ^ (uint64_t)now.tv_sec ^
+                      ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)c;
+    if (c->random_state == 0)
+        c->random_state = 0x9e3779b97f4a7c15ULL;
+    if (c->user_agent == NULL || c->handle == NULL ||
+        (c->cfg.token != NULL && c->token == NULL)) {
+        snprintf(err, errlen, "out of memory");
+        kube_client_free(c);
+        return NULL;
+    }
+    kube_token_refresh(c, true);
+    return c;
+}
+
+void kube_client_free(struct kube_client *client)
+{
+    if (client == NULL)
+        return;
+    curl_easy_cleanup(client->handle);
+    pthread_mutex_destroy(&client->request_lock);
+    pthread_mutex_destroy(&client->state_lock);
+    kube_config_free(&client->cfg);
+    free(client->user_agent);
+    free(client->token);
+    free(client);
+    curl_global_cleanup();
+}
+
+const char *kube_event_type_name(enum kube_event_type type)
+{
+    switch (type) {
+    case KUBE_EVENT_ADDED: return "ADDED";
+    case KUBE_EVENT_MODIFIED: return "MODIFIED";
+    case KUBE_EVENT_DELETED: return "DELETED";
+    case KUBE_EVENT_BOOKMARK: return "BOOKMARK";
+    }
+    return "UNKNOWN";
+}

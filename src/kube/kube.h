@@ -1,0 +1,218 @@
+/* kube.h -- a small Kubernetes API client (libcurl + jansson).
+ *
+ * What every gpupool program needs from the API server and nothing more:
+ * GET, paginated LIST, WATCH, PATCH, POST, plus a reflector (list, then watch
+ * forever, re-list when the watch is too old) that feeds a caller's cache.
+ *
+ * Configuration (kube_client_new): a kubeconfig (explicit path, else
+ * $KUBECONFIG, else ~/.kube/config) or the in-cluster service account
+ * (/var/run/secrets/kubernetes.io/serviceaccount + KUBERNETES_SERVICE_HOST/PORT).
+ * See kubeconfig.h for what a kubeconfig may contain.
+ *
+ * Paths are API paths with an optional query, e.g.
+ *   "/api/v1/namespaces/kube-system/configmaps/unhealthy-gpu-node1"
+ *   "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode1"
+ * Query values must be URL-escaped by the caller (kube_escape()).
+ *
+ * Threads: a client is thread-safe. Request/response calls (get, list pages,
+ * patch, post) share one connection behind a mutex, so they serialize; each
+ * kube_watch() / kube_reflector_run() uses its own connection and may run in
+ * its own thread concurrently with everything else. A watch or reflector is
+ * stopped from any thread with kube_cancel_fire().
+ *
+ * Ownership: json_t values handed to callbacks are borrowed (valid during the
+ * call; json_incref() to keep one). json_t **out results belong to the caller
+ * (json_decref()). Nothing here keeps a pointer to a caller's buffer after
+ * returning, except the options' strings, which are copied.
+ *
+ * Errors: every fallible call fills a struct kube_error. When the server
+ * answered with a Kubernetes Status object its code, reason and message are
+ * copied verbatim (message "pods \"x\" not found", reason "NotFound"); other
+ * failures get http_status 0 (or the HTTP status) and a reason of our own:
+ * "ConnectError", "Timeout", "TLSError", "BadResponse", "TooLarge",
+ * "Cancelled", "CallbackError", "InvalidArgument".
+ *
+ * Retries (see docs/kube.md): connect failures and 429 (honouring
+ * Retry-After) are retried for every verb, since the server did not act on
+ * the request; 500/502/503/504 and transfer timeouts only for GET and LIST,
+ * never for POST (a retried binding could bind twice) or PATCH. Backoff is
+ * exponential with jitter, bounded by kube_retry_policy; Retry-After is
+ * honoured up to 60 s. A 401 re-reads a token file once and retries. */
+#ifndef GP_KUBE_H
+#define GP_KUBE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KUBE_WUR __attribute__((warn_unused_result))
+
+/* Longest resourceVersion we keep (they are opaque strings; etcd's are
+ * decimal integers). A buffer of this size always fits one. */
+#define KUBE_RV_MAX 128
+
+struct kube_client;
+struct kube_cancel;
+
+/* Results of the calls that can end in more than ok/failed. */
+enum kube_result {
+    KUBE_OK = 0,
+    KUBE_ERROR = -1,     /* see the struct kube_error */
+    KUBE_GONE = -2,      /* 410: the resourceVersion/continue token is too old: re-list */
+    KUBE_CANCELLED = -3, /* kube_cancel_fire() was called */
+};
+
+struct kube_error {
+    int http_status;    /* HTTP status, or Status.code; 0 when none was received */
+    char reason[64];    /* Status.reason ("NotFound", "Conflict", "Gone", ...) or ours */
+    char message[1024]; /* Status.message, or a description of the local failure */
+};
+
+struct kube_retry_policy {
+    int max_attempts;        /* tries per call including the first; 0 = 5; 1 = no retry */
+    long initial_backoff_ms; /* first wait before jitter; 0 = 200 */
+    long max_backoff_ms;     /* cap of the exponential wait and of Retry-After; 0 = 10000 */
+};
+
+struct kube_client_options {
+    const char *kubeconfig;  /* NULL: $KUBECONFIG (first of a ':' list), ~/.kube/config, in-cluster */
+    const char *context;     /* NULL: the kubeconfig's current-context */
+    bool in_cluster;         /* use the service account even when a kubeconfig exists */
+    const char *user_agent;  /* NULL: "gpupool/<version>" */
+    long timeout_ms;         /* whole request/response call, per attempt; 0 = 30000 */
+    long connect_timeout_ms; /* 0 = 10000 */
+    long watch_timeout_s;    /* server-side timeoutSeconds of a watch; 0 = 300 */
+    size_t max_body_bytes;   /* largest response body or watch event; 0 = 64 MiB */
+    struct kube_retry_policy retry;
+    /* Test hook: directory replacing /var/run/secrets/kubernetes.io/serviceaccount. */
+    const char *serviceaccount_dir;
+};
+
+/* Counters, for logs, metrics and tests. */
+struct kube_client_stats {
+    uint64_t requests;        /* HTTP requests sent, retries included (watches too) */
+    uint64_t retries;         /* of which were retries */
+    size_t peak_body_bytes;   /* largest response body or watch line held in memory */
+};
+
+/* Builds a client from the options (NULL = all defaults). Reads and checks
+ * the whole configuration now: a bad kubeconfig fails here with
+ * "path:line: what" in err. Does not contact the server. */
+struct kube_client *kube_client_new(const struct kube_client_options *opt, char *err,
+                                    size_t errlen) KUBE_WUR;
+void kube_client_free(struct kube_client *client);
+
+/* The context's namespace ("default" when unset; the service account's own
+ * namespace in-cluster) and the server URL ("https://host:port"). */
+const char *kube_client_namespace(const struct kube_client *client);
+const char *kube_client_server(const struct kube_client *client);
+void kube_client_stats(struct kube_client *client, struct kube_client_stats *out);
+
+/* URL-escapes a query value ("spec.nodeName=n1" -> "spec.nodeName%3Dn1").
+ * Returns a malloc'ed string (free()), NULL when out of memory. */
+char *kube_escape(const char *value);
+
+/* GET path; *out receives the parsed JSON object. */
+int kube_get(struct kube_client *client, const char *path, json_t **out,
+             struct kube_error *err) KUBE_WUR;
+
+/* Paginated LIST: fetches `limit` items per request (0 = 500) following the
+ * `continue` token, calls on_item once per item in order and frees each page
+ * before fetching the next, so at most one page is ever in memory.
+ * on_item returns 0 to go on, anything else to stop (the call then returns
+ * KUBE_ERROR with reason "CallbackError"). On KUBE_OK, rv (KUBE_RV_MAX bytes,
+ * may be NULL) receives the list's resourceVersion, the one to watch from.
+ * KUBE_GONE: the continue token expired mid-list; the caller starts again. */
+typedef int (*kube_item_fn)(json_t *item, void *ctx);
+enum kube_result kube_list(struct kube_client *client, const char *path, long limit,
+                           kube_item_fn on_item, void *ctx, char *rv,
+                           struct kube_error *err) KUBE_WUR;
+
+enum kube_event_type {
+    KUBE_EVENT_ADDED,
+    KUBE_EVENT_MODIFIED,
+    KUBE_EVENT_DELETED,
+    KUBE_EVENT_BOOKMARK, /* object carries only metadata.resourceVersion */
+};
+const char *kube_event_type_name(enum kube_event_type type);
+
+/* on_event returns 0 to go on, anything else to stop (KUBE_ERROR,
+ * reason "CallbackError"). */
+typedef int (*kube_event_fn)(enum kube_event_type type, json_t *object, void *ctx);
+
+/* One WATCH request: streams path?watch=1&resourceVersion=<rv>&
+ * allowWatchBookmarks=true&timeoutSeconds=<watch_timeout_s> on its own
+ * connection and calls on_event for each event until the server ends the
+ * stream. rv (KUBE_RV_MAX bytes) is in/out: the version to start from ("" =
+ * the server's current state, which first replays every object as ADDED) and,
+ * on return, the version of the last event seen, to resume from.
+ * Returns KUBE_OK when the stream ended normally (call again to resume),
+ * KUBE_GONE on HTTP 410 or an ERROR event whose Status code is 410 (re-list),
+ * KUBE_CANCELLED when `cancel` (may be NULL) fired, KUBE_ERROR otherwise (an
+ * ERROR event with another code, HTTP errors, malformed events, a dead
+ * connection). Not retried here: the reflector does that. */
+enum kube_result kube_watch(struct kube_client *client, const char *path, char *rv,
+                            kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
+                            struct kube_error *err) KUBE_WUR;
+
+enum kube_patch_type {
+    KUBE_PATCH_STRATEGIC, /* application/strategic-merge-patch+json (built-in kinds only) */
+    KUBE_PATCH_MERGE,     /* application/merge-patch+json (RFC 7386) */
+    KUBE_PATCH_JSON,      /* application/json-patch+json (RFC 6902; body is an array) */
+};
+
+/* PATCH path with body; *out (may be NULL) receives the patched object.
+ * Example: annotate a pod
+ *   {"metadata":{"annotations":{"gpupool.io/gpu-index":"1"}}}
+ * or a node's capacity on "/api/v1/nodes/<n>/status". */
+int kube_patch(struct kube_client *client, const char *path, enum kube_patch_type type,
+               const json_t *body, json_t **out, struct kube_error *err) KUBE_WUR;
+
+/* POST body to path (create; pods/<name>/binding); *out (may be NULL)
+ * receives the response object. Not retried once the server may have acted. */
+int kube_post(struct kube_client *client, const char *path, const json_t *body, json_t **out,
+              struct kube_error *err) KUBE_WUR;
+
+/* Convenience: POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
+int kube_bind_pod(struct kube_client *client, const char *ns, const char *name,
+                  const char *uid, const char *node, struct kube_error *err) KUBE_WUR;
+
+/* Cancellation token for watches and reflectors. kube_cancel_fire() is
+ * thread-safe and makes a running kube_watch()/kube_reflector_run() that
+ * uses this token return KUBE_CANCELLED promptly (it interrupts the network
+ * wait and the backoff sleep). Once fired it stays fired. */
+struct kube_cancel *kube_cancel_new(void) KUBE_WUR;
+void kube_cancel_free(struct kube_cancel *cancel);
+void kube_cancel_fire(struct kube_cancel *cancel);
+bool kube_cancel_fired(struct kube_cancel *cancel);
+
+/* The reflector: keeps a caller's cache in sync with a collection.
+ *
+ *   loop: list_begin(); list_item()* (paginated); list_end(rv);
+ *         watch from rv: event()* ... when the stream ends, watch again from
+ *         the last rv; on 410 Gone go back to list; on errors, back off
+ *         (exponential with jitter, reset after a healthy watch) and retry.
+ *
+ * A re-list replays every object through list_item: the caller replaces its
+ * view of the collection at list_end (objects not seen since list_begin were
+ * deleted while the watch was down). All callbacks run in the thread that
+ * called kube_reflector_run; any may be NULL except list_item and event. A
+ * non-zero return from a callback stops the reflector with KUBE_ERROR.
+ * on_error (may be NULL) is told about each failure that will be retried. */
+struct kube_reflector_ops {
+    int (*list_begin)(void *ctx);
+    int (*list_item)(json_t *item, void *ctx);
+    int (*list_end)(const char *rv, void *ctx);
+    int (*event)(enum kube_event_type type, json_t *object, void *ctx);
+    void (*on_error)(const struct kube_error *err, void *ctx);
+};
+
+/* Runs until `cancel` fires (returns KUBE_CANCELLED) or a callback fails
+ * (KUBE_ERROR, err says which). page_limit as for kube_list. */
+enum kube_result kube_reflector_run(struct kube_client *client, const char *path,
+                                    long page_limit, const struct kube_reflector_ops *ops,
+                                    void *ctx, struct kube_cancel *cancel,
+                                    struct kube_error *err) KUBE_WUR;
+
+#endif

@@ -1,0 +1,448 @@
+/* watch.c -- WATCH streams, the reflector and cancellation tokens.
+ *
+ * A watch runs its own easy handle inside its own multi handle so that
+ * curl_multi_poll() can be interrupted by curl_multi_wakeup() from
+ * kube_cancel_fire() in another thread: cancellation is immediate instead of
+ * waiting for the next byte or a progress tick. */
+#include "client.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Slack over the server-side timeoutSeconds before we call a silent
+ * connection dead (the server ends a healthy watch at timeoutSeconds). */
+#define WATCH_DEAD_SLACK_S 30
+#define ERROR_BODY_MAX 65536
+
+/* ---- cancellation ----------------------------------------------------- */
+
+struct cancel_reg {
+    CURLM *multi;
+    struct cancel_reg *next;
+};
+
+struct kube_cancel {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC, for kube_cancel_sleep */
+    bool fired;
+    struct cancel_reg *watches; /* multi handles of the watches to wake */
+};
+
+struct kube_cancel *kube_cancel_new(void)
+{
+    struct kube_cancel *cancel = calloc(1, sizeof *cancel);
+    if (cancel == NULL)
+        return NULL;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&cancel->lock, NULL);
+    pthread_cond_init(&cancel->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return cancel;
+}
+
+void kube_cancel_free(struct kube_cancel *cancel)
+{
+    if (cancel == NULL)
+        return;
+    pthread_mutex_destroy(&cancel->lock);
+    pthread_cond_destroy(&cancel->cond);
+    free(cancel);
+}
+
+void kube_cancel_fire(struct kube_cancel *cancel)
+{
+    pthread_mutex_lock(&cancel->lock);
+    cancel->fired = true;
+    for (struct cancel_reg *r = cancel->watches; r != NULL; r = r->next)
+        curl_multi_wakeup(r->multi);
+    pthread_cond_broadcast(&cancel->cond);
+    pthread_mutex_unlock(&cancel->lock);
+}
+
+bool kube_cancel_fired(struct kube_cancel *cancel)
+{
+    pthread_mutex_lock(&cancel->lock);
+    bool fired = cancel->fired;
+    pthread_mutex_unlock(&cancel->lock);
+    return fired;
+}
+
+bool kube_cancel_sleep(struct kube_cancel *cancel, long ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += ms / 1000;
+    deadline.tv_nsec += (ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    if (cancel == NULL) {
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR)
+            ;
+        return false;
+    }
+    pthread_mutex_lock(&cancel->lock);
+    while (!cancel->fired &&
+           pthread_cond_timedwait(&cancel->cond, &cancel->lock, &deadline) != ETIMEDOUT)
+        ;
+    bool fired = cancel->fired;
+    pthread_mutex_unlock(&cancel->lock);
+    return fired;
+}
+
+static void cancel_attach(struct kube_cancel *cancel, struct cancel_reg *reg)
+{
+    pthread_mutex_lock(&cancel->lock);
+    reg->next = cancel->watches;
+    cancel->watches = reg;
+    pthread_mutex_unlock(&cancel->lock);
+}
+
+static void cancel_detach(struct kube_cancel *cancel, struct cancel_reg *reg)
+{
+    pthread_mutex_lock(&cancel->lock);
+    for (struct cancel_reg **p = &cancel->watches; *p != NULL; p = &(*p)->next) {
+        if (*p == reg) {
+            *p = reg->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cancel->lock);
+}
+
+/* ---- one watch -------------------------------------------------------- */
+
+struct watch {
+    struct kube_client *c;
+    CURL *h;
+    const char *path;
+    char *rv;
+    kube_event_fn on_event;
+    void *ctx;
+    struct kube_error *err;
+    struct kube_lines lines;
+    long status;            /* HTTP status, read at the first body byte */
+    char *error_body;       /* body of a non-200 answer (a Status) */
+    size_t error_len;
+    bool stopped;           /* we aborted the transfer; result and err are set */
+    enum kube_result result;
+    size_t events;
+};
+
+static bool parse_type(const char *type, enum kube_event_type *out)
+{
+    static const struct {
+        const char *name;
+        enum kube_event_type type;
+    } types[] = {
+        {"ADDED", KUBE_EVENT_ADDED},
+        {"MODIFIED", KUBE_EVENT_MODIFIED},
+        {"DELETED", KUBE_EVENT_DELETED},
+        {"BOOKMARK", KUBE_EVENT_BOOKMARK},
+    };
+    for (size_t i = 0; type != NULL && i < sizeof types / sizeof types[0]; i++) {
+        if (strcmp(type, types[i].name) == 0) {
+            *out = types[i].type;
+            return true;
+        }
+    }
+    return false;
+}
+
+static int stop(struct watch *w, enum kube_result result)
+{
+    w->stopped = true;
+    w->result = result;
+    return -1;
+}
+
+/* One event line: {"type":"ADDED","object":{...}}. */
+static int on_line(const char *line, size_t len, void *userdata)
+{
+    struct watch *w = userdata;
+    json_error_t jerr;
+    json_t *event = json_loadb(line, len, 0, &jerr);
+    if (event == NULL) {
+        kube_fail(w->err, 200, "BadResponse", "WATCH %s: malformed event (column %d): %s",
+                  w->path, jerr.column, jerr.text);
+        return stop(w, KUBE_ERROR);
+    }
+    const char *type = json_string_value(json_object_get(event, "type"));
+    json_t *object = json_object_get(event, "object");
+    enum kube_event_type kind;
+    int rc = 0;
+    if (!json_is_object(object)) {
+        kube_fail(w->err, 200, "BadResponse", "WATCH %s: event without an object", w->path);
+        rc = stop(w, KUBE_ERROR);
+    } else if (type != NULL && strcmp(type, "ERROR") == 0) {
+        int code = kube_error_from_status(w->err, object);
+        rc = stop(w, code == 410 ? KUBE_GONE : KUBE_ERROR);
+    } else if (!parse_type(type, &kind)) {
+        kube_fail(w->err, 200, "BadResponse", "WATCH %s: unknown event type \"%s\"", w->path,
+                  type ? type : "(none)");
+        rc = stop(w, KUBE_ERROR);
+    } else {
+        const char *version = json_string_value(
+            json_object_get(json_object_get(object, "metadata"), "resourceVersion"));
+        if (version != NULL && strlen(version) < KUBE_RV_MAX)
+            strcpy(w->rv, version);
+        w->events++;
+        if (w->on_event(kind, object, w->ctx) != 0) {
+            kube_fail(w->err, 0, "CallbackError", "WATCH %s: the event callback stopped the watch",
+                      w->path);
+            rc = stop(w, KUBE_ERROR);
+        }
+    }
+    json_decref(event);
+    return rc;
+}
+
+static size_t on_watch_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    struct watch *w = userdata;
+    size_t n = size * nmemb;
+    if (w->status == 0)
+        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->status);
+    if (w->status != 200) { /* an error answer: keep the start of its Status */
+        size_t room = ERROR_BODY_MAX - w->error_len;
+        size_t take = n < room ? n : room;
+        char *grown = realloc(w->error_body, w->error_len + take + 1);
+        if (grown == NULL)
+            return 0;
+        w->error_body = grown;
+        memcpy(w->error_body + w->error_len, ptr, take);
+        w->error_len += take;
+        return n;
+    }
+    bool too_large;
+    if (kube_lines_feed(&w->lines, ptr, n, on_line, w, &too_large) != 0) {
+        if (too_large) {
+            kube_fail(w->err, 200, "TooLarge", "WATCH %s: event larger than %zu bytes", w->path,
+                      w->c->max_body);
+            stop(w, KUBE_ERROR);
+        } else if (!w->stopped) {
+            kube_fail(w->err, 0, "InternalError", "out of memory");
+            stop(w, KUBE_ERROR);
+        }
+        return 0;
+    }
+    return n;
+}
+
+static char *watch_query(const struct kube_client *c, const char *rv)
+{
+    char *esc = rv[0] ? kube_escape(rv) : NULL;
+    if (rv[0] && esc == NULL)
+        return NULL;
+    size_t need = 128 + (esc ? strlen(esc) : 0);
+    char *q = malloc(need);
+    if (q != NULL)
+        snprintf(q, need, "watch=1&allowWatchBookmarks=true&timeoutSeconds=%ld%s%s",
+                 c->watch_timeout_s, esc ? "&resourceVersion=" : "", esc ? esc : "");
+    free(esc);
+    return q;
+}
+
+/* Drives the transfer; returns the libcurl result, or -1 when cancelled. */
+static int drive(CURLM *multi, CURL *h, struct kube_cancel *cancel)
+{
+    int running = 1;
+    while (running) {
+        if (cancel != NULL && kube_cancel_fired(cancel))
+            return -1;
+        if (curl_multi_perform(multi, &running) != CURLM_OK)
+            return CURLE_OUT_OF_MEMORY;
+        if (running && curl_multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)
+            return CURLE_OUT_OF_MEMORY;
+    }
+    int queued;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(multi, &queued)) != NULL) {
+        if (msg->msg == CURLMSG_DONE && msg->easy_handle == h)
+            return (int)msg->data.result;
+    }
+    return CURLE_OK;
+}
+
+/* Maps the finished transfer to a result, filling err. */
+static enum kube_result finish(struct watch *w, int code, const char *curl_message,
+                               struct kube_cancel *cancel)
+{
+    char what[512];
+    snprintf(what, sizeof what, "WATCH %s", w->path);
+    if (w->stopped)
+        return w->result;
+    if (code == -1) {
+        kube_fail(w->err, 0, "Cancelled", "%s: cancelled", what);
+        return KUBE_CANCELLED;
+    }
+    if (code != CURLE_OK) {
+        kube_error_from_curl(w->err, (CURLcode)code, what, curl_message);
+        return KUBE_ERROR;
+    }
+    if (w->status == 0)
+        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->status);
+    if (w->status != 200) {
+        if (w->status == 401) /* a rotated token: the next attempt reads the new one */
+            kube_token_refresh(w->c, true);
+        kube_error_from_response(w->err, (int)w->status, what, w->error_body, w->error_len);
+        return w->status == 410 ? KUBE_GONE : KUBE_ERROR;
+    }
+    if (kube_lines_pending(&w->lines) > 0) {
+        kube_fail(w->err, 200, "BadResponse", "%s: the stream ended inside an event", what);
+        return KUBE_ERROR;
+    }
+    return KUBE_OK;
+}
+
+static enum kube_result watch_run(struct kube_client *c, const char *path, char *rv,
+                                  kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
+                                  struct kube_error *err, size_t *events)
+{
+    struct watch w = {.c = c, .path = path, .rv = rv, .on_event = on_event, .ctx = ctx,
+                      .err = err};
+    kube_lines_init(&w.lines, c->max_body);
+    *events = 0;
+    if (cancel != NULL && kube_cancel_fired(cancel)) {
+        kube_fail(err, 0, "Cancelled", "WATCH %s: cancelled", path);
+        return KUBE_CANCELLED;
+    }
+    char *query = watch_query(c, rv);
+    char *url = query ? kube_url(c, path, query) : NULL;
+    free(query);
+    w.h = curl_easy_init();
+    CURLM *multi = curl_multi_init();
+    struct curl_slist *headers = NULL;
+    enum kube_result result = KUBE_ERROR;
+    char curl_message[CURL_ERROR_SIZE] = "";
+    if (url == NULL || w.h == NULL || multi == NULL) {
+        kube_fail(err, 0, "InternalError", "out of memory");
+        goto out;
+    }
+    if (kube_handle_setup(c, w.h, url, NULL, &headers, err) != 0)
+        goto out;
+    curl_easy_setopt(w.h, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(w.h, CURLOPT_TIMEOUT_MS, (c->watch_timeout_s + WATCH_DEAD_SLACK_S) * 1000L);
+    curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, on_watch_body);
+    curl_easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
+    curl_easy_setopt(w.h, CURLOPT_ERRORBUFFER, curl_message);
+    curl_multi_add_handle(multi, w.h);
+    struct cancel_reg reg = {.multi = multi};
+    if (cancel != NULL)
+        cancel_attach(cancel, &reg);
+    int code = drive(multi, w.h, cancel);
+    if (cancel != NULL)
+        cancel_detach(cancel, &reg);
+    curl_multi_remove_handle(multi, w.h);
+    result = finish(&w, code, curl_message, cancel);
+    kube_stats_count(c, false, w.lines.peak);
+    *events = w.events;
+out:
+    curl_slist_free_all(headers);
+    curl_multi_cleanup(multi);
+    curl_easy_cleanup(w.h);
+    kube_lines_free(&w.lines);
+    free(w.error_body);
+    free(url);
+    return result;
+}
+
+enum kube_result kube_watch(struct kube_client *client, const char *path, char *rv,
+                            kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
+                            struct kube_error *err)
+{
+    size_t events;
+    return watch_run(client, path, rv, on_event, ctx, cancel, err, &events);
+}
+
+/* ---- reflector -------------------------------------------------------- */
+
+static bool callback_failed(const struct kube_error *err)
+{
+    return strcmp(err->reason, "CallbackError") == 0;
+}
+
+/* Backs off after the failures-th consecutive failure; true when cancelled. */
+static bool reflector_backoff(struct kube_client *c, int failures, struct kube_cancel *cancel)
+{
+    long wait = kube_backoff_ms(&c->retry, failures, kube_random01(c), 0);
+    return kube_cancel_sleep(cancel, wait);
+}
+
+static enum kube_result reflector_list(struct kube_client *c, const char *path, long page_limit,
+                                       const struct kube_reflector_ops *ops, void *ctx, char *rv,
+                                       struct kube_cancel *cancel, struct kube_error *err)
+{
+    if (ops->list_begin != NULL && ops->list_begin(ctx) != 0) {
+        kube_fail(err, 0, "CallbackError", "LIST %s: list_begin failed", path);
+        return KUBE_ERROR;
+    }
+    enum kube_result res = kube_list_cancellable(c, path, page_limit, ops->list_item, ctx, rv,
+                                                 cancel, err);
+    if (res != KUBE_OK)
+        return res;
+    if (ops->list_end != NULL && ops->list_end(rv, ctx) != 0) {
+        kube_fail(err, 0, "CallbackError", "LIST %s: list_end failed", path);
+        return KUBE_ERROR;
+    }
+    return KUBE_OK;
+}
+
+enum kube_result kube_reflector_run(struct kube_client *client, const char *path,
+                                    long page_limit, const struct kube_reflector_ops *ops,
+                                    void *ctx, struct kube_cancel *cancel,
+                                    struct kube_error *err)
+{
+    if (ops == NULL || ops->list_item == NULL || ops->event == NULL) {
+        kube_fail(err, 0, "InvalidArgument", "reflector %s: list_item and event are required",
+                  path);
+        return KUBE_ERROR;
+    }
+    char rv[KUBE_RV_MAX] = "";
+    bool need_list = true;
+    int failures = 0;
+    for (;;) {
+        enum kube_result res;
+        size_t events = 0;
+        if (need_list)
+            res = reflector_list(client, path, page_limit, ops, ctx, rv, cancel, err);
+        else
+            res = watch_run(client, path, rv, ops->event, ctx, cancel, err, &events);
+        if (res == KUBE_CANCELLED || (cancel != NULL && kube_cancel_fired(cancel))) {
+            kube_fail(err, 0, "Cancelled", "reflector %s: cancelled", path);
+            return KUBE_CANCELLED;
+        }
+        if (res == KUBE_ERROR && callback_failed(err))
+            return KUBE_ERROR;
+        if (res == KUBE_OK && need_list) {
+            need_list = false;
+            failures = 0;
+            continue;
+        }
+        if (res == KUBE_OK && events > 0) { /* a healthy watch that the server ended */
+            failures = 0;
+            continue;
+        }
+        if (res == KUBE_GONE) { /* too old: re-list at once, nothing is broken */
+            if (ops->on_error != NULL)
+                ops->on_error(err, ctx);
+            need_list = true;
+            continue;
+        }
+        /* An error, or a watch that ended without a single event: do not
+         * hammer the server. */
+        if (res == KUBE_ERROR && ops->on_error != NULL)
+            ops->on_error(err, ctx);
+        if (failures < 30)
+            failures++;
+        if (reflector_backoff(client, failures, cancel)) {
+            kube_fail(err, 0, "Cancelled", "reflector %s: cancelled", path);
+            return KUBE_CANCELLED;
+        }
+    }
+}

@@ -1,0 +1,944 @@
+#!/usr/bin/python3
+"""A fake Kubernetes API server for gpupool's tests (Debian python3 only).
+
+Serves the core/v1 subset gpupool uses -- nodes, pods, configmaps (any
+core resource name works the same way) -- over HTTP or HTTPS, records every
+request, and injects scripted faults. See test/fakeapi/README.md.
+
+Run standalone:
+    fake_apiserver.py [--port 0] [--fixture f.json] [--tls-dir DIR]
+                      [--token T]... [--client-cert-auth] [--ready-file F]
+It prints one JSON line {"url": ..., "port": ...} on stdout when ready.
+
+Or in-process:
+    srv = FakeApiServer(fixture=..., tls_dir=..., tokens=[...]).start()
+    ... srv.url ... srv.requests() ... srv.add_fault(...)
+    srv.stop()
+"""
+
+import argparse
+import base64
+import collections
+import copy
+import datetime
+import http.server
+import json
+import os
+import re
+import socket
+import socketserver
+import ssl
+import subprocess
+import threading
+import time
+import urllib.parse
+import uuid
+
+CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes"}
+KIND_OF = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap",
+           "namespaces": "Namespace", "events": "Event", "services": "Service",
+           "secrets": "Secret"}
+RESOURCE_OF_KIND = {v: k for k, v in KIND_OF.items()}
+
+
+def kind_of(resource):
+    return KIND_OF.get(resource, resource[:1].upper() + resource[1:-1])
+
+
+def now_rfc3339():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_object(code, reason, message, details=None):
+    st = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+          "status": "Failure" if code >= 300 else "Success",
+          "message": message, "reason": reason, "code": code}
+    if details:
+        st["details"] = details
+    return st
+
+
+class ApiError(Exception):
+    def __init__(self, code, reason, message, details=None):
+        super().__init__(message)
+        self.status = status_object(code, reason, message, details)
+
+
+# ---------------------------------------------------------------- certificates
+
+def make_certs(directory, hosts=("127.0.0.1", "localhost", "::1"), client_cn="gpupool-test"):
+    """Creates ca.{crt,key}, server.{crt,key}, client.{crt,key} and a second
+    unrelated CA other-ca.crt with `openssl`. Returns the directory."""
+    os.makedirs(directory, exist_ok=True)
+
+    def run(*args):
+        subprocess.run(["openssl"] + list(args), check=True, cwd=directory,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "30",
+        "-subj", "/CN=fake-apiserver-ca")
+    run("req", "-x509", *ec, "-keyout", "other-ca.key", "-out", "other-ca.crt", "-days", "30",
+        "-subj", "/CN=some-other-ca")
+    san = ",".join(("IP:" if re.match(r"^[0-9.:]+$", h) else "DNS:") + h for h in hosts)
+    run("req", "-x509", *ec, "-keyout", "server.key", "-out", "server.crt", "-days", "30",
+        "-subj", "/CN=fake-apiserver", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-addext", "subjectAltName=" + san, "-addext", "basicConstraints=CA:FALSE")
+    run("req", "-x509", *ec, "-keyout", "client.key", "-out", "client.crt", "-days", "30",
+        "-subj", "/CN=" + client_cn, "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-addext", "basicConstraints=CA:FALSE", "-addext", "extendedKeyUsage=clientAuth")
+    return directory
+
+
+# ---------------------------------------------------------------- patches
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch; also the strategic merge patch for the maps
+    gpupool patches (annotations, labels, capacity, allocatable)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):     # strategic-merge directives: not needed here
+            continue
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _pointer(path):
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ApiError(422, "Invalid", "json patch: bad path %r" % path)
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def json_patch(doc, ops):
+    """RFC 6902 subset: add, replace, remove, test."""
+    doc = copy.deepcopy(doc)
+    if not isinstance(ops, list):
+        raise ApiError(400, "BadRequest", "json patch must be a list of operations")
+    for op in ops:
+        parts = _pointer(op.get("path", ""))
+        if not parts:
+            raise ApiError(422, "Invalid", "json patch: cannot patch the root")
+        parent = doc
+        for p in parts[:-1]:
+            try:
+                parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+            except (KeyError, IndexError, ValueError):
+                raise ApiError(422, "Invalid", "json patch: path %s not found" % op["path"])
+        last = parts[-1]
+        kind = op.get("op")
+        if kind in ("add", "replace"):
+            if isinstance(parent, list):
+                idx = len(parent) if last == "-" else int(last)
+                if kind == "add":
+                    parent.insert(idx, op.get("value"))
+                else:
+                    parent[idx] = op.get("value")
+            else:
+                if kind == "replace" and last not in parent:
+                    raise ApiError(422, "Invalid", "json patch: replace of missing %s" % op["path"])
+                parent[last] = op.get("value")
+        elif kind == "remove":
+            try:
+                del parent[int(last) if isinstance(parent, list) else last]
+            except (KeyError, IndexError, ValueError):
+                raise ApiError(422, "Invalid", "json patch: remove of missing %s" % op["path"])
+        elif kind == "test":
+            cur = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+            if cur != op.get("value"):
+                raise ApiError(422, "Invalid", "json patch: test failed at %s" % op["path"])
+        else:
+            raise ApiError(422, "Invalid", "json patch: unsupported op %r" % kind)
+    return doc
+
+
+# ---------------------------------------------------------------- selectors
+
+def _field(obj, dotted):
+    cur = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return ""
+        cur = cur.get(part)
+    return "" if cur is None else str(cur)
+
+
+def parse_selector(text):
+    """[(key, op, value)] for 'a=b,c!=d,e,!f' (op: '=', '!=', 'exists', '!exists')."""
+    terms = []
+    for raw in filter(None, (t.strip() for t in (text or "").split(","))):
+        m = re.match(r"^([^=!]+?)\s*(==|=|!=)\s*(.*)$", raw)
+        if m:
+            terms.append((m.group(1), "!=" if m.group(2) == "!=" else "=", m.group(3)))
+        elif raw.startswith("!"):
+            terms.append((raw[1:], "!exists", None))
+        else:
+            terms.append((raw, "exists", None))
+    return terms
+
+
+def field_matches(obj, terms):
+    for key, op, value in terms:
+        actual = _field(obj, key)
+        if (op == "=" and actual != value) or (op == "!=" and actual == value):
+            return False
+    return True
+
+
+def label_matches(obj, terms):
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for key, op, value in terms:
+        if op == "=" and labels.get(key) != value:
+            return False
+        if op == "!=" and labels.get(key) == value:
+            return False
+        if op == "exists" and key not in labels:
+            return False
+        if op == "!exists" and key in labels:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- the store
+
+class Store:
+    """Objects, resourceVersions and the event history watches replay."""
+
+    def __init__(self, max_history=10000):
+        self.lock = threading.Condition()
+        self.objects = {}          # (resource, ns, name) -> object
+        self.rv = 100
+        self.history = collections.deque()   # (rv, type, resource, ns, object)
+        self.max_history = max_history
+        self.oldest_valid_rv = self.rv        # a watch from rv >= this can be served
+
+    def _bump(self):
+        self.rv += 1
+        return self.rv
+
+    def _record(self, etype, resource, ns, obj):
+        self.history.append((int(obj["metadata"]["resourceVersion"]), etype, resource, ns,
+                             copy.deepcopy(obj)))
+        while len(self.history) > self.max_history:
+            old = self.history.popleft()
+            self.oldest_valid_rv = old[0]
+        self.lock.notify_all()
+
+    def compact(self):
+        with self.lock:
+            self.history.clear()
+            self.oldest_valid_rv = self.rv
+            self.lock.notify_all()
+
+    def create(self, resource, ns, obj, replace=False):
+        with self.lock:
+            meta = obj.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            name = meta.get("name")
+            if not name:
+                raise ApiError(422, "Invalid", "%s: metadata.name: Required value" % kind_of(resource))
+            if resource in CLUSTER_SCOPED:
+                ns = None
+                meta.pop("namespace", None)
+            else:
+                ns = ns or meta.get("namespace") or "default"
+                meta["namespace"] = ns
+            key = (resource, ns, name)
+            existed = key in self.objects
+            if existed and not replace:
+                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (resource, name),
+                               {"name": name, "kind": resource})
+            obj.setdefault("apiVersion", "v1")
+            obj.setdefault("kind", kind_of(resource))
+            if existed:
+                meta["uid"] = self.objects[key]["metadata"]["uid"]
+                meta["creationTimestamp"] = self.objects[key]["metadata"].get("creationTimestamp")
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", now_rfc3339())
+            meta["resourceVersion"] = str(self._bump())
+            self.objects[key] = obj
+            self._record("MODIFIED" if existed else "ADDED", resource, ns, obj)
+            return copy.deepcopy(obj)
+
+    def get(self, resource, ns, name):
+        with self.lock:
+            obj = self.objects.get((resource, None if resource in CLUSTER_SCOPED else ns, name))
+            if obj is None:
+                raise ApiError(404, "NotFound", '%s "%s" not found' % (resource, name),
+                               {"name": name, "kind": resource})
+            return copy.deepcopy(obj)
+
+    def update(self, resource, ns, name, mutate, expected_rv=None):
+        """mutate(obj) -> new obj, under the lock; bumps the version."""
+        with self.lock:
+            key = (resource, None if resource in CLUSTER_SCOPED else ns, name)
+            obj = self.objects.get(key)
+            if obj is None:
+                raise ApiError(404, "NotFound", '%s "%s" not found' % (resource, name),
+                               {"name": name, "kind": resource})
+            if expected_rv and expected_rv != obj["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict",
+                               'Operation cannot be fulfilled on %s "%s": the object has been '
+                               'modified; please apply your changes to the latest version and '
+                               'try again' % (resource, name), {"name": name, "kind": resource})
+            new = mutate(copy.deepcopy(obj))
+            meta = new.setdefault("metadata", {})
+            for fixed in ("name", "namespace", "uid", "creationTimestamp"):
+                if fixed in obj["metadata"]:
+                    meta[fixed] = obj["metadata"][fixed]
+            meta["resourceVersion"] = str(self._bump())
+            self.objects[key] = new
+            self._record("MODIFIED", resource, key[1], new)
+            return copy.deepcopy(new)
+
+    def delete(self, resource, ns, name):
+        with self.lock:
+            key = (resource, None if resource in CLUSTER_SCOPED else ns, name)
+            obj = self.objects.pop(key, None)
+            if obj is None:
+                raise ApiError(404, "NotFound", '%s "%s" not found' % (resource, name),
+                               {"name": name, "kind": resource})
+            obj["metadata"]["resourceVersion"] = str(self._bump())
+            self._record("DELETED", resource, key[1], obj)
+            return copy.deepcopy(obj)
+
+    def select(self, resource, ns, fields, labels):
+        """Sorted [(key, obj)] matching; caller holds the lock."""
+        out = []
+        for key in sorted(k for k in self.objects if k[0] == resource):
+            if ns and key[1] != ns:
+                continue
+            obj = self.objects[key]
+            if field_matches(obj, fields) and label_matches(obj, labels):
+                out.append((key, obj))
+        return out
+
+
+# ---------------------------------------------------------------- the server
+
+class Fault:
+    """A scripted misbehaviour for requests matching method + path regex."""
+
+    def __init__(self, spec):
+        self.method = spec.get("method", "*").upper()
+        self.path = re.compile(spec.get("path", ".*"))
+        self.query = re.compile(spec.get("query", ""))   # searched in the raw query string
+        self.watch = spec.get("watch")       # None: any; True/False: only (non-)watch requests
+        self.count = int(spec.get("count", 1))   # -1: forever
+        self.action = spec.get("action", "status")
+        self.status = int(spec.get("status", 500))
+        self.reason = spec.get("reason")
+        self.message = spec.get("message")
+        self.delay_ms = int(spec.get("delay_ms", 0))
+        self.retry_after = spec.get("retry_after")
+        self.body = spec.get("body")
+        self.hits = 0
+        self.spec = spec
+
+    def matches(self, method, path, raw_query, is_watch):
+        return (self.count != 0 and self.method in ("*", method) and self.path.search(path)
+                and self.query.search(raw_query)
+                and (self.watch is None or bool(self.watch) == is_watch))
+
+
+class Watcher:
+    def __init__(self):
+        self.drop = None        # None, "abrupt" or "clean"
+        self.bookmark = False
+
+
+class FakeApiServer:
+    def __init__(self, fixture=None, host="127.0.0.1", port=0, tls_dir=None, tokens=(),
+                 client_cert_auth=False, max_history=10000, chunk_bytes=0):
+        self.store = Store(max_history)
+        self.host = host
+        self.port = port
+        self.tls_dir = tls_dir
+        self.tokens = set(tokens)
+        self.client_cert_auth = client_cert_auth
+        self.chunk_bytes = chunk_bytes     # >0: watch events written in pieces of this size
+        self.lock = threading.Lock()
+        self.recorded = []
+        self.faults = []
+        self.watchers = set()
+        self.connections = 0
+        self.stopping = threading.Event()
+        self.httpd = None
+        if fixture:
+            self.load_fixture(fixture)
+
+    # -- fixtures and objects
+    def load_fixture(self, fixture):
+        data = fixture
+        if isinstance(fixture, str):
+            with open(fixture) as f:
+                data = json.load(f)
+        if "items" in data:
+            for item in data["items"]:
+                self.put_object(RESOURCE_OF_KIND.get(item.get("kind"), (item.get("kind") or "").lower() + "s"), item)
+        else:
+            for resource, items in data.items():
+                for item in items:
+                    self.put_object(resource, item)
+
+    def put_object(self, resource, obj):
+        ns = (obj.get("metadata") or {}).get("namespace")
+        return self.store.create(resource, ns, copy.deepcopy(obj), replace=True)
+
+    # -- control, in-process
+    def requests(self):
+        with self.lock:
+            return copy.deepcopy(self.recorded)
+
+    def clear_requests(self):
+        with self.lock:
+            self.recorded.clear()
+
+    def add_fault(self, **spec):
+        with self.lock:
+            self.faults.append(Fault(spec))
+
+    def clear_faults(self):
+        with self.lock:
+            self.faults.clear()
+
+    def drop_watches(self, clean=False):
+        with self.store.lock:
+            for w in self.watchers:
+                w.drop = "clean" if clean else "abrupt"
+            self.store.lock.notify_all()
+            return len(self.watchers)
+
+    def send_bookmarks(self):
+        with self.store.lock:
+            for w in self.watchers:
+                w.bookmark = True
+            self.store.lock.notify_all()
+
+    def watch_count(self):
+        with self.store.lock:
+            return len(self.watchers)
+
+    def take_fault(self, method, path, raw_query, is_watch):
+        with self.lock:
+            for f in self.faults:
+                if f.matches(method, path, raw_query, is_watch):
+                    if f.count > 0:
+                        f.count -= 1
+                    f.hits += 1
+                    return f
+        return None
+
+    # -- lifecycle
+    def _ssl_context(self):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(self.tls_dir, "server.crt"),
+                            os.path.join(self.tls_dir, "server.key"))
+        ctx.load_verify_locations(os.path.join(self.tls_dir, "ca.crt"))
+        ctx.verify_mode = ssl.CERT_OPTIONAL   # the control endpoints need none
+        return ctx
+
+    def start(self):
+        server = self
+        ctx = self._ssl_context() if self.tls_dir else None
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+            address_family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+
+            def finish_request(self, request, client_address):
+                if ctx is not None:   # handshake in the connection's thread, not accept()'s
+                    try:
+                        request.settimeout(30)
+                        request = ctx.wrap_socket(request, server_side=True)
+                        request.settimeout(None)
+                    except (ssl.SSLError, OSError):
+                        request.close()
+                        return
+                super().finish_request(request, client_address)
+
+        self.httpd = Server((self.host, self.port), _handler_class(self))
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    @property
+    def url(self):
+        host = "[%s]" % self.host if ":" in self.host else self.host
+        return "%s://%s:%d" % ("https" if self.tls_dir else "http", host, self.port)
+
+    def stop(self):
+        self.stopping.set()
+        self.drop_watches()
+        if self.httpd:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
+def _handler_class(server):
+    store = server.store
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "fake-apiserver/1"
+
+        def setup(self):
+            super().setup()
+            with server.lock:
+                server.connections += 1
+                self.conn_id = server.connections
+
+        def log_message(self, fmt, *args):   # quiet: tests read /_fake/requests
+            pass
+
+        # -- plumbing
+        def _body(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(n) if n > 0 else b""
+
+        def _send_json(self, code, obj, extra_headers=None):
+            data = (json.dumps(obj) + "\n").encode()
+            self._send_raw(code, data, "application/json", extra_headers)
+
+        def _send_raw(self, code, data, ctype="application/json", extra_headers=None):
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (extra_headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            self._status = code
+
+        def _client_cn(self):
+            try:
+                cert = self.connection.getpeercert()
+            except (AttributeError, ValueError):
+                return None
+            for rdn in (cert or {}).get("subject", ()):
+                for k, v in rdn:
+                    if k == "commonName":
+                        return v
+            return None
+
+        def _authenticated(self):
+            if not server.tokens and not server.client_cert_auth:
+                return True
+            auth = self.headers.get("Authorization", "")
+            if auth.startswith("Bearer ") and auth[7:] in server.tokens:
+                return True
+            return server.client_cert_auth and self._client_cn() is not None
+
+        def _dispatch(self, method):
+            url = urllib.parse.urlsplit(self.path)
+            path = url.path
+            query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+            body = self._body()
+            self._status = None
+            if path.startswith("/_fake/"):
+                return self._control(method, path, query, body)
+            is_watch = query.get("watch", [""])[0] in ("1", "true")
+            entry = {"method": method, "path": path, "query": {k: v[-1] for k, v in query.items()},
+                     "raw_query": url.query, "headers": {k: v for k, v in self.headers.items()},
+                     "body": body.decode("utf-8", "replace"), "conn": self.conn_id,
+                     "client_cn": self._client_cn(), "time": time.time(), "status": None}
+            with server.lock:
+                entry["seq"] = len(server.recorded)
+                server.recorded.append(entry)
+            try:
+                if not self._authenticated():
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
+                fault = server.take_fault(method, path, url.query, is_watch)
+                if fault is not None and self._apply_fault(fault, is_watch):
+                    return
+                self._api(method, path, query, body, is_watch, fault)
+            except ApiError as e:
+                self._send_json(e.status["code"], e.status)
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                self.close_connection = True
+            finally:
+                entry["status"] = self._status
+
+        do_GET = lambda self: self._dispatch("GET")          # noqa: E731
+        do_POST = lambda self: self._dispatch("POST")        # noqa: E731
+        do_PUT = lambda self: self._dispatch("PUT")          # noqa: E731
+        do_PATCH = lambda self: self._dispatch("PATCH")      # noqa: E731
+        do_DELETE = lambda self: self._dispatch("DELETE")    # noqa: E731
+
+        # -- faults
+        def _apply_fault(self, f, is_watch):
+            """True when the fault answered the request itself."""
+            if f.action == "delay":
+                time.sleep(f.delay_ms / 1000.0)
+                return False
+            if f.action == "stall":   # never answer; close after delay_ms (or at stop)
+                server.stopping.wait(f.delay_ms / 1000.0 if f.delay_ms else None)
+                self.close_connection = True
+                return True
+            if f.action == "close":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return True
+            if f.action == "malformed":
+                self._send_raw(200, (f.body or '{"kind": "PodList", "items": [').encode())
+                return True
+            if f.action in ("watch_error", "watch_garbage"):
+                return False          # handled inside the watch stream
+            headers = {}
+            if f.retry_after is not None:
+                headers["Retry-After"] = str(f.retry_after)
+            if f.body is not None:
+                self._send_raw(f.status, f.body.encode(), "text/plain", headers)
+                return True
+            reason = f.reason or {409: "Conflict", 410: "Expired", 429: "TooManyRequests",
+                                  500: "InternalError", 503: "ServiceUnavailable"}.get(f.status, "InternalError")
+            message = f.message or "fake fault: %d %s" % (f.status, reason)
+            self._send_json(f.status, status_object(f.status, reason, message), headers)
+            return True
+
+        # -- the API
+        def _parse(self, path):
+            if path in ("/healthz", "/readyz", "/livez"):
+                return ("health",)
+            if path == "/version":
+                return ("version",)
+            if not path.startswith("/api/v1"):
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            segs = [urllib.parse.unquote(s) for s in path[len("/api/v1"):].split("/") if s]
+            if not segs:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if segs[0] == "namespaces" and len(segs) >= 3:
+                ns, rest = segs[1], segs[2:]
+            else:
+                ns, rest = None, segs
+            resource = rest[0]
+            name = rest[1] if len(rest) > 1 else None
+            sub = rest[2] if len(rest) > 2 else None
+            if len(rest) > 3:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return ("api", resource, ns, name, sub)
+
+        def _api(self, method, path, query, body, is_watch, fault):
+            route = self._parse(path)
+            if route[0] == "health":
+                return self._send_raw(200, b"ok", "text/plain")
+            if route[0] == "version":
+                return self._send_json(200, {"major": "1", "minor": "20", "gitVersion": "v1.20.2-fake"})
+            _, resource, ns, name, sub = route
+            q = {k: v[-1] for k, v in query.items()}
+            if name is None:
+                if method == "GET" and is_watch:
+                    return self._watch(resource, ns, q, fault)
+                if method == "GET":
+                    return self._list(resource, ns, q)
+                if method == "POST":
+                    obj = self._json(body)
+                    if resource in CLUSTER_SCOPED:
+                        ns = None
+                    created = store.create(resource, ns, obj)
+                    return self._send_json(201, created)
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            if sub == "binding" and resource == "pods" and method == "POST":
+                return self._bind(ns, name, self._json(body))
+            if sub not in (None, "status"):
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if method == "GET":
+                return self._send_json(200, store.get(resource, ns, name))
+            if method == "DELETE":
+                return self._send_json(200, store.delete(resource, ns, name))
+            if method == "PUT":
+                obj = self._json(body)
+                expected = (obj.get("metadata") or {}).get("resourceVersion")
+                return self._send_json(200, store.update(resource, ns, name, lambda old: obj, expected))
+            if method == "PATCH":
+                return self._patch(resource, ns, name, body)
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+        def _json(self, body):
+            try:
+                obj = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as e:
+                raise ApiError(400, "BadRequest", "the request body is not valid JSON: %s" % e)
+            return obj
+
+        def _patch(self, resource, ns, name, body):
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            patch = self._json(body)
+            if ctype in ("application/strategic-merge-patch+json", "application/merge-patch+json"):
+                if not isinstance(patch, dict):
+                    raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+                expected = (patch.get("metadata") or {}).get("resourceVersion")
+                fn = lambda old: merge_patch(old, patch)   # noqa: E731
+            elif ctype == "application/json-patch+json":
+                expected = None
+                fn = lambda old: json_patch(old, patch)    # noqa: E731
+            else:
+                raise ApiError(415, "UnsupportedMediaType",
+                               "the body of the request was in an unknown format - accepted media "
+                               "types include: application/json-patch+json, application/merge-patch"
+                               "+json, application/strategic-merge-patch+json")
+            return self._send_json(200, store.update(resource, ns, name, fn, expected))
+
+        def _bind(self, ns, name, binding):
+            target = (binding.get("target") or {}).get("name")
+            if binding.get("kind") not in (None, "Binding") or not target:
+                raise ApiError(400, "BadRequest", "binding: target.name is required")
+            uid = (binding.get("metadata") or {}).get("uid")
+
+            def assign(pod):
+                if uid and pod["metadata"].get("uid") != uid:
+                    raise ApiError(409, "Conflict",
+                                   "Operation cannot be fulfilled on pods/binding \"%s\": "
+                                   "Precondition failed: UID in precondition: %s, UID in object "
+                                   "meta: %s" % (name, uid, pod["metadata"].get("uid")))
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node:
+                    raise ApiError(409, "Conflict",
+                                   "Operation cannot be fulfilled on pods/binding \"%s\": pod %s "
+                                   "is already assigned to node \"%s\"" % (name, name, node))
+                pod.setdefault("spec", {})["nodeName"] = target
+                return pod
+
+            store.update("pods", ns, name, assign)
+            return self._send_json(201, status_object(201, "", ""))
+
+        def _list(self, resource, ns, q):
+            fields = parse_selector(q.get("fieldSelector"))
+            labels = parse_selector(q.get("labelSelector"))
+            limit = int(q.get("limit") or 0)
+            start = None
+            with store.lock:
+                rv = store.rv
+                if q.get("continue"):
+                    try:
+                        token = json.loads(base64.urlsafe_b64decode(q["continue"].encode()))
+                        start, token_rv = tuple(token["after"]), int(token["rv"])
+                    except (ValueError, KeyError, TypeError):
+                        raise ApiError(400, "BadRequest", "continue key is not valid")
+                    if token_rv < store.oldest_valid_rv:
+                        raise ApiError(410, "Expired",
+                                       "The provided continue parameter is too old to display a "
+                                       "consistent list result. You can start a new list without "
+                                       "the continue parameter.")
+                    rv = token_rv
+                matched = store.select(resource, ns, fields, labels)
+                if start is not None:
+                    matched = [(k, o) for k, o in matched if [k[1] or "", k[2]] > list(start)]
+                meta = {"resourceVersion": str(rv)}
+                if limit > 0 and len(matched) > limit:
+                    matched = matched[:limit]
+                    last = matched[-1][0]
+                    meta["continue"] = base64.urlsafe_b64encode(json.dumps(
+                        {"after": [last[1] or "", last[2]], "rv": rv}).encode()).decode()
+                items = [json.dumps(o) for _, o in matched]
+            data = ('{"kind":"%sList","apiVersion":"v1","metadata":%s,"items":[%s]}\n'
+                    % (kind_of(resource), json.dumps(meta), ",".join(items))).encode()
+            self._send_raw(200, data)
+
+        # -- watch
+        def _write_chunk(self, data):
+            pieces = [data]
+            if server.chunk_bytes > 0:
+                n = server.chunk_bytes
+                pieces = [data[i:i + n] for i in range(0, len(data), n)]
+            for p in pieces:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(p), p))
+                self.wfile.flush()
+
+        def _event(self, etype, obj):
+            self._write_chunk((json.dumps({"type": etype, "object": obj}) + "\n").encode())
+
+        def _watch(self, resource, ns, q, fault):
+            fields = parse_selector(q.get("fieldSelector"))
+            labels = parse_selector(q.get("labelSelector"))
+            bookmarks = q.get("allowWatchBookmarks") in ("1", "true")
+            timeout = float(q.get("timeoutSeconds") or 1800)
+            since = q.get("resourceVersion", "")
+            deadline = time.monotonic() + timeout
+            watcher = Watcher()
+            with store.lock:
+                if since not in ("", "0"):
+                    try:
+                        since_rv = int(since)
+                    except ValueError:
+                        raise ApiError(400, "BadRequest", "invalid resourceVersion %r" % since)
+                    if since_rv < store.oldest_valid_rv:
+                        raise ApiError(410, "Expired", "too old resource version: %d (%d)"
+                                       % (since_rv, store.oldest_valid_rv))
+                    initial = []
+                else:   # no version: the current state as ADDED events, then live
+                    since_rv = store.rv
+                    initial = [copy.deepcopy(o) for _, o in store.select(resource, ns, fields, labels)]
+                server.watchers.add(watcher)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self._status = 200
+            pos = since_rv
+            try:
+                for obj in initial:
+                    self._event("ADDED", obj)
+                if fault is not None and fault.action == "watch_garbage":
+                    self._write_chunk((fault.body or "this is not JSON\n").encode())
+                    return self._end_stream()
+                if fault is not None and fault.action == "watch_error":
+                    reason = fault.reason or ("Expired" if fault.status == 410 else "InternalError")
+                    self._event("ERROR", status_object(fault.status, reason, fault.message or
+                                                       "too old resource version: %d" % pos))
+                    return self._end_stream()
+                while True:
+                    with store.lock:
+                        pending, gone = [], False
+                        while True:
+                            if pos < store.oldest_valid_rv:
+                                gone = True
+                                break
+                            pending = [e for e in store.history if e[0] > pos]
+                            if (pending or watcher.drop or watcher.bookmark or server.stopping.is_set()
+                                    or time.monotonic() >= deadline):
+                                break
+                            store.lock.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+                        drop, watcher.drop = watcher.drop, None
+                        bookmark, watcher.bookmark = watcher.bookmark, False
+                        current = store.rv
+                    if gone:
+                        self._event("ERROR", status_object(410, "Expired", "too old resource version: %d (%d)" % (pos, store.oldest_valid_rv)))
+                        return self._end_stream()
+                    for erv, etype, eres, ens, obj in pending:
+                        pos = erv
+                        if eres != resource or (ns and ens != ns):
+                            continue
+                        if field_matches(obj, fields) and label_matches(obj, labels):
+                            self._event(etype, obj)
+                    if bookmark and bookmarks:
+                        pos = max(pos, current)
+                        self._event("BOOKMARK", {"kind": kind_of(resource), "apiVersion": "v1",
+                                                 "metadata": {"resourceVersion": str(pos)}})
+                    if drop == "abrupt" or server.stopping.is_set():
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    if drop == "clean" or time.monotonic() >= deadline:
+                        return self._end_stream()
+            finally:
+                with store.lock:
+                    server.watchers.discard(watcher)
+
+        def _end_stream(self):
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        # -- control endpoints (no auth, not recorded)
+        def _control(self, method, path, query, body):
+            q = {k: v[-1] for k, v in query.items()}
+            data = json.loads(body) if body else {}
+            if path == "/_fake/requests" and method == "GET":
+                reqs = server.requests()
+                since = int(q.get("since", 0))
+                return self._send_json(200, [r for r in reqs if r["seq"] >= since])
+            if path == "/_fake/requests" and method == "DELETE":
+                server.clear_requests()
+                return self._send_json(200, {})
+            if path == "/_fake/faults" and method == "POST":
+                for spec in data if isinstance(data, list) else [data]:
+                    server.add_fault(**spec)
+                return self._send_json(200, {})
+            if path == "/_fake/faults" and method == "DELETE":
+                server.clear_faults()
+                return self._send_json(200, {})
+            if path == "/_fake/objects" and method == "POST":
+                out = [server.put_object(d["resource"], d["object"])
+                       for d in (data if isinstance(data, list) else [data])]
+                return self._send_json(200, out)
+            if path == "/_fake/bulk" and method == "POST":
+                return self._send_json(200, self._bulk(data))
+            if path.startswith("/_fake/objects/") and method == "GET":
+                resource = path[len("/_fake/objects/"):]
+                with store.lock:
+                    objs = [copy.deepcopy(o) for _, o in store.select(resource, q.get("namespace"), [], [])]
+                return self._send_json(200, objs)
+            if path == "/_fake/config" and method == "POST":
+                if "chunk_bytes" in data:
+                    server.chunk_bytes = int(data["chunk_bytes"])
+                return self._send_json(200, {"chunk_bytes": server.chunk_bytes})
+            if path == "/_fake/drop_watches" and method == "POST":
+                return self._send_json(200, {"dropped": server.drop_watches(bool(data.get("clean")))})
+            if path == "/_fake/bookmark" and method == "POST":
+                server.send_bookmarks()
+                return self._send_json(200, {})
+            if path == "/_fake/compact" and method == "POST":
+                store.compact()
+                return self._send_json(200, {"resourceVersion": store.rv})
+            if path == "/_fake/state" and method == "GET":
+                with store.lock:
+                    state = {"resourceVersion": store.rv, "oldest_valid_rv": store.oldest_valid_rv,
+                             "watches": len(server.watchers), "objects": len(store.objects)}
+                with server.lock:
+                    state["connections"] = server.connections
+                    state["faults"] = [dict(f.spec, remaining=f.count, hits=f.hits) for f in server.faults]
+                return self._send_json(200, state)
+            return self._send_json(404, status_object(404, "NotFound", "no control endpoint %s %s" % (method, path)))
+
+        def _bulk(self, spec):
+            """{"resource","namespace","count","prefix","template"}: count copies."""
+            resource = spec["resource"]
+            template = spec.get("template") or {}
+            prefix = spec.get("prefix", resource[:-1] + "-")
+            width = len(str(spec["count"]))
+            for i in range(int(spec["count"])):
+                obj = copy.deepcopy(template)
+                meta = obj.setdefault("metadata", {})
+                meta["name"] = "%s%0*d" % (prefix, width, i)
+                if spec.get("namespace"):
+                    meta["namespace"] = spec["namespace"]
+                server.put_object(resource, obj)
+            return {"resourceVersion": store.rv}
+
+    return Handler
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--fixture")
+    ap.add_argument("--tls-dir", help="serve HTTPS with DIR/server.{crt,key}; DIR/ca.crt verifies clients")
+    ap.add_argument("--make-certs", action="store_true", help="create the certificates in --tls-dir first")
+    ap.add_argument("--token", action="append", default=[], help="require this bearer token (repeatable)")
+    ap.add_argument("--client-cert-auth", action="store_true", help="accept a client certificate signed by ca.crt")
+    ap.add_argument("--max-history", type=int, default=10000)
+    ap.add_argument("--chunk-bytes", type=int, default=0)
+    ap.add_argument("--ready-file", help="also write the ready line to this file")
+    args = ap.parse_args()
+    if args.make_certs:
+        make_certs(args.tls_dir)
+    srv = FakeApiServer(fixture=args.fixture, host=args.host, port=args.port, tls_dir=args.tls_dir,
+                        tokens=args.token, client_cert_auth=args.client_cert_auth,
+                        max_history=args.max_history, chunk_bytes=args.chunk_bytes).start()
+    line = json.dumps({"url": srv.url, "port": srv.port})
+    print(line, flush=True)
+    if args.ready_file:
+        with open(args.ready_file + ".tmp", "w") as f:
+            f.write(line + "\n")
+        os.rename(args.ready_file + ".tmp", args.ready_file)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,655 @@
+"""gp_kube (src/kube) against the fake API server (test/fakeapi), driven through
+the test-only program test/kube/kubectl_min.
+
+    GP_BUILD_DIR      build tree holding test/kube/kubectl_min (default ./build)
+    GP_KUBE_WRAPPER   command line kubectl_min runs under (default: GP_PLUGIN_WRAPPER)
+    GP_TIMEOUT_SCALE  factor for every wait (default 1, 10 under a wrapper)
+
+Time is only ever a generous upper bound on waiting for something to happen,
+or a lower bound the client must respect (backoff, Retry-After): never a
+speed requirement.
+"""
+
+import base64
+import json
+import os
+import queue
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "test", "fakeapi"))
+
+from fake_apiserver import FakeApiServer, make_certs  # noqa: E402
+
+BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
+KUBECTL_MIN = os.path.join(BUILD, "test", "kube", "kubectl_min")
+WRAPPER = shlex.split(os.environ.get("GP_KUBE_WRAPPER", os.environ.get("GP_PLUGIN_WRAPPER", "")))
+SCALE = float(os.environ.get("GP_TIMEOUT_SCALE") or (10 if WRAPPER else 1))
+SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:exitcode=23",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=24"}
+SAN_MARKERS = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "definitely lost",
+               "Invalid read", "Invalid write", "uninitialised")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL_MIN),
+                                reason="kubectl_min not built in %s" % BUILD)
+
+
+def env_for_child(extra=None):
+    env = dict(os.environ)
+    for k, v in SAN_ENV.items():
+        env.setdefault(k, v)
+    env.pop("KUBECONFIG", None)
+    env.update(extra or {})
+    return env
+
+
+class Output:
+    """Parsed kubectl_min output."""
+
+    def __init__(self, rc, stdout, stderr):
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+        self.lines = stdout.splitlines()
+        self.result = next((l for l in self.lines if l.startswith("RESULT ")), "")
+        stats = next((l for l in self.lines if l.startswith("STATS ")), "STATS")
+        self.stats = {k: int(v) for k, v in (kv.split("=") for kv in stats.split()[1:])}
+        self.items = [l.split()[1] for l in self.lines if l.startswith("ITEM ")]
+        self.events = [tuple(l.split()[1:]) for l in self.lines if l.startswith("EVENT ")]
+        objs = [l[len("OBJECT "):] for l in self.lines if l.startswith("OBJECT ")]
+        self.object = json.loads(objs[0]) if objs else None
+        assert not any(m in stderr for m in SAN_MARKERS), stderr
+        assert rc not in (23, 24, 99), "sanitizer/valgrind error status %d: %s" % (rc, stderr)
+
+    def field(self, name):
+        """'http', 'reason', 'rv' from the RESULT line; message is the rest."""
+        if name == "message":
+            return self.result.split(" message=", 1)[1] if " message=" in self.result else None
+        for tok in self.result.split(" message=")[0].split()[2:]:
+            k, _, v = tok.partition("=")
+            if k == name:
+                return v
+        return None
+
+
+def kubectl(kubeconfig, *args, extra_env=None, options=(), timeout=60):
+    argv = WRAPPER + [KUBECTL_MIN]
+    if kubeconfig:
+        argv += ["--kubeconfig", kubeconfig]
+    argv += list(options) + list(args)
+    p = subprocess.run(argv, capture_output=True, text=True, env=env_for_child(extra_env),
+                       timeout=timeout * SCALE)
+    return Output(p.returncode, p.stdout, p.stderr)
+
+
+def write_kubeconfig(path, server, user=None, cluster_extra=None, namespace=None):
+    cluster = {"server": server}
+    cluster.update(cluster_extra or {})
+    context = {"cluster": "c"}
+    if namespace:
+        context["namespace"] = namespace
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "t",
+           "clusters": [{"name": "c", "cluster": cluster}],
+           "contexts": [{"name": "t", "context": context}]}
+    if user is not None:
+        context["user"] = "u"
+        cfg["users"] = [{"name": "u", "user": user}]
+    with open(path, "w") as f:
+        json.dump(cfg, f)    # JSON is YAML
+    return str(path)
+
+
+@pytest.fixture
+def api(tmp_path):
+    srv = FakeApiServer().start()
+    srv.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", srv.url)
+    yield srv
+    srv.stop()
+
+
+def pods_created(srv, count, prefix="p-", ns="default", padding=0):
+    tmpl = {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    if padding:
+        tmpl["metadata"] = {"annotations": {"pad": "x" * padding}}
+    width = len(str(count))
+    for i in range(count):
+        obj = json.loads(json.dumps(tmpl))
+        obj.setdefault("metadata", {})["name"] = "%s%0*d" % (prefix, width, i)
+        obj["metadata"]["namespace"] = ns
+        srv.put_object("pods", obj)
+
+
+def wait_until(condition, what, timeout=20):
+    deadline = time.monotonic() + timeout * SCALE
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+def requests_to(srv, path_part, method=None):
+    return [r for r in srv.requests() if path_part in r["path"]
+            and (method is None or r["method"] == method)]
+
+
+# ------------------------------------------------------------------ GET / errors
+
+def test_get_object_and_not_found_status(api):
+    pods_created(api, 1)
+    out = kubectl(api.kubeconfig, "get", "/api/v1/namespaces/default/pods/p-0")
+    assert out.rc == 0 and out.result.startswith("RESULT OK")
+    assert out.object["metadata"]["name"] == "p-0"
+    out = kubectl(api.kubeconfig, "get", "/api/v1/namespaces/default/pods/nope")
+    assert out.rc == 1
+    assert out.field("http") == "404" and out.field("reason") == "NotFound"
+    assert out.field("message") == 'pods "nope" not found'
+    reqs = api.requests()
+    assert [r["headers"].get("Accept") for r in reqs] == ["application/json"] * 2
+    assert all(r["headers"]["User-Agent"].startswith("gpupool/") for r in reqs)
+
+
+def test_malformed_json_is_an_error_not_a_crash(api):
+    api.add_fault(method="GET", path="/api/v1/nodes/n1", action="malformed")
+    out = kubectl(api.kubeconfig, "get", "/api/v1/nodes/n1")
+    assert out.rc == 1 and out.field("reason") == "BadResponse"
+    assert "malformed JSON from the server" in out.field("message")
+
+
+def test_body_over_the_bound_is_refused(api):
+    pods_created(api, 1, padding=5000)
+    out = kubectl(api.kubeconfig, "get", "/api/v1/namespaces/default/pods/p-0",
+                  options=["--max-body", "4096"])
+    assert out.rc == 1 and out.field("reason") == "TooLarge"
+    assert len(requests_to(api, "/pods/p-0")) == 1     # not retried
+
+
+def test_non_status_error_body_is_quoted(api):
+    api.add_fault(method="GET", path="/api/v1/nodes", status=502, body="<html>bad gateway</html>",
+                  count=-1)
+    out = kubectl(api.kubeconfig, "get", "/api/v1/nodes/x", options=["--attempts", "1"])
+    assert out.field("http") == "502"
+    assert "HTTP 502: <html>bad gateway</html>" in out.field("message")
+
+
+# ------------------------------------------------------------------ LIST
+
+def test_paginated_list_keeps_one_page_in_memory(api):
+    total = 2000
+    pods_created(api, total, padding=400)
+    small = kubectl(api.kubeconfig, "list", "/api/v1/pods", "50")
+    assert small.rc == 0, small.stdout
+    assert small.items == ["default/p-%04d" % i for i in range(total)]
+    pages = requests_to(api, "/api/v1/pods")
+    assert len(pages) == total // 50
+    assert "continue" not in pages[0]["query"] and all("continue" in p["query"] for p in pages[1:])
+    assert all(p["query"]["limit"] == "50" for p in pages)
+    assert small.field("rv") == str(api.store.rv)
+    # One page held at a time: the memory high-water marks do not grow with
+    # the list. The single-page run shows the measurement can tell.
+    whole = kubectl(api.kubeconfig, "list", "/api/v1/pods", str(total))
+    assert whole.items == small.items
+    assert small.stats["json_peak"] * 10 < whole.stats["json_peak"]
+    assert small.stats["peak_body"] * 10 < whole.stats["peak_body"]
+    assert small.stats["json_live"] == 0 and whole.stats["json_live"] == 0
+
+
+def test_list_connection_is_reused(api):
+    pods_created(api, 30)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "5")
+    assert out.rc == 0 and len(out.items) == 30
+    conns = {r["conn"] for r in requests_to(api, "/api/v1/pods")}
+    assert len(conns) == 1
+
+
+def test_list_selectors_pass_through(api):
+    pods_created(api, 4)
+    for i, node in enumerate(["n1", "n2", "n1", ""]):
+        api.store.update("pods", "default", "p-%d" % i,
+                         lambda p, node=node: (p["spec"].__setitem__("nodeName", node), p)[1])
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "1")
+    assert out.items == ["default/p-0", "default/p-2"]
+    assert all(r["query"]["fieldSelector"] == "spec.nodeName=n1" for r in api.requests())
+
+
+def test_expired_continue_token_is_gone(api):
+    pods_created(api, 10)
+    api.add_fault(method="GET", path="/api/v1/pods", query="continue=", status=410,
+                  reason="Expired", message="The provided continue parameter is too old")
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "3")
+    assert out.rc == 2 and out.result.startswith("RESULT GONE")
+    assert out.items == ["default/p-00", "default/p-01", "default/p-02"]
+    assert "too old" in out.field("message")
+
+
+# ------------------------------------------------------------------ retries
+
+def test_get_retried_on_500_with_backoff(api):
+    api.put_object("nodes", {"metadata": {"name": "n1"}})
+    api.add_fault(method="GET", path="/api/v1/nodes/n1", status=500, count=2)
+    out = kubectl(api.kubeconfig, "get", "/api/v1/nodes/n1", options=["--backoff-ms", "200"])
+    assert out.rc == 0 and out.object["metadata"]["name"] == "n1"
+    reqs = requests_to(api, "/nodes/n1")
+    assert [r["status"] for r in reqs] == [500, 500, 200]
+    assert out.stats["retries"] == 2
+    # Exponential backoff with jitter in [base/2, base): >= 100 ms, then >= 200 ms.
+    gaps = [b["time"] - a["time"] for a, b in zip(reqs, reqs[1:])]
+    assert gaps[0] >= 0.095 and gaps[1] >= 0.195, gaps
+
+
+def test_429_honours_retry_after(api):
+    api.put_object("nodes", {"metadata": {"name": "n1"}})
+    api.add_fault(method="GET", path="/api/v1/nodes/n1", status=429, retry_after=1)
+    out = kubectl(api.kubeconfig, "get", "/api/v1/nodes/n1", options=["--backoff-ms", "1"])
+    assert out.rc == 0
+    reqs = requests_to(api, "/nodes/n1")
+    assert [r["status"] for r in reqs] == [429, 200]
+    assert reqs[1]["time"] - reqs[0]["time"] >= 0.95
+
+
+def test_retries_are_bounded(api):
+    api.add_fault(method="GET", path="/api/v1/nodes", status=503, count=-1,
+                  message="etcd is sulking")
+    out = kubectl(api.kubeconfig, "list", "/api/v1/nodes",
+                  options=["--attempts", "3", "--backoff-ms", "1"])
+    assert out.rc == 1
+    assert out.field("http") == "503" and out.field("message") == "etcd is sulking"
+    assert len(requests_to(api, "/api/v1/nodes")) == 3
+
+
+def test_binding_not_retried_on_500(api):
+    pods_created(api, 1)
+    api.add_fault(method="POST", path="/binding$", status=500, count=-1)
+    out = kubectl(api.kubeconfig, "bind", "default", "p-0", "n1", options=["--backoff-ms", "1"])
+    assert out.rc == 1 and out.field("http") == "500"
+    assert len(requests_to(api, "/binding", "POST")) == 1
+
+
+def test_binding_retried_on_429_then_conflict_surfaced(api):
+    pods_created(api, 1)
+    uid = api.store.get("pods", "default", "p-0")["metadata"]["uid"]
+    api.add_fault(method="POST", path="/binding$", status=429, retry_after=0)
+    out = kubectl(api.kubeconfig, "bind", "default", "p-0", "n1", uid,
+                  options=["--backoff-ms", "1"])
+    assert out.rc == 0, out.stdout
+    posts = requests_to(api, "/binding", "POST")
+    assert [r["status"] for r in posts] == [429, 201]
+    body = json.loads(posts[1]["body"])
+    assert body["kind"] == "Binding" and body["target"] == {"apiVersion": "v1", "kind": "Node",
+                                                            "name": "n1"}
+    assert body["metadata"]["uid"] == uid
+    assert api.store.get("pods", "default", "p-0")["spec"]["nodeName"] == "n1"
+    again = kubectl(api.kubeconfig, "bind", "default", "p-0", "n2")
+    assert again.rc == 1 and again.field("reason") == "Conflict"
+    assert 'already assigned to node "n1"' in again.field("message")
+    assert len(requests_to(api, "/binding", "POST")) == 3
+
+
+def test_connect_error_retried_then_reported(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()     # nothing listens there now
+    kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:%d" % port)
+    out = kubectl(kc, "get", "/api/v1/nodes", options=["--attempts", "3", "--backoff-ms", "1"])
+    assert out.rc == 1 and out.field("reason") == "ConnectError"
+    assert out.stats["requests"] == 3 and out.stats["retries"] == 2
+
+
+def test_timeout_retried_for_get_not_for_post(api):
+    api.add_fault(method="*", path="/api/v1/namespaces/default/configmaps", action="stall",
+                  delay_ms=int(5000 * SCALE), count=-1)
+    # The request timeout must leave room for the request itself to reach the
+    # server (under valgrind too); the stall outlasts it ten times.
+    opts = ["--timeout-ms", str(int(500 * SCALE)), "--attempts", "2", "--backoff-ms", "1"]
+    out = kubectl(api.kubeconfig, "get", "/api/v1/namespaces/default/configmaps/x", options=opts)
+    assert out.rc == 1 and out.field("reason") == "Timeout"
+    assert len(requests_to(api, "/configmaps", "GET")) == 2
+    out = kubectl(api.kubeconfig, "post", "/api/v1/namespaces/default/configmaps",
+                  '{"metadata":{"name":"x"}}', options=opts)
+    assert out.rc == 1 and out.field("reason") == "Timeout"
+    assert len(requests_to(api, "/configmaps", "POST")) == 1
+
+
+# ------------------------------------------------------------------ PATCH / POST
+
+def test_patch_kinds(api):
+    pods_created(api, 1)
+    api.put_object("nodes", {"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4"}}})
+    out = kubectl(api.kubeconfig, "patch", "/api/v1/namespaces/default/pods/p-0", "strategic",
+                  '{"metadata":{"annotations":{"gpupool.io/gpu":"1"}}}')
+    assert out.rc == 0 and out.object["metadata"]["annotations"] == {"gpupool.io/gpu": "1"}
+    out = kubectl(api.kubeconfig, "patch", "/api/v1/nodes/n1/status", "merge",
+                  '{"status":{"capacity":{"example.com/gpu-mem":"80"}}}')
+    assert out.rc == 0
+    assert out.object["status"]["capacity"] == {"cpu": "4", "example.com/gpu-mem": "80"}
+    out = kubectl(api.kubeconfig, "patch", "/api/v1/nodes/n1", "json",
+                  '[{"op":"add","path":"/metadata/labels","value":{"a":"b"}}]')
+    assert out.rc == 0 and out.object["metadata"]["labels"] == {"a": "b"}
+    ctypes = [r["headers"]["Content-Type"] for r in api.requests() if r["method"] == "PATCH"]
+    assert ctypes == ["application/strategic-merge-patch+json", "application/merge-patch+json",
+                      "application/json-patch+json"]
+
+
+def test_patch_conflict_not_retried(api):
+    pods_created(api, 1)
+    out = kubectl(api.kubeconfig, "patch", "/api/v1/namespaces/default/pods/p-0", "strategic",
+                  '{"metadata":{"resourceVersion":"1","annotations":{"a":"b"}}}')
+    assert out.rc == 1 and out.field("reason") == "Conflict"
+    assert "the object has been modified" in out.field("message")
+    api.add_fault(method="PATCH", path="/pods/p-0", status=500, count=-1)
+    out = kubectl(api.kubeconfig, "patch", "/api/v1/namespaces/default/pods/p-0", "merge", '{}',
+                  options=["--backoff-ms", "1"])
+    assert out.rc == 1
+    assert len(requests_to(api, "/pods/p-0", "PATCH")) == 2     # one per call
+
+
+def test_post_create_and_already_exists(api):
+    body = '{"metadata":{"name":"unhealthy-gpu-n1"},"data":{"gpus":"0,3"}}'
+    out = kubectl(api.kubeconfig, "post", "/api/v1/namespaces/kube-system/configmaps", body)
+    assert out.rc == 0 and out.object["metadata"]["namespace"] == "kube-system"
+    out = kubectl(api.kubeconfig, "post", "/api/v1/namespaces/kube-system/configmaps", body)
+    assert out.rc == 1 and out.field("reason") == "AlreadyExists"
+
+
+# ------------------------------------------------------------------ WATCH
+
+def test_watch_events_split_across_chunks(api):
+    pods_created(api, 3, padding=300)
+    start = str(api.store.rv)
+    pods_created(api, 5, prefix="w-", padding=300)
+    api.chunk_bytes = 7      # every event arrives in 7-byte pieces
+    out = kubectl(api.kubeconfig, "watch", "/api/v1/pods", start,
+                  options=["--watch-timeout-s", "1"])
+    assert out.rc == 0, out.stdout
+    assert [e[1] for e in out.events] == ["default/w-%d" % i for i in range(5)]
+    assert all(e[0] == "ADDED" for e in out.events)
+    assert out.field("rv") == out.events[-1][2] == str(api.store.rv)
+    assert out.stats["peak_body"] > 0         # lines really were reassembled
+    q = requests_to(api, "/api/v1/pods")[0]["query"]
+    assert q == {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": "1",
+                 "resourceVersion": start}
+
+
+def test_watch_too_old_http_410(api):
+    pods_created(api, 2)
+    old = str(api.store.rv - 1)
+    api.store.compact()
+    out = kubectl(api.kubeconfig, "watch", "/api/v1/pods", old)
+    assert out.rc == 2 and out.field("http") == "410"
+    assert "too old resource version" in out.field("message")
+
+
+def test_watch_error_event_410_is_gone(api):
+    api.add_fault(method="GET", path="/api/v1/pods", watch=True, action="watch_error", status=410)
+    out = kubectl(api.kubeconfig, "watch", "/api/v1/pods", str(api.store.rv))
+    assert out.rc == 2 and out.field("reason") == "Expired"
+
+
+def test_watch_error_event_other_and_garbage(api):
+    api.add_fault(method="GET", path="/api/v1/pods", watch=True, action="watch_error", status=500,
+                  message="internal watch trouble")
+    out = kubectl(api.kubeconfig, "watch", "/api/v1/pods", str(api.store.rv))
+    assert out.rc == 1 and out.field("message") == "internal watch trouble"
+    api.add_fault(method="GET", path="/api/v1/pods", watch=True, action="watch_garbage")
+    out = kubectl(api.kubeconfig, "watch", "/api/v1/pods", str(api.store.rv))
+    assert out.rc == 1 and out.field("reason") == "BadResponse"
+    assert "malformed event" in out.field("message")
+
+
+# ------------------------------------------------------------------ reflector
+
+class Reflector:
+    """kubectl_min reflect in the background; lines collected as they come."""
+
+    def __init__(self, kubeconfig, path, limit="2", options=()):
+        argv = WRAPPER + [KUBECTL_MIN, "--kubeconfig", kubeconfig, "--backoff-ms", "20"]
+        argv += list(options) + ["reflect", path, limit]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env_for_child())
+        self.lines = []
+        self.q = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.q.put(line.rstrip("\n"))
+
+    def wait_for(self, predicate, what, timeout=20):
+        deadline = time.monotonic() + timeout * SCALE
+        while not any(predicate(l) for l in self.lines):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("timed out waiting for %s; got %r" % (what, self.lines))
+            try:
+                self.lines.append(self.q.get(timeout=left))
+            except queue.Empty:
+                pass
+        return [l for l in self.lines if predicate(l)]
+
+    def stop(self):
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        rc = self.proc.wait(timeout=30 * SCALE)
+        stderr = self.proc.stderr.read()
+        while True:
+            try:
+                self.lines.append(self.q.get(timeout=5))
+            except queue.Empty:
+                break
+            if self.lines[-1].startswith("STATS"):
+                break
+        out = Output(rc, "\n".join(self.lines) + "\n", stderr)
+        assert rc == 3 and out.result.startswith("RESULT CANCELLED"), (rc, self.lines, stderr)
+        return out
+
+
+def create_cm(api, name):
+    return api.put_object("configmaps", {"metadata": {"name": name, "namespace": "default"}})
+
+
+CM_PATH = "/api/v1/namespaces/default/configmaps"
+
+
+def test_reflector_lists_watches_and_resumes_after_drop(api):
+    for i in range(5):
+        create_cm(api, "cm-%d" % i)
+    r = Reflector(api.kubeconfig, CM_PATH)
+    r.wait_for(lambda l: l.startswith("LIST_END"), "the list")
+    assert [l.split()[1] for l in r.lines if l.startswith("ITEM")] == \
+        ["default/cm-%d" % i for i in range(5)]
+    wait_until(lambda: api.watch_count() > 0, "an open watch")
+    six = create_cm(api, "cm-6")["metadata"]["resourceVersion"]
+    r.wait_for(lambda l: l.startswith("EVENT ADDED default/cm-6"), "cm-6")
+    assert api.drop_watches() == 1                  # abrupt: connection cut mid-stream
+    r.wait_for(lambda l: l.startswith("RETRY"), "the dropped watch reported")
+    create_cm(api, "cm-7")
+    r.wait_for(lambda l: l.startswith("EVENT ADDED default/cm-7"), "cm-7 after the resume")
+    out = r.stop()
+    assert sum(1 for l in out.lines if l == "LIST_BEGIN") == 1     # resumed, not re-listed
+    watches = [q for q in requests_to(api, CM_PATH) if q["query"].get("watch")]
+    assert watches[1]["query"]["resourceVersion"] == six
+    assert sum(1 for l in out.lines if "cm-6" in l) == 1           # no duplicate event
+
+
+def test_reflector_relists_on_410(api):
+    create_cm(api, "a")
+    r = Reflector(api.kubeconfig, CM_PATH)
+    r.wait_for(lambda l: l.startswith("LIST_END"), "the first list")
+    wait_until(lambda: api.watch_count() > 0, "an open watch")
+    # Next watch: 410 as an ERROR event; the one after: 410 as an HTTP status.
+    api.add_fault(method="GET", path=CM_PATH, watch=True, action="watch_error", status=410)
+    api.add_fault(method="GET", path=CM_PATH, watch=True, status=410, reason="Expired")
+    create_cm(api, "b")
+    r.wait_for(lambda l: l.startswith("EVENT ADDED default/b"), "b")
+    api.drop_watches(clean=True)
+    lists = lambda l: l.startswith("LIST_END")    # noqa: E731
+    while len(r.wait_for(lists, "two re-lists")) < 3:
+        r.lines.append(r.q.get(timeout=20 * SCALE))
+    wait_until(lambda: api.watch_count() > 0, "an open watch")
+    create_cm(api, "c")
+    r.wait_for(lambda l: l.startswith("EVENT ADDED default/c"), "c after the re-lists")
+    out = r.stop()
+    retries = [l for l in out.lines if l.startswith("RETRY 410")]
+    assert len(retries) == 2, out.lines
+    last_list = out.lines[len(out.lines) - 1 - out.lines[::-1].index("LIST_BEGIN"):]
+    assert [l.split()[1] for l in last_list if l.startswith("ITEM")] == ["default/a", "default/b"]
+
+
+def test_reflector_bookmark_moves_resume_point(api):
+    create_cm(api, "a")
+    r = Reflector(api.kubeconfig, CM_PATH)
+    r.wait_for(lambda l: l.startswith("LIST_END"), "the list")
+    wait_until(lambda: api.watch_count() > 0, "an open watch")
+    api.put_object("pods", {"metadata": {"name": "unrelated", "namespace": "default"}})
+    api.send_bookmarks()
+    bm = r.wait_for(lambda l: l.startswith("EVENT BOOKMARK"), "a bookmark")[0]
+    assert bm.split()[3] == str(api.store.rv)
+    api.drop_watches(clean=True)
+    wait_until(lambda: len([q for q in requests_to(api, CM_PATH) if q["query"].get("watch")]) >= 2,
+               "the second watch")
+    r.stop()
+    watches = [q for q in requests_to(api, CM_PATH) if q["query"].get("watch")]
+    assert watches[1]["query"]["resourceVersion"] == bm.split()[3]
+
+
+def test_reflector_backs_off_while_server_fails(api):
+    api.add_fault(method="GET", path=CM_PATH, status=503, count=4)
+    r = Reflector(api.kubeconfig, CM_PATH, options=["--attempts", "1"])
+    r.wait_for(lambda l: l.startswith("LIST_END"), "the list after the failures")
+    out = r.stop()
+    assert len([l for l in out.lines if l.startswith("RETRY 503")]) == 4
+    lists = [q for q in requests_to(api, CM_PATH) if not q["query"].get("watch")]
+    gaps = [b["time"] - a["time"] for a, b in zip(lists, lists[1:])]
+    # 20 ms doubling with jitter in [base/2, base): >= 10, 20, 40, 80 ms.
+    assert [g >= m for g, m in zip(gaps, (0.0095, 0.0195, 0.0395, 0.0795))] == [True] * 4, gaps
+
+
+# ------------------------------------------------------------------ TLS and auth
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    return make_certs(str(tmp_path_factory.mktemp("certs")))
+
+
+@pytest.fixture
+def tls_api(certs):
+    srv = FakeApiServer(tls_dir=certs, tokens=["good-token"], client_cert_auth=True).start()
+    srv.put_object("nodes", {"metadata": {"name": "n1"}})
+    yield srv
+    srv.stop()
+
+
+def b64(path):
+    with open(path, "rb") as f:
+        return base64.b64encode(f.read()).decode()
+
+
+def test_https_bearer_token(tls_api, certs, tmp_path):
+    ca = os.path.join(certs, "ca.crt")
+    kc = write_kubeconfig(tmp_path / "kc", tls_api.url, {"token": "good-token"},
+                          {"certificate-authority": ca})
+    out = kubectl(kc, "get", "/api/v1/nodes/n1")
+    assert out.rc == 0 and out.object["metadata"]["name"] == "n1"
+    assert tls_api.requests()[-1]["headers"]["Authorization"] == "Bearer good-token"
+    kc = write_kubeconfig(tmp_path / "kc2", tls_api.url, {"token": "bad-token"},
+                          {"certificate-authority-data": b64(ca)})
+    out = kubectl(kc, "get", "/api/v1/nodes/n1")
+    assert out.rc == 1 and out.field("http") == "401" and out.field("reason") == "Unauthorized"
+
+
+def test_https_client_certificate(tls_api, certs, tmp_path):
+    user = {"client-certificate-data": b64(os.path.join(certs, "client.crt")),
+            "client-key-data": b64(os.path.join(certs, "client.key"))}
+    kc = write_kubeconfig(tmp_path / "kc", tls_api.url, user,
+                          {"certificate-authority-data": b64(os.path.join(certs, "ca.crt"))})
+    out = kubectl(kc, "list", "/api/v1/nodes")
+    assert out.rc == 0 and out.items == ["n1"]
+    req = tls_api.requests()[-1]
+    assert req["client_cn"] == "gpupool-test" and "Authorization" not in req["headers"]
+    # Files relative to the kubeconfig work the same.
+    for name in ("client.crt", "client.key", "ca.crt"):
+        shutil.copy(os.path.join(certs, name), tmp_path / name)
+    kc = write_kubeconfig(tmp_path / "kc3", tls_api.url,
+                          {"client-certificate": "client.crt", "client-key": "client.key"},
+                          {"certificate-authority": "ca.crt"})
+    assert kubectl(kc, "get", "/api/v1/nodes/n1").rc == 0
+
+
+def test_https_untrusted_server_and_insecure(tls_api, certs, tmp_path):
+    kc = write_kubeconfig(tmp_path / "kc", tls_api.url, {"token": "good-token"},
+                          {"certificate-authority": os.path.join(certs, "other-ca.crt")})
+    out = kubectl(kc, "get", "/api/v1/nodes/n1", options=["--attempts", "3"])
+    assert out.rc == 1 and out.field("reason") == "TLSError"
+    assert out.stats["requests"] == 1              # a TLS failure is not retried
+    kc = write_kubeconfig(tmp_path / "kc2", tls_api.url, {"token": "good-token"},
+                          {"insecure-skip-tls-verify": True})
+    assert kubectl(kc, "get", "/api/v1/nodes/n1").rc == 0
+
+
+def test_https_watch_and_reflector(tls_api, certs, tmp_path):
+    kc = write_kubeconfig(tmp_path / "kc", tls_api.url, {"token": "good-token"},
+                          {"certificate-authority": os.path.join(certs, "ca.crt")})
+    r = Reflector(kc, "/api/v1/nodes")
+    r.wait_for(lambda l: l.startswith("LIST_END"), "the list")
+    wait_until(lambda: tls_api.watch_count() > 0, "an open watch")
+    tls_api.put_object("nodes", {"metadata": {"name": "n2"}})
+    r.wait_for(lambda l: l.startswith("EVENT ADDED n2"), "n2")
+    r.stop()
+
+
+def test_rotated_token_file_is_reread_on_401(tls_api, certs, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("good-token\n")
+    kc = write_kubeconfig(tmp_path / "kc", tls_api.url, {"tokenFile": "token"},
+                          {"certificate-authority": os.path.join(certs, "ca.crt")})
+    tls_api.tokens.clear()
+    tls_api.tokens.add("rotated-token")
+    token.write_text("rotated-token\n")
+    out = kubectl(kc, "get", "/api/v1/nodes/n1")
+    assert out.rc == 0
+    # Rotate under a running client: its watch gets a 401, re-reads the file
+    # at once (not a minute later) and goes on with the new token.
+    r = Reflector(kc, "/api/v1/nodes")
+    r.wait_for(lambda l: l.startswith("LIST_END"), "the list")
+    tls_api.tokens.clear()
+    tls_api.tokens.add("third-token")
+    token.write_text("third-token")
+    tls_api.drop_watches(clean=True)
+    wait_until(lambda: any(q["headers"].get("Authorization") == "Bearer third-token"
+                           for q in tls_api.requests()), "a request with the new token")
+    tls_api.put_object("nodes", {"metadata": {"name": "n3"}})
+    r.wait_for(lambda l: l.startswith("EVENT ADDED n3"), "n3 with the rotated token")
+    r.stop()
+    statuses = [q["status"] for q in tls_api.requests()
+                if q["headers"].get("Authorization") == "Bearer rotated-token"]
+    assert 401 in statuses
+
+
+def test_in_cluster_config(tls_api, certs, tmp_path):
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("good-token")
+    shutil.copy(os.path.join(certs, "ca.crt"), sa / "ca.crt")
+    (sa / "namespace").write_text("gpu-system\n")
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(tls_api.port)}
+    out = kubectl(None, "config", options=["--in-cluster", "--sa-dir", str(sa)], extra_env=env)
+    assert out.lines[:2] == ["SERVER https://127.0.0.1:%d" % tls_api.port, "NAMESPACE gpu-system"]
+    out = kubectl(None, "get", "/api/v1/nodes/n1", options=["--in-cluster", "--sa-dir", str(sa)],
+                  extra_env=env)
+    assert out.rc == 0
+
+
+def test_bad_kubeconfig_is_reported(tmp_path):
+    kc = tmp_path / "kc"
+    kc.write_text("current-context: x\nclusters: []\ncontexts: [{name: x, context: {cluster: c}}]\n")
+    out = kubectl(str(kc), "get", "/api/v1/nodes")
+    assert out.rc == 1 and out.field("reason") == "Config"
+    assert '%s:3: cluster "c" not found in clusters' % kc in out.field("message")
