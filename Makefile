@@ -2,11 +2,14 @@
 # names the jobs people run.
 #
 #   make          build every program (build/)
-#   make demo     build and run the device plugin on a simulated node
+#   make demo     build and run the pool on a simulated cluster: the device plugin
+#                 on a simulated node, the extender placing pods, kubectl gpupool,
+#                 gpupool-sim on the openb trace
 #   make test     unit tests, the same under ASan+UBSan, integration tests (plain
 #                 plugin, ASan+UBSan plugin, a subset under valgrind)
 #   make valgrind-test   the integration subset with the plugin under valgrind
 #   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
+#   make image    OCI images of the daemons from Debian packages, no Docker (root; docs/deploy.md)
 #   make bench    footprint and latency benchmarks
 
 BUILD      ?= build
@@ -49,7 +52,7 @@ VALGRIND_TESTS ?= \
   $(IT)/test_mig.py::test_mixed_pass_device_specs_mig_caps
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
-        asan-integration-test valgrind-test e2e bench clean
+        asan-integration-test valgrind-test e2e image bench clean
 
 all: build
 
@@ -66,6 +69,7 @@ asan: deps
 
 demo: build
 	@scripts/demo.sh $(BUILD)
+	@$(PYTHON) scripts/demo_pool.py $(BUILD)
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure
@@ -89,6 +93,10 @@ test: unit-test asan-test integration-test asan-integration-test valgrind-test
 
 e2e: build
 	@test/e2e/run.sh $(abspath $(BUILD))
+
+image: build
+	@scripts/install-deps.sh --image
+	@scripts/image.sh $(abspath $(BUILD))
 
 bench: build
 	@bench/run.sh $(abspath $(BUILD))

@@ -15,6 +15,7 @@
 #include "bench_util.h"
 #include "api.pb-c.h"
 #include "rpc.h"
+#include "rpc_test_client.h"
 
 #define DEFAULT_CALLS 2000
 #define WARMUP_CALLS 50
@@ -32,12 +33,12 @@ static int first_list(struct rpc_runtime *rt, const char *socket, double *open_u
 
     double t0 = now_us();
     if (rpc_client_open(rt, socket, &client, err, sizeof err) != 0 ||
-        rpc_client_watch_open(client, &watch, err, sizeof err) != 0) {
+        rpc_test_watch_open(client, &watch, err, sizeof err) != 0) {
         fprintf(stderr, "ListAndWatch: %s\n", err);
         goto out;
     }
     *open_us = now_us() - t0;
-    if (rpc_client_watch_next(watch, TIMEOUT_MS, &msg, NULL, err, sizeof err) != 1) {
+    if (rpc_test_watch_next(watch, TIMEOUT_MS, &msg, NULL, err, sizeof err) != 1) {
         fprintf(stderr, "ListAndWatch: no first message: %s\n", err);
         goto out;
     }
@@ -53,7 +54,7 @@ static int first_list(struct rpc_runtime *rt, const char *socket, double *open_u
     v1beta1__list_and_watch_response__free_unpacked(list, NULL);
 out:
     free(msg.data);
-    rpc_client_watch_close(watch);
+    rpc_test_watch_close(watch);
     rpc_client_close(client);
     return devices;
 }
@@ -66,7 +67,7 @@ static int run_allocate(struct rpc_client *client, const struct rpc_buf *req, in
         struct rpc_buf resp = {0};
         int status = 0;
         double t0 = now_us();
-        if (rpc_client_call(client, "/v1beta1.DevicePlugin/Allocate", req->data, req->len,
+        if (rpc_test_client_call(client, "/v1beta1.DevicePlugin/Allocate", req->data, req->len,
                             TIMEOUT_MS, &resp, &status, msg, sizeof msg) != 0) {
             fprintf(stderr, "Allocate failed: status %d: %s\n", status, msg);
             return -1;
@@ -125,7 +126,7 @@ int main(int argc, char **argv)
         goto out;
     }
     double t0 = now_us();
-    if (rpc_client_call(client, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+    if (rpc_test_client_call(client, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
                         (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err,
                         sizeof err) != 0) {
         fprintf(stderr, "GetDevicePluginOptions failed: status %d: %s\n", status, err);

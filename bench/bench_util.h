@@ -1,5 +1,5 @@
 /* bench_util.h -- what the benchmarks share: the clock, order statistics,
- * an encoded AllocateRequest and the kubelet stand-in's DevicePlugin side. */
+ * an encoded AllocateRequest. (The kubelet stand-in is rpc_test_kubelet.) */
 #ifndef GP_BENCH_UTIL_H
 #define GP_BENCH_UTIL_H
 
@@ -50,23 +50,6 @@ static inline int encode_allocate(char **ids, size_t n, struct rpc_buf *out)
         return -1;
     v1beta1__allocate_request__pack(&req, out->data);
     return 0;
-}
-
-/* A kubelet stand-in serves Registration only; its DevicePlugin side
- * refuses everything. */
-static inline enum rpc_status kubelet_unary(void *ctx, enum rpc_method method,
-                                            const uint8_t *req, size_t len, struct rpc_buf *resp,
-                                            char *msg, size_t msglen)
-{
-    (void)ctx, (void)method, (void)req, (void)len, (void)resp;
-    snprintf(msg, msglen, "this is a kubelet");
-    return RPC_UNIMPLEMENTED;
-}
-
-static inline int kubelet_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
-{
-    (void)ctx, (void)out, (void)generation;
-    return -1;
 }
 
 #endif

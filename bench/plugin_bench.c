@@ -9,7 +9,8 @@
  * FAKE_NVML_CONTROL, FAKE_NVML_EVENT_LOG). Measured:
  *
  *   exec -> Register   posix_spawn (t0 just before) to Register reaching us
- *   RSS                /proc/<pid>/status ~300 ms after the first snapshot
+ *   memory             RSS, PSS, private (/proc/<pid>/smaps_rollup) and the
+ *                      peak VmHWM, ~300 ms after the first snapshot
  *   Allocate           CALLS calls on one channel, 1 and 2 device IDs
  *   XID -> snapshot    event returned by nvmlEventSetWait (fake's log) to the
  *                      ListAndWatch message with all 4 replicas Unhealthy
@@ -36,6 +37,7 @@
 #include "bench_util.h"
 #include "api.pb-c.h"
 #include "rpc.h"
+#include "rpc_test_client.h"
 
 #define MAX_REGS 16
 #define MAX_GPUS 64
@@ -122,8 +124,8 @@ struct registration {
 };
 
 struct kubelet {
-    struct rpc_runtime *rt;
-    struct rpc_server *srv;
+    struct rpc_runtime *rt;       /* for the callbacks and streams */
+    struct rpc_test_kubelet *srv; /* serves Registration */
     char dir[64];
     char socket[128];
     pthread_mutex_t lock;
@@ -155,7 +157,7 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     struct rpc_buf resp = {0};
     int status = 0;
     char err[256];
-    if (rpc_call(k->rt, reg.endpoint, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+    if (rpc_test_call(k->rt, reg.endpoint, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
                  (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err, sizeof err) != 0) {
         snprintf(msg, msglen, "GetDevicePluginOptions failed: %s", err);
         pthread_mutex_lock(&k->lock);
@@ -197,11 +199,9 @@ static int kubelet_start(struct kubelet *k)
     sigdelset(&all, SIGTERM);
     sigset_t old;
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    struct rpc_handlers h = {.ctx = k, .unary = kubelet_unary, .snapshot = kubelet_snapshot,
-                             .registration = kubelet_register};
     int rc = 0;
     if (rpc_runtime_start(&k->rt, err, sizeof err) != 0 ||
-        rpc_server_start(k->rt, k->socket, &h, &k->srv, err, sizeof err) != 0) {
+        rpc_test_kubelet_start(k->socket, kubelet_register, k, &k->srv, err, sizeof err) != 0) {
         fprintf(stderr, "kubelet: %s\n", err);
         rc = -1;
     }
@@ -240,7 +240,7 @@ static int kubelet_wait(struct kubelet *k, int n, int timeout_ms, struct registr
 
 static void kubelet_stop(struct kubelet *k)
 {
-    rpc_server_stop(k->srv);
+    rpc_test_kubelet_stop(k->srv);
     k->srv = NULL;
     if (k->rt != NULL)
         rpc_runtime_stop(k->rt);
@@ -448,8 +448,11 @@ static double plugin_stop(struct plugin_proc *p)
     return ms;
 }
 
+/* Memory as the kernel accounts it. RSS counts every resident page, shared
+ * or not; PSS divides each shared page among the processes that map it;
+ * private (Private_Clean + Private_Dirty) is what exiting would give back. */
 struct proc_status {
-    long rss_kb, hwm_kb, anon_kb, file_kb, threads;
+    long rss_kb, pss_kb, private_kb, hwm_kb, threads;
 };
 
 static long status_field(FILE *fp, const char *name)
@@ -463,22 +466,33 @@ static long status_field(FILE *fp, const char *name)
     return -1;
 }
 
-static int read_status(pid_t pid, struct proc_status *s)
+static FILE *open_proc_file(pid_t pid, const char *name)
 {
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
     FILE *fp = fopen(path, "r");
-    if (fp == NULL) {
+    if (fp == NULL)
         fprintf(stderr, "%s: %s\n", path, strerror(errno));
+    return fp;
+}
+
+/* RSS, PSS and private from smaps_rollup; the peak and threads from status. */
+static int read_status(pid_t pid, struct proc_status *s)
+{
+    FILE *fp = open_proc_file(pid, "smaps_rollup");
+    if (fp == NULL)
         return -1;
-    }
-    s->rss_kb = status_field(fp, "VmRSS");
+    s->rss_kb = status_field(fp, "Rss");
+    s->pss_kb = status_field(fp, "Pss");
+    long clean = status_field(fp, "Private_Clean"), dirty = status_field(fp, "Private_Dirty");
+    s->private_kb = clean < 0 || dirty < 0 ? -1 : clean + dirty;
+    fclose(fp);
+    if ((fp = open_proc_file(pid, "status")) == NULL)
+        return -1;
     s->hwm_kb = status_field(fp, "VmHWM");
-    s->anon_kb = status_field(fp, "RssAnon");
-    s->file_kb = status_field(fp, "RssFile");
     s->threads = status_field(fp, "Threads");
     fclose(fp);
-    return s->rss_kb < 0 || s->hwm_kb < 0 ? -1 : 0;
+    return s->rss_kb < 0 || s->pss_kb < 0 || s->private_kb < 0 || s->hwm_kb < 0 ? -1 : 0;
 }
 
 /* ---- the kubelet's streams ------------------------------------------------------------ */
@@ -495,7 +509,7 @@ static int stream_open(struct kubelet *k, struct stream *s)
 {
     char err[256];
     if (rpc_client_open(k->rt, s->reg.endpoint, &s->client, err, sizeof err) != 0 ||
-        rpc_client_watch_open(s->client, &s->watch, err, sizeof err) != 0) {
+        rpc_test_watch_open(s->client, &s->watch, err, sizeof err) != 0) {
         fprintf(stderr, "ListAndWatch %s: %s\n", s->reg.resource, err);
         return -1;
     }
@@ -508,7 +522,7 @@ static int stream_next(struct stream *s, int timeout_ms, V1beta1__ListAndWatchRe
 {
     struct rpc_buf msg = {0};
     char err[256];
-    int rc = rpc_client_watch_next(s->watch, timeout_ms, &msg, NULL, err, sizeof err);
+    int rc = rpc_test_watch_next(s->watch, timeout_ms, &msg, NULL, err, sizeof err);
     if (arrival_us != NULL)
         *arrival_us = now_us();
     if (rc == 0)
@@ -542,7 +556,7 @@ static int stream_first(struct stream *s)
 
 static void stream_close(struct stream *s)
 {
-    rpc_client_watch_close(s->watch);
+    rpc_test_watch_close(s->watch);
     rpc_client_close(s->client);
     s->watch = NULL;
     s->client = NULL;
@@ -716,14 +730,14 @@ static void print_memory(const struct startup_result *r, int n)
 {
     printf("\n### Memory ~%d ms after registration and the first snapshot (KiB; p50 of "
            "starts, max in brackets)\n\n", SETTLE_MS);
-    printf("| node | VmRSS | VmHWM | RssAnon | RssFile | threads |\n");
+    printf("| node | RSS | PSS | private | VmHWM | threads |\n");
     printf("|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         printf("| %s", r[i].label);
         size_t offs[] = {offsetof(struct proc_status, rss_kb),
+                         offsetof(struct proc_status, pss_kb),
+                         offsetof(struct proc_status, private_kb),
                          offsetof(struct proc_status, hwm_kb),
-                         offsetof(struct proc_status, anon_kb),
-                         offsetof(struct proc_status, file_kb),
                          offsetof(struct proc_status, threads)};
         for (size_t f = 0; f < sizeof offs / sizeof offs[0]; f++)
             printf(" | %.0f (%.0f)", status_column(&r[i], offs[f], 0.5),
@@ -760,7 +774,7 @@ static int allocate_once(struct rpc_client *c, const struct rpc_buf *req, double
 {
     struct rpc_buf resp = {0};
     double t0 = now_us();
-    int rc = rpc_client_call(c, "/v1beta1.DevicePlugin/Allocate", req->data, req->len,
+    int rc = rpc_test_client_call(c, "/v1beta1.DevicePlugin/Allocate", req->data, req->len,
                              TIMEOUT_MS, &resp, status, msg, msglen);
     if (us != NULL)
         *us = now_us() - t0;
@@ -1135,7 +1149,7 @@ static int lost_rpcs(struct rpc_client *c, const struct id_list *replicas, const
         return -1;
     struct rpc_buf resp = {0};
     r->preferred_status = 0;
-    if (rpc_client_call(c, "/v1beta1.DevicePlugin/GetPreferredAllocation", req.data, req.len,
+    if (rpc_test_client_call(c, "/v1beta1.DevicePlugin/GetPreferredAllocation", req.data, req.len,
                         TIMEOUT_MS, &resp, &r->preferred_status, msg, sizeof msg) != 0)
         fprintf(stderr, "GetPreferredAllocation while %s is lost: status %d: %s\n", lost,
                 r->preferred_status, msg);

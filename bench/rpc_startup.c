@@ -24,6 +24,7 @@
 #include "bench_util.h"
 #include "api.pb-c.h"
 #include "rpc.h"
+#include "rpc_test_client.h"
 
 #define DEFAULT_ROUNDS 20
 #define GPUS 8
@@ -61,8 +62,9 @@ static int plugin_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
     return pack_message(&list.base, out);
 }
 
-static enum rpc_status plugin_unary(void *ctx, enum rpc_method method, const uint8_t *req,
-                                    size_t len, struct rpc_buf *resp, char *msg, size_t msglen)
+static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, enum rpc_method method,
+                                    const uint8_t *req, size_t len, struct rpc_buf *resp,
+                                    char *msg, size_t msglen)
 {
     V1beta1__DevicePluginOptions options = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     if (method != RPC_GET_DEVICE_PLUGIN_OPTIONS) {
@@ -112,7 +114,7 @@ static int plugin_main(const char *kubelet_socket, const char *plugin_socket, in
     reg.resource_name = "nvidia.com/gpu";
     reg.options = &options;
     if (pack_message(&reg.base, &req) != 0 ||
-        rpc_register(rt, kubelet_socket, req.data, req.len, TIMEOUT_MS, err, sizeof err) != 0)
+        rpc_test_register(rt, kubelet_socket, req.data, req.len, TIMEOUT_MS, err, sizeof err) != 0)
         goto fail;
     double t_registered = now_us();
     dprintf(report_fd, "%.1f %.1f %.1f %.1f %ld %ld %ld %ld %ld\n", t_main, t_runtime,
@@ -149,7 +151,7 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     int status = 0;
     char err[256];
     /* The kubelet asks for the options before Register returns. */
-    if (rpc_call(k->rt, k->plugin_socket, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+    if (rpc_test_call(k->rt, k->plugin_socket, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
                  (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err, sizeof err) != 0) {
         snprintf(msg, msglen, "GetDevicePluginOptions failed: %s", err);
         return RPC_UNAVAILABLE;
@@ -230,7 +232,7 @@ static int launcher_main(char *self, int rounds)
 {
     char dir[] = "/tmp/gp-startup-XXXXXX", kubelet_socket[128], err[256];
     struct kubelet k = {0};
-    struct rpc_server *srv = NULL;
+    struct rpc_test_kubelet *kubelet = NULL;
     struct sample *samples = calloc((size_t)rounds, sizeof *samples);
     double *column = calloc((size_t)rounds, sizeof *column);
     int rc = 1, done = 0;
@@ -241,10 +243,9 @@ static int launcher_main(char *self, int rounds)
     pthread_cond_init(&k.registered, NULL);
     snprintf(kubelet_socket, sizeof kubelet_socket, "%s/kubelet.sock", dir);
     snprintf(k.plugin_socket, sizeof k.plugin_socket, "%s/gpupool-nvidia-gpu.sock", dir);
-    struct rpc_handlers h = {.ctx = &k, .unary = kubelet_unary, .snapshot = kubelet_snapshot,
-                             .registration = kubelet_register};
     if (rpc_runtime_start(&k.rt, err, sizeof err) != 0 ||
-        rpc_server_start(k.rt, kubelet_socket, &h, &srv, err, sizeof err) != 0) {
+        rpc_test_kubelet_start(kubelet_socket, kubelet_register, &k, &kubelet, err,
+                               sizeof err) != 0) {
         fprintf(stderr, "kubelet: %s\n", err);
         goto out;
     }
@@ -281,7 +282,7 @@ static int launcher_main(char *self, int rounds)
     ROW(threads, "threads after registration", "");
     rc = 0;
 out:
-    rpc_server_stop(srv);
+    rpc_test_kubelet_stop(kubelet);
     if (k.rt != NULL)
         rpc_runtime_stop(k.rt);
     if (dir[strlen(dir) - 1] != 'X')

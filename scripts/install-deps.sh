@@ -4,7 +4,8 @@
 # and `apt-get update` runs only when something is missing.
 #
 #   scripts/install-deps.sh          build + unit/integration test packages
-#   scripts/install-deps.sh --e2e    also the local Kubernetes cluster packages
+#   scripts/install-deps.sh --e2e    also the local Kubernetes cluster packages (and --image's)
+#   scripts/install-deps.sh --image  also the image builders of `make image` (scripts/image.sh)
 set -euo pipefail
 
 build_pkgs=(
@@ -17,13 +18,16 @@ build_pkgs=(
 e2e_pkgs=(
   golang-go rsync containerd runc etcd-server containernetworking-plugins
   busybox-static openssl iptables iproute2 curl dpkg-dev
-  golang-github-modern-go-reflect2-dev
+  golang-github-modern-go-reflect2-dev wrk
 )
+# OCI images without a Docker daemon: a Debian rootfs (mmdebstrap) packed by umoci.
+image_pkgs=(mmdebstrap umoci)
 
 want=("${build_pkgs[@]}")
-if [[ "${1:-}" == "--e2e" ]]; then
-  want+=("${e2e_pkgs[@]}")
-fi
+case "${1:-}" in
+  --e2e) want+=("${e2e_pkgs[@]}" "${image_pkgs[@]}") ;;
+  --image) want+=("${image_pkgs[@]}") ;;
+esac
 
 missing=()
 for p in "${want[@]}"; do

@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "compiler.h"
+
 struct arena_chunk;
 
 struct arena {
@@ -17,10 +19,10 @@ struct arena {
 
 #define ARENA_INIT {NULL}
 
-void *arena_alloc(struct arena *a, size_t size);       /* zeroed, 16-aligned */
-void *arena_calloc(struct arena *a, size_t n, size_t size);
-char *arena_strdup(struct arena *a, const char *s);
-char *arena_printf(struct arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+GP_MUST_USE void *arena_alloc(struct arena *a, size_t size);       /* zeroed, 16-aligned */
+GP_MUST_USE void *arena_calloc(struct arena *a, size_t n, size_t size);
+GP_MUST_USE char *arena_strdup(struct arena *a, const char *s);
+GP_MUST_USE char *arena_printf(struct arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void arena_free(struct arena *a);                       /* back to empty; reusable */
 
 #endif

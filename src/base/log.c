@@ -8,15 +8,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The only process-wide logging knobs; atomics so any thread may read them. */
+/* The only process-wide logging knob; atomic so any thread may read it. */
 static struct {
     atomic_int verbosity;
-    atomic_int fd;
-} log_state = {0, STDERR_FILENO};
+} log_state = {0};
 
 void log_set_verbosity(int verbosity) { atomic_store(&log_state.verbosity, verbosity); }
 int log_get_verbosity(void) { return atomic_load(&log_state.verbosity); }
-void log_set_fd(int fd) { atomic_store(&log_state.fd, fd); }
 
 static const char severity_letter[] = {'I', 'W', 'E', 'F'};
 
@@ -43,7 +41,7 @@ void log_writev(enum log_severity severity, const char *file, int line,
         len = sizeof buf - 2;
     buf[len++] = '\n';
 
-    int fd = atomic_load(&log_state.fd);
+    const int fd = STDERR_FILENO;
     const char *p = buf;
     while (len > 0) {
         ssize_t w = write(fd, p, len);

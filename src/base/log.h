@@ -17,9 +17,6 @@ enum log_severity { LOG_INFO, LOG_WARNING, LOG_ERROR, LOG_FATAL };
 void log_set_verbosity(int verbosity);
 int log_get_verbosity(void);
 
-/* Send lines to fd instead of stderr (tests). */
-void log_set_fd(int fd);
-
 void log_write(enum log_severity severity, const char *file, int line,
                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void log_writev(enum log_severity severity, const char *file, int line,

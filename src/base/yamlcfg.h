@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "compiler.h"
+
 struct ycfg_doc {
     void *impl; /* yaml_document_t *, NULL when empty or not loaded */
 };
@@ -21,7 +23,7 @@ enum ycfg_kind { YCFG_NULL, YCFG_SCALAR, YCFG_SEQUENCE, YCFG_MAPPING };
 
 /* Parses the first document of `path`. An empty file is an empty document
  * (ycfg_root() returns NULL). Errors: "path:line: message" into err. */
-int ycfg_load(const char *path, struct ycfg_doc *doc, char *err, size_t errlen);
+GP_MUST_USE int ycfg_load(const char *path, struct ycfg_doc *doc, char *err, size_t errlen);
 void ycfg_free(struct ycfg_doc *doc);
 
 const struct ycfg_node *ycfg_root(const struct ycfg_doc *doc);

@@ -18,13 +18,14 @@
 #include "config.h"
 #include "gpu.h"
 #include "resource.h"
+#include "compiler.h"
 
 #define ALLOCATE_VOLUME_MOUNT_ROOT "/var/run/nvidia-container-devices"
 #define ALLOCATE_CDI_KIND "k8s.device-plugin.nvidia.com/gpu"
 
 /* positions: devices of res (already validated). Returns 0, or -1 + err
  * (allocation failure only). */
-int allocate_container(struct arena *a, const struct gp_config *cfg,
+GP_MUST_USE int allocate_container(struct arena *a, const struct gp_config *cfg,
                        const struct gpu_inventory *inv, const struct resource *res,
                        const size_t *positions, size_t count,
                        V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen);

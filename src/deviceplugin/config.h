@@ -1,10 +1,14 @@
 /* config.h -- gpupool-device-plugin configuration, NVIDIA-compatible.
  *
- * One table of options drives the command line, the environment and the
- * `version: v1` config file (same names as NVIDIA's k8s-device-plugin).
- * Precedence: flag > environment > file > default. Invalid input of any
- * kind is rejected before anything is served, with `file:line: what` for
- * the file and `--flag`/`ENV` naming for the rest.
+ * One table of options (config.c, run by the option engine in options.h)
+ * drives the command line, the environment and the `flags:` / `imex:` part
+ * of the `version: v1` config file (same names as NVIDIA's
+ * k8s-device-plugin); config_file.c walks the structured parts
+ * (`resources:`, `sharing:`). Precedence: flag > environment > file >
+ * default. Invalid input of any kind is rejected before anything is
+ * served, with `file:line: what` for the file and `--flag`/`ENV` naming
+ * for the rest. Options gpupool cannot honour (a non-default --mps-root,
+ * unknown --cdi-feature-flags / --cdi-disable-hooks words) are refused.
  * Owner: struct gp_config is embedded by the caller; config_free() releases
  * what config_load() allocated. Not thread-safe; read-only once loaded. */
 #ifndef GP_CONFIG_H
@@ -14,15 +18,42 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "compiler.h"
+
 #define CONFIG_NAME_LEN 64      /* resource names: "nvidia.com/" + 52 */
 #define CONFIG_PATTERN_LEN 256
 #define CONFIG_DEVICE_REF_LEN 96
+/* NVIDIA's Helm chart passes this MPS root to every deployment; accepted as
+ * "unset" (any other --mps-root is refused: MPS is not supported). */
+#define CONFIG_HELM_MPS_ROOT "/run/nvidia/mps"
 
 enum mig_strategy { MIG_STRATEGY_NONE, MIG_STRATEGY_SINGLE, MIG_STRATEGY_MIXED };
 enum device_id_strategy { DEVICE_ID_UUID, DEVICE_ID_INDEX };
 enum shared_alloc_policy { SHARED_ALLOC_DISTRIBUTED, SHARED_ALLOC_PACKED };
 /* --device-discovery-strategy; NVIDIA's `tegra` is rejected as unsupported. */
 enum device_discovery_strategy { DEVICE_DISCOVERY_AUTO, DEVICE_DISCOVERY_NVML };
+/* --resource-mode: whole GPUs (NVIDIA's resources) or GPU-memory units
+ * (gpushare's aliyun.com/gpu-mem, see gpumem.h). */
+enum resource_mode { RESOURCE_MODE_GPU, RESOURCE_MODE_GPU_MEM };
+enum memory_unit { MEMORY_UNIT_GIB, MEMORY_UNIT_MIB };
+
+/* --cdi-disable-hooks is a set of the hooks the CDI spec would carry
+ * (cdi.c); `all` is every bit. */
+enum cdi_hook_bits {
+    CDI_HOOK_CREATE_SYMLINKS = 1u << 0,
+    CDI_HOOK_UPDATE_LDCACHE = 1u << 1,
+    CDI_HOOK_ENABLE_CUDA_COMPAT = 1u << 2,
+    CDI_HOOK_DISABLE_DEVICE_NODE_MODIFICATION = 1u << 3,
+    CDI_HOOK_CHMOD = 1u << 4,
+    CDI_HOOK_ALL = (1u << 5) - 1,
+};
+
+/* --cdi-feature-flags: the nvidia-ctk feature flags gpupool's spec writer
+ * implements; any other word is refused. */
+enum cdi_feature_bits {
+    CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET = 1u << 0, /* bind the persistenced socket */
+    CDI_FEATURE_DISABLE_IMEX_CHANNEL_CREATION = 1u << 1, /* gpupool never creates them */
+};
 
 /* --device-list-strategy is a set. */
 enum device_list_strategy_bits {
@@ -63,7 +94,7 @@ struct gp_config {
     bool fail_on_init_error;
     char *nvidia_driver_root;       /* default "/" */
     char *nvidia_dev_root;          /* default = nvidia_driver_root */
-    char *mps_root;                 /* "" = unset */
+    char *mps_root;                 /* "" or CONFIG_HELM_MPS_ROOT: nothing else is accepted */
     bool gds_enabled, mofed_enabled, gdrcopy_enabled;
     bool pass_device_specs;
     unsigned device_list_strategy;  /* DEVICE_LIST_* bits, never 0 */
@@ -80,8 +111,18 @@ struct gp_config {
      * 0 = no channel, 1 = channel 0. */
     size_t imex_channel_count;
     bool imex_required;
-    char *cdi_feature_flags;        /* comma-joined --cdi-feature-flags, "" = none */
-    char *cdi_disable_hooks;        /* comma-joined --cdi-disable-hooks, "" = none */
+    unsigned cdi_feature_flags;     /* CDI_FEATURE_* bits from --cdi-feature-flags */
+    unsigned cdi_disabled_hooks;    /* CDI_HOOK_* bits from --cdi-disable-hooks */
+    char *cdi_spec_dir;             /* where the CDI spec is written, default /var/run/cdi */
+
+    /* GPU-memory mode (gpumem.h, docs/gpumem.md) */
+    enum resource_mode resource_mode; /* default RESOURCE_MODE_GPU */
+    enum memory_unit memory_unit;   /* default GiB */
+    char *kubeconfig;               /* "" = $KUBECONFIG handling of kube.h / in-cluster */
+    char *node_name;                /* NODE_NAME; required in gpu-mem mode */
+    char *pod_resources_socket;     /* the kubelet's PodResources socket */
+    char *state_dir;                /* gpu-mem allocation ledger directory */
+    int allocate_wait_ms;           /* longest wait of one gpu-mem Allocate for its pod */
 
     /* gpupool's own health knobs (flags / env / flags.health.* in the file) */
     int health_recovery_probes;     /* consecutive good probes to recover, default 3; 0 = never recover */
@@ -122,5 +163,17 @@ char *config_to_json(const struct gp_config *cfg);
 
 /* Usage text for --help, generated from the option table. */
 void config_print_usage(FILE *out);
+
+/* True with a cdi-annotations or cdi-cri device list strategy: the plugin
+ * then writes the CDI spec its replies name (cdi.h). */
+bool config_uses_cdi(const struct gp_config *cfg);
+
+/* Start-up checks of the host the configuration names, as NVIDIA's plugin
+ * makes them: an IMEX channel that is configured but has no device node
+ * under the dev root (<dev-root>/dev/nvidia-caps-imex-channels/channel0)
+ * is an error when imex.required, else a warning and the channel is
+ * dropped from cfg (so no reply names it). Returns 0 or -1 + err. */
+int config_check_host(struct gp_config *cfg, char *err, size_t errlen)
+    GP_MUST_USE;
 
 #endif

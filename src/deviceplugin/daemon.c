@@ -16,9 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cdi.h"
 #include "config.h"
-#include "footprint.h"
 #include "gpu.h"
+#include "gpumem_service.h"
 #include "health.h"
 #include "log.h"
 #include "nvml.h"
@@ -244,8 +245,11 @@ static void teardown(struct daemon *d)
     health_monitor_stop(d->health);
     d->health = NULL;
     stop_servers(d);
-    if (d->have_node)
+    if (d->have_node) {
+        gpumem_service_stop(d->node.gpumem); /* after the servers: parked calls are cancelled */
+        d->node.gpumem = NULL;
         plugin_node_free(&d->node);
+    }
     d->have_node = false;
     free(d->registered_at);
     d->registered_at = NULL;
@@ -285,16 +289,11 @@ static void log_inventory(const struct gpu_inventory *inv)
     }
 }
 
-static enum setup_result setup(struct daemon *d)
+/* Serves d->inv under d->cfg: resources, health monitoring, servers. */
+static enum setup_result serve(struct daemon *d)
 {
     char err[DAEMON_ERR_LEN];
 
-    if (nvml_open(d->cfg.nvidia_driver_root, &d->nvml, err, sizeof err) != 0)
-        return init_failure(d, "Failed to initialize NVML", err);
-    if (gpu_inventory_load(d->nvml, &d->inv, err, sizeof err) != 0)
-        return init_failure(d, "Failed to enumerate GPUs", err);
-    d->have_inventory = true;
-    log_inventory(&d->inv);
     if (d->inv.count == 0) {
         log_info("No devices found. Waiting indefinitely.");
         return SETUP_IDLE;
@@ -304,9 +303,20 @@ static enum setup_result setup(struct daemon *d)
         return SETUP_FATAL;
     }
     d->have_node = true;
+    if (config_uses_cdi(&d->cfg) &&
+        cdi_write_spec(&d->cfg, &d->inv, &d->node.resources, err, sizeof err) != 0) {
+        log_error("Failed to write the CDI spec (--device-list-strategy cdi-*): %s", err);
+        return SETUP_FATAL;
+    }
     if (d->node.resources.count == 0) {
         log_info("No devices found. Waiting indefinitely.");
         return SETUP_IDLE;
+    }
+    if (d->cfg.resource_mode == RESOURCE_MODE_GPU_MEM &&
+        gpumem_service_start(&d->cfg, &d->inv, &d->node, d->rpc, &d->node.gpumem, err,
+                             sizeof err) != 0) {
+        log_error("Cannot serve GPU memory (--resource-mode=gpu-mem): %s", err);
+        return SETUP_FATAL;
     }
     d->registered_at = calloc(d->node.resources.count, sizeof *d->registered_at);
     if (d->registered_at == NULL) {
@@ -324,6 +334,23 @@ static enum setup_result setup(struct daemon *d)
     return SETUP_SERVING;
 }
 
+static enum setup_result setup(struct daemon *d)
+{
+    char err[DAEMON_ERR_LEN];
+
+    if (config_check_host(&d->cfg, err, sizeof err) != 0) {
+        log_error("Invalid configuration for this node: %s", err);
+        return SETUP_FATAL;
+    }
+    if (nvml_open(d->cfg.nvidia_driver_root, &d->nvml, err, sizeof err) != 0)
+        return init_failure(d, "Failed to initialize NVML", err);
+    if (gpu_inventory_load(d->nvml, &d->inv, err, sizeof err) != 0)
+        return init_failure(d, "Failed to enumerate GPUs", err);
+    d->have_inventory = true;
+    log_inventory(&d->inv);
+    return serve(d);
+}
+
 static void log_config(const struct gp_config *cfg)
 {
     char *json = config_to_json(cfg);
@@ -335,28 +362,83 @@ static void log_config(const struct gp_config *cfg)
     free(json);
 }
 
-/* SIGHUP: a new config first; the old one stays in force if it is bad. */
+/* What a reload builds before it touches the running state. */
+struct next_state {
+    struct gp_config cfg;
+    struct nvml *nvml;
+    struct gpu_inventory inv;
+    bool have_inventory;
+};
+
+static void next_state_free(struct next_state *next)
+{
+    if (next->have_inventory)
+        gpu_inventory_free(&next->inv);
+    nvml_close(next->nvml);
+    config_free(&next->cfg);
+}
+
+/* NVML, the inventory and a trial build of the resources, all for the new
+ * configuration: anything that can make it unservable fails here, while
+ * the running state is untouched. NVML is opened a second time (its init
+ * is reference-counted) so that a changed driver root takes effect. */
+static int prepare_reload(struct next_state *next, const char **what, char *err, size_t errlen)
+{
+    *what = "the new configuration does not apply to this host";
+    if (config_check_host(&next->cfg, err, errlen) != 0)
+        return -1;
+    *what = "cannot initialize NVML";
+    if (nvml_open(next->cfg.nvidia_driver_root, &next->nvml, err, errlen) != 0)
+        return -1;
+    *what = "cannot enumerate GPUs";
+    if (gpu_inventory_load(next->nvml, &next->inv, err, errlen) != 0)
+        return -1;
+    next->have_inventory = true;
+    *what = "the new configuration does not apply to this node";
+    struct plugin_node trial;
+    if (plugin_node_init(&trial, &next->cfg, &next->inv, err, errlen) != 0)
+        return -1;
+    plugin_node_free(&trial);
+    return 0;
+}
+
+/* SIGHUP: the new state is built first; the running one stays in force,
+ * served and registered, when the new one is invalid or does not apply
+ * (whatever --fail-on-init-error says: stopping would only take the
+ * node's GPUs away). */
 static enum setup_result reload(struct daemon *d)
 {
-    struct gp_config next;
+    struct next_state next = {0};
     char err[DAEMON_ERR_LEN];
-    enum config_result r = config_load(&next, d->argc, d->argv, d->envp, err, sizeof err);
+    enum setup_result running = d->have_node ? SETUP_SERVING : SETUP_IDLE;
+    enum config_result r = config_load(&next.cfg, d->argc, d->argv, d->envp, err, sizeof err);
     if (r != CONFIG_OK) {
         if (r == CONFIG_ERROR)
             log_error("SIGHUP: keeping the running configuration, the new one is invalid: %s",
                       err);
         if (r == CONFIG_EXIT)
-            config_free(&next);
-        return d->have_node ? SETUP_SERVING : SETUP_IDLE;
+            config_free(&next.cfg);
+        return running;
     }
-    log_info("Received SIGHUP, restarting with the reloaded configuration");
+    log_info("Received SIGHUP, building the new state from the reloaded configuration");
+    const char *what = NULL;
+    if (prepare_reload(&next, &what, err, sizeof err) != 0) {
+        log_error("SIGHUP: keeping the running configuration and devices: %s: %s", what, err);
+        next_state_free(&next);
+        return running;
+    }
+    log_info("SIGHUP: the new state is valid; restarting with it");
     teardown(d);
     config_free(&d->cfg);
-    d->cfg = next;
+    d->cfg = next.cfg;
+    d->nvml = next.nvml;
+    d->inv = next.inv;
+    d->have_inventory = true;
     log_set_verbosity(d->cfg.verbosity);
     resolve_socket_dir(d);
     log_config(&d->cfg);
-    return setup(d);
+    log_inventory(&d->inv);
+    return serve(d);
 }
 
 /* ---- events --------------------------------------------------------------- */
@@ -573,11 +655,8 @@ int daemon_run(int argc, char **argv, char **envp)
     /* The merged configuration is logged after registration so that it
      * does not delay the kubelet seeing the devices. */
     log_config(&d.cfg);
-    if (s != SETUP_FATAL) {
-        int trimmed = footprint_trim_text();
-        log_v(1, "footprint: %d text mappings trimmed", trimmed);
+    if (s != SETUP_FATAL)
         status = event_loop(&d);
-    }
 out:
     teardown(&d);
     rpc_runtime_stop(d.rpc);

@@ -12,7 +12,9 @@
 #ifndef GP_DAEMON_H
 #define GP_DAEMON_H
 
+#include "compiler.h"
+
 /* Runs the plugin until a terminating signal; returns the exit status. */
-int daemon_run(int argc, char **argv, char **envp);
+GP_MUST_USE int daemon_run(int argc, char **argv, char **envp);
 
 #endif

@@ -4,11 +4,14 @@
  * events where supported, which are logged and otherwise ignored). A
  * critical XID makes the physical GPU -- with every replica and MIG device
  * carved from it -- Unhealthy at once (a XID the driver attributes to one
- * GPU/compute instance only affects that MIG device). Unlike NVIDIA's
- * plugin, a device recovers: while Unhealthy it is probed through NVML
- * every probe interval, and after `recovery_probes` consecutive good
- * answers it is Healthy again. A GPU that fell off the bus (XID 79 or
- * NVML_ERROR_GPU_IS_LOST) stays Unhealthy until the plugin is restarted.
+ * GPU/compute instance only affects that MIG device, or the whole GPU
+ * where it is served whole). Unlike NVIDIA's plugin, a device recovers:
+ * while Unhealthy it is probed through NVML every probe interval (found by
+ * UUID, same UUID back, memory readable, no row remap or page retirement
+ * pending), and after `recovery_probes` consecutive good answers it is
+ * Healthy again. A GPU that fell off the bus (XID 79 or
+ * NVML_ERROR_GPU_IS_LOST) stays Unhealthy until the plugin is restarted or
+ * reloaded, and Allocate refuses its devices (plugin_node_set_gpu_lost).
  *
  * Which XIDs count follows NVIDIA's plugin: 13, 31, 43, 45, 68 and 109 are
  * application errors and ignored; DP_DISABLE_HEALTHCHECKS (`all`, `xids`
@@ -24,6 +27,7 @@
 #include "gpu.h"
 #include "nvml.h"
 #include "plugin.h"
+#include "compiler.h"
 
 #define HEALTH_MAX_XIDS 64
 #define HEALTH_XID_GPU_LOST 79
@@ -44,11 +48,17 @@ bool health_xid_is_critical(const struct health_policy *p, unsigned long long xi
 
 struct health_monitor;
 
-/* Registers for events on every GPU of inv and starts the thread. With
- * checking disabled returns 0 and *out = NULL. Devices whose registration
- * fails (other than "not supported") are marked Unhealthy right away.
- * nvml, inv and node are borrowed and must outlive the monitor. */
-int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
+/* Creates the event set, registers every GPU of inv and starts the thread.
+ * With checking disabled returns 0 and *out = NULL. When the event set or
+ * a GPU's registration fails (other than "not supported"), the unwatched
+ * devices are marked Unhealthy right away (before the servers start) and
+ * the thread retries with backoff (250 ms doubling to 30 s); they are
+ * Healthy again once their events flow. A failing nvmlEventSetWait is
+ * handled the same way. GPUs the inventory marked lost are Unhealthy and
+ * never registered. Returns -1 only when out of memory or when the thread
+ * cannot start. nvml, inv and node are borrowed and must outlive the
+ * monitor. */
+GP_MUST_USE int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
                          struct plugin_node *node, const struct gp_config *cfg,
                          struct health_monitor **out, char *err, size_t errlen);
 /* Stops and joins the thread (within one wait timeout), frees. NULL ok. */

@@ -8,6 +8,8 @@
 #include "allocate.h"
 #include "api.pb-c.h"
 #include "arena.h"
+#include "gpumem.h"
+#include "gpumem_service.h"
 #include "log.h"
 #include "preferred.h"
 
@@ -36,12 +38,18 @@ int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
     memset(node, 0, sizeof *node);
     node->cfg = cfg;
     node->inv = inv;
-    if (resource_set_build(inv, cfg, &node->resources, err, errlen) != 0)
+    int built = cfg->resource_mode == RESOURCE_MODE_GPU_MEM
+                    ? gpumem_resource_build(inv, cfg, &node->resources, err, errlen)
+                    : resource_set_build(inv, cfg, &node->resources, err, errlen);
+    if (built != 0)
         return -1;
     size_t n = node->resources.count;
     node->endpoints = calloc(n ? n : 1, sizeof *node->endpoints);
-    if (node->endpoints == NULL)
+    node->gpu_lost = calloc(inv->count ? inv->count : 1, sizeof *node->gpu_lost);
+    if (node->endpoints == NULL || node->gpu_lost == NULL)
         goto oom;
+    for (size_t g = 0; g < inv->count; g++)
+        node->gpu_lost[g] = inv->gpus[g].lost;
     for (size_t i = 0; i < n; i++) {
         node->endpoints[i].node = node;
         node->endpoints[i].resource = i;
@@ -58,6 +66,9 @@ oom:
         for (size_t i = 0; i < n; i++)
             free(node->endpoints[i].by_id);
     free(node->endpoints);
+    free(node->gpu_lost);
+    node->endpoints = NULL;
+    node->gpu_lost = NULL;
     resource_set_free(&node->resources);
     return -1;
 }
@@ -69,6 +80,8 @@ void plugin_node_free(struct plugin_node *node)
     for (size_t i = 0; i < node->resources.count; i++)
         free(node->endpoints[i].by_id);
     free(node->endpoints);
+    free(node->gpu_lost);
+    node->gpu_lost = NULL;
     resource_set_free(&node->resources);
     pthread_mutex_destroy(&node->lock);
     pthread_mutex_destroy(&node->notify_lock);
@@ -167,12 +180,36 @@ static enum rpc_status check_container_request(const struct resource *res, size_
     return RPC_OK;
 }
 
+/* A device of a lost GPU cannot run anything: a kubelet that raced the
+ * Unhealthy snapshot (or restarted with a stale checkpoint) must not
+ * start a container on it. Unhealthy devices of live GPUs still answer,
+ * as NVIDIA's do: the kubelet decides what is available. */
+static enum rpc_status check_not_lost(struct plugin_node *node, const struct resource *res,
+                                      const size_t *positions, size_t n, char *msg,
+                                      size_t msglen)
+{
+    enum rpc_status st = RPC_OK;
+    pthread_mutex_lock(&node->lock);
+    for (size_t i = 0; i < n && st == RPC_OK; i++) {
+        const struct resource_device *d = &res->devices[positions[i]];
+        if (!node->gpu_lost[d->gpu])
+            continue;
+        const struct gpu_device *g = &node->inv->gpus[d->gpu];
+        snprintf(msg, msglen, "cannot allocate \"%s\" of \"%s\": its GPU %u (%s) is lost "
+                 "(fallen off the bus or not identified by NVML)", d->id, res->name, g->index,
+                 g->uuid);
+        st = RPC_FAILED_PRECONDITION;
+    }
+    pthread_mutex_unlock(&node->lock);
+    return st;
+}
+
 static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t *req,
                                        size_t len, struct rpc_buf *resp, char *msg,
                                        size_t msglen)
 {
     const struct resource *res = endpoint_resource(ep);
-    const struct plugin_node *node = ep->node;
+    struct plugin_node *node = ep->node;
     V1beta1__AllocateRequest *in = (V1beta1__AllocateRequest *)decode(
         &v1beta1__allocate_request__descriptor, req, len, msg, msglen);
     if (in == NULL)
@@ -193,6 +230,8 @@ static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t
         st = resolve_ids(ep, creq->devices_ids, creq->n_devices_ids, positions, msg, msglen);
         if (st == RPC_OK)
             st = check_container_request(res, c, positions, creq->n_devices_ids, msg, msglen);
+        if (st == RPC_OK)
+            st = check_not_lost(node, res, positions, creq->n_devices_ids, msg, msglen);
         if (st != RPC_OK)
             goto out;
         if (allocate_container(&a, node->cfg, node->inv, res, positions, creq->n_devices_ids,
@@ -212,6 +251,43 @@ out:
     arena_free(&a);
     v1beta1__allocate_request__free_unpacked(in, NULL);
     return st;
+}
+
+/* gpu-mem mode: the IDs are checked here; which GPU the container gets is
+ * the pod's (the extender's choice), found by the gpu-mem service. */
+static enum rpc_status handle_gpumem_allocate(struct plugin_endpoint *ep, struct rpc_call *call,
+                                              const uint8_t *req, size_t len, char *msg,
+                                              size_t msglen)
+{
+    const struct resource *res = endpoint_resource(ep);
+    V1beta1__AllocateRequest *in = (V1beta1__AllocateRequest *)decode(
+        &v1beta1__allocate_request__descriptor, req, len, msg, msglen);
+    if (in == NULL)
+        return RPC_INVALID_ARGUMENT;
+    enum rpc_status st = RPC_OK;
+    size_t units = 0;
+    if (in->n_container_requests != 1) {
+        snprintf(msg, msglen, "invalid allocation request for \"%s\": %zu container requests; "
+                 "the kubelet sends one per container", res->name, in->n_container_requests);
+        st = RPC_INVALID_ARGUMENT;
+    } else {
+        V1beta1__ContainerAllocateRequest *creq = in->container_requests[0];
+        size_t *positions = calloc(creq->n_devices_ids + 1, sizeof *positions);
+        units = creq->n_devices_ids;
+        if (positions == NULL) {
+            snprintf(msg, msglen, "out of memory answering Allocate");
+            st = RPC_RESOURCE_EXHAUSTED;
+        } else {
+            st = resolve_ids(ep, creq->devices_ids, units, positions, msg, msglen);
+            if (st == RPC_OK)
+                st = check_container_request(res, 0, positions, units, msg, msglen);
+        }
+        free(positions);
+    }
+    v1beta1__allocate_request__free_unpacked(in, NULL);
+    if (st != RPC_OK)
+        return st;
+    return gpumem_service_allocate(ep->node->gpumem, call, units, msg, msglen);
 }
 
 /* ---- GetPreferredAllocation ------------------------------------------------------------ */
@@ -242,6 +318,16 @@ static enum rpc_status prefer_container(struct plugin_endpoint *ep, struct arena
 {
     const struct resource *res = endpoint_resource(ep);
     const struct plugin_node *node = ep->node;
+    /* Checked before anything is allocated: allocation_size comes from the
+     * wire (up to 2^31-1) and sizes two arrays below. More than the listed
+     * IDs can never be met (duplicates only lower the count). */
+    if (creq->allocation_size <= 0 ||
+        (size_t)creq->allocation_size > creq->n_available_deviceids) {
+        snprintf(msg, msglen, "invalid preferred allocation request for \"%s\": allocation "
+                 "size %d with %zu available devices", res->name, (int)creq->allocation_size,
+                 creq->n_available_deviceids);
+        return RPC_INVALID_ARGUMENT;
+    }
     size_t n_avail = 0, n_req = 0;
     size_t *avail = arena_calloc(a, creq->n_available_deviceids + 1, sizeof *avail);
     size_t *req = arena_calloc(a, creq->n_must_include_deviceids + 1, sizeof *req);
@@ -257,11 +343,6 @@ static enum rpc_status prefer_container(struct plugin_endpoint *ep, struct arena
                             req, &n_req, seen_req, msg, msglen);
     if (st != RPC_OK)
         return st;
-    if (creq->allocation_size <= 0) {
-        snprintf(msg, msglen, "invalid preferred allocation request for \"%s\": allocation "
-                 "size %d", res->name, (int)creq->allocation_size);
-        return RPC_INVALID_ARGUMENT;
-    }
     size_t size = (size_t)creq->allocation_size;
     size_t *chosen = arena_calloc(a, size, sizeof *chosen);
     char **ids = arena_calloc(a, size, sizeof *ids);
@@ -330,15 +411,16 @@ static enum rpc_status check_decodes(const ProtobufCMessageDescriptor *type, con
     return RPC_OK;
 }
 
-static enum rpc_status handle_options(const uint8_t *req, size_t len, struct rpc_buf *resp,
-                                      char *msg, size_t msglen)
+static enum rpc_status handle_options(const struct plugin_endpoint *ep, const uint8_t *req,
+                                      size_t len, struct rpc_buf *resp, char *msg, size_t msglen)
 {
     enum rpc_status st = check_decodes(&v1beta1__empty__descriptor, req, len, msg, msglen);
     if (st != RPC_OK)
         return st;
     V1beta1__DevicePluginOptions out = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     out.pre_start_required = 0;
-    out.get_preferred_allocation_available = 1;
+    /* gpu-mem units are counters: which ones the kubelet picks is moot. */
+    out.get_preferred_allocation_available = ep->node->cfg->resource_mode != RESOURCE_MODE_GPU_MEM;
     return pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
 }
 
@@ -353,14 +435,18 @@ static enum rpc_status handle_pre_start(const uint8_t *req, size_t len, struct r
     return pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
 }
 
-static enum rpc_status plugin_unary(void *ctx, enum rpc_method method, const uint8_t *req,
-                                    size_t len, struct rpc_buf *resp, char *msg, size_t msglen)
+/* Whole-GPU handlers answer at once; `call` is for rpc_call_defer(). */
+static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, enum rpc_method method,
+                                    const uint8_t *req, size_t len, struct rpc_buf *resp,
+                                    char *msg, size_t msglen)
 {
     struct plugin_endpoint *ep = ctx;
     switch (method) {
     case RPC_GET_DEVICE_PLUGIN_OPTIONS:
-        return handle_options(req, len, resp, msg, msglen);
+        return handle_options(ep, req, len, resp, msg, msglen);
     case RPC_ALLOCATE:
+        if (ep->node->gpumem != NULL)
+            return handle_gpumem_allocate(ep, call, req, len, msg, msglen);
         return handle_allocate(ep, req, len, resp, msg, msglen);
     case RPC_GET_PREFERRED_ALLOCATION:
         return handle_preferred(ep, req, len, resp, msg, msglen);
@@ -434,7 +520,7 @@ int plugin_node_register_request(struct plugin_node *node, size_t resource, stru
 {
     const struct resource *res = &node->resources.resources[resource];
     V1beta1__DevicePluginOptions options = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
-    options.get_preferred_allocation_available = 1;
+    options.get_preferred_allocation_available = node->cfg->resource_mode != RESOURCE_MODE_GPU_MEM;
     V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
     req.version = PLUGIN_API_VERSION;
     req.endpoint = (char *)res->socket_name;
@@ -466,7 +552,10 @@ static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool hea
         struct resource *res = &node->resources.resources[r];
         for (size_t i = 0; i < res->device_count; i++) {
             struct resource_device *d = &res->devices[i];
-            if (gpu != PLUGIN_ALL_GPUS && (d->gpu != gpu || (mig != RESOURCE_NO_MIG && d->mig != mig)))
+            /* A MIG event also reaches the GPU where it is served whole. */
+            if (gpu != PLUGIN_ALL_GPUS &&
+                (d->gpu != gpu ||
+                 (mig != RESOURCE_NO_MIG && d->mig != mig && d->mig != RESOURCE_NO_MIG)))
                 continue;
             if (d->healthy == healthy)
                 continue;
@@ -481,6 +570,8 @@ static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool hea
 
     if (count > 0)
         notify_changed(node, changed);
+    if (count > 0 && node->gpumem != NULL)
+        gpumem_service_health_changed(node->gpumem);
     return count;
 }
 
@@ -497,4 +588,12 @@ size_t plugin_node_set_mig_health(struct plugin_node *node, size_t gpu, int mig,
 size_t plugin_node_set_all_health(struct plugin_node *node, bool healthy)
 {
     return set_health(node, PLUGIN_ALL_GPUS, RESOURCE_NO_MIG, healthy);
+}
+
+void plugin_node_set_gpu_lost(struct plugin_node *node, size_t gpu)
+{
+    pthread_mutex_lock(&node->lock);
+    if (gpu < node->inv->count)
+        node->gpu_lost[gpu] = true;
+    pthread_mutex_unlock(&node->lock);
 }

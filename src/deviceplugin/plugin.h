@@ -3,7 +3,7 @@
  * A plugin_node owns the resources built from the inventory and the
  * configuration, their health, and one rpc_handlers context per resource.
  * It decodes requests, validates them, answers with resource/allocate/
- * preferred logic and encodes replies; rpc.c only moves bytes.
+ * preferred logic and encodes replies; the rpc_*.c transport only moves bytes.
  *
  * Threading: the handlers run on the RPC thread; plugin_node_set_gpu_health()
  * runs on the health thread. One mutex guards device health and the
@@ -20,6 +20,7 @@
 #include "gpu.h"
 #include "resource.h"
 #include "rpc.h"
+#include "compiler.h"
 
 #define PLUGIN_API_VERSION "v1beta1"
 #define PLUGIN_ALL_GPUS ((size_t)-1)
@@ -39,10 +40,15 @@ struct plugin_node {
     const struct gpu_inventory *inv; /* borrowed */
     struct resource_set resources;   /* owned */
     struct plugin_endpoint *endpoints; /* owned, one per resource */
+    bool *gpu_lost;                  /* owned, per inventory GPU; under `lock` */
+    /* --resource-mode=gpu-mem: Allocate goes to the pod identity service
+     * and health changes are published through it (gpumem_service.h).
+     * Set by the daemon before serving; NULL in whole-GPU mode. */
+    struct gpumem_service *gpumem;
 };
 
 /* Builds the resources; -1 + err when the configuration cannot be served. */
-int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
+GP_MUST_USE int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
                      const struct gpu_inventory *inv, char *err, size_t errlen);
 void plugin_node_free(struct plugin_node *node);
 
@@ -54,7 +60,7 @@ struct rpc_handlers plugin_node_handlers(struct plugin_node *node, size_t resour
 void plugin_node_attach_server(struct plugin_node *node, size_t resource, struct rpc_server *srv);
 
 /* Encoded RegisterRequest for resource `resource` (socket_name as endpoint). */
-int plugin_node_register_request(struct plugin_node *node, size_t resource, struct rpc_buf *out);
+GP_MUST_USE int plugin_node_register_request(struct plugin_node *node, size_t resource, struct rpc_buf *out);
 
 /* Marks every device carved from physical GPU `gpu` (the GPU itself, its
  * replicas, its MIG devices, in every resource) healthy or not, and pushes
@@ -63,10 +69,17 @@ int plugin_node_register_request(struct plugin_node *node, size_t resource, stru
 size_t plugin_node_set_gpu_health(struct plugin_node *node, size_t gpu, bool healthy);
 
 /* Only the devices carved from MIG device `mig` of GPU `gpu` (an XID the
- * driver attributed to one GPU/compute instance). */
+ * driver attributed to one GPU/compute instance), and the GPU itself where
+ * it is served whole (--mig-strategy none on a MIG-enabled GPU): the
+ * whole device contains the failed instance. */
 size_t plugin_node_set_mig_health(struct plugin_node *node, size_t gpu, int mig, bool healthy);
 
 /* Marks every device of the node (health monitoring itself failed). */
 size_t plugin_node_set_all_health(struct plugin_node *node, bool healthy);
+
+/* Physical GPU `gpu` fell off the bus: Allocate refuses its devices with
+ * FAILED_PRECONDITION from now on (GPUs the inventory could not identify
+ * start out lost). Health is set separately. Any thread. */
+void plugin_node_set_gpu_lost(struct plugin_node *node, size_t gpu);
 
 #endif

@@ -17,11 +17,12 @@
 #include "config.h"
 #include "gpu.h"
 #include "resource.h"
+#include "compiler.h"
 
 /* available/required hold positions in res->devices (required ⊆ available
  * is not assumed). On success writes `size` positions to out (required
  * first) and returns 0; returns -1 + err when size cannot be met. */
-int preferred_choose(const struct resource *res, const struct gpu_inventory *inv,
+GP_MUST_USE int preferred_choose(const struct resource *res, const struct gpu_inventory *inv,
                      enum shared_alloc_policy policy, const size_t *available,
                      size_t available_count, const size_t *required, size_t required_count,
                      size_t size, size_t *out, char *err, size_t errlen);

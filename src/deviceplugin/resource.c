@@ -109,7 +109,9 @@ static void device_init_gpu(struct resource_device *d, const struct gpu_device *
     d->mig = RESOURCE_NO_MIG;
     d->replica = RESOURCE_NO_REPLICA;
     d->numa_node = g->numa_node;
-    d->healthy = true;
+    /* A GPU NVML could not identify is advertised from the first snapshot
+     * on as Unhealthy, never as a device the kubelet may hand out. */
+    d->healthy = !g->lost;
 }
 
 static void device_init_mig(struct resource_device *d, const struct gpu_device *g, size_t pos,
@@ -149,7 +151,7 @@ static int add_full_gpus(struct builder *b, const struct gpu_inventory *inv,
     for (size_t i = 0; i < inv->count; i++) {
         const struct gpu_device *g = &inv->gpus[i];
         if (skip_mig_enabled && g->mig_enabled)
-            continue;
+            continue;  /* a lost GPU never is: it is listed whole, Unhealthy */
         const char *name = pick_name(cfg->gpu_resources, cfg->gpu_resource_count, g->name,
                                      NVIDIA_PREFIX "gpu");
         if (name == NULL) {
@@ -200,8 +202,14 @@ static int check_single_uniform(const struct gpu_inventory *inv, char *err, size
 {
     size_t enabled = 0;
     const char *profile = NULL;
+    size_t identified = 0;
     for (size_t i = 0; i < inv->count; i++) {
         const struct gpu_device *g = &inv->gpus[i];
+        /* A lost GPU's MIG layout is unknown: it cannot break uniformity,
+         * and is listed whole (Unhealthy) under nvidia.com/gpu. */
+        if (g->lost)
+            continue;
+        identified++;
         if (!g->mig_enabled)
             continue;
         enabled++;
@@ -221,9 +229,9 @@ static int check_single_uniform(const struct gpu_inventory *inv, char *err, size
             }
         }
     }
-    if (enabled != 0 && enabled != inv->count) {
+    if (enabled != 0 && enabled != identified) {
         snprintf(err, errlen, "mig-strategy single needs MIG enabled on all GPUs or on none; "
-                 "%zu of %zu GPUs have it; use --mig-strategy mixed", enabled, inv->count);
+                 "%zu of %zu GPUs have it; use --mig-strategy mixed", enabled, identified);
         return -1;
     }
     return 0;
@@ -246,22 +254,22 @@ static bool slice_selects(const struct config_time_slice *ts, const struct resou
     return false;
 }
 
-/* Every per-device reference must name a device of the resource, or the
- * user's intent silently fails. */
-static int check_slice_refs(const struct config_time_slice *ts, const struct builder_entry *e,
-                            char *err, size_t errlen)
+/* A reference that names no device of the resource is warned about, not
+ * fatal: one ConfigMap usually serves every node of a cluster, and a GPU
+ * UUID or index present on one node is absent from the others. A failure
+ * here would be a cluster-wide crash loop. Malformed references never get
+ * this far (config_load rejects them). */
+static void warn_absent_slice_refs(const struct config_time_slice *ts,
+                                   const struct builder_entry *e)
 {
     for (size_t k = 0; k < ts->device_count; k++) {
         bool found = false;
         for (size_t i = 0; i < e->count && !found; i++)
             found = device_matches_ref(&e->devices[i], ts->devices[k]);
-        if (!found) {
-            snprintf(err, errlen, "sharing.timeSlicing: device \"%s\" of resource %s is not a "
-                     "device of this node", ts->devices[k], ts->name);
-            return -1;
-        }
+        if (!found)
+            log_warn("sharing.timeSlicing: device \"%s\" of resource %s is not a device of "
+                     "this node; sharing the devices that are", ts->devices[k], ts->name);
     }
-    return 0;
 }
 
 static int apply_time_slice(struct builder *out, const struct builder_entry *src,
@@ -319,8 +327,8 @@ static int apply_time_slicing(struct builder *b, const struct gp_config *cfg, ch
             for (size_t i = 0; i < e->count && rc == 0; i++)
                 rc = builder_add(&out, e->name, &e->devices[i]);
         } else {
-            rc = check_slice_refs(ts, e, err, errlen);
-            if (rc == 0 && (rc = apply_time_slice(&out, e, ts, cfg)) != 0)
+            warn_absent_slice_refs(ts, e);
+            if ((rc = apply_time_slice(&out, e, ts, cfg)) != 0)
                 snprintf(err, errlen, "out of memory building replicas");
         }
         if (rc != 0) {
@@ -412,18 +420,4 @@ void resource_set_free(struct resource_set *set)
         free(set->resources[i].devices);
     free(set->resources);
     memset(set, 0, sizeof *set);
-}
-
-long resource_device_position(const struct resource *res, const char *id)
-{
-    for (size_t i = 0; i < res->device_count; i++)
-        if (strcmp(res->devices[i].id, id) == 0)
-            return (long)i;
-    return -1;
-}
-
-const struct resource_device *resource_find_device(const struct resource *res, const char *id)
-{
-    long pos = resource_device_position(res, id);
-    return pos < 0 ? NULL : &res->devices[pos];
 }

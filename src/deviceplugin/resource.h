@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "gpu.h"
+#include "compiler.h"
 
 #define RESOURCE_ID_LEN 128
 #define RESOURCE_INDEX_LEN 24
@@ -50,16 +51,14 @@ struct resource_set {
 };
 
 /* Builds the resources. Fails (-1 + err) on configurations that cannot be
- * served: MIG single on non-uniform GPUs, a time-slicing entry naming no
- * resource, a per-device reference that matches nothing. */
-int resource_set_build(const struct gpu_inventory *inv, const struct gp_config *cfg,
+ * served (MIG single on non-uniform GPUs) and on out-of-memory. A
+ * time-slicing entry naming no resource of this node, or a per-device
+ * reference (UUID, index) that matches no device here, is logged as a
+ * warning and the devices that are present are shared: one configuration
+ * serves a whole cluster. Devices of lost GPUs start Unhealthy. */
+GP_MUST_USE int resource_set_build(const struct gpu_inventory *inv, const struct gp_config *cfg,
                        struct resource_set *set, char *err, size_t errlen);
 void resource_set_free(struct resource_set *set);
-
-/* The device with advertised ID `id`, or NULL. */
-const struct resource_device *resource_find_device(const struct resource *res, const char *id);
-/* Position of the device with advertised ID `id`, or -1. */
-long resource_device_position(const struct resource *res, const char *id);
 
 /* `*`-wildcard match anchored at both ends (NVIDIA's resource patterns). */
 bool resource_pattern_match(const char *pattern, const char *text);

@@ -73,6 +73,50 @@ void gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices,
         snprintf(out, outlen, "%uc.%ug.%llugb", ci_slices, gi_slices, gb);
 }
 
+const char *gpu_mig_profile_suffix(int gpu_instance_profile_id)
+{
+    switch (gpu_instance_profile_id) {
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1:
+        return "+me";
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+        return "+me.all";
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX:
+    case NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX:
+        return "+gfx";
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+        return "-me";
+    default:
+        return "";
+    }
+}
+
+/* The GPU instance's profile id, through the parent GPU: the attributes
+ * call gives slice counts only, which do not tell 1g.10gb from
+ * 1g.10gb+me. Unknown when the driver lacks the calls. */
+static int load_gpu_instance_profile(struct load_context *ctx, const struct gpu_device *g,
+                                     const struct mig_device *m)
+{
+    struct nvml *nvml = ctx->nvml;
+    nvmlGpuInstance_t gi;
+    nvmlGpuInstanceInfo_t info;
+    if (nvml->DeviceGetGpuInstanceById == NULL || nvml->GpuInstanceGetInfo == NULL)
+        return GPU_PROFILE_ID_UNKNOWN;
+    nvmlReturn_t rc = nvml->DeviceGetGpuInstanceById(ctx->handles[g->index], m->gpu_instance_id,
+                                                     &gi);
+    if (rc == NVML_SUCCESS)
+        rc = nvml->GpuInstanceGetInfo(gi, &info);
+    if (rc != NVML_SUCCESS) {
+        log_v(1, "GPU %u MIG device %s: GPU instance %u profile unknown: %s", g->index, m->uuid,
+              m->gpu_instance_id, nvml_strerror(nvml, rc));
+        return GPU_PROFILE_ID_UNKNOWN;
+    }
+    return (int)info.profileId;
+}
+
 /* ---- host files ------------------------------------------------------------ */
 
 /* NVML writes an 8-digit domain ("00000000:3B:00.0"); sysfs names devices
@@ -203,31 +247,64 @@ static int find_cap_minor(const struct cap_minors *caps, int gpu_minor, int gi, 
 
 /* ---- per GPU ------------------------------------------------------------------ */
 
-static int fail_gpu(struct load_context *ctx, unsigned index, const char *what, nvmlReturn_t rc)
-{
-    snprintf(ctx->err, ctx->errlen, "GPU %u: %s failed: %s", index, what,
-             nvml_strerror(ctx->nvml, rc));
-    return -1;
-}
-
-static int load_identity(struct load_context *ctx, unsigned index, struct gpu_device *g)
+/* Returns NVML_SUCCESS, or the failing call's code with *what naming it. */
+static nvmlReturn_t load_identity(struct load_context *ctx, unsigned index, struct gpu_device *g,
+                                  const char **what)
 {
     struct nvml *nvml = ctx->nvml;
     nvmlDevice_t handle;
+    g->index = index;
+    *what = nvml->symbols.DeviceGetHandleByIndex;
     nvmlReturn_t rc = nvml->DeviceGetHandleByIndex(index, &handle);
     if (rc != NVML_SUCCESS)
-        return fail_gpu(ctx, index, nvml->symbols.DeviceGetHandleByIndex, rc);
+        return rc;
     ctx->handles[index] = handle;
-    g->index = index;
+    *what = "nvmlDeviceGetUUID";
     rc = nvml->DeviceGetUUID(handle, g->uuid, sizeof g->uuid);
-    if (rc != NVML_SUCCESS)
-        return fail_gpu(ctx, index, "nvmlDeviceGetUUID", rc);
+    if (rc != NVML_SUCCESS) {
+        g->uuid[0] = '\0';
+        return rc;
+    }
+    *what = "nvmlDeviceGetMinorNumber";
     unsigned int minor;
     rc = nvml->DeviceGetMinorNumber(handle, &minor);
     if (rc != NVML_SUCCESS)
-        return fail_gpu(ctx, index, "nvmlDeviceGetMinorNumber", rc);
+        return rc;
     g->minor = (int)minor;
-    return 0;
+    return NVML_SUCCESS;
+}
+
+/* A GPU without a readable UUID still needs a stable, unique device ID to
+ * be advertised (Unhealthy). The PCI address survives reboots and index
+ * renumbering; the NVML index is the last resort. "unknown" is not hex, so
+ * no real UUID ("GPU-" + hex groups) can ever equal a derived one. */
+static void derive_uuid(struct load_context *ctx, struct gpu_device *g)
+{
+    nvmlDevice_t handle = ctx->handles[g->index];
+    nvmlPciInfo_t pci;
+    if (handle != NULL && ctx->nvml->DeviceGetPciInfo(handle, &pci) == NVML_SUCCESS &&
+        pci.busId[0] != '\0') {
+        snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "%s", pci.busId);
+        snprintf(g->uuid, sizeof g->uuid, GPU_LOST_UUID_PREFIX "%s", g->pci_bus_id);
+    } else {
+        snprintf(g->uuid, sizeof g->uuid, GPU_LOST_UUID_PREFIX "index-%u", g->index);
+    }
+}
+
+/* Keeps a GPU NVML cannot identify, flagged lost: its MIG devices (if any
+ * were read) are dropped and it is served as one Unhealthy device. */
+static void mark_lost(struct load_context *ctx, struct gpu_device *g, const char *why)
+{
+    g->lost = true;
+    free(g->migs);
+    g->migs = NULL;
+    g->mig_count = 0;
+    g->mig_enabled = false;
+    g->numa_node = GPU_NUMA_UNKNOWN;
+    if (g->uuid[0] == '\0')
+        derive_uuid(ctx, g);
+    log_warn("GPU %u (%s): %s; advertising it Unhealthy (it is not allocatable until NVML "
+             "identifies it again after a restart or SIGHUP)", g->index, g->uuid, why);
 }
 
 static void load_description(struct load_context *ctx, nvmlDevice_t handle, struct gpu_device *g)
@@ -284,12 +361,13 @@ static void load_mig_mode(struct load_context *ctx, nvmlDevice_t handle, struct 
     g->mig_enabled = current == NVML_DEVICE_MIG_ENABLE;
 }
 
-static int fail_mig(struct load_context *ctx, const struct gpu_device *g, unsigned slot,
-                    const char *what, nvmlReturn_t rc)
+/* A MIG device that cannot be identified: returns 1 with the reason in
+ * ctx->err; load_gpu then marks the whole GPU lost. */
+static int fail_mig(struct load_context *ctx, unsigned slot, const char *what, nvmlReturn_t rc)
 {
-    snprintf(ctx->err, ctx->errlen, "GPU %u (%s) MIG device %u: %s failed: %s", g->index, g->uuid,
-             slot, what, nvml_strerror(ctx->nvml, rc));
-    return -1;
+    snprintf(ctx->err, ctx->errlen, "MIG device %u: %s failed: %s", slot, what,
+             nvml_strerror(ctx->nvml, rc));
+    return 1;
 }
 
 static void load_mig_profile(struct load_context *ctx, nvmlDevice_t mig_handle,
@@ -297,6 +375,7 @@ static void load_mig_profile(struct load_context *ctx, nvmlDevice_t mig_handle,
 {
     nvmlDeviceAttributes_t attributes;
     nvmlReturn_t rc = NVML_ERROR_FUNCTION_NOT_FOUND;
+    m->gpu_instance_profile_id = GPU_PROFILE_ID_UNKNOWN;
     if (ctx->nvml->DeviceGetAttributes != NULL)
         rc = ctx->nvml->DeviceGetAttributes(mig_handle, &attributes);
     if (rc != NVML_SUCCESS) {
@@ -313,6 +392,11 @@ static void load_mig_profile(struct load_context *ctx, nvmlDevice_t mig_handle,
     m->memory_bytes = attributes.memorySizeMB * 1024ull * 1024ull;
     gpu_mig_profile_name(attributes.gpuInstanceSliceCount, attributes.computeInstanceSliceCount,
                          attributes.memorySizeMB, g->memory_bytes, m->profile, sizeof m->profile);
+    m->gpu_instance_profile_id = load_gpu_instance_profile(ctx, g, m);
+    const char *suffix = gpu_mig_profile_suffix(m->gpu_instance_profile_id);
+    size_t len = strlen(m->profile);
+    if (len + strlen(suffix) < sizeof m->profile)
+        memcpy(m->profile + len, suffix, strlen(suffix) + 1);
 }
 
 static int load_mig_device(struct load_context *ctx, nvmlDevice_t mig_handle,
@@ -322,15 +406,15 @@ static int load_mig_device(struct load_context *ctx, nvmlDevice_t mig_handle,
     m->index = slot;
     nvmlReturn_t rc = nvml->DeviceGetUUID(mig_handle, m->uuid, sizeof m->uuid);
     if (rc != NVML_SUCCESS)
-        return fail_mig(ctx, g, slot, "nvmlDeviceGetUUID", rc);
+        return fail_mig(ctx, slot, "nvmlDeviceGetUUID", rc);
     if (nvml->DeviceGetGpuInstanceId == NULL || nvml->DeviceGetComputeInstanceId == NULL)
-        return fail_mig(ctx, g, slot, "nvmlDeviceGetGpuInstanceId", NVML_ERROR_FUNCTION_NOT_FOUND);
+        return fail_mig(ctx, slot, "nvmlDeviceGetGpuInstanceId", NVML_ERROR_FUNCTION_NOT_FOUND);
     rc = nvml->DeviceGetGpuInstanceId(mig_handle, &m->gpu_instance_id);
     if (rc != NVML_SUCCESS)
-        return fail_mig(ctx, g, slot, "nvmlDeviceGetGpuInstanceId", rc);
+        return fail_mig(ctx, slot, "nvmlDeviceGetGpuInstanceId", rc);
     rc = nvml->DeviceGetComputeInstanceId(mig_handle, &m->compute_instance_id);
     if (rc != NVML_SUCCESS)
-        return fail_mig(ctx, g, slot, "nvmlDeviceGetComputeInstanceId", rc);
+        return fail_mig(ctx, slot, "nvmlDeviceGetComputeInstanceId", rc);
     load_mig_profile(ctx, mig_handle, g, m);
     m->gi_access_minor = find_cap_minor(&ctx->caps, g->minor, (int)m->gpu_instance_id, -1);
     m->ci_access_minor = find_cap_minor(&ctx->caps, g->minor, (int)m->gpu_instance_id,
@@ -344,12 +428,12 @@ static int load_migs(struct load_context *ctx, nvmlDevice_t handle, struct gpu_d
     if (!g->mig_enabled)
         return 0;
     if (nvml->DeviceGetMaxMigDeviceCount == NULL || nvml->DeviceGetMigDeviceHandleByIndex == NULL)
-        return fail_mig(ctx, g, 0, "nvmlDeviceGetMaxMigDeviceCount",
+        return fail_mig(ctx, 0, "nvmlDeviceGetMaxMigDeviceCount",
                         NVML_ERROR_FUNCTION_NOT_FOUND);
     unsigned int max_count;
     nvmlReturn_t rc = nvml->DeviceGetMaxMigDeviceCount(handle, &max_count);
     if (rc != NVML_SUCCESS)
-        return fail_mig(ctx, g, 0, "nvmlDeviceGetMaxMigDeviceCount", rc);
+        return fail_mig(ctx, 0, "nvmlDeviceGetMaxMigDeviceCount", rc);
     if (max_count == 0)
         return 0;
     g->migs = calloc(max_count, sizeof *g->migs);
@@ -364,24 +448,41 @@ static int load_migs(struct load_context *ctx, nvmlDevice_t handle, struct gpu_d
         if (rc == NVML_ERROR_NOT_FOUND || rc == NVML_ERROR_INVALID_ARGUMENT)
             continue;
         if (rc != NVML_SUCCESS)
-            return fail_mig(ctx, g, slot, "nvmlDeviceGetMigDeviceHandleByIndex", rc);
-        if (load_mig_device(ctx, mig_handle, g, slot, &g->migs[g->mig_count]) != 0)
-            return -1;
+            return fail_mig(ctx, slot, "nvmlDeviceGetMigDeviceHandleByIndex", rc);
+        int mrc = load_mig_device(ctx, mig_handle, g, slot, &g->migs[g->mig_count]);
+        if (mrc != 0)
+            return mrc;
         g->mig_count++;
     }
     return 0;
 }
 
+/* Returns -1 (out of memory, ctx->err set) only; identity errors mark the
+ * GPU lost. */
 static int load_gpu(struct load_context *ctx, unsigned index, struct gpu_device *g)
 {
     g->minor = GPU_MINOR_UNKNOWN;
     g->numa_node = GPU_NUMA_UNKNOWN;
-    if (load_identity(ctx, index, g) != 0)
-        return -1;
+    const char *what = NULL;
+    nvmlReturn_t rc = load_identity(ctx, index, g, &what);
+    if (rc != NVML_SUCCESS) {
+        char why[256];
+        snprintf(why, sizeof why, "%s failed: %s", what, nvml_strerror(ctx->nvml, rc));
+        mark_lost(ctx, g, why);
+        return 0;
+    }
     nvmlDevice_t handle = ctx->handles[index];
     load_description(ctx, handle, g);
     load_mig_mode(ctx, handle, g);
-    return load_migs(ctx, handle, g);
+    int mrc = load_migs(ctx, handle, g);
+    if (mrc == 1) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ctx->err);
+        ctx->err[0] = '\0';
+        mark_lost(ctx, g, why);
+        return 0;
+    }
+    return mrc;
 }
 
 /* ---- topology ------------------------------------------------------------------ */
@@ -456,7 +557,7 @@ static int pair_score(struct load_context *ctx, const struct gpu_inventory *inv,
                       size_t b, char peers[NVML_NVLINK_MAX_LINKS][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE],
                       bool peers_known)
 {
-    if (!peers_known)
+    if (!peers_known || inv->gpus[a].lost || inv->gpus[b].lost)
         return 0;
     if (ctx->nvml->DeviceGetTopologyCommonAncestor == NULL)
         return 0;
@@ -476,7 +577,8 @@ static void load_topology(struct load_context *ctx, struct gpu_inventory *inv)
 {
     char peers[NVML_NVLINK_MAX_LINKS][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
     for (size_t a = 0; a < inv->count; a++) {
-        bool peers_known = read_nvlink_peers(ctx, a, peers) == 0;
+        /* A lost GPU has no handle (or a dead one): its pairs stay unknown. */
+        bool peers_known = !inv->gpus[a].lost && read_nvlink_peers(ctx, a, peers) == 0;
         if (!peers_known)
             log_v(2, "GPU %zu: NVLink state unknown; its link scores are 0", a);
         for (size_t b = 0; b < inv->count; b++) {
@@ -570,14 +672,6 @@ void gpu_inventory_free(struct gpu_inventory *inv)
     free(inv->gpus);
     free(inv->link_score);
     memset(inv, 0, sizeof *inv);
-}
-
-const struct gpu_device *gpu_find_by_uuid(const struct gpu_inventory *inv, const char *uuid)
-{
-    for (size_t i = 0; i < inv->count; i++)
-        if (strcasecmp(inv->gpus[i].uuid, uuid) == 0)
-            return &inv->gpus[i];
-    return NULL;
 }
 
 int gpu_link_score(const struct gpu_inventory *inv, size_t a, size_t b)

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "nvml.h"
+#include "compiler.h"
 
 #define GPU_UUID_LEN 96
 #define GPU_NAME_LEN 96
@@ -20,6 +21,7 @@
 #define GPU_PROFILE_LEN 32
 #define GPU_NUMA_UNKNOWN (-1)
 #define GPU_MINOR_UNKNOWN (-1)
+#define GPU_PROFILE_ID_UNKNOWN (-1)
 
 /* One MIG device (a compute instance inside a GPU instance). */
 struct mig_device {
@@ -28,6 +30,7 @@ struct mig_device {
     unsigned gpu_instance_id;
     unsigned compute_instance_id;
     char profile[GPU_PROFILE_LEN];  /* "1g.10gb", "1c.2g.20gb", "1g.10gb+me" */
+    int gpu_instance_profile_id;    /* NVML_GPU_INSTANCE_PROFILE_*, GPU_PROFILE_ID_UNKNOWN */
     unsigned long long memory_bytes;
     unsigned gpu_instance_slices;
     unsigned compute_instance_slices;
@@ -50,7 +53,16 @@ struct gpu_device {
     bool mig_enabled;               /* current mode */
     size_t mig_count;
     struct mig_device *migs;        /* owned */
+    /* NVML could not identify this GPU (fallen off the bus, or an error in
+     * its handle, UUID, minor or MIG listing): it is kept so that it can be
+     * advertised Unhealthy, with no MIG devices and only the facts read
+     * before the error. When the UUID itself is unknown, `uuid` holds a
+     * derived ID, GPU_LOST_UUID_PREFIX + the PCI bus id when NVML still
+     * gave it, else + "index-<N>": never a real UUID, which is all hex. */
+    bool lost;
 };
+
+#define GPU_LOST_UUID_PREFIX "GPU-unknown-"
 
 /* Link quality between two GPUs, higher is better: the PCIe part follows
  * go-gpuallocator's scale (10 cross-CPU ... 60 same board), plus 100 per
@@ -64,9 +76,12 @@ struct gpu_inventory {
 
 /* Fills *inv from an initialised NVML. Per-GPU errors in optional facts
  * (NUMA, topology, MIG attributes) are logged and leave the fact unknown;
- * errors in identity (count, handle, UUID, minor) fail the load with a
- * message naming the GPU and the NVML error. Returns 0 or -1 (+ err). */
-int gpu_inventory_load(struct nvml *nvml, struct gpu_inventory *inv, char *err, size_t errlen);
+ * errors in one GPU's identity (handle, UUID, minor, MIG device listing)
+ * are logged naming the GPU and the NVML error and mark that GPU `lost`:
+ * one GPU off the bus must not take the node's other GPUs down with it.
+ * Only the device count and out-of-memory fail the load.
+ * Returns 0 or -1 (+ err). */
+GP_MUST_USE int gpu_inventory_load(struct nvml *nvml, struct gpu_inventory *inv, char *err, size_t errlen);
 
 /* Host files read besides NVML; NULL members mean the defaults
  * (/sys/bus/pci/devices and /proc/driver/nvidia-caps/mig-minors). Tests
@@ -75,7 +90,7 @@ struct gpu_host_paths {
     const char *pci_devices_dir;
     const char *mig_minors_file;
 };
-int gpu_inventory_load_with_paths(struct nvml *nvml, const struct gpu_host_paths *paths,
+GP_MUST_USE int gpu_inventory_load_with_paths(struct nvml *nvml, const struct gpu_host_paths *paths,
                                   struct gpu_inventory *inv, char *err, size_t errlen);
 
 /* go-nvlib's MIG profile name: "<g>g.<gb>gb", or "<c>c.<g>g.<gb>gb" when
@@ -85,10 +100,13 @@ int gpu_inventory_load_with_paths(struct nvml *nvml, const struct gpu_host_paths
 void gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices,
                           unsigned long long mig_memory_mb,
                           unsigned long long parent_memory_bytes, char *out, size_t outlen);
+/* go-nvlib's attribute suffix of a GPU instance profile id: "+me" (with
+ * media extensions: the REV1 profiles), "+me.all", "+gfx", "-me" (NO_ME),
+ * or "" (none, or an unknown id). Appended to the name above. */
+const char *gpu_mig_profile_suffix(int gpu_instance_profile_id);
 void gpu_inventory_free(struct gpu_inventory *inv);
 
-/* Lookups; NULL / -1 when absent. */
-const struct gpu_device *gpu_find_by_uuid(const struct gpu_inventory *inv, const char *uuid);
+/* The link score of GPUs a and b; -1 when either is absent. */
 int gpu_link_score(const struct gpu_inventory *inv, size_t a, size_t b);
 
 #endif

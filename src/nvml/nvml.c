@@ -108,11 +108,6 @@ const char *nvml_strerror(const struct nvml *nvml, nvmlReturn_t rc)
     return find_error_text(rc)->text;
 }
 
-bool nvml_is_lost(nvmlReturn_t rc)
-{
-    return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_RESET_REQUIRED;
-}
-
 /* ---- loading ------------------------------------------------------------- */
 
 /* Appends to a "tried: a; b" list, truncating quietly: the list is only

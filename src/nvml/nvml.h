@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "nvml_abi.h"
+#include "compiler.h"
 
 #define NVML_LIBRARY_SONAME "libnvidia-ml.so.1"
 
@@ -76,6 +77,11 @@
       (nvmlDevice_t device, unsigned int *isMigDevice), "nvmlDeviceIsMigDeviceHandle")             \
     X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetGpuInstanceId, (nvmlDevice_t device, unsigned int *id), \
       "nvmlDeviceGetGpuInstanceId")                                                                \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetGpuInstanceById,                                       \
+      (nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance),                      \
+      "nvmlDeviceGetGpuInstanceById")                                                              \
+    X(NVML_OPTIONAL, nvmlReturn_t, GpuInstanceGetInfo,                                             \
+      (nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info), "nvmlGpuInstanceGetInfo")      \
     X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetComputeInstanceId,                                     \
       (nvmlDevice_t device, unsigned int *id), "nvmlDeviceGetComputeInstanceId")                   \
     X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetAttributes,                                            \
@@ -94,6 +100,13 @@
       (nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex,                 \
        nvmlGpuP2PStatus_t *p2pStatus),                                                             \
       "nvmlDeviceGetP2PStatus")                                                                    \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetRemappedRows,                                          \
+      (nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,                         \
+       unsigned int *isPending, unsigned int *failureOccurred),                                    \
+      "nvmlDeviceGetRemappedRows")                                                                 \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetRetiredPagesPendingStatus,                             \
+      (nvmlDevice_t device, nvmlEnableState_t *isPending),                                         \
+      "nvmlDeviceGetRetiredPagesPendingStatus")                                                    \
     X(NVML_REQUIRED, nvmlReturn_t, EventSetCreate, (nvmlEventSet_t *set), "nvmlEventSetCreate")    \
     X(NVML_REQUIRED, nvmlReturn_t, DeviceGetSupportedEventTypes,                                   \
       (nvmlDevice_t device, unsigned long long *eventTypes), "nvmlDeviceGetSupportedEventTypes")   \
@@ -127,7 +140,7 @@ struct nvml {
  * usr/lib64, usr/lib/<arch>-linux-gnu, lib64, lib/<arch>-linux-gnu).
  * On success *out is owned by the caller (nvml_close). Returns 0 or -1 with
  * a message saying what to check. */
-int nvml_open(const char *driver_root, struct nvml **out, char *err, size_t errlen);
+GP_MUST_USE int nvml_open(const char *driver_root, struct nvml **out, char *err, size_t errlen);
 
 /* nvmlShutdown + dlclose; NULL-safe. */
 void nvml_close(struct nvml *nvml);
@@ -139,9 +152,5 @@ const char *nvml_strerror(const struct nvml *nvml, nvmlReturn_t rc);
 
 /* "NVML_ERROR_GPU_IS_LOST" for 15; "NVML_ERROR_UNKNOWN" for unknown codes. */
 const char *nvml_error_name(nvmlReturn_t rc);
-
-/* True when rc means the device is gone for good (fell off the bus or
- * needs a reset) rather than a transient failure. */
-bool nvml_is_lost(nvmlReturn_t rc);
 
 #endif

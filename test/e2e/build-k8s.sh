@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds kubelet, kube-apiserver, kube-scheduler and kubectl v1.20.2 from
+# Builds kubelet, kube-apiserver, kube-scheduler, kubectl and kube-controller-manager
+# (DaemonSets and Deployments of test/e2e/deploy.sh) v1.20.2 from
 # Debian's `kubernetes` source package and caches them in $K8S_CACHE/bin.
 # A component whose cached binary answers --version is not rebuilt, so a
 # second run takes about a second. Cold build: ~17 minutes on 2 cores.
 set -euo pipefail
 
 K8S_CACHE=${K8S_CACHE:-/var/cache/gpupool-k8s}
-components=(kubelet kube-apiserver kube-scheduler kubectl)
+components=(kubelet kube-apiserver kube-scheduler kubectl kube-controller-manager)
 here=$(cd "$(dirname "$0")" && pwd)
 
 log() { printf '%s build-k8s: %s\n' "$(date +%H:%M:%S)" "$*"; }

@@ -14,6 +14,8 @@ t0=$SECONDS
 for f in "$E2E_RUN"/pids/plugin*.pid; do
   [[ -f $f ]] && stop_pid "$(basename "$f" .pid)" 10
 done
+stop_pid scheduler-extender 10   # extender.sh
+stop_pid kube-controller-manager 10   # deploy.sh (DaemonSets, Deployments)
 stop_pid kubelet 15
 stop_pid kube-scheduler 10
 

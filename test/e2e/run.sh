@@ -379,5 +379,15 @@ check "vm-two: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices" \
 delete_all_pods
 stop_plugin
 check "plugin exits 0 on SIGTERM" test "$PLUGIN_RC" = 0
+
+# =============================================================================
+# 9. the scheduler extender with the real kube-scheduler (both configuration
+#    formats); sourced, so it shares the pass/fail counters.
+. "$E2E_DIR/extender.sh"
+
+# =============================================================================
+# 10. deployed for real: `make image` imported into containerd, the
+#     deploy/overlays/* applied with kubectl apply -k (sourced, shares counters).
+. "$E2E_DIR/deploy.sh"
 T_SCEN=$((SECONDS - T_SCEN0))
 # finish (trap) tears the cluster down and prints the summary line last.

@@ -50,12 +50,19 @@ struct nvmlDevice_st {
     struct fake_mig *mig;      /* NULL for a full GPU */
 };
 
+/* What an nvmlGpuInstance_t points at: the GPU instance of a MIG device. */
+struct nvmlGpuInstance_st {
+    struct fake_mig *mig;
+};
+
 struct fake_mig {
     struct nvmlDevice_st handle;
+    struct nvmlGpuInstance_st gpu_instance;
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     unsigned slot;
     unsigned gi, ci;
     unsigned gi_slices, ci_slices;
+    unsigned gi_profile_id;    /* NVML_GPU_INSTANCE_PROFILE_*; default: by gi_slices */
     unsigned long long memory_mib;
 };
 
@@ -79,6 +86,10 @@ struct fake_gpu {
     int link_peer[NVML_NVLINK_MAX_LINKS];  /* GPU index per NVLink, -1 = unused */
     bool has_nvlink;
     bool lost;
+    /* Memory repairs (nvmlDeviceGetRemappedRows, ...RetiredPagesPendingStatus). */
+    bool remap_pending;
+    bool remap_failure;
+    bool retired_pages_pending;
 };
 
 struct fake_rule {
@@ -394,6 +405,27 @@ static void control_fail(char **args, int argc)
         fprintf(stderr, "fakenvml: out of memory adding a rule\n");
 }
 
+/* remap <gpu> pending|failed|clear, retired-pages <gpu> pending|clear */
+static void control_memory(char **args, int argc)
+{
+    struct fake_gpu *gpu = argc >= 3 ? find_gpu(args[1]) : NULL;
+    bool remap = strcmp(args[0], "remap") == 0;
+    bool pending = argc >= 3 && strcmp(args[2], "pending") == 0;
+    bool failed = argc >= 3 && remap && strcmp(args[2], "failed") == 0;
+    bool clear = argc >= 3 && strcmp(args[2], "clear") == 0;
+    if (gpu == NULL || !(pending || failed || clear)) {
+        fprintf(stderr, "fakenvml: usage: remap <uuid|index> pending|failed|clear, "
+                        "retired-pages <uuid|index> pending|clear\n");
+        return;
+    }
+    if (remap) {
+        gpu->remap_pending = pending;
+        gpu->remap_failure = failed;
+    } else {
+        gpu->retired_pages_pending = pending;
+    }
+}
+
 static void run_control_line(char *line)
 {
     char *args[8];
@@ -417,6 +449,8 @@ static void run_control_line(char *line)
             emit_xid(gpu, FAKE_XID_GPU_LOST, FAKE_NOT_ATTRIBUTED, FAKE_NOT_ATTRIBUTED);
     } else if (strcmp(args[0], "fail") == 0) {
         control_fail(args, argc);
+    } else if (strcmp(args[0], "remap") == 0 || strcmp(args[0], "retired-pages") == 0) {
+        control_memory(args, argc);
     } else if (strcmp(args[0], "unfail") == 0 && argc >= 2) {
         remove_rules(args[1]);
     } else {
@@ -519,24 +553,49 @@ static const char *const top_keys[] = {"driver_version", "cuda_driver_version", 
                                        "gpus", "errors", "comment", NULL};
 static const char *const gpu_keys[] = {"uuid", "name", "minor", "memory_mib", "pci_bus_id",
                                        "numa_node", "cc", "pcie_switch", "mig_mode", "max_migs",
-                                       "pci_device_id", "nvlinks", "migs", "comment", NULL};
+                                       "pci_device_id", "nvlinks", "migs", "remap_pending",
+                                       "remap_failure", "retired_pages_pending", "comment", NULL};
 static const char *const mig_keys[] = {"uuid", "slot", "gi", "ci", "gi_slices", "ci_slices",
-                                       "memory_mib", "comment", NULL};
+                                       "gi_profile_id", "memory_mib", "comment", NULL};
+
+/* The plain profile of a GPU instance of `slices` slices (1g -> 1_SLICE ...). */
+static long long default_gi_profile(long long slices)
+{
+    switch (slices) {
+    case 2:
+        return NVML_GPU_INSTANCE_PROFILE_2_SLICE;
+    case 3:
+        return NVML_GPU_INSTANCE_PROFILE_3_SLICE;
+    case 4:
+        return NVML_GPU_INSTANCE_PROFILE_4_SLICE;
+    case 6:
+        return NVML_GPU_INSTANCE_PROFILE_6_SLICE;
+    case 7:
+        return NVML_GPU_INSTANCE_PROFILE_7_SLICE;
+    case 8:
+        return NVML_GPU_INSTANCE_PROFILE_8_SLICE;
+    default:
+        return NVML_GPU_INSTANCE_PROFILE_1_SLICE;
+    }
+}
 
 static int parse_mig(json_t *object, struct fake_mig *mig, size_t position, char *why,
                      size_t whylen)
 {
-    long long gi, ci, gi_slices, ci_slices, memory, slot;
+    long long gi, ci, gi_slices, ci_slices, memory, slot, profile;
     warn_unknown_keys(object, "migs[]", mig_keys);
     if (json_str(object, "uuid", NULL, mig->uuid, sizeof mig->uuid) != 0 ||
         json_int(object, "gi", -1, &gi) != 0 || json_int(object, "ci", 0, &ci) != 0 ||
         json_int(object, "gi_slices", 1, &gi_slices) != 0 ||
         json_int(object, "ci_slices", -1, &ci_slices) != 0 ||
         json_int(object, "memory_mib", 0, &memory) != 0 ||
-        json_int(object, "slot", (long long)position, &slot) != 0 || gi < 0) {
+        json_int(object, "slot", (long long)position, &slot) != 0 || gi < 0 ||
+        json_int(object, "gi_profile_id", default_gi_profile(gi_slices), &profile) != 0 ||
+        profile < 0) {
         snprintf(why, whylen, "MIG device %zu: needs uuid, gi (integers)", position);
         return -1;
     }
+    mig->gi_profile_id = (unsigned)profile;
     mig->gi = (unsigned)gi;
     mig->ci = (unsigned)ci;
     mig->gi_slices = (unsigned)gi_slices;
@@ -598,6 +657,9 @@ static int parse_gpu(json_t *object, struct fake_gpu *gpu, size_t index, char *w
     gpu->pcie_switch = (int)pcie_switch;
     gpu->pci_device_id = (unsigned)device_id;
     gpu->max_migs = (unsigned)max_migs;
+    gpu->remap_pending = json_is_true(json_object_get(object, "remap_pending"));
+    gpu->remap_failure = json_is_true(json_object_get(object, "remap_failure"));
+    gpu->retired_pages_pending = json_is_true(json_object_get(object, "retired_pages_pending"));
     json_t *cc = json_object_get(object, "cc");
     gpu->cc_major = 8;
     gpu->cc_minor = 0;
@@ -620,6 +682,7 @@ static int parse_gpu(json_t *object, struct fake_gpu *gpu, size_t index, char *w
     for (size_t j = 0; j < count; j++) {
         struct fake_mig *mig = &gpu->migs[j];
         mig->handle = (struct nvmlDevice_st){FAKE_MAGIC_MIG, gpu, mig};
+        mig->gpu_instance.mig = mig;
         if (parse_mig(json_array_get(migs, j), mig, j, why, whylen) != 0)
             return -1;
     }
@@ -1259,6 +1322,49 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned
     return get_instance_id("nvmlDeviceGetComputeInstanceId", device, id, true);
 }
 
+/* GPU instance `id` of a (parent) GPU: any of its MIG devices in it. */
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                 nvmlGpuInstance_t *gpu_instance)
+{
+    lock();
+    nvmlReturn_t rc = enter_device("nvmlDeviceGetGpuInstanceById", device);
+    if (rc == NVML_SUCCESS && (gpu_instance == NULL || device->mig != NULL))
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS) {
+        rc = NVML_ERROR_NOT_FOUND;
+        for (size_t j = 0; j < device->gpu->mig_count; j++)
+            if (device->gpu->migs[j].gi == id) {
+                *gpu_instance = &device->gpu->migs[j].gpu_instance;
+                rc = NVML_SUCCESS;
+                break;
+            }
+    }
+    unlock();
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpu_instance,
+                                           nvmlGpuInstanceInfo_t *info)
+{
+    lock();
+    nvmlReturn_t rc = NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_mig *mig = gpu_instance != NULL ? gpu_instance->mig : NULL;
+    if (fake.refcount == 0)
+        rc = NVML_ERROR_UNINITIALIZED;
+    else if (mig != NULL && info != NULL && valid_handle(&mig->handle))
+        rc = enter_device("nvmlGpuInstanceGetInfo", &mig->handle.gpu->handle);
+    if (rc == NVML_SUCCESS) {
+        memset(info, 0, sizeof *info);
+        info->device = &mig->handle.gpu->handle;
+        info->id = mig->gi;
+        info->profileId = mig->gi_profile_id;
+        info->placement.start = mig->slot;
+        info->placement.size = mig->gi_slices;
+    }
+    unlock();
+    return rc;
+}
+
 static nvmlReturn_t get_attributes(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
 {
     lock();
@@ -1385,6 +1491,45 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t de
                                                        : NVML_P2P_STATUS_NOT_SUPPORTED;
     else if (rc == NVML_SUCCESS)
         *status = NVML_P2P_STATUS_OK;
+    unlock();
+    return rc;
+}
+
+/* ---- memory repairs ---------------------------------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                              unsigned int *uncRows, unsigned int *isPending,
+                                              unsigned int *failureOccurred)
+{
+    lock();
+    nvmlReturn_t rc = enter_device("nvmlDeviceGetRemappedRows", device);
+    if (rc == NVML_SUCCESS && (!corrRows || !uncRows || !isPending || !failureOccurred))
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (rc == NVML_SUCCESS && device->mig != NULL)
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    if (rc == NVML_SUCCESS) {
+        const struct fake_gpu *g = device->gpu;
+        *corrRows = 0;
+        *uncRows = g->remap_pending || g->remap_failure ? 1 : 0;
+        *isPending = g->remap_pending ? 1 : 0;
+        *failureOccurred = g->remap_failure ? 1 : 0;
+    }
+    unlock();
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                           nvmlEnableState_t *isPending)
+{
+    lock();
+    nvmlReturn_t rc = enter_device("nvmlDeviceGetRetiredPagesPendingStatus", device);
+    if (rc == NVML_SUCCESS && isPending == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (rc == NVML_SUCCESS && device->mig != NULL)
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    if (rc == NVML_SUCCESS)
+        *isPending = device->gpu->retired_pages_pending ? NVML_FEATURE_ENABLED
+                                                        : NVML_FEATURE_DISABLED;
     unlock();
     return rc;
 }

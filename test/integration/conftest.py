@@ -102,7 +102,7 @@ PLUGIN_ENV = {
     "SHARED_DEVICES_ALLOCATION_POLICY", "DEVICE_DISCOVERY_STRATEGY", "IMEX_CHANNEL_IDS",
     "IMEX_REQUIRED", "KUBELET_SOCKET", "CONFIG_FILE", "CDI_FEATURE_FLAGS", "CDI_DISABLE_HOOKS",
     "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS", "GP_HEALTH_RECOVERY_PROBES",
-    "GP_HEALTH_PROBE_INTERVAL", "LD_LIBRARY_PATH", "LD_PRELOAD", "FAKE_NVML_INVENTORY",
+    "GP_HEALTH_PROBE_INTERVAL", "GP_CDI_SPEC_DIR", "LD_LIBRARY_PATH", "LD_PRELOAD", "FAKE_NVML_INVENTORY",
     "FAKE_NVML_CONTROL",
 }
 
@@ -209,14 +209,11 @@ class Plugin:
                                      % (pattern, timeout, self.log()))
             time.sleep(0.02)
 
-    def health_ready(self, timeout=2):
-        """Soft wait until the plugin logs that its NVML event sets are registered. The fake
-        NVML drops XIDs injected before that (no event set exists yet), as a driver would.
-        ASSUMPTION: gpupool logs "Health checks started ..." (or "... enabled")."""
-        try:
-            self.wait_log(HEALTH_READY, timeout)
-        except AssertionError:
-            pass
+    def health_ready(self, timeout=5):
+        """Waits until the plugin logs that its NVML event sets are registered ("Health checks
+        started ..."); fails the test when that does not happen within `timeout`. The fake
+        NVML drops XIDs injected before that (no event set exists yet), as a driver would."""
+        self.wait_log(HEALTH_READY, timeout)
         return self
 
     def signal(self, sig):

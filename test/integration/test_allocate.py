@@ -176,14 +176,13 @@ def test_replica_id_without_sharing_is_unknown(plugin, kubelet):
 
 
 def test_empty_container_request(plugin, kubelet):
-    """ASSUMPTION: an empty ContainerAllocateRequest is either answered (one response, no
-    device) or rejected with INVALID_ARGUMENT; in both cases the plugin keeps serving."""
+    """A ContainerAllocateRequest listing no device is refused with INVALID_ARGUMENT naming
+    the container; the plugin keeps serving."""
     p = plugin()
-    try:
-        r = kubelet.allocate(RESOURCE, [])
-        assert r.envs.get("NVIDIA_VISIBLE_DEVICES", "") in ("", "void", "none")
-    except grpc.RpcError as e:
-        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+    with pytest.raises(grpc.RpcError) as e:
+        kubelet.allocate(RESOURCE, [])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "container request 0 lists no devices" in e.value.details()
     assert kubelet.allocate(RESOURCE, p.inventory.uuids[:1]).envs
 
 

@@ -194,3 +194,12 @@ def test_nvidia_config_files(plugin, kubelet, fname, inventory, want):
     assert set(kubelet.resources()) == set(want)
     for r, n in want.items():
         assert len(kubelet.endpoint(r).snapshots[0].ids) == n, r
+
+
+def test_mps_root_in_file(plugin, kubelet):
+    """flags.mpsRoot: NVIDIA Helm's default is accepted (the chart passes it to every
+    deployment); any other root is refused, as MPS is not supported."""
+    plugin(config="version: v1\nflags:\n  mpsRoot: /run/nvidia/mps\n")
+    p = plugin(config="version: v1\nflags:\n  mpsRoot: /srv/mps\n", wait=None)
+    assert p.wait_exit(5) != 0
+    assert 'invalid value "/srv/mps" for --mps-root (MPS_ROOT, flags.mpsRoot)' in p.log()

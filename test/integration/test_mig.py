@@ -102,6 +102,18 @@ def test_none_strategy_on_mig_node(plugin, kubelet):
     assert kubelet.resources() == [RESOURCE]
 
 
+def test_none_strategy_xid_on_mig_device_marks_gpu(plugin, kubelet):
+    """Issue 7: with --mig-strategy none a MIG-enabled GPU is served whole; an XID the driver
+    attributes to one of its MIG devices (GI/CI set) must mark that whole GPU, not vanish."""
+    p = plugin(MIXED).health_ready()
+    m = next(x for x in p.inventory.migs() if len(x.parent.mig) >= 2)
+    n = len(kubelet.endpoint().snapshots)
+    p.control("xid %s 48" % m.uuid)
+    kubelet.wait_for(lambda: len(kubelet.endpoint().snapshots) > n, 3, "a snapshot after the XID")
+    health = kubelet.endpoint().snapshots[n].health
+    assert {u for u, h in health.items() if h != "Healthy"} == {m.parent.uuid}
+
+
 SINGLE = "2gpu-mig-single.json"
 NONUNIFORM = "mig-mixed-nonuniform.json"
 
@@ -122,18 +134,17 @@ def test_single_via_env(plugin, kubelet):
 
 
 @pytest.mark.parametrize("inventory", [NONUNIFORM, MIXED])
-def test_single_on_mixed_partition_is_clear_error(plugin, kubelet, inventory):
-    """Issue 3: `single` needs uniformly partitioned GPUs, otherwise a clear error.
-    ASSUMPTION: the plugin exits non-zero (fail-on-init-error default true) or at least never
-    registers nvidia.com/gpu, and logs an error that mentions MIG."""
-    p = plugin(inventory, args=["--mig-strategy", "single"], wait=None)
-    try:
-        rc = p.wait_exit(3)
-    except AssertionError:
-        rc = None
-    log = p.log()
-    assert re.search(r"(?im)^[EF].*mig", log) or (rc not in (None, 0) and re.search(r"(?i)mig", log)), log
-    assert kubelet.registrations_for(RESOURCE) == [] or rc not in (None, 0)
+@pytest.mark.parametrize("fail_on_init", [True, False])
+def test_single_on_mixed_partition_is_clear_error(plugin, kubelet, inventory, fail_on_init):
+    """Issue 3: `single` needs uniformly partitioned GPUs. At start that is a configuration
+    error, fatal whatever --fail-on-init-error says (that flag is about a node without
+    NVML): exit 1, nothing registered, an error naming the strategy and the fix."""
+    args = ["--mig-strategy", "single"] + ([] if fail_on_init else ["--fail-on-init-error=false"])
+    p = plugin(inventory, args=args, wait=None)
+    assert p.wait_exit(5) == 1
+    assert re.search(r"(?m)^E.*mig-strategy single needs .*use --mig-strategy mixed", p.log()), \
+        p.log()
+    assert kubelet.registrations == []
 
 
 def test_mixed_profiles_nonuniform(plugin, kubelet):

@@ -1,6 +1,7 @@
 """GetPreferredAllocation on whole GPUs (issue 2 item 5; research section 5.6)."""
 
 import itertools
+import re
 
 import grpc
 import pytest
@@ -102,29 +103,47 @@ def test_same_numa_preferred(plugin, kubelet):
 
 
 def test_size_larger_than_available(plugin, kubelet):
-    """NVIDIA's best-effort policy returns an empty set on impossible input; an RPC error is
-    also accepted (the kubelet then falls back to its own choice... or fails admission,
-    so empty is preferred). The plugin must keep serving either way."""
+    """An impossible size is the caller's error: INVALID_ARGUMENT saying both numbers (the
+    kubelet then makes its own choice). The plugin keeps serving."""
     p = plugin()
     u = p.inventory.uuids
-    try:
-        got = pref(kubelet, u[:2], size=3)
-        assert len(got) < 3, got
-    except grpc.RpcError as e:
-        assert e.code() != grpc.StatusCode.OK
+    with pytest.raises(grpc.RpcError) as e:
+        pref(kubelet, u[:2], size=3)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "allocation size 3 with 2 available devices" in e.value.details()
+    assert len(pref(kubelet, u, size=2)) == 2
+
+
+def vm_peak_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"(?m)^VmPeak:\s+(\d+) kB", f.read()).group(1))
+
+
+def test_huge_size_refused_before_allocating(plugin, kubelet):
+    """Issue 7: allocation_size comes from the wire (up to 2^31-1) and used to size two
+    arrays (16 GiB each) before it was checked. It is refused first: INVALID_ARGUMENT, and the
+    process's peak address space does not grow by gigabytes (without the check the arrays
+    are either mapped, raising VmPeak, or fail, answering RESOURCE_EXHAUSTED)."""
+    p = plugin()
+    u = p.inventory.uuids
+    before = vm_peak_kib(p.pid)
+    with pytest.raises(grpc.RpcError) as e:
+        pref(kubelet, u, size=2**31 - 1)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
+    assert "allocation size 2147483647 with 4 available devices" in e.value.details()
+    assert vm_peak_kib(p.pid) - before < 1024 * 1024, "VmPeak grew by 1 GiB or more"
     assert len(pref(kubelet, u, size=2)) == 2
 
 
 def test_unknown_available_id(plugin, kubelet):
-    """Unknown IDs in available never end up in the answer."""
+    """An unknown ID in available is refused (INVALID_ARGUMENT naming it), never answered."""
     p = plugin()
     u = p.inventory.uuids
     bogus = "GPU-ffffffff-0000-0000-0000-000000000000"
-    try:
-        got = pref(kubelet, u + [bogus], size=2)
-        assert bogus not in got
-    except grpc.RpcError as e:
-        assert bogus in e.details()
+    with pytest.raises(grpc.RpcError) as e:
+        pref(kubelet, u + [bogus], size=2)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bogus in e.value.details()
 
 
 def test_multiple_container_requests(plugin, kubelet):

@@ -1,6 +1,7 @@
 """Time-slicing replicas (issue 3 item 4; research section 5.3, 5.6)."""
 
 import collections
+import re
 
 import grpc
 import pytest
@@ -93,6 +94,40 @@ sharing:
     ids = kubelet.endpoint("nvidia.com/gpu-ts").snapshots[0].ids
     g = p.inventory.gpus
     assert sorted(ids) == sorted("%s::%d" % (x.uuid, k) for x in g[:2] for k in range(3))
+
+
+def test_devices_absent_from_node_warn(plugin, kubelet):
+    """Issue 7: one ConfigMap serves every node, so a UUID or an index this node does not
+    have is a warning naming it, and the listed GPUs that are here are shared."""
+    absent = "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff"
+    cfg = """version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      rename: gpu-ts
+      replicas: 2
+      devices: [%s, 9, 1]
+""" % absent
+    p = plugin("4gpu.json", config=cfg, wait="nvidia.com/gpu-ts")
+    g = p.inventory.gpus[1]
+    assert sorted(kubelet.endpoint("nvidia.com/gpu-ts").snapshots[0].ids) == \
+        [g.uuid + "::0", g.uuid + "::1"]
+    log = p.log()
+    for ref in (absent, "9"):
+        assert re.search(r'(?m)^W.*device "%s" of resource nvidia.com/gpu is not a device of '
+                         r'this node' % ref, log), log
+
+
+def test_devices_malformed_is_fatal(plugin, kubelet):
+    """A reference that is no GPU index, "gpu:mig" index or GPU-/MIG- UUID is a configuration
+    error naming the file, the line and the value."""
+    cfg = ts_config(2).rstrip("\n") + "\n      devices: [0, not-a-gpu]\n"
+    p = plugin("4gpu.json", config=cfg, wait=None)
+    assert p.wait_exit(5) == 1
+    assert re.search(r'%s:7: invalid value "not-a-gpu"' % re.escape(p.config_path), p.log()), \
+        p.log()
+    assert kubelet.registrations == []
 
 
 def test_two_replicas_same_gpu_one_uuid(plugin, kubelet):

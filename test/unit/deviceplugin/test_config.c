@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -153,15 +154,16 @@ static void test_every_flag(void **state)
                           "--cdi-annotation-prefix=x.io/",
                           "--nvidia-cdi-hook-path=/hook",
                           "--driver-root-ctr-path=/ctr",
-                          "--mps-root=/mps",
+                          "--mps-root=",
                           "--shared-devices-allocation-policy=packed",
                           "--device-discovery-strategy=nvml",
                           "--imex-channel-ids=0",
                           "--imex-required",
                           "--kubelet-socket=",
-                          "--cdi-feature-flags=a",
-                          "--cdi-feature-flags=b,c",
+                          "--cdi-feature-flags=include-persistenced-socket",
+                          "--cdi-feature-flags=disable-imex-channel-creation",
                           "--cdi-disable-hooks=all",
+                          "--cdi-spec-dir=/cdi",
                           "--health-recovery-probes=0",
                           "--health-probe-interval=1m30s",
                           "-v",
@@ -179,14 +181,16 @@ static void test_every_flag(void **state)
     assert_string_equal(cfg.cdi_annotation_prefix, "x.io/");
     assert_string_equal(cfg.nvidia_ctk_path, "/hook");
     assert_string_equal(cfg.container_driver_root, "/ctr");
-    assert_string_equal(cfg.mps_root, "/mps");
+    assert_string_equal(cfg.mps_root, "");
     assert_int_equal(cfg.shared_alloc_policy, SHARED_ALLOC_PACKED);
     assert_int_equal(cfg.device_discovery_strategy, DEVICE_DISCOVERY_NVML);
     assert_int_equal(cfg.imex_channel_count, 1);
     assert_true(cfg.imex_required);
     assert_string_equal(cfg.kubelet_socket, "");
-    assert_string_equal(cfg.cdi_feature_flags, "a,b,c");
-    assert_string_equal(cfg.cdi_disable_hooks, "all");
+    assert_int_equal(cfg.cdi_feature_flags, CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET |
+                                                CDI_FEATURE_DISABLE_IMEX_CHANNEL_CREATION);
+    assert_int_equal(cfg.cdi_disabled_hooks, CDI_HOOK_ALL);
+    assert_string_equal(cfg.cdi_spec_dir, "/cdi");
     assert_int_equal(cfg.health_recovery_probes, 0);
     assert_int_equal(cfg.health_probe_interval_ms, 90000);
     assert_int_equal(cfg.verbosity, 4);
@@ -224,14 +228,14 @@ static void test_every_env(void **state)
                          "CDI_ANNOTATION_PREFIX=p/",
                          "NVIDIA_CTK_PATH=/ctk",
                          "CONTAINER_DRIVER_ROOT=/cdr",
-                         "MPS_ROOT=/m",
                          "SHARED_DEVICES_ALLOCATION_POLICY=packed",
                          "DEVICE_DISCOVERY_STRATEGY=nvml",
                          "IMEX_CHANNEL_IDS=0",
                          "IMEX_REQUIRED=true",
                          "KUBELET_SOCKET=/tmp/k.sock",
-                         "CDI_FEATURE_FLAGS=x",
-                         "CDI_DISABLE_HOOKS=y",
+                         "CDI_FEATURE_FLAGS=include-persistenced-socket",
+                         "CDI_DISABLE_HOOKS=update-ldcache,chmod",
+                         "GP_CDI_SPEC_DIR=/spec",
                          "GP_HEALTH_RECOVERY_PROBES=7",
                          "GP_HEALTH_PROBE_INTERVAL=250ms",
                          "DP_DISABLE_HEALTHCHECKS=xids,48",
@@ -250,14 +254,15 @@ static void test_every_env(void **state)
     assert_string_equal(cfg.cdi_annotation_prefix, "p/");
     assert_string_equal(cfg.nvidia_ctk_path, "/ctk");
     assert_string_equal(cfg.container_driver_root, "/cdr");
-    assert_string_equal(cfg.mps_root, "/m");
+    assert_string_equal(cfg.mps_root, "");
     assert_int_equal(cfg.shared_alloc_policy, SHARED_ALLOC_PACKED);
     assert_int_equal(cfg.device_discovery_strategy, DEVICE_DISCOVERY_NVML);
     assert_int_equal(cfg.imex_channel_count, 1);
     assert_true(cfg.imex_required);
     assert_string_equal(cfg.kubelet_socket, "/tmp/k.sock");
-    assert_string_equal(cfg.cdi_feature_flags, "x");
-    assert_string_equal(cfg.cdi_disable_hooks, "y");
+    assert_int_equal(cfg.cdi_feature_flags, CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET);
+    assert_int_equal(cfg.cdi_disabled_hooks, CDI_HOOK_UPDATE_LDCACHE | CDI_HOOK_CHMOD);
+    assert_string_equal(cfg.cdi_spec_dir, "/spec");
     assert_int_equal(cfg.health_recovery_probes, 7);
     assert_int_equal(cfg.health_probe_interval_ms, 250);
     assert_string_equal(cfg.disable_healthchecks, "xids,48"); /* verbatim */
@@ -464,6 +469,90 @@ static void test_bad_cli_values(void **state)
     expect_cli_error(a10, NULL,
                      "invalid value \"99999999999\" for --health-recovery-probes "
                      "(GP_HEALTH_RECOVERY_PROBES): want an integer >= 0");
+}
+
+/* Options gpupool cannot honour are refused, never silently ignored. */
+static void test_refused_options(void **state)
+{
+    (void)state;
+    struct gp_config cfg;
+    const char *a1[] = {"--mps-root=/mps", NULL};
+    expect_cli_error(a1, NULL,
+                     "invalid value \"/mps\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
+                     "sharing is not supported by gpupool; leave the MPS root unset");
+    const char *e1[] = {"MPS_ROOT=/var/mps", NULL};
+    expect_cli_error(NULL, e1,
+                     "invalid value \"/var/mps\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
+                     "sharing is not supported by gpupool; leave the MPS root unset");
+    /* NVIDIA Helm's default root is what every chart deployment passes. */
+    const char *e2[] = {"MPS_ROOT=" CONFIG_HELM_MPS_ROOT, NULL};
+    load_ok(&cfg, NULL, e2);
+    assert_string_equal(cfg.mps_root, CONFIG_HELM_MPS_ROOT);
+    config_free(&cfg);
+
+    const char *a2[] = {"--cdi-feature-flags=include-persistenced-socket,bogus", NULL};
+    expect_cli_error(a2, NULL,
+                     "invalid value \"bogus\" for --cdi-feature-flags (CDI_FEATURE_FLAGS): want "
+                     "include-persistenced-socket or disable-imex-channel-creation");
+    const char *a3[] = {"--cdi-feature-flags=enable-explicit-driver-libraries", NULL};
+    expect_cli_error(a3, NULL,
+                     "invalid value \"enable-explicit-driver-libraries\" for --cdi-feature-flags "
+                     "(CDI_FEATURE_FLAGS): gpupool's CDI spec writer does not implement this "
+                     "nvidia-ctk feature (want include-persistenced-socket or "
+                     "disable-imex-channel-creation)");
+    const char *e3[] = {"CDI_DISABLE_HOOKS=update-ldcache,nope", NULL};
+    expect_cli_error(NULL, e3,
+                     "invalid value \"nope\" for --cdi-disable-hooks (CDI_DISABLE_HOOKS): want "
+                     "all, create-symlinks, update-ldcache, enable-cuda-compat, "
+                     "disable-device-node-modification or chmod");
+}
+
+/* --imex-required: NVIDIA's start-up check of the channel's device node. */
+static void test_imex_host_check(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/gp-test-devroot-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char arg[64];
+    snprintf(arg, sizeof arg, "--dev-root=%s", root);
+    struct gp_config cfg;
+
+    /* Required and missing: start-up fails, naming the node. */
+    const char *a1[] = {arg, "--imex-channel-ids=0", "--imex-required", NULL};
+    load_ok(&cfg, a1, NULL);
+    assert_int_equal(config_check_host(&cfg, err, sizeof err), -1);
+    char want[256];
+    snprintf(want, sizeof want, "%s/dev/nvidia-caps-imex-channels/channel0 does not exist", root);
+    if (strstr(err, want) == NULL || strstr(err, "--imex-required") == NULL)
+        fail_msg("unexpected message: %s", err);
+    config_free(&cfg);
+
+    /* Not required and missing: the channel is dropped with a warning. */
+    const char *a2[] = {arg, "--imex-channel-ids=0", NULL};
+    load_ok(&cfg, a2, NULL);
+    assert_int_equal(config_check_host(&cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.imex_channel_count, 0);
+    config_free(&cfg);
+
+    /* Present: kept. */
+    char dir[128], node[160];
+    snprintf(dir, sizeof dir, "%s/dev", root);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(dir, sizeof dir, "%s/dev/nvidia-caps-imex-channels", root);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(node, sizeof node, "%s/channel0", dir);
+    FILE *f = fopen(node, "w");
+    assert_non_null(f);
+    fclose(f);
+    load_ok(&cfg, a1, NULL);
+    assert_int_equal(config_check_host(&cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.imex_channel_count, 1);
+    config_free(&cfg);
+    unlink(node);
+    rmdir(dir);
+    snprintf(dir, sizeof dir, "%s/dev", root);
+    rmdir(dir);
+    rmdir(root);
 }
 
 static void test_bad_cli_syntax(void **state)
@@ -734,7 +823,8 @@ static void test_file_errors(void **state)
                       "3: invalid value \"nope\" for flags.plugin.deviceListStrategy: want "
                       "envvar, volume-mounts, cdi-annotations or cdi-cri");
     expect_file_error("flags:\n  plugin:\n    deviceListStrategy: []\n",
-                      "3: flags.plugin.deviceListStrategy: want at least one strategy");
+                      "3: flags.plugin.deviceListStrategy: want at least one of envvar, "
+                      "volume-mounts, cdi-annotations or cdi-cri");
     expect_file_error("flags:\n  plugin: true\n", "2: flags.plugin: want a mapping, got a scalar");
     expect_file_error("flags:\n  migStrategy: none\n  migStrategy: mixed\n",
                       "3: duplicate key \"flags.migStrategy\" (first at line 2)");
@@ -944,6 +1034,8 @@ int main(void)
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_durations),
         cmocka_unit_test(test_bad_cli_values),
+        cmocka_unit_test(test_refused_options),
+        cmocka_unit_test(test_imex_host_check),
         cmocka_unit_test(test_bad_cli_syntax),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_nvidia_flags_only),

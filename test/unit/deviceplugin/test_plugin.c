@@ -1,5 +1,5 @@
 /* Unit tests: DevicePlugin semantics through the encoded-bytes handlers
- * (plugin.c), the way rpc.c calls them. */
+ * (plugin.c), the way the rpc server calls them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,7 +50,7 @@ static enum rpc_status call(struct world *w, enum rpc_method m, const ProtobufCM
     size_t len = req ? protobuf_c_message_pack(req, buf) : 0;
     memset(resp, 0, sizeof *resp);
     msg[0] = '\0';
-    return w->h.unary(w->h.ctx, m, buf, len, resp, msg, msglen);
+    return w->h.unary(w->h.ctx, NULL, m, buf, len, resp, msg, msglen);
 }
 
 static enum rpc_status allocate_ids(struct world *w, char **ids, size_t n,
@@ -114,7 +114,8 @@ static void test_allocate_garbage(void **state)
     uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
     struct rpc_buf resp = {0};
     char msg[256];
-    assert_int_equal(w->h.unary(w->h.ctx, RPC_ALLOCATE, junk, sizeof junk, &resp, msg, sizeof msg),
+    assert_int_equal(w->h.unary(w->h.ctx, NULL, RPC_ALLOCATE, junk, sizeof junk, &resp, msg,
+                                sizeof msg),
                      RPC_INVALID_ARGUMENT);
     assert_non_null(strstr(msg, "cannot decode AllocateRequest"));
     assert_null(resp.data);

@@ -107,9 +107,24 @@ static void test_time_slicing_rename_and_devices(void **state)
     assert_int_equal(shared->devices[3].gpu, 3);
     resource_set_free(&set);
 
-    snprintf(refs[1], sizeof refs[1], "GPU-does-not-exist");
-    assert_int_equal(resource_set_build(&inv, &cfg, &set, err, sizeof err), -1);
-    assert_non_null(strstr(err, "GPU-does-not-exist"));
+    /* A reference absent from this node (one ConfigMap, many nodes) is a
+     * warning: the devices that are present are still shared. */
+    snprintf(refs[1], sizeof refs[1], "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff");
+    assert_int_equal(resource_set_build(&inv, &cfg, &set, err, sizeof err), 0);
+    assert_int_equal(set.count, 2);
+    shared = strcmp(set.resources[0].name, "nvidia.com/gpu.shared") == 0 ? &set.resources[0]
+                                                                         : &set.resources[1];
+    assert_string_equal(shared->name, "nvidia.com/gpu.shared");
+    assert_int_equal(shared->device_count, 2); /* GPU 1 twice */
+    assert_int_equal(shared->devices[1].gpu, 1);
+    resource_set_free(&set);
+
+    snprintf(refs[0], sizeof refs[0], "7");   /* past the last GPU */
+    assert_int_equal(resource_set_build(&inv, &cfg, &set, err, sizeof err), 0);
+    assert_int_equal(set.count, 1);
+    assert_string_equal(set.resources[0].name, "nvidia.com/gpu");
+    assert_int_equal(set.resources[0].device_count, 4);
+    resource_set_free(&set);
     free(cfg.time_slices);
     fixture_inventory_free(&inv);
 }
@@ -215,6 +230,43 @@ static void test_mig_none_serves_whole_gpus(void **state)
     fixture_inventory_free(&inv);
 }
 
+/* A GPU NVML could not identify is listed whole and Unhealthy, whatever
+ * the MIG strategy, and does not make `single` non-uniform. */
+static void test_lost_gpu_listed_unhealthy(void **state)
+{
+    (void)state;
+    struct gpu_inventory inv;
+    struct gp_config cfg;
+    struct resource_set set;
+    char err[256];
+    fixture_inventory(&inv, 3, 0);
+    fixture_mig(&inv, 0, 7, "1g.5gb");
+    fixture_mig(&inv, 1, 7, "1g.5gb");
+    inv.gpus[2].lost = true;
+    fixture_config(&cfg);
+    assert_int_equal(resource_set_build(&inv, &cfg, &set, err, sizeof err), 0);
+    assert_int_equal(set.resources[0].device_count, 3);
+    assert_true(set.resources[0].devices[0].healthy);
+    assert_false(set.resources[0].devices[2].healthy);
+    resource_set_free(&set);
+
+    cfg.mig_strategy = MIG_STRATEGY_SINGLE;
+    assert_int_equal(resource_set_build(&inv, &cfg, &set, err, sizeof err), 0);
+    assert_int_equal(set.count, 1);
+    assert_string_equal(set.resources[0].name, "nvidia.com/gpu");
+    assert_int_equal(set.resources[0].device_count, 15);
+    size_t unhealthy = 0;
+    for (size_t i = 0; i < set.resources[0].device_count; i++)
+        if (!set.resources[0].devices[i].healthy) {
+            unhealthy++;
+            assert_int_equal(set.resources[0].devices[i].gpu, 2);
+            assert_int_equal(set.resources[0].devices[i].mig, RESOURCE_NO_MIG);
+        }
+    assert_int_equal(unhealthy, 1);
+    resource_set_free(&set);
+    fixture_inventory_free(&inv);
+}
+
 static void test_mig_replicas(void **state)
 {
     (void)state;
@@ -246,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_full_gpus_default),
         cmocka_unit_test(test_time_slicing_replicas),
         cmocka_unit_test(test_time_slicing_rename_and_devices),
+        cmocka_unit_test(test_lost_gpu_listed_unhealthy),
         cmocka_unit_test(test_gpu_patterns),
         cmocka_unit_test(test_mig_mixed),
         cmocka_unit_test(test_mig_single),

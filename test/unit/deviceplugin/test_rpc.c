@@ -2,6 +2,7 @@
  * clients in one process, plus a fake kubelet on a second runtime. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "rpc.h"
+#include "rpc_test_client.h"
 
 #define ALLOCATE "/v1beta1.DevicePlugin/Allocate"
 #define OPTIONS "/v1beta1.DevicePlugin/GetDevicePluginOptions"
@@ -27,15 +29,20 @@
 
 struct fake_plugin {
     pthread_mutex_t lock;
+    pthread_cond_t parked_changed;
     uint64_t generation;
     int unary_calls;
     uint8_t last_request[64];
     size_t last_request_len;
     int snapshot_calls;
+    struct rpc_deferred *parked; /* a request "park..." waits here for the test */
 };
 
-static enum rpc_status fake_unary(void *ctx, enum rpc_method method, const uint8_t *req,
-                                  size_t len, struct rpc_buf *resp, char *msg, size_t msglen)
+/* "fail...": NOT_FOUND; "park...": parked for the test to complete;
+ * "lie...": claims RPC_DEFERRED without parking; anything else: echoed. */
+static enum rpc_status fake_unary(void *ctx, struct rpc_call *call, enum rpc_method method,
+                                  const uint8_t *req, size_t len, struct rpc_buf *resp,
+                                  char *msg, size_t msglen)
 {
     struct fake_plugin *p = ctx;
     pthread_mutex_lock(&p->lock);
@@ -43,6 +50,21 @@ static enum rpc_status fake_unary(void *ctx, enum rpc_method method, const uint8
     p->last_request_len = len < sizeof p->last_request ? len : sizeof p->last_request;
     memcpy(p->last_request, req, p->last_request_len);
     pthread_mutex_unlock(&p->lock);
+
+    if (len >= 4 && memcmp(req, "park", 4) == 0) {
+        struct rpc_deferred *d = rpc_call_defer(call);
+        if (d == NULL) {
+            snprintf(msg, msglen, "cannot park");
+            return RPC_INTERNAL;
+        }
+        pthread_mutex_lock(&p->lock);
+        p->parked = d;
+        pthread_cond_broadcast(&p->parked_changed);
+        pthread_mutex_unlock(&p->lock);
+        return RPC_DEFERRED;
+    }
+    if (len >= 3 && memcmp(req, "lie", 3) == 0)
+        return RPC_DEFERRED;
 
     if (method == RPC_ALLOCATE && len >= 4 && memcmp(req, "fail", 4) == 0) {
         snprintf(msg, msglen, "unknown device GPU-x");
@@ -127,6 +149,7 @@ static int setup(void **state)
         return -1;
     snprintf(f->path, sizeof f->path, "%s/plugin.sock", f->dir);
     pthread_mutex_init(&f->plugin.lock, NULL);
+    pthread_cond_init(&f->plugin.parked_changed, NULL);
     f->plugin.generation = 1;
     struct rpc_handlers h = fake_handlers(&f->plugin);
     if (rpc_server_start(f->rt, f->path, &h, &f->srv, err, sizeof err) != 0) {
@@ -146,6 +169,7 @@ static int teardown(void **state)
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", f->dir);
     pthread_mutex_destroy(&f->plugin.lock);
+    pthread_cond_destroy(&f->plugin.parked_changed);
     free(f);
     return 0;
 }
@@ -163,7 +187,7 @@ static int call(struct fixture *f, const char *method, const void *req, size_t l
 {
     struct rpc_buf resp = {0};
     int status = -1;
-    int rc = rpc_call(f->rt, f->path, method, req, len, TIMEOUT_MS, &resp, &status, msg,
+    int rc = rpc_test_call(f->rt, f->path, method, req, len, TIMEOUT_MS, &resp, &status, msg,
                       msglen);
     if (rc == 0) {
         assert_int_equal(status, RPC_OK);
@@ -197,7 +221,7 @@ static void test_unary_round_trip(void **state)
     for (int i = 0; i < 50; i++) {
         struct rpc_buf resp = {0};
         int status = -1;
-        assert_int_equal(rpc_client_call(client, ALLOCATE, (const uint8_t *)"x", 1, TIMEOUT_MS,
+        assert_int_equal(rpc_test_client_call(client, ALLOCATE, (const uint8_t *)"x", 1, TIMEOUT_MS,
                                          &resp, &status, msg, sizeof msg), 0);
         assert_int_equal(status, RPC_OK);
         assert_int_equal(resp.len, 6);
@@ -272,7 +296,7 @@ static void expect_message(struct rpc_watch *w, const char *want)
 {
     struct rpc_buf m = {0};
     char err[256];
-    int rc = rpc_client_watch_next(w, TIMEOUT_MS, &m, NULL, err, sizeof err);
+    int rc = rpc_test_watch_next(w, TIMEOUT_MS, &m, NULL, err, sizeof err);
     if (rc != 1)
         fail_msg("watch_next: %d %s", rc, err);
     assert_int_equal(m.len, strlen(want));
@@ -282,9 +306,9 @@ static void expect_message(struct rpc_watch *w, const char *want)
 
 static void wait_stream_count(struct rpc_server *srv, int want)
 {
-    for (int i = 0; i < 500 && rpc_server_stream_count(srv) != want; i++)
+    for (int i = 0; i < 500 && rpc_test_stream_count(srv) != want; i++)
         usleep(10000);
-    assert_int_equal(rpc_server_stream_count(srv), want);
+    assert_int_equal(rpc_test_stream_count(srv), want);
 }
 
 static void test_list_and_watch(void **state)
@@ -295,14 +319,14 @@ static void test_list_and_watch(void **state)
     char err[256];
 
     assert_int_equal(rpc_client_open(f->rt, f->path, &client, err, sizeof err), 0);
-    assert_int_equal(rpc_client_watch_open(client, &w, err, sizeof err), 0);
+    assert_int_equal(rpc_test_watch_open(client, &w, err, sizeof err), 0);
     expect_message(w, "gen=1");
     wait_stream_count(f->srv, 1);
 
     /* A notify without a change sends nothing. */
     rpc_server_notify(f->srv);
     struct rpc_buf m = {0};
-    assert_int_equal(rpc_client_watch_next(w, 100, &m, NULL, err, sizeof err), 0);
+    assert_int_equal(rpc_test_watch_next(w, 100, &m, NULL, err, sizeof err), 0);
 
     double worst = 0;
     for (int i = 2; i <= 20; i++) {
@@ -324,7 +348,7 @@ static void test_list_and_watch(void **state)
     }
     char last[32] = "";
     for (;;) {
-        int rc = rpc_client_watch_next(w, 200, &m, NULL, err, sizeof err);
+        int rc = rpc_test_watch_next(w, 200, &m, NULL, err, sizeof err);
         if (rc != 1)
             break;
         snprintf(last, sizeof last, "%.*s", (int)m.len, (const char *)m.data);
@@ -333,7 +357,7 @@ static void test_list_and_watch(void **state)
     assert_string_equal(last, "gen=30");
 
     /* Client cancel frees the stream. */
-    rpc_client_watch_close(w);
+    rpc_test_watch_close(w);
     wait_stream_count(f->srv, 0);
     rpc_client_close(client);
 }
@@ -345,27 +369,25 @@ static void test_stop_ends_streams_with_ok(void **state)
     struct rpc_watch *w1 = NULL, *w2 = NULL;
     char err[256];
     assert_int_equal(rpc_client_open(f->rt, f->path, &client, err, sizeof err), 0);
-    assert_int_equal(rpc_client_watch_open(client, &w1, err, sizeof err), 0);
-    assert_int_equal(rpc_client_watch_open(client, &w2, err, sizeof err), 0);
+    assert_int_equal(rpc_test_watch_open(client, &w1, err, sizeof err), 0);
+    assert_int_equal(rpc_test_watch_open(client, &w2, err, sizeof err), 0);
     expect_message(w1, "gen=1");
     expect_message(w2, "gen=1");
     wait_stream_count(f->srv, 2);
 
-    double t0 = now_ms();
     rpc_server_stop(f->srv);
     f->srv = NULL;
-    double dt = now_ms() - t0;
-    assert_true(dt < 1000); /* ended by status, not by the grace-period cancel */
 
     struct rpc_buf m = {0};
     int status = -1;
-    assert_int_equal(rpc_client_watch_next(w1, TIMEOUT_MS, &m, &status, err, sizeof err), -1);
+    /* OK, not CANCELLED: ended by status, not by the grace-period cancel. */
+    assert_int_equal(rpc_test_watch_next(w1, TIMEOUT_MS, &m, &status, err, sizeof err), -1);
     assert_int_equal(status, RPC_OK);
     status = -1;
-    assert_int_equal(rpc_client_watch_next(w2, TIMEOUT_MS, &m, &status, err, sizeof err), -1);
+    assert_int_equal(rpc_test_watch_next(w2, TIMEOUT_MS, &m, &status, err, sizeof err), -1);
     assert_int_equal(status, RPC_OK);
-    rpc_client_watch_close(w1);
-    rpc_client_watch_close(w2);
+    rpc_test_watch_close(w1);
+    rpc_test_watch_close(w2);
     rpc_client_close(client);
 }
 
@@ -400,16 +422,16 @@ static void test_notify_races_with_cancel(void **state)
     for (int i = 0; i < 30; i++) {
         struct rpc_watch *w[3] = {NULL};
         for (int j = 0; j < 3; j++)
-            assert_int_equal(rpc_client_watch_open(client, &w[j], err, sizeof err), 0);
+            assert_int_equal(rpc_test_watch_open(client, &w[j], err, sizeof err), 0);
         for (int j = 0; j < 3; j++) {
             struct rpc_buf m = {0};
-            assert_int_equal(rpc_client_watch_next(w[j], TIMEOUT_MS, &m, NULL, err, sizeof err),
+            assert_int_equal(rpc_test_watch_next(w[j], TIMEOUT_MS, &m, NULL, err, sizeof err),
                              1);
             assert_memory_equal(m.data, "gen=", 4);
             free(m.data);
         }
         for (int j = 0; j < 3; j++)
-            rpc_client_watch_close(w[j]);
+            rpc_test_watch_close(w[j]);
     }
     n.stop = 1;
     pthread_join(thread, NULL);
@@ -461,7 +483,7 @@ static void test_stale_socket_replaced(void **state)
     assert_int_equal(rpc_server_start(f->rt, path, &h, &srv, err, sizeof err), 0);
     struct rpc_buf resp = {0};
     int status = -1;
-    assert_int_equal(rpc_call(f->rt, path, ALLOCATE, (const uint8_t *)"s", 1, TIMEOUT_MS,
+    assert_int_equal(rpc_test_call(f->rt, path, ALLOCATE, (const uint8_t *)"s", 1, TIMEOUT_MS,
                               &resp, &status, err, sizeof err), 0);
     free(resp.data);
     rpc_server_stop(srv);
@@ -548,10 +570,179 @@ static void test_raw_garbage_keeps_serving(void **state)
     assert_string_equal(out, "echo:alive");
 }
 
-/* ---- Register against a fake kubelet on its own runtime ---------------------------------- */
+/* ---- deferred replies ------------------------------------------------------------- */
+
+/* A client call on a thread of its own, so the test can act while it waits. */
+struct async_call {
+    struct fixture *f;
+    const char *request;
+    int timeout_ms;
+    pthread_t thread;
+    atomic_int done;
+    int rc, status;
+    char reply[64], msg[256];
+};
+
+static void *async_call_main(void *arg)
+{
+    struct async_call *a = arg;
+    struct rpc_buf resp = {0};
+    a->rc = rpc_test_call(a->f->rt, a->f->path, ALLOCATE, (const uint8_t *)a->request,
+                          strlen(a->request), a->timeout_ms, &resp, &a->status, a->msg,
+                          sizeof a->msg);
+    snprintf(a->reply, sizeof a->reply, "%.*s", (int)resp.len,
+             resp.data != NULL ? (const char *)resp.data : "");
+    free(resp.data);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void async_call_start(struct async_call *a, struct fixture *f, const char *request,
+                             int timeout_ms)
+{
+    memset(a, 0, sizeof *a);
+    a->f = f;
+    a->request = request;
+    a->timeout_ms = timeout_ms;
+    a->status = -1;
+    assert_int_equal(pthread_create(&a->thread, NULL, async_call_main, a), 0);
+}
+
+/* Waits until the plugin parked a call; takes its handle. */
+static struct rpc_deferred *take_parked(struct fake_plugin *p)
+{
+    pthread_mutex_lock(&p->lock);
+    while (p->parked == NULL)
+        pthread_cond_wait(&p->parked_changed, &p->lock);
+    struct rpc_deferred *d = p->parked;
+    p->parked = NULL;
+    pthread_mutex_unlock(&p->lock);
+    return d;
+}
+
+static struct rpc_buf reply_of(const char *text)
+{
+    struct rpc_buf b = {(uint8_t *)strdup(text), strlen(text)};
+    assert_non_null(b.data);
+    return b;
+}
+
+/* The first Allocate is parked; the second is answered meanwhile; the first
+ * is answered later, from this (another) thread. */
+static void test_deferred_does_not_block_other_calls(void **state)
+{
+    struct fixture *f = *state;
+    struct async_call first;
+    char out[64], msg[256];
+    async_call_start(&first, f, "park-1", TIMEOUT_MS);
+    struct rpc_deferred *d = take_parked(&f->plugin);
+
+    assert_int_equal(call(f, ALLOCATE, "second", 6, out, sizeof out, msg, sizeof msg), RPC_OK);
+    assert_string_equal(out, "echo:second");
+    assert_int_equal(atomic_load(&first.done), 0); /* still parked: nobody answered it */
+
+    struct rpc_buf late = reply_of("late:park-1");
+    rpc_call_complete(d, RPC_OK, &late, NULL);
+    pthread_join(first.thread, NULL);
+    assert_int_equal(first.rc, 0);
+    assert_int_equal(first.status, RPC_OK);
+    assert_string_equal(first.reply, "late:park-1");
+}
+
+/* Health pushes go out while a call is parked; an error completes it. */
+static void test_list_and_watch_while_parked(void **state)
+{
+    struct fixture *f = *state;
+    struct rpc_client *client = NULL;
+    struct rpc_watch *w = NULL;
+    struct async_call parked;
+    char err[256];
+    assert_int_equal(rpc_client_open(f->rt, f->path, &client, err, sizeof err), 0);
+    assert_int_equal(rpc_test_watch_open(client, &w, err, sizeof err), 0);
+    expect_message(w, "gen=1");
+
+    async_call_start(&parked, f, "park-2", TIMEOUT_MS);
+    struct rpc_deferred *d = take_parked(&f->plugin);
+    fake_bump(&f->plugin);
+    rpc_server_notify(f->srv);
+    expect_message(w, "gen=2");
+    assert_int_equal(atomic_load(&parked.done), 0);
+
+    rpc_call_complete(d, RPC_FAILED_PRECONDITION, NULL, "GPU-x is lost");
+    pthread_join(parked.thread, NULL);
+    assert_int_equal(parked.rc, -1);
+    assert_int_equal(parked.status, RPC_FAILED_PRECONDITION);
+    assert_string_equal(parked.msg, "GPU-x is lost");
+    rpc_test_watch_close(w);
+    rpc_client_close(client);
+}
+
+/* Stopping the server answers a parked call UNAVAILABLE at once; completing
+ * it afterwards (even after the runtime is gone) only frees the handle. */
+static void test_stop_with_parked_call(void **state)
+{
+    struct fixture *f = *state;
+    struct async_call parked;
+    char err[256];
+    async_call_start(&parked, f, "park-3", TIMEOUT_MS);
+    struct rpc_deferred *d = take_parked(&f->plugin);
+
+    rpc_server_stop(f->srv);
+    f->srv = NULL;
+    pthread_join(parked.thread, NULL);
+    assert_int_equal(parked.rc, -1);
+    assert_int_equal(parked.status, RPC_UNAVAILABLE);
+    assert_non_null(strstr(parked.msg, "stopping"));
+    struct rpc_buf late = reply_of("too late");
+    rpc_call_complete(d, RPC_OK, &late, NULL);
+
+    /* The same with the whole runtime stopped before the worker answers. */
+    struct rpc_runtime *rt = NULL;
+    struct rpc_handlers h = fake_handlers(&f->plugin);
+    assert_int_equal(rpc_runtime_start(&rt, err, sizeof err), 0);
+    assert_int_equal(rpc_server_start(rt, f->path, &h, &f->srv, err, sizeof err), 0);
+    async_call_start(&parked, f, "park-4", TIMEOUT_MS);
+    d = take_parked(&f->plugin);
+    rpc_runtime_stop(rt); /* stops f->srv too */
+    f->srv = NULL;
+    pthread_join(parked.thread, NULL);
+    assert_int_equal(parked.status, RPC_UNAVAILABLE);
+    late = reply_of("later still");
+    rpc_call_complete(d, RPC_OK, &late, NULL);
+}
+
+/* The client gives up while its call is parked: whichever of the close and
+ * the completion comes first, the handle is freed once and the server
+ * goes on serving. */
+static void test_parked_call_client_gives_up(void **state)
+{
+    struct fixture *f = *state;
+    struct async_call parked;
+    char out[64], msg[256];
+    async_call_start(&parked, f, "park-5", 200);
+    struct rpc_deferred *d = take_parked(&f->plugin);
+    pthread_join(parked.thread, NULL);
+    assert_int_equal(parked.status, RPC_DEADLINE_EXCEEDED);
+    struct rpc_buf late = reply_of("nobody listens");
+    rpc_call_complete(d, RPC_OK, &late, NULL);
+    assert_int_equal(call(f, ALLOCATE, "after", 5, out, sizeof out, msg, sizeof msg), RPC_OK);
+    assert_string_equal(out, "echo:after");
+}
+
+/* RPC_DEFERRED without a parked call is a handler bug, answered INTERNAL. */
+static void test_deferred_without_parking(void **state)
+{
+    struct fixture *f = *state;
+    char out[64], msg[256];
+    assert_int_equal(call(f, ALLOCATE, "lie", 3, out, sizeof out, msg, sizeof msg),
+                     RPC_INTERNAL);
+    assert_int_equal(call(f, ALLOCATE, "ok", 2, out, sizeof out, msg, sizeof msg), RPC_OK);
+}
+
+/* ---- Register against a fake kubelet --------------------------------------------------- */
 
 struct fake_kubelet {
-    struct rpc_runtime *rt;
+    struct rpc_runtime *rt;     /* for the callback's client */
     const char *plugin_socket;  /* called back inside Register, like the kubelet */
     enum rpc_status answer;
     int registrations;
@@ -575,8 +766,8 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     struct rpc_buf resp = {0};
     char err[256];
     k->callback_status = -1;
-    if (rpc_call(k->rt, k->plugin_socket, OPTIONS, (const uint8_t *)"", 0, 3000, &resp,
-                 &k->callback_status, err, sizeof err) == 0) {
+    if (rpc_test_call(k->rt, k->plugin_socket, OPTIONS, (const uint8_t *)"", 0, 3000, &resp,
+                      &k->callback_status, err, sizeof err) == 0) {
         snprintf(k->callback_reply, sizeof k->callback_reply, "%.*s", (int)resp.len,
                  (const char *)resp.data);
         free(resp.data);
@@ -584,45 +775,28 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     return RPC_OK;
 }
 
-static enum rpc_status kubelet_unary(void *ctx, enum rpc_method method, const uint8_t *req,
-                                     size_t len, struct rpc_buf *resp, char *msg,
-                                     size_t msglen)
+static struct rpc_test_kubelet *kubelet_start(struct fake_kubelet *k, const char *path)
 {
-    snprintf(msg, msglen, "not a plugin");
-    return RPC_UNIMPLEMENTED;
-}
-
-static int kubelet_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
-{
-    return -1;
-}
-
-static struct rpc_server *kubelet_start(struct fake_kubelet *k, const char *path)
-{
-    struct rpc_handlers h = {.ctx = k,
-                             .unary = kubelet_unary,
-                             .snapshot = kubelet_snapshot,
-                             .registration = kubelet_register};
-    struct rpc_server *srv = NULL;
+    struct rpc_test_kubelet *kubelet = NULL;
     char err[256];
-    if (rpc_server_start(k->rt, path, &h, &srv, err, sizeof err) != 0)
+    if (rpc_test_kubelet_start(path, kubelet_register, k, &kubelet, err, sizeof err) != 0)
         fail_msg("kubelet server: %s", err);
-    return srv;
+    return kubelet;
 }
 
 static void test_register_with_callback(void **state)
 {
     struct fixture *f = *state;
-    struct fake_kubelet k = {.plugin_socket = f->path, .answer = RPC_OK};
+    struct fake_kubelet k = {.rt = f->rt, .plugin_socket = f->path, .answer = RPC_OK};
     char kubelet_path[160], err[256];
     snprintf(kubelet_path, sizeof kubelet_path, "%s/kubelet.sock", f->dir);
-    assert_int_equal(rpc_runtime_start(&k.rt, err, sizeof err), 0);
-    struct rpc_server *kubelet = kubelet_start(&k, kubelet_path);
+    struct rpc_test_kubelet *kubelet = kubelet_start(&k, kubelet_path);
 
     const uint8_t req[] = {0x0a, 0x07, 'v', '1', 'b', 'e', 't', 'a', '1'};
-    int rc = rpc_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err, sizeof err);
+    int rc = rpc_test_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err,
+                               sizeof err);
     if (rc != 0)
-        fail_msg("rpc_register: %s", err);
+        fail_msg("rpc_test_register: %s", err);
     assert_int_equal(k.registrations, 1);
     assert_int_equal(k.request_len, sizeof req);
     assert_memory_equal(k.request, req, sizeof req);
@@ -632,56 +806,68 @@ static void test_register_with_callback(void **state)
 
     /* A refusal carries status and message. */
     k.answer = RPC_INVALID_ARGUMENT;
-    assert_int_equal(rpc_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err,
-                                  sizeof err), -1);
+    assert_int_equal(rpc_test_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err,
+                                       sizeof err), -1);
     assert_non_null(strstr(err, "INVALID_ARGUMENT"));
     assert_non_null(strstr(err, "bad version"));
 
-    rpc_server_stop(kubelet);
-    rpc_runtime_stop(k.rt);
+    /* The production client, without wait-for-ready, as the daemon calls it. */
+    struct rpc_client *client = NULL;
+    k.answer = RPC_OK;
+    assert_int_equal(rpc_client_open(f->rt, kubelet_path, &client, err, sizeof err), 0);
+    rpc_client_connect(client);
+    assert_int_equal(rpc_client_register(client, req, sizeof req, TIMEOUT_MS, true, err,
+                                         sizeof err), 0);
+    assert_int_equal(k.registrations, 3);
+    rpc_client_close(client);
+    rpc_test_kubelet_stop(kubelet);
 }
 
 struct late_kubelet {
     struct fake_kubelet *k;
     const char *path;
-    struct rpc_server *srv;
+    struct rpc_test_kubelet *kubelet;
 };
 
 static void *start_kubelet_later(void *arg)
 {
     struct late_kubelet *late = arg;
     usleep(300 * 1000);
-    late->srv = kubelet_start(late->k, late->path);
+    late->kubelet = kubelet_start(late->k, late->path);
     return NULL;
 }
 
 static void test_register_waits_for_kubelet(void **state)
 {
     struct fixture *f = *state;
-    struct fake_kubelet k = {.plugin_socket = f->path, .answer = RPC_OK};
+    struct fake_kubelet k = {.rt = f->rt, .plugin_socket = f->path, .answer = RPC_OK};
     char kubelet_path[160], err[256];
     snprintf(kubelet_path, sizeof kubelet_path, "%s/kubelet.sock", f->dir);
 
     /* Nobody there: the deadline ends the wait. */
-    double t0 = now_ms();
-    assert_int_equal(rpc_register(f->rt, kubelet_path, (const uint8_t *)"", 0, 200, err,
-                                  sizeof err), -1);
-    assert_true(now_ms() - t0 >= 150);
+    assert_int_equal(rpc_test_register(f->rt, kubelet_path, (const uint8_t *)"", 0, 200, err,
+                                       sizeof err), -1);
     assert_non_null(strstr(err, "DEADLINE_EXCEEDED"));
 
+    /* Without wait-for-ready the daemon's client fails at once instead. */
+    struct rpc_client *client = NULL;
+    assert_int_equal(rpc_client_open(f->rt, kubelet_path, &client, err, sizeof err), 0);
+    assert_int_equal(rpc_client_register(client, (const uint8_t *)"", 0, TIMEOUT_MS, false, err,
+                                         sizeof err), -1);
+    assert_non_null(strstr(err, "UNAVAILABLE"));
+    rpc_client_close(client);
+
     /* The socket appears while we wait: wait-for-ready picks it up. */
-    assert_int_equal(rpc_runtime_start(&k.rt, err, sizeof err), 0);
     struct late_kubelet late = {.k = &k, .path = kubelet_path};
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, NULL, start_kubelet_later, &late), 0);
-    int rc = rpc_register(f->rt, kubelet_path, (const uint8_t *)"", 0, TIMEOUT_MS, err,
-                          sizeof err);
+    int rc = rpc_test_register(f->rt, kubelet_path, (const uint8_t *)"", 0, TIMEOUT_MS, err,
+                               sizeof err);
     pthread_join(thread, NULL);
     if (rc != 0)
-        fail_msg("rpc_register: %s", err);
+        fail_msg("rpc_test_register: %s", err);
     assert_int_equal(k.registrations, 1);
-    rpc_server_stop(late.srv);
-    rpc_runtime_stop(k.rt);
+    rpc_test_kubelet_stop(late.kubelet);
 }
 
 int main(void)
@@ -702,6 +888,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_non_socket_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_removes_only_our_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_garbage_keeps_serving, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_does_not_block_other_calls, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_list_and_watch_while_parked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_with_parked_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parked_call_client_gives_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_without_parking, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_with_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_waits_for_kubelet, setup, teardown),
     };

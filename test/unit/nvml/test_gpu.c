@@ -94,8 +94,6 @@ static void test_4gpu(void **state)
     assert_int_equal(gpu_link_score(&inv, 1, 3), 10);
     assert_int_equal(gpu_link_score(&inv, 0, 0), 0);
     assert_int_equal(gpu_link_score(&inv, 0, 4), -1);
-    assert_ptr_equal(gpu_find_by_uuid(&inv, inv.gpus[2].uuid), &inv.gpus[2]);
-    assert_null(gpu_find_by_uuid(&inv, "GPU-00000000-0000-0000-0000-000000000000"));
     gpu_inventory_free(&inv);
     nvml_close(nvml);
 }
@@ -347,34 +345,74 @@ static void assert_load_fails(json_t *root, const char *expected1, const char *e
     fake_inventory_remove(path);
 }
 
-static void test_identity_errors_fail_the_load(void **state)
+/* Loads root (with its error rules); checks that GPU `lost` alone is lost,
+ * with `uuid` as its ID, and that every other GPU kept its own. */
+static void assert_one_lost(json_t *root, size_t lost, const char *uuid)
+{
+    char *path = fake_inventory_use_json(root);
+    struct nvml *nvml = open_fake();
+    struct gpu_inventory inv;
+    load_ok(nvml, &no_host_files, &inv);
+    assert_int_equal(inv.count, json_array_size(json_object_get(root, "gpus")));
+    for (size_t i = 0; i < inv.count; i++) {
+        const char *want = json_string_value(
+            json_object_get(json_array_get(json_object_get(root, "gpus"), i), "uuid"));
+        assert_int_equal(inv.gpus[i].lost, i == lost);
+        assert_string_equal(inv.gpus[i].uuid, i == lost ? uuid : want);
+        assert_int_equal(inv.gpus[i].index, i);
+    }
+    assert_int_equal(inv.gpus[lost].mig_count, 0);
+    assert_false(inv.gpus[lost].mig_enabled);
+    assert_int_equal(gpu_link_score(&inv, lost, (lost + 1) % inv.count), 0);
+    gpu_inventory_free(&inv);
+    nvml_close(nvml);
+    fake_inventory_remove(path);
+}
+
+static const char *inventory_uuid(json_t *root, size_t gpu)
+{
+    return json_string_value(
+        json_object_get(json_array_get(json_object_get(root, "gpus"), gpu), "uuid"));
+}
+
+/* One GPU NVML cannot identify is kept, lost, and the others load. */
+static void test_identity_errors_mark_one_gpu_lost(void **state)
+{
+    (void)state;
+    /* No UUID but a handle: the ID derives from the PCI address. */
+    json_t *root = fake_inventory_load("4gpu.json");
+    fake_add_error(root, "nvmlDeviceGetUUID", 2, "GPU_IS_LOST", 0);
+    assert_one_lost(root, 2, GPU_LOST_UUID_PREFIX "00000000:47:00.0");
+    json_decref(root);
+
+    /* The UUID was read: it is kept. */
+    root = fake_inventory_load("4gpu.json");
+    fake_add_error(root, "nvmlDeviceGetMinorNumber", 1, "UNKNOWN", 0);
+    char uuid[GPU_UUID_LEN];
+    snprintf(uuid, sizeof uuid, "%s", inventory_uuid(root, 1));
+    assert_one_lost(root, 1, uuid);
+    json_decref(root);
+
+    /* No handle at all: the NVML index is all that is known. */
+    root = fake_inventory_load("4gpu.json");
+    fake_add_error(root, "nvmlDeviceGetHandleByIndex", 3, "NO_PERMISSION", 0);
+    assert_one_lost(root, 3, GPU_LOST_UUID_PREFIX "index-3");
+    json_decref(root);
+
+    /* A MIG device's identity counts too; the partial MIG list is freed. */
+    root = fake_inventory_load("8a100-mig-mixed.json");
+    fake_add_error(root, "nvmlDeviceGetGpuInstanceId", 2, "UNKNOWN", 1);
+    snprintf(uuid, sizeof uuid, "%s", inventory_uuid(root, 2));
+    assert_one_lost(root, 2, uuid);
+    json_decref(root);
+}
+
+static void test_count_error_fails_the_load(void **state)
 {
     (void)state;
     json_t *root = fake_inventory_load("4gpu.json");
-    fake_add_error(root, "nvmlDeviceGetUUID", 2, "GPU_IS_LOST", 0);
-    assert_load_fails(root, "GPU 2: nvmlDeviceGetUUID failed", "GPU is lost");
-    json_decref(root);
-
-    root = fake_inventory_load("4gpu.json");
-    fake_add_error(root, "nvmlDeviceGetMinorNumber", -1, "UNKNOWN", 1);
-    assert_load_fails(root, "GPU 1: nvmlDeviceGetMinorNumber failed", "Unknown Error");
-    json_decref(root);
-
-    root = fake_inventory_load("4gpu.json");
-    fake_add_error(root, "nvmlDeviceGetHandleByIndex", 3, "NO_PERMISSION", 0);
-    assert_load_fails(root, "GPU 3: nvmlDeviceGetHandleByIndex_v2 failed",
-                      "Insufficient Permissions");
-    json_decref(root);
-
-    root = fake_inventory_load("4gpu.json");
     fake_add_error(root, "nvmlDeviceGetCount", -1, "UNINITIALIZED", 0);
     assert_load_fails(root, "nvmlDeviceGetCount_v2 failed", "Uninitialized");
-    json_decref(root);
-
-    /* A MIG device's identity counts too, and the load frees what it built. */
-    root = fake_inventory_load("8a100-mig-mixed.json");
-    fake_add_error(root, "nvmlDeviceGetGpuInstanceId", -1, "UNKNOWN", 9);
-    assert_load_fails(root, "GPU 2", "nvmlDeviceGetGpuInstanceId failed");
     json_decref(root);
 }
 
@@ -413,7 +451,8 @@ int main(void)
         cmocka_unit_test(test_mig_single_and_nonuniform),
         cmocka_unit_test(test_compute_instance_profile_name),
         cmocka_unit_test(test_numa_from_sysfs_first),
-        cmocka_unit_test(test_identity_errors_fail_the_load),
+        cmocka_unit_test(test_identity_errors_mark_one_gpu_lost),
+        cmocka_unit_test(test_count_error_fails_the_load),
         cmocka_unit_test(test_optional_fact_errors_are_tolerated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

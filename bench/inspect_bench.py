@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""kubectl-gpupool inspect against a real kube-apiserver at 1,000 / 5,000 nodes.
+
+Populates the cluster with bench/extender_bench.py's Cluster (8 x 32 GiB GPU
+nodes, ~0.6 bound gpushare pods per node), then runs each inspect command
+RUNS times and reports the wall time (median, min, max), the client's CPU
+time and peak RSS (wait4 rusage), the requests it made (one paginated LIST
+per collection) and the output size. Called by bench/inspect_bench.sh, which
+starts etcd and the apiserver.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from extender_bench import Api, BenchError, Cluster, log  # noqa: E402
+
+COMMANDS = [
+    ("kubectl-gpupool inspect", "kubectl-gpupool", ["inspect"]),
+    ("kubectl-gpupool inspect -o json", "kubectl-gpupool", ["inspect", "-o", "json"]),
+    ("kubectl-gpupool inspect -d", "kubectl-gpupool", ["inspect", "-d"]),
+    ("kubectl-inspect-gpushare", "kubectl-inspect-gpushare", []),
+    ("kubectl-gpupool inspect NODE", "kubectl-gpupool", ["inspect", "bench-gpu-00000"]),
+]
+
+
+def run_once(binary, args, kubeconfig):
+    """One run: (wall s, CPU s, peak RSS KiB, output bytes, stderr text), from wait4."""
+    env = dict(os.environ, KUBECONFIG=kubeconfig)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.monotonic()
+        proc = subprocess.Popen([binary] + args + ["-v", "1"], env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)   # reaped here, not by Popen
+        size = out.tell()
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise BenchError(f"{binary} {args}: exit {proc.returncode}: {text[-400:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, size, text
+
+
+def measure(binary, args, kubeconfig, runs):
+    results = [run_once(binary, args, kubeconfig) for _ in range(runs)]
+    walls = [r[0] for r in results]
+    cpus = [r[1] for r in results]
+    rss = max(r[2] for r in results)
+    return walls, cpus, rss, results[-1][3], results[-1][4]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--token", required=True)
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--sizes", default="1000,5000")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=42)
+    args = ap.parse_args()
+    api = Api(args.server, args.token)
+    cluster = Cluster(args.seed)
+    print("| nodes | pods | command | wall median (min-max) | CPU median | peak RSS | output | LIST timings (-v 1, last run) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in sorted(int(s) for s in args.sizes.split(",")):
+        log(f"=== {n} nodes ===")
+        cluster.populate(api, n)
+        for label, binary, cargs in COMMANDS:
+            walls, cpus, rss, size, log_lines = measure(os.path.join(args.bin_dir, binary), cargs,
+                                                        args.kubeconfig, args.runs)
+            timings = "; ".join(l.split("] ", 1)[-1] for l in log_lines.splitlines() if "] " in l)
+            print(f"| {n} | {cluster.bound_pods} | `{label}` | {statistics.median(walls) * 1000:.0f} ms "
+                  f"({min(walls) * 1000:.0f}-{max(walls) * 1000:.0f}) | "
+                  f"{statistics.median(cpus) * 1000:.0f} ms | {rss / 1024:.1f} MiB | {size / 1024:.0f} KiB | "
+                  f"{timings} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        log(f"FAILED: {e}")
+        sys.exit(1)

@@ -1,0 +1,82 @@
+/* gpupool-scheduler-extender: kube-scheduler extender for GPU-memory sharing.
+ *
+ * Start-up order matters: the cache is listed from the API server before
+ * the port opens, so kube-scheduler never meets a half-filled cache.
+ * SIGTERM/SIGINT stop it cleanly (exit 0). */
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "extender.h"
+#include "log.h"
+
+/* Waits for SIGTERM/SIGINT for up to ms; true when one arrived. */
+static bool signalled(const sigset_t *set, int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    int sig = sigtimedwait(set, NULL, &ts);
+    if (sig > 0)
+        log_info("signal %s: shutting down", strsignal(sig));
+    return sig > 0;
+}
+
+int main(int argc, char **argv, char **envp)
+{
+    struct extender_config cfg = {0};
+    char err[1024];
+    switch (extender_config_load(&cfg, argc, argv, envp, err, sizeof(err))) {
+    case EXTENDER_CONFIG_EXIT:
+        return 0;
+    case EXTENDER_CONFIG_ERROR:
+        fprintf(stderr, "gpupool-scheduler-extender: %s\n", err);
+        return 2;
+    case EXTENDER_CONFIG_OK:
+        break;
+    }
+    /* Few malloc arenas: the request threads come and go, and a per-thread
+     * arena each would multiply the resident heap. */
+    mallopt(M_ARENA_MAX, 1);
+
+    /* Signals go to the main thread only (threads inherit this mask). */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int status = 1;
+    struct extender *ext = extender_new(&cfg, err, sizeof(err));
+    if (!ext) {
+        log_error("%s", err);
+        goto out;
+    }
+    log_info("gpupool-scheduler-extender %s: policy %s, syncing nodes, pods and ConfigMaps",
+             GP_VERSION, cfg.policy == 0 ? "gpupool" : cfg.policy == 1 ? "binpack" : "spread");
+    if (extender_start_sync(ext, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        goto out;
+    }
+    while (!extender_wait_synced(ext, 200)) {
+        if (signalled(&set, 0)) {
+            status = 0;
+            goto out;
+        }
+    }
+    malloc_trim(0); /* the LIST pages are gone: give their memory back */
+    if (extender_serve(ext, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        goto out;
+    }
+    log_info("cache synced; serving %s on port %d (prefixes %s and %s)",
+             *cfg.tls_cert ? "HTTPS" : "HTTP", extender_port(ext), cfg.prefix,
+             EXTENDER_GPUSHARE_PREFIX);
+    while (!signalled(&set, 1000))
+        ;
+    status = 0;
+out:
+    extender_free(ext);
+    extender_config_free(&cfg);
+    return status;
+}

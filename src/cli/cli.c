@@ -1,0 +1,392 @@
+/* cli.c -- arguments, the three LISTs, and the choice of view (cli.h). */
+#include "cli.h"
+
+#include "kube.h"
+#include "log.h"
+#include "options.h"
+#include "pool.h"
+#include "render.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CLI_PAGE_LIMIT 500
+#define GPUSHARE_PROGRAM "kubectl-inspect-gpushare"
+
+enum output { OUTPUT_TABLE, OUTPUT_WIDE, OUTPUT_JSON };
+
+struct cli_options {
+    char *kubeconfig;
+    char *context;
+    char *pod_namespace;
+    int output;
+    bool details;
+    int verbosity;
+};
+
+static const struct option_value outputs[] = {
+    {.name = "table", .value = OUTPUT_TABLE},
+    {.name = "wide", .value = OUTPUT_WIDE},
+    {.name = "json", .value = OUTPUT_JSON},
+    {NULL, 0, NULL},
+};
+
+#define KUBE_FLAGS                                                                              \
+    {.flag = "kubeconfig", .type = OPT_STRING,                                                  \
+     .offset = offsetof(struct cli_options, kubeconfig), .def = "",                           \
+     .help = "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"},            \
+    {.flag = "context", .type = OPT_STRING, .offset = offsetof(struct cli_options, context),  \
+     .def = "", .help = "kubeconfig context (default: its current-context)"},                  \
+    {.flag = "details", .alias = {"d"}, .type = OPT_BOOL,                                      \
+     .offset = offsetof(struct cli_options, details), .def = "false",                          \
+     .help = "per node: GPUs and the pods on them"},                                           \
+    {.flag = "v", .type = OPT_INT, .offset = offsetof(struct cli_options, verbosity),          \
+     .def = "0", .min = 0, .max = 10, .help = "log verbosity (1: timings, on stderr)"},        \
+    {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show this help"},              \
+    {.flag = "version", .type = OPT_VERSION, .help = "print the version"}
+
+static const struct option_spec gpupool_specs[] = {
+    KUBE_FLAGS,
+    {.flag = "namespace", .alias = {"n"}, .type = OPT_STRING,
+     .offset = offsetof(struct cli_options, pod_namespace), .def = "",
+     .help = "list only this namespace's pods in -d and json (totals stay cluster-wide)"},
+    {.flag = "output", .alias = {"o"}, .type = OPT_ENUM, .values = outputs,
+     .offset = offsetof(struct cli_options, output), .def = "table",
+     .help = "table (a row per node), wide (a row per GPU) or json"},
+};
+
+static const struct option_spec gpushare_specs[] = {KUBE_FLAGS};
+
+static const struct options_table gpupool_table = {
+    .program = "kubectl-gpupool",
+    .version = GP_VERSION,
+    .summary = "kubectl gpupool inspect [NODE] [-d] [-o wide|json]\n\n"
+               "Shows the GPU pool: per node and per GPU the GPU memory allocated to\n"
+               "shares (aliyun.com/gpu-mem pods), pending shares, unhealthy GPUs, and the\n"
+               "whole-GPU / replica / MIG resources (nvidia.com/*) requested against\n"
+               "what the nodes offer, with cluster totals.",
+    .specs = gpupool_specs,
+    .count = sizeof gpupool_specs / sizeof gpupool_specs[0],
+};
+
+static const struct options_table gpushare_table = {
+    .program = GPUSHARE_PROGRAM,
+    .version = GP_VERSION,
+    .summary = "kubectl inspect gpushare [-d] [NODE]\n\n"
+               "gpushare's inspect tables, computed by gpupool.",
+    .specs = gpushare_specs,
+    .count = sizeof gpushare_specs / sizeof gpushare_specs[0],
+};
+
+/* ---- arguments ---- */
+
+static bool flag_takes_value(const struct options_table *t, const char *arg)
+{
+    const char *name = arg + (arg[1] == '-' ? 2 : 1);
+    if (strchr(name, '='))
+        return false;
+    for (size_t i = 0; i < t->count; i++) {
+        const struct option_spec *o = &t->specs[i];
+        const char *names[3] = {o->flag, o->alias[0], o->alias[1]};
+        for (int k = 0; k < 3 && names[k]; k++)
+            if (strcmp(names[k], name) == 0)
+                return o->type != OPT_BOOL && o->type != OPT_HELP && o->type != OPT_VERSION;
+    }
+    return false;
+}
+
+/* The option engine takes flags only: positional words (the command, the
+ * node) are moved out of argv first, flags may come before or after them. */
+static int split_args(const struct options_table *t, int argc, char **argv, char **flags,
+                      int *nflags, char **words, int *nwords)
+{
+    *nflags = 0;
+    *nwords = 0;
+    flags[(*nflags)++] = argv[0];
+    bool only_words = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!only_words && strcmp(arg, "--") == 0) {
+            only_words = true;
+        } else if (!only_words && arg[0] == '-' && arg[1] != '\0') {
+            flags[(*nflags)++] = argv[i];
+            if (flag_takes_value(t, arg) && i + 1 < argc)
+                flags[(*nflags)++] = argv[++i];
+        } else {
+            words[(*nwords)++] = argv[i];
+        }
+    }
+    return 0;
+}
+
+struct invocation {
+    bool gpushare;          /* kubectl-inspect-gpushare personality */
+    struct cli_options opt;
+    const char *node;       /* NULL: all nodes */
+};
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* Returns 0 to run, 1 when help/version was printed, 2 on a usage error. */
+static int parse_args(int argc, char **argv, struct invocation *inv, FILE *errout)
+{
+    inv->gpushare = argc > 0 && strcmp(base_name(argv[0]), GPUSHARE_PROGRAM) == 0;
+    const struct options_table *t = inv->gpushare ? &gpushare_table : &gpupool_table;
+    char **flags = calloc((size_t)argc + 1, sizeof *flags);
+    char **words = calloc((size_t)argc + 1, sizeof *words);
+    char err[512];
+    int nflags, nwords, rc = 2;
+    if (!flags || !words || argc < 1) {
+        fprintf(errout, "error: out of memory\n");
+        goto out;
+    }
+    split_args(t, argc, argv, flags, &nflags, words, &nwords);
+    enum options_result r = OPTIONS_ERROR;
+    if (options_defaults(t, &inv->opt, err, sizeof err) == 0)
+        r = options_apply_argv(t, &inv->opt, nflags, flags, err, sizeof err);
+    if (r != OPTIONS_OK) {
+        if (r == OPTIONS_ERROR)
+            fprintf(errout, "error: %s\n", err);
+        rc = r == OPTIONS_EXIT ? 1 : 2;
+        goto out;
+    }
+    int first = 0;
+    if (!inv->gpushare) {
+        if (nwords == 0 || strcmp(words[0], "help") == 0) {
+            options_print_usage(t, nwords ? stdout : errout);
+            rc = nwords ? 1 : 2;
+            goto out;
+        }
+        if (strcmp(words[0], "version") == 0) {
+            printf("%s version %s\n", t->program, GP_VERSION);
+            rc = 1;
+            goto out;
+        }
+        if (strcmp(words[0], "inspect") != 0) {
+            fprintf(errout, "error: unknown command \"%s\" (commands: inspect, version, help)\n",
+                    words[0]);
+            goto out;
+        }
+        first = 1;
+    }
+    if (nwords - first > 1) {
+        fprintf(errout, "error: expected at most one node name, got \"%s\" and \"%s\"\n",
+                words[first], words[first + 1]);
+        goto out;
+    }
+    inv->node = nwords > first ? words[first] : NULL;
+    rc = 0;
+out:
+    free(flags);
+    free(words);
+    return rc;
+}
+
+/* ---- reading the cluster ---- */
+
+struct reader {
+    struct kube_client *client;
+    struct pool *pool;
+    int (*add)(struct pool *pool, const json_t *item);
+    struct kube_error err;
+};
+
+static int on_item(json_t *item, void *ctx)
+{
+    struct reader *r = ctx;
+    return r->add(r->pool, item);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* LISTs path into the pool; a KUBE_GONE (continue token expired on a
+ * very long list) starts the collection again, once. */
+static int list_into(struct reader *r, const char *what, const char *path,
+                     int (*add)(struct pool *, const json_t *))
+{
+    double start = now_ms();
+    r->add = add;
+    enum kube_result res = KUBE_GONE;
+    for (int attempt = 0; attempt < 2 && res == KUBE_GONE; attempt++)
+        res = kube_list(r->client, path, CLI_PAGE_LIMIT, on_item, r, NULL, &r->err);
+    if (res == KUBE_OK)
+        log_v(1, "listed %s in %.1f ms", what, now_ms() - start);
+    if (res == KUBE_ERROR && strcmp(r->err.reason, "CallbackError") == 0)
+        snprintf(r->err.message, sizeof r->err.message, "out of memory while reading %s", what);
+    return res == KUBE_OK ? 0 : -1;
+}
+
+static char *selector_path(const char *base, const char *field, const char *value)
+{
+    size_t len = strlen(field) + strlen(value) + 2;
+    char *selector = malloc(len);
+    if (!selector)
+        return NULL;
+    snprintf(selector, len, "%s=%s", field, value);
+    char *escaped = kube_escape(selector);
+    free(selector);
+    if (!escaped)
+        return NULL;
+    size_t plen = strlen(base) + strlen(escaped) + 32;
+    char *path = malloc(plen);
+    if (path)
+        snprintf(path, plen, "%s?fieldSelector=%s", base, escaped);
+    free(escaped);
+    return path;
+}
+
+static int read_configmaps(struct reader *r, const char *path, FILE *errout, bool quiet)
+{
+    if (list_into(r, "configmaps", path, pool_add_configmap) == 0)
+        return 0;
+    if (r->err.http_status != 403 && r->err.http_status != 401)
+        return -1;
+    if (!quiet)
+        fprintf(errout, "warning: unhealthy-GPU ConfigMaps not readable: %s\n", r->err.message);
+    return 0;
+}
+
+/* Nodes (the one asked for, or all), the unhealthy-GPU ConfigMaps, then
+ * pods. A missing permission on ConfigMaps is a warning, not a failure:
+ * the rest of the view is still right. */
+static int read_cluster(struct reader *r, const char *node, FILE *errout, bool quiet)
+{
+    int rc = -1;
+    char *nodes_path = NULL, *cm_path = NULL, *pods_path = NULL;
+    if (node) {
+        json_t *obj = NULL;
+        char *escaped = kube_escape(node);
+        size_t len = escaped ? strlen(escaped) + 16 : 0;
+        nodes_path = escaped ? malloc(len) : NULL;
+        if (nodes_path)
+            snprintf(nodes_path, len, "/api/v1/nodes/%s", escaped);
+        free(escaped);
+        if (!nodes_path)
+            goto oom;
+        if (kube_get(r->client, nodes_path, &obj, &r->err) != 0)
+            goto out;
+        int added = pool_add_node(r->pool, obj);
+        json_decref(obj);
+        if (added != 0)
+            goto oom;
+        char cm_name[300];
+        snprintf(cm_name, sizeof cm_name, POOL_UNHEALTHY_CM_PREFIX "%s", node);
+        cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name",
+                                cm_name);
+        pods_path = selector_path("/api/v1/pods", "spec.nodeName", node);
+    } else {
+        if (list_into(r, "nodes", "/api/v1/nodes", pool_add_node) != 0)
+            goto out;
+        cm_path = strdup("/api/v1/namespaces/kube-system/configmaps");
+        pods_path = strdup("/api/v1/pods");
+    }
+    if (!cm_path || !pods_path)
+        goto oom;
+    if (r->pool->nnodes > 0 && read_configmaps(r, cm_path, errout, quiet) != 0)
+        goto out;
+    if (r->pool->nnodes > 0 && list_into(r, "pods", pods_path, pool_add_pod) != 0)
+        goto out;
+    rc = 0;
+    goto out;
+oom:
+    snprintf(r->err.message, sizeof r->err.message, "out of memory");
+    r->err.http_status = 0;
+    r->err.reason[0] = '\0';
+out:
+    free(nodes_path);
+    free(cm_path);
+    free(pods_path);
+    return rc;
+}
+
+static void report_error(const struct invocation *inv, const struct kube_error *err,
+                         FILE *out, FILE *errout)
+{
+    if (inv->gpushare) /* gpushare's wording, on stdout */
+        fprintf(out, "Failed due to %s\n", err->message);
+    else if (err->http_status > 0 && err->reason[0])
+        fprintf(errout, "Error from server (%s): %s\n", err->reason, err->message);
+    else
+        fprintf(errout, "error: %s\n", err->message);
+}
+
+static int render(const struct invocation *inv, const struct pool *pool, FILE *out)
+{
+    if (inv->gpushare)
+        return inv->opt.details ? render_gpushare_details(pool, out)
+                                : render_gpushare_summary(pool, out);
+    if (inv->opt.output == OUTPUT_JSON)
+        return render_json(pool, out);
+    if (inv->opt.details)
+        return render_details(pool, out);
+    return inv->opt.output == OUTPUT_WIDE ? render_wide(pool, out) : render_table(pool, out);
+}
+
+static int run(const struct invocation *inv, FILE *out, FILE *errout)
+{
+    char err[1024];
+    struct kube_client_options kopt = {
+        .kubeconfig = inv->opt.kubeconfig[0] ? inv->opt.kubeconfig : NULL,
+        .context = inv->opt.context[0] ? inv->opt.context : NULL,
+        .user_agent = inv->gpushare ? GPUSHARE_PROGRAM "/" GP_VERSION
+                                    : "kubectl-gpupool/" GP_VERSION,
+        .connect_timeout_ms = 5000,
+        .retry = {.max_attempts = 3, .initial_backoff_ms = 100, .max_backoff_ms = 1000},
+    };
+    struct reader r = {.client = kube_client_new(&kopt, err, sizeof err)};
+    if (!r.client) {
+        struct kube_error e = {0};
+        snprintf(e.message, sizeof e.message, "%s", err);
+        report_error(inv, &e, out, errout);
+        return 1;
+    }
+    struct pool pool;
+    pool_init(&pool, inv->node,
+              inv->opt.pod_namespace && inv->opt.pod_namespace[0] ? inv->opt.pod_namespace
+                                                                   : NULL);
+    r.pool = &pool;
+    double start = now_ms();
+    int rc = 1;
+    if (read_cluster(&r, inv->node, errout, inv->gpushare) != 0) {
+        report_error(inv, &r.err, out, errout);
+    } else {
+        pool_finish(&pool);
+        if (pool.warning[0])
+            log_v(1, "%s", pool.warning);
+        log_v(1, "read %zu pool nodes and %zu pods in %.1f ms", pool.nnodes, pool.pods_seen,
+              now_ms() - start);
+        if (render(inv, &pool, out) != 0 || fflush(out) != 0)
+            fprintf(errout, "error: writing the output failed\n");
+        else
+            rc = 0;
+    }
+    pool_free(&pool);
+    kube_client_free(r.client);
+    return rc;
+}
+
+int cli_main(int argc, char **argv, FILE *out, FILE *errout)
+{
+    struct invocation inv = {0};
+    int rc = parse_args(argc, argv, &inv, errout);
+    if (rc == 0) {
+        log_set_verbosity(inv.opt.verbosity);
+        rc = run(&inv, out, errout);
+    } else if (rc == 1) {
+        rc = 0; /* help or version */
+    }
+    options_free(inv.gpushare ? &gpushare_table : &gpupool_table, &inv.opt);
+    return rc;
+}

@@ -1,0 +1,584 @@
+/* pool.c -- builds the pool view from API objects (see pool.h). */
+#include "pool.h"
+
+#include "quantity.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- small JSON readers: absent or mistyped fields read as "none" ---- */
+
+static const char *jstr(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+/* A quantity field (a string, or a bare integer) as a whole number; 0 when
+ * absent or malformed. */
+static int64_t jquantity(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    int64_t out = 0;
+    if (json_is_integer(v))
+        return json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+    if (json_is_string(v) && quantity_parse(json_string_value(v), &out) == 0)
+        return out;
+    return 0;
+}
+
+static void warn_once(struct pool *pool, const char *what, const char *name)
+{
+    if (!pool->warning[0])
+        snprintf(pool->warning, sizeof pool->warning, "%s %s", what, name ? name : "(unnamed)");
+}
+
+static bool has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* ---- the name table ---- */
+
+static size_t hash_name(const char *s)
+{
+    size_t h = 1469598103934665603u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+static void table_put(struct pool_node **table, size_t size, struct pool_node *node)
+{
+    size_t i = hash_name(node->name) & (size - 1);
+    while (table[i])
+        i = (i + 1) & (size - 1);
+    table[i] = node;
+}
+
+static int table_grow(struct pool *pool)
+{
+    size_t size = pool->table_size ? pool->table_size * 2 : 64;
+    struct pool_node **table = calloc(size, sizeof *table);
+    if (!table)
+        return -1;
+    for (size_t i = 0; i < pool->nnodes; i++)
+        table_put(table, size, pool->nodes[i]);
+    free(pool->table);
+    pool->table = table;
+    pool->table_size = size;
+    return 0;
+}
+
+struct pool_node *pool_find(const struct pool *pool, const char *name)
+{
+    if (!pool->table_size || !name)
+        return NULL;
+    size_t i = hash_name(name) & (pool->table_size - 1);
+    for (; pool->table[i]; i = (i + 1) & (pool->table_size - 1))
+        if (strcmp(pool->table[i]->name, name) == 0)
+            return pool->table[i];
+    return NULL;
+}
+
+void pool_init(struct pool *pool, const char *only_node, const char *pod_namespace)
+{
+    memset(pool, 0, sizeof *pool);
+    pool->only_node = only_node;
+    pool->pod_namespace = pod_namespace;
+}
+
+void pool_free(struct pool *pool)
+{
+    for (size_t i = 0; i < pool->nnodes; i++) {
+        struct pool_node *n = pool->nodes[i];
+        free(n->shares);
+        for (size_t r = 0; r < n->nresources; r++)
+            free(n->resources[r].pods);
+        free(n->resources);
+        free(n->unhealthy_cm);
+    }
+    free(pool->nodes);
+    free(pool->table);
+    arena_free(&pool->arena);
+    memset(pool, 0, sizeof *pool);
+}
+
+/* ---- nodes ---- */
+
+static const char *node_address(struct pool *pool, const json_t *status)
+{
+    const json_t *addresses = json_object_get(status, "addresses");
+    size_t i;
+    const json_t *a;
+    json_array_foreach(addresses, i, a) {
+        const char *type = jstr(a, "type"), *address = jstr(a, "address");
+        if (type && address && strcmp(type, "InternalIP") == 0)
+            return arena_strdup(&pool->arena, address);
+    }
+    return "unknown";
+}
+
+/* gpupool.io/gpus: [{"index":0,"memory":16,"model":"...","healthy":true},...].
+ * Returns the GPU count (0: malformed, use the fallback; -1: out of memory). */
+static int node_gpus_from_annotation(struct pool *pool, struct pool_node *n,
+                                     const char *text)
+{
+    /* The extender's rules (docs/extender.md): indices 0..n-1 each once,
+     * memory a non-negative integer, healthy a boolean when present; any
+     * defect discards the whole annotation. */
+    json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    size_t i, count = json_array_size(doc);
+    json_t *g;
+    char seen[POOL_MAX_GPUS] = {0};
+    if (count == 0 || count > POOL_MAX_GPUS)
+        goto malformed;
+    json_array_foreach(doc, i, g) {
+        const json_t *index = json_object_get(g, "index"), *memory = json_object_get(g, "memory");
+        const json_t *healthy = json_object_get(g, "healthy");
+        if (!json_is_integer(index) || json_integer_value(index) < 0 ||
+            json_integer_value(index) >= (json_int_t)count || seen[json_integer_value(index)]++ ||
+            !json_is_integer(memory) || json_integer_value(memory) < 0 ||
+            (healthy && !json_is_boolean(healthy)))
+            goto malformed;
+    }
+    int ngpus = (int)count;
+    n->gpus = arena_calloc(&pool->arena, (size_t)ngpus, sizeof *n->gpus);
+    if (!n->gpus) {
+        json_decref(doc);
+        return -1;
+    }
+    json_array_foreach(doc, i, g) {
+        struct pool_gpu *gpu = &n->gpus[json_integer_value(json_object_get(g, "index"))];
+        json_int_t memory = json_integer_value(json_object_get(g, "memory"));
+        const char *model = jstr(g, "model");
+        gpu->total = memory > 0 ? memory : 0;
+        gpu->model = model ? arena_strdup(&pool->arena, model) : NULL;
+        gpu->unhealthy = json_is_false(json_object_get(g, "healthy"));
+    }
+    json_decref(doc);
+    n->gpus_annotated = true;
+    return ngpus;
+malformed:
+    warn_once(pool, "ignoring a malformed " POOL_ANN_NODE_GPUS " annotation on node", n->name);
+    json_decref(doc);
+    return 0;
+}
+
+static int node_gpus(struct pool *pool, struct pool_node *n, const json_t *annotations)
+{
+    const char *text = jstr(annotations, POOL_ANN_NODE_GPUS);
+    if (text) {
+        int ngpus = node_gpus_from_annotation(pool, n, text);
+        if (ngpus != 0) {
+            n->ngpus = ngpus > 0 ? ngpus : 0;
+            return ngpus > 0 ? 0 : -1;
+        }
+    }
+    /* gpushare's rule: gpu-count GPUs of equal size, total / count each. */
+    int64_t count = n->gpu_count < POOL_MAX_GPUS ? n->gpu_count : POOL_MAX_GPUS;
+    if (count <= 0)
+        return 0;
+    n->gpus = arena_calloc(&pool->arena, (size_t)count, sizeof *n->gpus);
+    if (!n->gpus)
+        return -1;
+    for (int64_t i = 0; i < count; i++)
+        n->gpus[i].total = n->mem_total / count;
+    n->ngpus = (int)count;
+    return 0;
+}
+
+static int node_resources(struct pool *pool, struct pool_node *n, const json_t *allocatable)
+{
+    const char *key;
+    const json_t *v;
+    size_t count = 0;
+    json_object_foreach((json_t *)allocatable, key, v) {
+        if (has_prefix(key, POOL_NVIDIA_PREFIX) && jquantity(allocatable, key) > 0)
+            count++;
+    }
+    if (!count)
+        return 0;
+    n->resources = calloc(count, sizeof *n->resources);
+    if (!n->resources)
+        return -1;
+    json_object_foreach((json_t *)allocatable, key, v) {
+        int64_t amount = jquantity(allocatable, key);
+        if (!has_prefix(key, POOL_NVIDIA_PREFIX) || amount <= 0)
+            continue;
+        struct pool_resource *r = &n->resources[n->nresources++];
+        r->name = arena_strdup(&pool->arena, key);
+        r->allocatable = amount;
+        if (!r->name)
+            return -1;
+    }
+    return 0;
+}
+
+static int append_node(struct pool *pool, struct pool_node *n)
+{
+    if (pool->nnodes == pool->nodes_cap) {
+        size_t cap = pool->nodes_cap ? pool->nodes_cap * 2 : 64;
+        struct pool_node **nodes = realloc(pool->nodes, cap * sizeof *nodes);
+        if (!nodes)
+            return -1;
+        pool->nodes = nodes;
+        pool->nodes_cap = cap;
+    }
+    if ((pool->nnodes + 1) * 2 > pool->table_size && table_grow(pool) != 0)
+        return -1;
+    pool->nodes[pool->nnodes++] = n;
+    table_put(pool->table, pool->table_size, n);
+    return 0;
+}
+
+int pool_add_node(struct pool *pool, const json_t *node)
+{
+    const json_t *meta = json_object_get(node, "metadata");
+    const json_t *status = json_object_get(node, "status");
+    const json_t *allocatable = json_object_get(status, "allocatable");
+    const char *name = jstr(meta, "name");
+    if (!name) {
+        warn_once(pool, "ignoring a node without", "metadata.name");
+        return 0;
+    }
+    if ((pool->only_node && strcmp(pool->only_node, name) != 0) || pool_find(pool, name))
+        return 0;
+    /* Filled on the stack: a node that is not kept costs nothing. */
+    struct pool_node tmp = {.name = name};
+    tmp.mem_total = jquantity(allocatable, POOL_RES_GPU_MEM);
+    tmp.gpu_count = jquantity(allocatable, POOL_RES_GPU_COUNT);
+    if (node_resources(pool, &tmp, allocatable) != 0) {
+        free(tmp.resources);
+        return -1;
+    }
+    if (!pool->only_node && tmp.mem_total <= 0 && tmp.nresources == 0)
+        return 0; /* not a GPU node */
+    struct pool_node *n = arena_alloc(&pool->arena, sizeof *n);
+    if (!n) {
+        free(tmp.resources);
+        return -1;
+    }
+    *n = tmp;
+    n->name = arena_strdup(&pool->arena, name);
+    n->address = node_address(pool, status);
+    if (!n->name || !n->address || node_gpus(pool, n, json_object_get(meta, "annotations")) != 0 ||
+        append_node(pool, n) != 0) {
+        free(n->resources);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- unhealthy ConfigMaps ---- */
+
+int pool_add_configmap(struct pool *pool, const json_t *configmap)
+{
+    const json_t *meta = json_object_get(configmap, "metadata");
+    const char *name = jstr(meta, "name"), *ns = jstr(meta, "namespace");
+    if (!name || !has_prefix(name, POOL_UNHEALTHY_CM_PREFIX) || (ns && strcmp(ns, "kube-system")))
+        return 0;
+    struct pool_node *n = pool_find(pool, name + strlen(POOL_UNHEALTHY_CM_PREFIX));
+    const char *gpus = jstr(json_object_get(configmap, "data"), "gpus");
+    if (!n || !gpus)
+        return 0;
+    /* gpushare's format: "0,3" -- items that are not integers are skipped. */
+    for (const char *p = gpus; *p;) {
+        char *end;
+        long index = strtol(p, &end, 10);
+        if (end != p && (*end == ',' || *end == '\0') && index >= 0 && index < POOL_MAX_GPUS) {
+            int *list = realloc(n->unhealthy_cm, (n->nunhealthy_cm + 1) * sizeof *list);
+            if (!list)
+                return -1;
+            list[n->nunhealthy_cm++] = (int)index;
+            n->unhealthy_cm = list;
+        } else {
+            warn_once(pool, "ignoring a bad item in ConfigMap", name);
+        }
+        p = strchr(p, ',');
+        if (!p)
+            break;
+        p++;
+    }
+    return 0;
+}
+
+/* ---- pods ---- */
+
+#define POD_RESOURCES_MAX 16
+
+/* The nvidia.com/... requests of one pod: per resource, the sum over its
+ * containers and the largest single init container. */
+struct pod_requests {
+    struct {
+        const char *name;
+        int64_t sum, init_max;
+    } r[POD_RESOURCES_MAX];
+    size_t n;
+};
+
+/* A container's amount of a resource: its limit, else its request
+ * (extended resources must have equal ones when both are set). */
+static void container_requests(const json_t *container, bool init, struct pod_requests *req)
+{
+    const json_t *resources = json_object_get(container, "resources");
+    const json_t *lists[2] = {json_object_get(resources, "limits"),
+                              json_object_get(resources, "requests")};
+    for (int l = 0; l < 2; l++) {
+        const char *key;
+        const json_t *v;
+        json_object_foreach((json_t *)lists[l], key, v) {
+            if (!has_prefix(key, POOL_NVIDIA_PREFIX))
+                continue;
+            if (l == 1 && json_object_get(lists[0], key))
+                continue; /* the limit already counted */
+            int64_t amount = jquantity(lists[l], key);
+            size_t i = 0;
+            while (i < req->n && strcmp(req->r[i].name, key) != 0)
+                i++;
+            if (i == req->n) {
+                if (req->n == POD_RESOURCES_MAX)
+                    continue;
+                req->r[req->n++].name = key;
+            }
+            if (init)
+                req->r[i].init_max = amount > req->r[i].init_max ? amount : req->r[i].init_max;
+            else
+                req->r[i].sum += amount;
+        }
+    }
+}
+
+static int64_t pod_gpu_mem(const json_t *spec)
+{
+    int64_t total = 0;
+    size_t i;
+    const json_t *c;
+    json_array_foreach(json_object_get(spec, "containers"), i, c) {
+        int64_t v = jquantity(json_object_get(json_object_get(c, "resources"), "limits"),
+                              POOL_RES_GPU_MEM);
+        if (v > INT64_MAX - total)
+            return INT64_MAX;
+        total += v;
+    }
+    return total;
+}
+
+static struct pool_resource *node_resource(struct pool *pool, struct pool_node *n,
+                                           const char *name)
+{
+    for (size_t i = 0; i < n->nresources; i++)
+        if (strcmp(n->resources[i].name, name) == 0)
+            return &n->resources[i];
+    /* Requested but not allocatable (the plugin is gone, or it is another
+     * node's resource): shown with allocatable 0. */
+    struct pool_resource *list = realloc(n->resources, (n->nresources + 1) * sizeof *list);
+    if (!list)
+        return NULL;
+    n->resources = list;
+    struct pool_resource *r = &list[n->nresources];
+    memset(r, 0, sizeof *r);
+    r->name = arena_strdup(&pool->arena, name);
+    if (!r->name)
+        return NULL;
+    n->nresources++;
+    return r;
+}
+
+static int add_device_pod(struct pool *pool, struct pool_node *n, const char *ns,
+                          const char *name, const struct pod_requests *req)
+{
+    for (size_t i = 0; i < req->n; i++) {
+        int64_t count = req->r[i].sum > req->r[i].init_max ? req->r[i].sum : req->r[i].init_max;
+        if (count <= 0)
+            continue;
+        struct pool_resource *r = node_resource(pool, n, req->r[i].name);
+        if (!r)
+            return -1;
+        r->requested += count;
+        if (pool->pod_namespace && strcmp(pool->pod_namespace, ns) != 0)
+            continue;
+        if (r->npods == r->cap) {
+            size_t cap = r->cap ? r->cap * 2 : 4;
+            struct pool_device_pod *pods = realloc(r->pods, cap * sizeof *pods);
+            if (!pods)
+                return -1;
+            r->pods = pods;
+            r->cap = cap;
+        }
+        r->pods[r->npods++] = (struct pool_device_pod){ns, name, count};
+    }
+    return 0;
+}
+
+/* Fills the share's parts from gpushare 2.0's allocation annotation
+ * {"<container>": {"<gpu>": amount}}; false when absent or unusable. */
+static bool parts_from_allocation(struct pool *pool, const struct pool_node *n,
+                                  struct pool_share *s, const char *text, bool *oom)
+{
+    json_t *doc = json_loads(text, 0, NULL);
+    int64_t *per_gpu = n->ngpus ? calloc((size_t)n->ngpus, sizeof *per_gpu) : NULL;
+    bool ok = json_is_object(doc) && json_object_size(doc) > 0 && per_gpu;
+    *oom = n->ngpus && !per_gpu;
+    const char *ckey, *gkey;
+    json_t *container, *amount;
+    json_object_foreach(doc, ckey, container) {
+        char *end;
+        (void)strtol(ckey, &end, 10);
+        if (!ok || !json_is_object(container) || end == ckey || *end) {
+            ok = false;
+            break;
+        }
+        json_object_foreach(container, gkey, amount) {
+            long gpu = strtol(gkey, &end, 10);
+            if (end == gkey || *end || gpu < 0 || gpu >= n->ngpus || !json_is_integer(amount) ||
+                json_integer_value(amount) < 0) {
+                ok = false;
+                break;
+            }
+            per_gpu[gpu] += json_integer_value(amount);
+        }
+    }
+    int nparts = 0;
+    for (int g = 0; ok && g < n->ngpus; g++)
+        nparts += per_gpu[g] > 0;
+    if (ok && nparts > 0) {
+        s->gpu = arena_calloc(&pool->arena, (size_t)nparts, sizeof *s->gpu);
+        s->part = arena_calloc(&pool->arena, (size_t)nparts, sizeof *s->part);
+        *oom = !s->gpu || !s->part;
+        for (int g = 0; s->gpu && s->part && g < n->ngpus; g++) {
+            if (per_gpu[g] > 0) {
+                s->gpu[s->nparts] = g;
+                s->part[s->nparts++] = per_gpu[g];
+            }
+        }
+    }
+    free(per_gpu);
+    json_decref(doc);
+    return s->nparts > 0;
+}
+
+/* ALIYUN_COM_GPU_MEM_IDX: "2", or "0,1" for a share split evenly over
+ * several GPUs (the extender only writes amounts that divide evenly; a
+ * remainder would go to the first GPUs). Any bad index makes it pending. */
+static int parts_from_index(struct pool *pool, const struct pool_node *n, struct pool_share *s,
+                            const char *text)
+{
+    int idx[64], count = 0;
+    for (const char *p = text;; p++) {
+        char *end;
+        long gpu = strtol(p, &end, 10);
+        if (end == p || gpu < 0 || gpu >= n->ngpus || count == 64 || (*end && *end != ','))
+            return 0; /* unusable: the share is pending */
+        idx[count++] = (int)gpu;
+        if (!*end)
+            break;
+        p = end;
+    }
+    s->gpu = arena_calloc(&pool->arena, (size_t)count, sizeof *s->gpu);
+    s->part = arena_calloc(&pool->arena, (size_t)count, sizeof *s->part);
+    if (!s->gpu || !s->part)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        s->gpu[i] = idx[i];
+        s->part[i] = s->amount / count + (i < s->amount % count);
+    }
+    s->nparts = count;
+    return 0;
+}
+
+static int add_share(struct pool *pool, struct pool_node *n, const char *ns, const char *name,
+                     int64_t amount, const json_t *annotations)
+{
+    struct pool_share s = {.ns = ns, .name = name, .amount = amount};
+    const char *allocation = jstr(annotations, POOL_ANN_ALLOCATION);
+    const char *index = jstr(annotations, POOL_ANN_GPU_IDX);
+    bool oom = false;
+    if (!(allocation && parts_from_allocation(pool, n, &s, allocation, &oom)) && !oom && index &&
+        parts_from_index(pool, n, &s, index) != 0)
+        return -1;
+    if (oom)
+        return -1;
+    if (s.nparts == 0) {
+        n->pending += amount;
+        n->npending++;
+    }
+    for (int i = 0; i < s.nparts; i++) {
+        n->gpus[s.gpu[i]].allocated += s.part[i];
+        n->gpus[s.gpu[i]].shares++;
+    }
+    if (pool->pod_namespace && strcmp(pool->pod_namespace, ns) != 0)
+        return 0;
+    if (n->nshares == n->shares_cap) {
+        size_t cap = n->shares_cap ? n->shares_cap * 2 : 4;
+        struct pool_share *shares = realloc(n->shares, cap * sizeof *shares);
+        if (!shares)
+            return -1;
+        n->shares = shares;
+        n->shares_cap = cap;
+    }
+    n->shares[n->nshares++] = s;
+    return 0;
+}
+
+int pool_add_pod(struct pool *pool, const json_t *pod)
+{
+    const json_t *meta = json_object_get(pod, "metadata");
+    const json_t *spec = json_object_get(pod, "spec");
+    const char *phase = jstr(json_object_get(pod, "status"), "phase");
+    pool->pods_seen++;
+    struct pool_node *n = pool_find(pool, jstr(spec, "nodeName"));
+    if (!n || (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+        return 0;
+    int64_t mem = pod_gpu_mem(spec);
+    struct pod_requests req = {.n = 0};
+    size_t i;
+    const json_t *c;
+    json_array_foreach(json_object_get(spec, "containers"), i, c)
+        container_requests(c, false, &req);
+    json_array_foreach(json_object_get(spec, "initContainers"), i, c)
+        container_requests(c, true, &req);
+    if (mem <= 0 && req.n == 0)
+        return 0;
+    const char *name = jstr(meta, "name"), *ns = jstr(meta, "namespace");
+    name = arena_strdup(&pool->arena, name ? name : "");
+    ns = arena_strdup(&pool->arena, ns ? ns : "");
+    if (!name || !ns)
+        return -1;
+    if (mem > 0 && add_share(pool, n, ns, name, mem, json_object_get(meta, "annotations")) != 0)
+        return -1;
+    return add_device_pod(pool, n, ns, name, &req);
+}
+
+/* ---- finishing ---- */
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(struct pool_node *const *)a)->name, (*(struct pool_node *const *)b)->name);
+}
+
+void pool_finish(struct pool *pool)
+{
+    qsort(pool->nodes, pool->nnodes, sizeof *pool->nodes, by_name);
+    for (size_t i = 0; i < pool->nnodes; i++) {
+        struct pool_node *n = pool->nodes[i];
+        for (size_t u = 0; u < n->nunhealthy_cm; u++)
+            if (n->unhealthy_cm[u] < n->ngpus)
+                n->gpus[n->unhealthy_cm[u]].unhealthy = true;
+    }
+}
+
+bool pool_node_is_mib(const struct pool_node *node)
+{
+    for (int i = 0; i < node->ngpus; i++)
+        if (node->gpus[i].total > 100)
+            return true;
+    return false;
+}
+
+int64_t pool_percent(int64_t part, int64_t whole)
+{
+    if (whole <= 0)
+        return 0;
+    return (int64_t)((double)part / (double)whole * 100);
+}

@@ -1,0 +1,140 @@
+/* pool.h -- the GPU pool as the inspect commands see it.
+ *
+ * Built from the API server's objects, one at a time, as the paginated
+ * LISTs deliver them: nodes first, then the kube-system ConfigMaps (the
+ * unhealthy-GPU lists), then pods. Only the fields inspect prints are kept
+ * (names, amounts, indices), never the JSON, so memory grows with the
+ * number of GPU nodes and GPU pods, not with the size of the objects.
+ *
+ * What counts (compatible with gpushare's kubectl-inspect-gpushare):
+ *  - a node is in the pool when its allocatable aliyun.com/gpu-mem or any
+ *    nvidia.com/... resource is > 0 (or when it is the one node asked for);
+ *  - its GPUs: the node annotation gpupool.io/gpus (per-GPU memory, model,
+ *    health) when present and valid, else aliyun.com/gpu-count GPUs of
+ *    aliyun.com/gpu-mem / gpu-count each;
+ *  - a GPU-memory share is a pod with spec.nodeName on a pool node, phase
+ *    not Succeeded/Failed, and a sum of container limits aliyun.com/gpu-mem
+ *    > 0; it is charged to the GPUs of its annotation
+ *    scheduler.framework.gpushare.allocation (gpushare 2.0) or
+ *    ALIYUN_COM_GPU_MEM_IDX ("1", or "0,1" for a multi-GPU share, split
+ *    evenly); without a usable index it is pending;
+ *  - whole-GPU / replica / MIG use: per node and nvidia.com/... resource, the
+ *    pods' effective requests (max of the containers' sum and any init
+ *    container) against the node's allocatable;
+ *  - unhealthy GPUs: ConfigMap kube-system/unhealthy-gpu-<node> key "gpus"
+ *    (comma-separated indices, gpushare's) and "healthy": false in
+ *    gpupool.io/gpus.
+ *
+ * Ownership: everything hangs off struct pool and is released by
+ * pool_free(); strings live in the pool's arena. Not thread-safe. */
+#ifndef GP_CLI_POOL_H
+#define GP_CLI_POOL_H
+
+#include "arena.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define POOL_WUR __attribute__((warn_unused_result))
+
+/* Names shared with the extender and gpushare. */
+#define POOL_RES_GPU_MEM "aliyun.com/gpu-mem"
+#define POOL_RES_GPU_COUNT "aliyun.com/gpu-count"
+#define POOL_ANN_GPU_IDX "ALIYUN_COM_GPU_MEM_IDX"
+#define POOL_ANN_ALLOCATION "scheduler.framework.gpushare.allocation"
+#define POOL_ANN_NODE_GPUS "gpupool.io/gpus"
+#define POOL_NVIDIA_PREFIX "nvidia.com/"
+#define POOL_UNHEALTHY_CM_PREFIX "unhealthy-gpu-"
+
+/* The most GPUs one node may have; more in an annotation or a count is
+ * treated as malformed (keeps a bad object from costing gigabytes). */
+#define POOL_MAX_GPUS 1024
+
+struct pool_gpu {
+    int64_t total;     /* memory, in the node's unit */
+    int64_t allocated; /* sum of the shares charged to it */
+    const char *model; /* NULL when unknown */
+    bool unhealthy;
+    unsigned shares;   /* pods charged to it */
+};
+
+/* A GPU-memory share: one pod, and how much of which GPUs it holds. */
+struct pool_share {
+    const char *ns, *name;
+    int64_t amount;   /* the pod's aliyun.com/gpu-mem limits */
+    int nparts;       /* 0: pending (no usable index) */
+    int *gpu;         /* nparts GPU indices */
+    int64_t *part;    /* nparts amounts, summing to amount */
+};
+
+/* A pod using an nvidia.com/... resource on the node. */
+struct pool_device_pod {
+    const char *ns, *name;
+    int64_t count;
+};
+
+struct pool_resource {
+    const char *name;      /* "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", ... */
+    int64_t allocatable;
+    int64_t requested;
+    struct pool_device_pod *pods;
+    size_t npods, cap;
+};
+
+struct pool_node {
+    const char *name;
+    const char *address;   /* InternalIP, or "unknown" */
+    int64_t mem_total;     /* allocatable aliyun.com/gpu-mem */
+    int64_t gpu_count;     /* allocatable aliyun.com/gpu-count */
+    bool gpus_annotated;   /* per-GPU data came from gpupool.io/gpus */
+    int ngpus;
+    struct pool_gpu *gpus;
+    struct pool_share *shares; /* in LIST order (namespace, name) */
+    size_t nshares, shares_cap;
+    int64_t pending;       /* memory of the pending shares */
+    size_t npending;
+    struct pool_resource *resources;
+    size_t nresources;
+    int *unhealthy_cm;     /* indices from the ConfigMap (any value, as given) */
+    size_t nunhealthy_cm;
+};
+
+struct pool {
+    struct arena arena;
+    struct pool_node **nodes; /* sorted by name after pool_finish() */
+    size_t nnodes, nodes_cap;
+    /* name -> node, open addressing; rebuilt as it grows */
+    struct pool_node **table;
+    size_t table_size;
+    const char *only_node; /* inspect NODE: that node is in the pool whatever it has */
+    const char *pod_namespace; /* -n: pods listed in detail views; NULL = all */
+    size_t pods_seen;      /* pods looked at (for --v and the bench) */
+    char warning[256];     /* the first malformed object met, for -v */
+};
+
+void pool_init(struct pool *pool, const char *only_node, const char *pod_namespace);
+void pool_free(struct pool *pool);
+
+/* Adds one v1.Node. Nodes outside the pool are skipped (returns 0).
+ * -1 only when out of memory. */
+int pool_add_node(struct pool *pool, const json_t *node) POOL_WUR;
+/* Adds one ConfigMap; only kube-system/unhealthy-gpu-<pool node> matter. */
+int pool_add_configmap(struct pool *pool, const json_t *configmap) POOL_WUR;
+/* Adds one v1.Pod. -1 only when out of memory. */
+int pool_add_pod(struct pool *pool, const json_t *pod) POOL_WUR;
+/* Sorts the nodes by name and applies the unhealthy lists. Call once, after
+ * the last object. */
+void pool_finish(struct pool *pool);
+
+struct pool_node *pool_find(const struct pool *pool, const char *name);
+
+/* Whether the node's numbers are MiB (its largest GPU > 100 units, the
+ * heuristic of gpushare's CLI) or GiB. */
+bool pool_node_is_mib(const struct pool_node *node);
+/* Share of `part` in `whole` in percent, truncated the way gpushare's Go
+ * code does it: int64(float64(part)/float64(whole)*100); 0 when whole <= 0. */
+int64_t pool_percent(int64_t part, int64_t whole);
+
+#endif

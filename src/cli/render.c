@@ -1,0 +1,303 @@
+/* render.c -- gpupool's own inspect views (render.h, docs/cli.md).
+ *
+ * Memory figures are printed in each node's unit (gpushare's heuristic:
+ * GPUs of more than 100 units are MiB, else GiB); cluster totals in that
+ * unit when all nodes agree, else converted to MiB. */
+#include "render.h"
+
+#include "tabwriter.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <string.h>
+
+static const char *node_unit(const struct pool_node *n)
+{
+    return pool_node_is_mib(n) ? "MiB" : "GiB";
+}
+
+/* Cluster-wide sums, in one unit. */
+struct totals {
+    bool mib;          /* the cluster unit */
+    int64_t allocated, total, pending;
+    size_t nodes, gpus, unhealthy, pending_pods;
+    /* nvidia.com/... resources, summed by name (first POOL_TOTALS_RESOURCES) */
+    struct {
+        const char *name;
+        int64_t requested, allocatable;
+    } res[32];
+    size_t nres;
+};
+
+static int64_t node_allocated(const struct pool_node *n)
+{
+    int64_t sum = 0;
+    for (int g = 0; g < n->ngpus; g++)
+        sum += n->gpus[g].allocated;
+    return sum;
+}
+
+static size_t node_unhealthy(const struct pool_node *n)
+{
+    size_t count = 0;
+    for (int g = 0; g < n->ngpus; g++)
+        count += n->gpus[g].unhealthy;
+    return count;
+}
+
+static void sum_resources(struct totals *t, const struct pool_node *n)
+{
+    for (size_t r = 0; r < n->nresources; r++) {
+        size_t i = 0;
+        while (i < t->nres && strcmp(t->res[i].name, n->resources[r].name) != 0)
+            i++;
+        if (i == t->nres) {
+            if (t->nres == sizeof t->res / sizeof t->res[0])
+                continue;
+            t->res[t->nres++].name = n->resources[r].name;
+        }
+        t->res[i].requested += n->resources[r].requested;
+        t->res[i].allocatable += n->resources[r].allocatable;
+    }
+}
+
+static void compute_totals(const struct pool *pool, struct totals *t)
+{
+    memset(t, 0, sizeof *t);
+    bool any_mib = false;
+    for (size_t i = 0; i < pool->nnodes; i++) {
+        const struct pool_node *n = pool->nodes[i];
+        if (n->mem_total <= 0 && n->ngpus == 0)
+            continue;
+        any_mib |= pool_node_is_mib(n);
+    }
+    t->mib = any_mib; /* all GiB: GiB; any MiB: everything in MiB */
+    for (size_t i = 0; i < pool->nnodes; i++) {
+        const struct pool_node *n = pool->nodes[i];
+        int64_t scale = (t->mib && !pool_node_is_mib(n)) ? 1024 : 1;
+        t->nodes++;
+        t->gpus += (size_t)n->ngpus;
+        t->unhealthy += node_unhealthy(n);
+        t->pending_pods += n->npending;
+        t->allocated += (node_allocated(n) + n->pending) * scale; /* pending is allocated too */
+        t->total += n->mem_total * scale;
+        t->pending += n->pending * scale;
+        sum_resources(t, n);
+    }
+}
+
+static void memory_cell(struct tabwriter *tw, int64_t allocated, int64_t total, const char *unit)
+{
+    tabwriter_printf(tw, "%" PRId64 "/%" PRId64 " %s (%" PRId64 "%%)", allocated, total, unit,
+                     pool_percent(allocated, total));
+}
+
+static void unhealthy_cell(struct tabwriter *tw, const struct pool_node *n)
+{
+    bool any = false;
+    for (int g = 0; g < n->ngpus; g++) {
+        if (n->gpus[g].unhealthy) {
+            tabwriter_printf(tw, "%s%d", any ? "," : "", g);
+            any = true;
+        }
+    }
+    if (!any)
+        tabwriter_printf(tw, "-");
+}
+
+static void resources_cell(struct tabwriter *tw, const struct pool_node *n)
+{
+    for (size_t r = 0; r < n->nresources; r++)
+        tabwriter_printf(tw, "%s%s %" PRId64 "/%" PRId64, r ? ", " : "",
+                         n->resources[r].name + strlen(POOL_NVIDIA_PREFIX),
+                         n->resources[r].requested, n->resources[r].allocatable);
+    if (!n->nresources)
+        tabwriter_printf(tw, "-");
+}
+
+static void pending_cell(struct tabwriter *tw, const struct pool_node *n)
+{
+    if (n->npending)
+        tabwriter_printf(tw, "%" PRId64 " %s (%zu pod%s)", n->pending, node_unit(n), n->npending,
+                         n->npending == 1 ? "" : "s");
+    else
+        tabwriter_printf(tw, "-");
+}
+
+static void cluster_footer(struct tabwriter *tw, const struct totals *t)
+{
+    const char *unit = t->mib ? "MiB" : "GiB";
+    tabwriter_printf(tw, "\nCluster: %zu node%s, %zu GPU%s", t->nodes, t->nodes == 1 ? "" : "s",
+                     t->gpus, t->gpus == 1 ? "" : "s");
+    if (t->unhealthy)
+        tabwriter_printf(tw, " (%zu unhealthy)", t->unhealthy);
+    tabwriter_printf(tw, "\nGPU memory allocated: ");
+    memory_cell(tw, t->allocated, t->total, unit);
+    if (t->pending_pods)
+        tabwriter_printf(tw, ", %" PRId64 " %s pending (%zu pod%s)", t->pending, unit,
+                         t->pending_pods, t->pending_pods == 1 ? "" : "s");
+    tabwriter_printf(tw, "\n");
+    for (size_t i = 0; i < t->nres; i++)
+        tabwriter_printf(tw, "%s requested: %" PRId64 "/%" PRId64 " (%" PRId64 "%%)\n",
+                         t->res[i].name, t->res[i].requested, t->res[i].allocatable,
+                         pool_percent(t->res[i].requested, t->res[i].allocatable));
+}
+
+static int finish(struct tabwriter *tw, FILE *out)
+{
+    int rc = tabwriter_flush(tw, out);
+    tabwriter_free(tw);
+    return rc;
+}
+
+int render_table(const struct pool *pool, FILE *out)
+{
+    struct tabwriter tw;
+    tabwriter_init(&tw, 2);
+    tabwriter_printf(&tw, "NAME\tIPADDRESS\tGPUS\tGPU MEMORY(ALLOCATED/TOTAL)\tPER GPU\t"
+                          "PENDING\tUNHEALTHY\tNVIDIA.COM(REQUESTED/ALLOCATABLE)\n");
+    for (size_t i = 0; i < pool->nnodes; i++) {
+        const struct pool_node *n = pool->nodes[i];
+        tabwriter_printf(&tw, "%s\t%s\t%d\t", n->name, n->address, n->ngpus);
+        memory_cell(&tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
+        tabwriter_printf(&tw, "\t");
+        for (int g = 0; g < n->ngpus; g++)
+            tabwriter_printf(&tw, "%s%" PRId64 "/%" PRId64, g ? " " : "", n->gpus[g].allocated,
+                             n->gpus[g].total);
+        tabwriter_printf(&tw, n->ngpus ? "\t" : "-\t");
+        pending_cell(&tw, n);
+        tabwriter_printf(&tw, "\t");
+        unhealthy_cell(&tw, n);
+        tabwriter_printf(&tw, "\t");
+        resources_cell(&tw, n);
+        tabwriter_printf(&tw, "\n");
+    }
+    struct totals t;
+    compute_totals(pool, &t);
+    cluster_footer(&tw, &t);
+    return finish(&tw, out);
+}
+
+static void gpu_row(struct tabwriter *tw, const struct pool_node *n, int g)
+{
+    const struct pool_gpu *gpu = &n->gpus[g];
+    tabwriter_printf(tw, "%s\t%s\t%d\t%s\t", n->name, n->address, g,
+                     gpu->model ? gpu->model : "-");
+    memory_cell(tw, gpu->allocated, gpu->total, node_unit(n));
+    tabwriter_printf(tw, "\t%u\t%s\n", gpu->shares, gpu->unhealthy ? "Unhealthy" : "Healthy");
+}
+
+int render_wide(const struct pool *pool, FILE *out)
+{
+    struct tabwriter tw;
+    tabwriter_init(&tw, 2);
+    tabwriter_printf(&tw, "NODE\tIPADDRESS\tGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\tPODS\tHEALTH\n");
+    for (size_t i = 0; i < pool->nnodes; i++) {
+        const struct pool_node *n = pool->nodes[i];
+        for (int g = 0; g < n->ngpus; g++)
+            gpu_row(&tw, n, g);
+        if (n->npending)
+            tabwriter_printf(&tw, "%s\t%s\tpending\t-\t%" PRId64 " %s\t%zu\t-\n", n->name,
+                             n->address, n->pending, node_unit(n), n->npending);
+    }
+    bool any_resource = false;
+    for (size_t i = 0; i < pool->nnodes; i++)
+        any_resource |= pool->nodes[i]->nresources > 0;
+    if (any_resource) {
+        tabwriter_printf(&tw, "\nNODE\tRESOURCE\tREQUESTED/ALLOCATABLE\tPODS\n");
+        for (size_t i = 0; i < pool->nnodes; i++) {
+            const struct pool_node *n = pool->nodes[i];
+            for (size_t r = 0; r < n->nresources; r++) {
+                const struct pool_resource *res = &n->resources[r];
+                tabwriter_printf(&tw, "%s\t%s\t%" PRId64 "/%" PRId64 " (%" PRId64 "%%)\t%zu\n",
+                                 n->name, res->name, res->requested, res->allocatable,
+                                 pool_percent(res->requested, res->allocatable), res->npods);
+            }
+        }
+    }
+    struct totals t;
+    compute_totals(pool, &t);
+    cluster_footer(&tw, &t);
+    return finish(&tw, out);
+}
+
+static void share_gpus(struct tabwriter *tw, const struct pool_share *s)
+{
+    if (s->nparts == 0) {
+        tabwriter_printf(tw, "pending");
+        return;
+    }
+    for (int p = 0; p < s->nparts; p++)
+        tabwriter_printf(tw, "%s%d", p ? "," : "", s->gpu[p]);
+}
+
+static void share_amount(struct tabwriter *tw, const struct pool_node *n,
+                         const struct pool_share *s)
+{
+    tabwriter_printf(tw, "%" PRId64 " %s", s->amount, node_unit(n));
+    if (s->nparts > 1) {
+        for (int p = 0; p < s->nparts; p++)
+            tabwriter_printf(tw, "%s%" PRId64, p ? "+" : " (", s->part[p]);
+        tabwriter_printf(tw, ")");
+    }
+}
+
+static void node_details(struct tabwriter *tw, const struct pool_node *n)
+{
+    tabwriter_printf(tw, "\nNODE: %s (%s)\nGPU memory allocated: ", n->name, n->address);
+    memory_cell(tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
+    tabwriter_printf(tw, "\n");
+    if (n->ngpus) {
+        tabwriter_printf(tw, "\nGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\tPODS\tHEALTH\n");
+        for (int g = 0; g < n->ngpus; g++) {
+            const struct pool_gpu *gpu = &n->gpus[g];
+            tabwriter_printf(tw, "%d\t%s\t", g, gpu->model ? gpu->model : "-");
+            memory_cell(tw, gpu->allocated, gpu->total, node_unit(n));
+            tabwriter_printf(tw, "\t%u\t%s\n", gpu->shares,
+                             gpu->unhealthy ? "Unhealthy" : "Healthy");
+        }
+    }
+    if (n->nshares) {
+        tabwriter_printf(tw, "\nNAMESPACE\tPOD\tGPU\tMEMORY\n");
+        for (size_t i = 0; i < n->nshares; i++) {
+            const struct pool_share *s = &n->shares[i];
+            tabwriter_printf(tw, "%s\t%s\t", s->ns, s->name);
+            share_gpus(tw, s);
+            tabwriter_printf(tw, "\t");
+            share_amount(tw, n, s);
+            tabwriter_printf(tw, "\n");
+        }
+    }
+    if (n->nresources) {
+        tabwriter_printf(tw, "\nRESOURCE\tREQUESTED/ALLOCATABLE\n");
+        for (size_t r = 0; r < n->nresources; r++) {
+            const struct pool_resource *res = &n->resources[r];
+            tabwriter_printf(tw, "%s\t%" PRId64 "/%" PRId64 " (%" PRId64 "%%)\n", res->name,
+                             res->requested, res->allocatable,
+                             pool_percent(res->requested, res->allocatable));
+        }
+        bool header = false;
+        for (size_t r = 0; r < n->nresources; r++) {
+            const struct pool_resource *res = &n->resources[r];
+            for (size_t p = 0; p < res->npods; p++) {
+                if (!header)
+                    tabwriter_printf(tw, "\nNAMESPACE\tPOD\tRESOURCE\tCOUNT\n");
+                header = true;
+                tabwriter_printf(tw, "%s\t%s\t%s\t%" PRId64 "\n", res->pods[p].ns,
+                                 res->pods[p].name, res->name, res->pods[p].count);
+            }
+        }
+    }
+}
+
+int render_details(const struct pool *pool, FILE *out)
+{
+    struct tabwriter tw;
+    tabwriter_init(&tw, 2);
+    for (size_t i = 0; i < pool->nnodes; i++)
+        node_details(&tw, pool->nodes[i]);
+    struct totals t;
+    compute_totals(pool, &t);
+    cluster_footer(&tw, &t);
+    return finish(&tw, out);
+}

@@ -1,0 +1,29 @@
+/* render.h -- the inspect outputs of a finished pool (see pool.h).
+ *
+ * gpushare_*: kubectl-inspect-gpushare's tables, byte for byte (column
+ * names, cell formats, Go tabwriter alignment, separator lengths, the
+ * MiB/GiB label heuristic, truncated percentages, the PENDING(Allocated)
+ * column only when some share is pending). Two deliberate differences, for
+ * output that gpushare left to chance: nodes are sorted by name and, in the
+ * detail view, pods by GPU index (gpushare walks Go maps, in random order).
+ * Per-GPU totals come from gpupool.io/gpus when a node has it.
+ *
+ * table/wide/details/json: gpupool's own views (docs/cli.md).
+ *
+ * All return 0, or -1 when out of memory or writing failed. */
+#ifndef GP_CLI_RENDER_H
+#define GP_CLI_RENDER_H
+
+#include "pool.h"
+
+#include <stdio.h>
+
+int render_gpushare_summary(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+int render_gpushare_details(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+
+int render_table(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+int render_wide(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+int render_details(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+int render_json(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+
+#endif

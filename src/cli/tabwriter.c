@@ -1,0 +1,190 @@
+/* tabwriter.c -- Go text/tabwriter alignment (see tabwriter.h).
+ *
+ * Go's writer finds column blocks recursively, column by column inside the
+ * block of the column to its left. A line with a cell in column c also has
+ * one in every column left of c, so that recursion is the same as taking,
+ * for each column on its own, the maximal runs of lines that reach it. That
+ * is what flush does, in two passes over a table of cell offsets. */
+#include "tabwriter.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cell {
+    size_t start, len;
+    size_t width; /* UTF-8 characters */
+    size_t column_width; /* padded width of its column block; 0 for a line's last cell */
+};
+
+struct line {
+    size_t first; /* index of its first cell in the cell table */
+    size_t ncells; /* including the last, untabbed one */
+};
+
+void tabwriter_init(struct tabwriter *tw, int padding)
+{
+    memset(tw, 0, sizeof *tw);
+    tw->padding = padding;
+}
+
+void tabwriter_free(struct tabwriter *tw)
+{
+    free(tw->text);
+    memset(tw, 0, sizeof *tw);
+}
+
+static bool reserve(struct tabwriter *tw, size_t extra)
+{
+    if (tw->failed)
+        return false;
+    if (tw->len + extra + 1 <= tw->cap)
+        return true;
+    size_t cap = tw->cap ? tw->cap : 4096;
+    while (cap < tw->len + extra + 1)
+        cap *= 2;
+    char *text = realloc(tw->text, cap);
+    if (!text) {
+        tw->failed = 1;
+        return false;
+    }
+    tw->text = text;
+    tw->cap = cap;
+    return true;
+}
+
+void tabwriter_write(struct tabwriter *tw, const char *text, size_t len)
+{
+    if (!reserve(tw, len))
+        return;
+    memcpy(tw->text + tw->len, text, len);
+    tw->len += len;
+    tw->text[tw->len] = '\0';
+}
+
+void tabwriter_printf(struct tabwriter *tw, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !reserve(tw, (size_t)n)) {
+        tw->failed = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(tw->text + tw->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    tw->len += (size_t)n;
+}
+
+static size_t utf8_width(const char *s, size_t len)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < len; i++)
+        w += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return w;
+}
+
+/* Cuts the text into lines and cells. The text after the last '\n' is a
+ * final line written without a newline (empty when the text ends in one). */
+static int split(const struct tabwriter *tw, struct line **lines_out, size_t *nlines_out,
+                 struct cell **cells_out)
+{
+    size_t nlines = 1, ncells = 1;
+    for (size_t i = 0; i < tw->len; i++) {
+        nlines += tw->text[i] == '\n';
+        ncells += tw->text[i] == '\n' || tw->text[i] == '\t';
+    }
+    struct line *lines = calloc(nlines, sizeof *lines);
+    struct cell *cells = calloc(ncells, sizeof *cells);
+    if (!lines || !cells) {
+        free(lines);
+        free(cells);
+        return -1;
+    }
+    size_t l = 0, c = 0, start = 0;
+    lines[0].first = 0;
+    for (size_t i = 0; i <= tw->len; i++) {
+        char ch = i < tw->len ? tw->text[i] : '\n';
+        if (ch != '\t' && ch != '\n')
+            continue;
+        cells[c] = (struct cell){start, i - start, utf8_width(tw->text + start, i - start), 0};
+        c++;
+        lines[l].ncells++;
+        start = i + 1;
+        if (ch == '\n' && i < tw->len) {
+            lines[++l].first = c;
+        }
+    }
+    *lines_out = lines;
+    *nlines_out = nlines;
+    *cells_out = cells;
+    return 0;
+}
+
+/* Column widths: for each column, each maximal run of lines that have a
+ * tab-ended cell there is padded to its widest cell. */
+static void measure(struct line *lines, size_t nlines, struct cell *cells, int padding)
+{
+    for (size_t column = 0;; column++) {
+        bool any = false;
+        size_t l = 0;
+        while (l < nlines) {
+            if (lines[l].ncells - 1 <= column) {
+                l++;
+                continue;
+            }
+            any = true;
+            size_t run_end = l, width = 0;
+            for (; run_end < nlines && lines[run_end].ncells - 1 > column; run_end++) {
+                size_t w = cells[lines[run_end].first + column].width + (size_t)padding;
+                if (w > width)
+                    width = w;
+            }
+            for (; l < run_end; l++)
+                cells[lines[l].first + column].column_width = width;
+        }
+        if (!any)
+            return;
+    }
+}
+
+static int emit(const struct tabwriter *tw, const struct line *lines, size_t nlines,
+                const struct cell *cells, FILE *out)
+{
+    for (size_t l = 0; l < nlines; l++) {
+        for (size_t j = 0; j < lines[l].ncells; j++) {
+            const struct cell *c = &cells[lines[l].first + j];
+            if (fwrite(tw->text + c->start, 1, c->len, out) != c->len)
+                return -1;
+            bool last = j + 1 == lines[l].ncells;
+            for (size_t pad = c->width; !last && pad < c->column_width; pad++)
+                if (putc(' ', out) == EOF)
+                    return -1;
+        }
+        if (l + 1 < nlines && putc('\n', out) == EOF)
+            return -1;
+    }
+    return 0;
+}
+
+int tabwriter_flush(struct tabwriter *tw, FILE *out)
+{
+    int rc = -1;
+    struct line *lines = NULL;
+    struct cell *cells = NULL;
+    size_t nlines = 0;
+    if (!tw->failed && split(tw, &lines, &nlines, &cells) == 0) {
+        measure(lines, nlines, cells, tw->padding);
+        rc = emit(tw, lines, nlines, cells, out);
+    }
+    free(lines);
+    free(cells);
+    tw->len = 0;
+    tw->failed = 0;
+    if (tw->text)
+        tw->text[0] = '\0';
+    return rc;
+}

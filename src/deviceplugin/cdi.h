@@ -1,0 +1,44 @@
+/* cdi.h -- the CDI spec for the devices the plugin serves.
+ *
+ * With a cdi-annotations or cdi-cri device list strategy, Allocate replies
+ * name CDI devices `k8s.device-plugin.nvidia.com/gpu=<id>` (allocate.h)
+ * and the container runtime resolves those names through a spec file, as
+ * NVIDIA's plugin writes it itself. cdi_write_spec() writes
+ * <cdi-spec-dir>/k8s.device-plugin.nvidia.com-gpu.json (CDI 0.5.0):
+ *
+ *  - one device per served device ID (GPU/MIG UUID, or "0" / "1:0" with
+ *    --device-id-strategy index), with its device nodes: /dev/nvidia<minor>,
+ *    plus the MIG GI/CI access capability nodes for a MIG device;
+ *  - containerEdits common to every device: /dev/nvidiactl, and
+ *    /dev/nvidia-uvm, /dev/nvidia-uvm-tools, /dev/nvidia-modeset when they
+ *    exist under the dev root; the driver libraries and binaries found
+ *    under the driver root as read-only bind mounts; the nvidia-ctk hooks
+ *    (create-symlinks, enable-cuda-compat, update-ldcache) unless
+ *    --cdi-disable-hooks leaves them out.
+ *
+ * Files are looked for where the plugin sees the driver
+ * (--container-driver-root, or the driver root itself when that directory
+ * does not exist, i.e. the plugin runs on the host) and named in the spec
+ * by their host path (--driver-root) and their path inside the container.
+ *
+ * The write is atomic (a temporary file in the same directory, renamed),
+ * so a runtime never reads half a spec. */
+#ifndef GP_CDI_H
+#define GP_CDI_H
+
+#include <stddef.h>
+
+#include "compiler.h"
+#include "config.h"
+#include "gpu.h"
+#include "resource.h"
+
+#define CDI_SPEC_VERSION "0.5.0"
+#define CDI_SPEC_FILE "k8s.device-plugin.nvidia.com-gpu.json"
+
+/* Returns 0, or -1 with err naming the path and the reason. */
+int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,
+                   const struct resource_set *set, char *err, size_t errlen)
+    GP_MUST_USE;
+
+#endif

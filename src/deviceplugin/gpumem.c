@@ -1,0 +1,289 @@
+/* gpumem.c -- GPU memory units as aliyun.com/gpu-mem (see gpumem.h). */
+#include "gpumem.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocate.h"
+
+#define GPUMEM_SOCKET_NAME "gpupool-aliyun-gpu-mem.sock"
+
+unsigned long long gpumem_units(const struct gpu_device *gpu, enum memory_unit unit)
+{
+    return gpu->memory_bytes >> (unit == MEMORY_UNIT_MIB ? 20 : 30);
+}
+
+const char *gpumem_unit_name(enum memory_unit unit)
+{
+    return unit == MEMORY_UNIT_MIB ? "MiB" : "GiB";
+}
+
+/* ---- the encoded size of a snapshot ------------------------------------ */
+
+static size_t varint_size(unsigned long long v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* A length-delimited field with a one-byte tag. */
+static size_t field_size(size_t payload)
+{
+    return 1 + varint_size(payload) + payload;
+}
+
+static size_t decimal_digits(unsigned long long v)
+{
+    size_t n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+/* Mirrors plugin_snapshot(): Device{id, health, topology{nodes[{ID}]}}
+ * inside the repeated field 1 of ListAndWatchResponse. Checked against
+ * protobuf-c's own count in the unit test. */
+size_t gpumem_snapshot_size(const struct gpu_inventory *inv, enum memory_unit unit)
+{
+    size_t total = 0;
+    for (size_t g = 0; g < inv->count; g++) {
+        const struct gpu_device *gpu = &inv->gpus[g];
+        unsigned long long units = gpumem_units(gpu, unit);
+        size_t topology = 0;
+        if (gpu->numa_node != GPU_NUMA_UNKNOWN) {
+            size_t numa = gpu->numa_node == 0 ? 0 : 1 + varint_size((unsigned long long)gpu->numa_node);
+            topology = field_size(field_size(numa));
+        }
+        size_t fixed = strlen(gpu->uuid) + strlen(GPUMEM_ID_SEPARATOR);
+        for (unsigned long long j = 0; j < units; j++) {
+            size_t device = field_size(fixed + decimal_digits(j)) + field_size(strlen("Unhealthy")) +
+                            topology;
+            total += field_size(device);
+        }
+    }
+    return total;
+}
+
+/* ---- the resource ------------------------------------------------------------ */
+
+static int refuse_whole_gpu_features(const struct gpu_inventory *inv, const struct gp_config *cfg,
+                                     char *err, size_t errlen)
+{
+    const char *what = NULL;
+    if (cfg->mig_strategy != MIG_STRATEGY_NONE)
+        what = "--mig-strategy single/mixed";
+    else if (cfg->time_slice_count > 0)
+        what = "sharing.timeSlicing";
+    else if (cfg->gpu_resource_count > 0 || cfg->mig_resource_count > 0)
+        what = "resources.gpus/resources.mig";
+    if (what != NULL) {
+        snprintf(err, errlen, "--resource-mode=gpu-mem serves GPU memory as %s and cannot "
+                 "be combined with %s (a whole-GPU feature)", GPUMEM_RESOURCE, what);
+        return -1;
+    }
+    for (size_t g = 0; g < inv->count; g++) {
+        if (inv->gpus[g].mig_enabled) {
+            snprintf(err, errlen, "GPU %u (%s) has MIG enabled: --resource-mode=gpu-mem shares "
+                     "whole GPUs by memory; disable MIG on it or use --resource-mode=gpu",
+                     inv->gpus[g].index, inv->gpus[g].uuid);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int check_message_size(const struct gpu_inventory *inv, enum memory_unit unit,
+                              char *err, size_t errlen)
+{
+    size_t size = gpumem_snapshot_size(inv, unit);
+    if (size <= GPUMEM_KUBELET_MAX_MESSAGE)
+        return 0;
+    unsigned long long units = 0;
+    for (size_t g = 0; g < inv->count; g++)
+        units += gpumem_units(&inv->gpus[g], unit);
+    snprintf(err, errlen, "%llu %s devices of %s make a ListAndWatch message of %zu bytes, "
+             "more than the kubelet accepts (%zu): use --memory-unit=GiB",
+             units, gpumem_unit_name(unit), GPUMEM_RESOURCE, size, GPUMEM_KUBELET_MAX_MESSAGE);
+    return -1;
+}
+
+int gpumem_resource_build(const struct gpu_inventory *inv, const struct gp_config *cfg,
+                          struct resource_set *set, char *err, size_t errlen)
+{
+    memset(set, 0, sizeof *set);
+    if (refuse_whole_gpu_features(inv, cfg, err, errlen) != 0 ||
+        check_message_size(inv, cfg->memory_unit, err, errlen) != 0)
+        return -1;
+    size_t total = 0;
+    for (size_t g = 0; g < inv->count; g++)
+        total += (size_t)gpumem_units(&inv->gpus[g], cfg->memory_unit);
+    struct resource *res = calloc(1, sizeof *res);
+    struct resource_device *devices = calloc(total ? total : 1, sizeof *devices);
+    if (res == NULL || devices == NULL) {
+        free(res);
+        free(devices);
+        snprintf(err, errlen, "out of memory building %zu %s devices", total, GPUMEM_RESOURCE);
+        return -1;
+    }
+    size_t k = 0;
+    for (size_t g = 0; g < inv->count; g++) {
+        const struct gpu_device *gpu = &inv->gpus[g];
+        unsigned long long units = gpumem_units(gpu, cfg->memory_unit);
+        for (unsigned long long j = 0; j < units; j++, k++) {
+            struct resource_device *d = &devices[k];
+            snprintf(d->id, sizeof d->id, "%s" GPUMEM_ID_SEPARATOR "%llu", gpu->uuid, j);
+            snprintf(d->uuid, sizeof d->uuid, "%s", gpu->uuid);
+            snprintf(d->index, sizeof d->index, "%u", gpu->index);
+            d->gpu = g;
+            d->mig = RESOURCE_NO_MIG;
+            d->replica = RESOURCE_NO_REPLICA;
+            d->numa_node = gpu->numa_node;
+            d->healthy = !gpu->lost;
+        }
+    }
+    snprintf(res->name, sizeof res->name, "%s", GPUMEM_RESOURCE);
+    snprintf(res->socket_name, sizeof res->socket_name, "%s", GPUMEM_SOCKET_NAME);
+    res->device_count = total;
+    res->devices = devices;
+    set->count = 1;
+    set->resources = res;
+    return 0;
+}
+
+/* ---- the assignment ---------------------------------------------------------- */
+
+int gpumem_parse_idx(const char *idx, const struct gpu_inventory *inv,
+                     struct gpumem_assignment *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (idx == NULL || idx[0] == '\0') {
+        snprintf(err, errlen, "annotation %s is missing or empty", GPUMEM_ANN_IDX);
+        return -1;
+    }
+    if (strlen(idx) >= sizeof out->idx) {
+        snprintf(err, errlen, "annotation %s is too long", GPUMEM_ANN_IDX);
+        return -1;
+    }
+    snprintf(out->idx, sizeof out->idx, "%s", idx);
+    const char *p = idx;
+    for (;;) {
+        char *end;
+        errno = 0;
+        if (*p < '0' || *p > '9') {
+            snprintf(err, errlen, "annotation %s=\"%s\" is not a comma-separated list of GPU "
+                     "indices", GPUMEM_ANN_IDX, idx);
+            return -1;
+        }
+        unsigned long v = strtoul(p, &end, 10);
+        size_t pos = inv->count;
+        for (size_t g = 0; g < inv->count && errno == 0; g++)
+            if (inv->gpus[g].index == v)
+                pos = g;
+        if (errno != 0 || pos == inv->count) {
+            snprintf(err, errlen, "annotation %s=\"%s\" names GPU %lu, which this node does "
+                     "not have (%zu GPUs)", GPUMEM_ANN_IDX, idx, v, inv->count);
+            return -1;
+        }
+        for (size_t i = 0; i < out->gpu_count; i++) {
+            if (out->gpus[i] == pos) {
+                snprintf(err, errlen, "annotation %s=\"%s\" names GPU %lu twice",
+                         GPUMEM_ANN_IDX, idx, v);
+                return -1;
+            }
+        }
+        if (out->gpu_count == GPUMEM_MAX_GPUS) {
+            snprintf(err, errlen, "annotation %s=\"%s\" names more than %d GPUs",
+                     GPUMEM_ANN_IDX, idx, GPUMEM_MAX_GPUS);
+            return -1;
+        }
+        out->gpus[out->gpu_count++] = pos;
+        if (*end == '\0')
+            return 0;
+        if (*end != ',') {
+            snprintf(err, errlen, "annotation %s=\"%s\" is not a comma-separated list of GPU "
+                     "indices", GPUMEM_ANN_IDX, idx);
+            return -1;
+        }
+        p = end + 1;
+    }
+}
+
+/* ---- the reply --------------------------------------------------------------------- */
+
+/* Devices are laid out GPU by GPU: the first unit of GPU `gpu`. */
+static long first_unit_of(const struct resource *res, size_t gpu)
+{
+    size_t lo = 0, hi = res->device_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (res->devices[mid].gpu < gpu)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < res->device_count && res->devices[lo].gpu == gpu ? (long)lo : -1;
+}
+
+static int append_env(struct arena *a, V1beta1__ContainerAllocateResponse *out,
+                      V1beta1__ContainerAllocateResponse__EnvsEntry **envs, const char *key,
+                      const char *value)
+{
+    V1beta1__ContainerAllocateResponse__EnvsEntry *e = arena_alloc(a, sizeof *e);
+    if (e == NULL)
+        return -1;
+    v1beta1__container_allocate_response__envs_entry__init(e);
+    e->key = (char *)key;
+    e->value = arena_strdup(a, value);
+    if (e->value == NULL)
+        return -1;
+    envs[out->n_envs++] = e;
+    return 0;
+}
+
+int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
+                           const struct gpu_inventory *inv, const struct resource *res,
+                           const struct gpumem_assignment *as, size_t container_units,
+                           V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen)
+{
+    size_t positions[GPUMEM_MAX_GPUS];
+    for (size_t i = 0; i < as->gpu_count; i++) {
+        long p = first_unit_of(res, as->gpus[i]);
+        if (p < 0) {
+            snprintf(err, errlen, "GPU %u has no %s of memory to share",
+                     inv->gpus[as->gpus[i]].index, gpumem_unit_name(cfg->memory_unit));
+            return -1;
+        }
+        positions[i] = (size_t)p;
+    }
+    if (allocate_container(a, cfg, inv, res, positions, as->gpu_count, out, err, errlen) != 0)
+        return -1;
+    /* allocate_container sized its env array for its own variables. */
+    V1beta1__ContainerAllocateResponse__EnvsEntry **envs =
+        arena_calloc(a, out->n_envs + 4, sizeof *envs);
+    if (envs == NULL)
+        goto oom;
+    if (out->n_envs > 0)
+        memcpy(envs, out->envs, out->n_envs * sizeof *envs);
+    out->envs = envs;
+    char pod[24], container[24], dev[24];
+    snprintf(pod, sizeof pod, "%llu", as->pod_units);
+    snprintf(container, sizeof container, "%zu", container_units);
+    snprintf(dev, sizeof dev, "%llu", gpumem_units(&inv->gpus[as->gpus[0]], cfg->memory_unit));
+    if (append_env(a, out, envs, GPUMEM_ANN_IDX, as->idx) != 0 ||
+        append_env(a, out, envs, GPUMEM_ANN_POD, pod) != 0 ||
+        append_env(a, out, envs, "ALIYUN_COM_GPU_MEM_CONTAINER", container) != 0 ||
+        append_env(a, out, envs, GPUMEM_ANN_DEV, dev) != 0)
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory building the Allocate response");
+    return -1;
+}

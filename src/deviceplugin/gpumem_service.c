@@ -1,0 +1,731 @@
+/* gpumem_service.c -- gpu-mem mode at run time (see gpumem_service.h). */
+#include "gpumem_service.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "api.pb-c.h"
+#include "arena.h"
+#include "gpumem.h"
+#include "gpumem_ledger.h"
+#include "kube.h"
+#include "log.h"
+#include "plugin.h"
+#include "podidentity.h"
+#include "podresources.h"
+#include "podview.h"
+
+#define MAINTENANCE_MS (30 * 1000LL)      /* ledger pruning, lost ASSIGNED patches */
+#define REPUBLISH_MS (5 * 60 * 1000LL)    /* node status/annotation refresh */
+#define RETRY_MIN_MS 200
+#define RETRY_MAX_MS 10000
+#define ASSIGN_MAX_ATTEMPTS 12
+#define LIST_TIMEOUT_MS 2000
+#define RELIST_MS 250                     /* re-ask the kubelet while waiting */
+#define API_TIMEOUT_MS 10000
+
+struct alloc_item {
+    struct rpc_deferred *deferred;
+    size_t units;
+    long long arrived_ms;
+    long long arrived_us;     /* for the -v 4 timing line */
+    long long list_us;        /* time spent in PodResources List */
+    struct alloc_item *next;
+};
+
+struct assign_task {
+    char *ns, *name, *uid;
+    int attempts;
+    long long due_ms;
+    struct assign_task *next;
+};
+
+struct gpumem_service {
+    const struct gp_config *cfg;
+    const struct gpu_inventory *inv;
+    struct plugin_node *node;
+    struct kube_client *kc;
+    struct podview *view;
+    struct gpumem_ledger *ledger;           /* allocator thread only */
+    struct podresources_client *pr;         /* allocator thread only */
+
+    pthread_mutex_t lock;                   /* everything below */
+    pthread_cond_t wake;                    /* CLOCK_MONOTONIC */
+    atomic_bool stopping;
+    struct alloc_item *head, *tail;
+    struct assign_task *assigns;
+    bool publish_dirty;
+    long long publish_due_ms;
+    int publish_backoff_ms;
+
+    pthread_t allocator, writer;
+    bool allocator_started, writer_started;
+    bool have_lock;
+};
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static void wait_until(struct gpumem_service *s, long long deadline_ms)
+{
+    struct timespec ts = {.tv_sec = deadline_ms / 1000, .tv_nsec = (deadline_ms % 1000) * 1000000L};
+    pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+}
+
+static int backoff(int ms)
+{
+    return ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : ms * 2;
+}
+
+static void assign_task_free(struct assign_task *t)
+{
+    free(t->ns);
+    free(t->name);
+    free(t->uid);
+    free(t);
+}
+
+static void queue_assign(struct gpumem_service *s, const char *ns, const char *name,
+                         const char *uid)
+{
+    struct assign_task *t = calloc(1, sizeof *t);
+    if (t == NULL || (t->ns = strdup(ns)) == NULL || (t->name = strdup(name)) == NULL ||
+        (t->uid = strdup(uid)) == NULL) {
+        if (t != NULL)
+            assign_task_free(t);
+        log_error("gpu-mem: out of memory queueing %s=true for pod %s/%s", GPUMEM_ANN_ASSIGNED,
+                  ns, name);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    for (struct assign_task *q = s->assigns; q != NULL; q = q->next) {
+        if (strcmp(q->uid, uid) == 0) { /* already queued */
+            pthread_mutex_unlock(&s->lock);
+            assign_task_free(t);
+            return;
+        }
+    }
+    t->due_ms = podview_now_ms();
+    t->next = s->assigns;
+    s->assigns = t;
+    pthread_cond_broadcast(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- identity sources -------------------------------------------------------- */
+
+static const struct gpumem_pod *view_lookup(void *ctx, const char *ns, const char *name)
+{
+    struct gpumem_service *s = ctx;
+    return podview_find(s->view, ns, name);
+}
+
+static unsigned ledger_progress(void *ctx, const char *uid)
+{
+    struct gpumem_service *s = ctx;
+    return gpumem_ledger_get(s->ledger, uid);
+}
+
+/* What the allocator keeps of the pod after the view's lock is released. */
+struct found_pod {
+    char ns[256], name[256], uid[80], idx[GPUMEM_MAX_GPUS * 4];
+    bool has_idx, has_pod_units, assigned, repeat;
+    unsigned long long pod_units, demand;
+    unsigned calls;
+};
+
+static void copy_found(const struct gpumem_pod *p, bool repeat, struct found_pod *f)
+{
+    memset(f, 0, sizeof *f);
+    snprintf(f->ns, sizeof f->ns, "%s", p->ns);
+    snprintf(f->name, sizeof f->name, "%s", p->name);
+    snprintf(f->uid, sizeof f->uid, "%s", p->uid);
+    f->has_idx = p->idx != NULL;
+    if (p->idx != NULL)
+        snprintf(f->idx, sizeof f->idx, "%s", p->idx);
+    f->has_pod_units = p->has_pod_units;
+    f->pod_units = p->pod_units;
+    f->assigned = p->assigned;
+    f->repeat = repeat;
+    f->calls = gpumem_pod_calls(p);
+    /* The pod's demand as the scheduler counts it: max(sum of app
+     * containers, largest init container). */
+    unsigned long long app = 0, init = 0;
+    for (size_t c = 0; c < p->n_containers; c++) {
+        if (p->containers[c].init)
+            init = p->containers[c].units > init ? p->containers[c].units : init;
+        else
+            app += p->containers[c].units;
+    }
+    f->demand = app > init ? app : init;
+}
+
+/* ---- the allocator ------------------------------------------------------------ */
+
+static void answer_error(struct alloc_item *it, enum rpc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void answer_error(struct alloc_item *it, enum rpc_status st, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(msg, sizeof msg, "gpupool %s: ", GPUMEM_RESOURCE);
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    log_error("Allocate %zu units of %s failed: %s", it->units, GPUMEM_RESOURCE, msg);
+    rpc_call_complete(it->deferred, st, NULL, msg);
+    it->deferred = NULL;
+}
+
+enum find_outcome { FIND_OK, FIND_FAILED, FIND_TIMEOUT, FIND_STOPPED };
+
+/* Asks the kubelet and the view until the pod is certain, no pod can be
+ * the one, or the deadline passes. why: the last reason. */
+static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *it,
+                                  struct found_pod *found, char *why, size_t whylen)
+{
+    long long deadline = it->arrived_ms + s->cfg->allocate_wait_ms;
+    struct identity_source src = {.ctx = s, .lookup = view_lookup, .progress = ledger_progress};
+    for (;;) {
+        if (atomic_load(&s->stopping))
+            return FIND_STOPPED;
+        struct pr_list list = {0};
+        char lerr[512];
+        long long t0 = podview_now_us();
+        bool listed = podresources_list(s->pr, GPUMEM_RESOURCE, LIST_TIMEOUT_MS, &list, lerr,
+                                        sizeof lerr) == 0;
+        it->list_us += podview_now_us() - t0;
+        struct identity_decision dec;
+        enum identity_result r = IDENTITY_WAIT;
+        podview_lock(s->view);
+        unsigned long long gen = podview_generation(s->view);
+        if (!podview_synced(s->view)) {
+            snprintf(why, whylen, "the plugin has not finished listing this node's pods from "
+                     "the API server");
+        } else if (!listed) {
+            snprintf(why, whylen, "cannot ask the kubelet which pod is being admitted (%s): %s",
+                     s->cfg->pod_resources_socket, lerr);
+        } else {
+            r = identify_pod(&src, &list, it->units, &dec);
+            if (r == IDENTITY_FOUND)
+                copy_found(dec.pod, dec.repeat, found);
+            else
+                snprintf(why, whylen, "%s", dec.why);
+        }
+        long long now = podview_now_ms();
+        if (r == IDENTITY_WAIT && now < deadline) {
+            long long until = now + RELIST_MS < deadline ? now + RELIST_MS : deadline;
+            (void)podview_wait(s->view, gen, until); /* woken by a change or the next re-list */
+        }
+        podview_unlock(s->view);
+        pr_list_free(&list);
+        if (r == IDENTITY_FOUND)
+            return FIND_OK;
+        if (r == IDENTITY_FAIL)
+            return FIND_FAILED;
+        if (podview_now_ms() >= deadline)
+            return FIND_TIMEOUT;
+        log_v(2, "Allocate %zu units: waiting: %s", it->units, why);
+    }
+}
+
+static int check_gpus_usable(struct gpumem_service *s, const struct gpumem_assignment *as,
+                             char *why, size_t whylen)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->node->lock);
+    for (size_t i = 0; i < as->gpu_count && rc == 0; i++) {
+        if (!s->node->gpu_lost[as->gpus[i]])
+            continue;
+        const struct gpu_device *g = &s->inv->gpus[as->gpus[i]];
+        snprintf(why, whylen, "its GPU %u (%s) is lost (fallen off the bus or not identified by "
+                 "NVML)", g->index, g->uuid);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&s->node->lock);
+    return rc;
+}
+
+static int reply(struct gpumem_service *s, struct alloc_item *it,
+                 const struct gpumem_assignment *as, char *err, size_t errlen)
+{
+    struct arena a = ARENA_INIT;
+    int rc = -1;
+    V1beta1__AllocateResponse out = V1BETA1__ALLOCATE_RESPONSE__INIT;
+    V1beta1__ContainerAllocateResponse *cresp = arena_alloc(&a, sizeof *cresp);
+    V1beta1__ContainerAllocateResponse **list = arena_calloc(&a, 1, sizeof *list);
+    if (cresp == NULL || list == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if (gpumem_container_reply(&a, s->cfg, s->inv, &s->node->resources.resources[0], as,
+                               it->units, cresp, err, errlen) != 0)
+        goto out;
+    list[0] = cresp;
+    out.n_container_responses = 1;
+    out.container_responses = list;
+    struct rpc_buf buf;
+    buf.len = protobuf_c_message_get_packed_size(&out.base);
+    buf.data = malloc(buf.len ? buf.len : 1);
+    if (buf.data == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    protobuf_c_message_pack(&out.base, buf.data);
+    rpc_call_complete(it->deferred, RPC_OK, &buf, NULL);
+    it->deferred = NULL;
+    rc = 0;
+out:
+    arena_free(&a);
+    return rc;
+}
+
+static void serve_item(struct gpumem_service *s, struct alloc_item *it)
+{
+    struct found_pod f;
+    char why[1024];
+    switch (find_pod(s, it, &f, why, sizeof why)) {
+    case FIND_STOPPED:
+        answer_error(it, RPC_UNAVAILABLE, "the device plugin is stopping");
+        return;
+    case FIND_FAILED:
+        answer_error(it, RPC_FAILED_PRECONDITION, "%s", why);
+        return;
+    case FIND_TIMEOUT:
+        answer_error(it, RPC_DEADLINE_EXCEEDED, "no certain pod for this request of %zu units "
+                     "after %d ms: %s", it->units, s->cfg->allocate_wait_ms, why);
+        return;
+    case FIND_OK:
+        break;
+    }
+    struct gpumem_assignment as;
+    if (!f.has_idx) {
+        answer_error(it, RPC_FAILED_PRECONDITION, "pod %s/%s requests %s but has no %s "
+                     "annotation: no gpupool (or gpushare) scheduler extender placed it; check "
+                     "that the scheduler's extender configuration manages %s", f.ns, f.name,
+                     GPUMEM_RESOURCE, GPUMEM_ANN_IDX, GPUMEM_RESOURCE);
+        return;
+    }
+    if (gpumem_parse_idx(f.idx, s->inv, &as, why, sizeof why) != 0 ||
+        check_gpus_usable(s, &as, why, sizeof why) != 0) {
+        answer_error(it, RPC_FAILED_PRECONDITION, "pod %s/%s: %s", f.ns, f.name, why);
+        return;
+    }
+    as.pod_units = f.has_pod_units ? f.pod_units : f.demand;
+    unsigned done = gpumem_ledger_get(s->ledger, f.uid);
+    if (f.assigned && done == 0)
+        done = 1;
+    /* Durable before the reply: a restarted plugin must know this call
+     * was answered (docs/gpumem.md, "What is durable"). */
+    if (!f.repeat && gpumem_ledger_set(s->ledger, f.uid, done + 1, why, sizeof why) != 0) {
+        answer_error(it, RPC_INTERNAL, "pod %s/%s: cannot record the allocation: %s", f.ns,
+                     f.name, why);
+        return;
+    }
+    if (reply(s, it, &as, why, sizeof why) != 0) {
+        answer_error(it, RPC_RESOURCE_EXHAUSTED, "pod %s/%s: %s", f.ns, f.name, why);
+        return;
+    }
+    log_info("Allocate %s: %zu units for pod %s/%s (uid %s), call %u of %u, GPU(s) %s%s",
+             GPUMEM_RESOURCE, it->units, f.ns, f.name, f.uid, f.repeat ? done : done + 1,
+             f.calls, as.idx, f.repeat ? " (repeated by the kubelet)" : "");
+    log_v(4, "Allocate %zu units answered in %lld us, of which %lld us in PodResources List",
+          it->units, podview_now_us() - it->arrived_us, it->list_us);
+    if (!f.assigned)
+        queue_assign(s, f.ns, f.name, f.uid);
+}
+
+static bool keep_uid(void *ctx, const char *uid)
+{
+    struct gpumem_service *s = ctx;
+    return podview_has_uid(s->view, uid);
+}
+
+/* Ledger entries of pods gone from the API are dropped; pods whose
+ * ASSIGNED patch was lost (a crash right after a reply) are patched. */
+static void maintenance(struct gpumem_service *s)
+{
+    struct found_pod *todo = NULL;
+    size_t n_todo = 0;
+    podview_lock(s->view);
+    if (podview_synced(s->view)) {
+        size_t dropped = gpumem_ledger_prune(s->ledger, keep_uid, s);
+        if (dropped > 0)
+            log_v(1, "gpu-mem ledger: dropped %zu pods gone from the API", dropped);
+        size_t n = gpumem_ledger_count(s->ledger);
+        todo = calloc(n ? n : 1, sizeof *todo);
+        for (size_t i = 0; todo != NULL && i < n; i++) {
+            const struct gpumem_pod *p = podview_find_uid(s->view, gpumem_ledger_uid(s->ledger, i));
+            if (p != NULL && !p->assigned && !p->terminal)
+                copy_found(p, false, &todo[n_todo++]);
+        }
+    }
+    podview_unlock(s->view);
+    for (size_t i = 0; i < n_todo; i++)
+        queue_assign(s, todo[i].ns, todo[i].name, todo[i].uid);
+    free(todo);
+}
+
+static void *allocator_main(void *arg)
+{
+    struct gpumem_service *s = arg;
+    long long next_maintenance = podview_now_ms() + MAINTENANCE_MS;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (!atomic_load(&s->stopping) && s->head == NULL &&
+               podview_now_ms() < next_maintenance)
+            wait_until(s, next_maintenance);
+        struct alloc_item *it = s->head;
+        if (it != NULL) {
+            s->head = it->next;
+            if (s->head == NULL)
+                s->tail = NULL;
+        }
+        bool stopping = atomic_load(&s->stopping);
+        pthread_mutex_unlock(&s->lock);
+        if (it != NULL) {
+            if (stopping)
+                answer_error(it, RPC_UNAVAILABLE, "the device plugin is stopping");
+            else
+                serve_item(s, it);
+            free(it);
+            continue;
+        }
+        if (stopping)
+            return NULL;
+        maintenance(s);
+        next_maintenance = podview_now_ms() + MAINTENANCE_MS;
+    }
+}
+
+/* ---- the API writer ------------------------------------------------------------ */
+
+static void model_name(const char *name, char *out, size_t len)
+{
+    size_t i = 0;
+    for (; name[i] != '\0' && i + 1 < len; i++)
+        out[i] = name[i] == ' ' ? '-' : name[i];
+    out[i] = '\0';
+}
+
+static bool gpu_healthy(struct gpumem_service *s, size_t g)
+{
+    const struct resource *res = &s->node->resources.resources[0];
+    bool healthy = !s->node->gpu_lost[g];
+    for (size_t i = 0; i < res->device_count && healthy; i++)
+        if (res->devices[i].gpu == g) {
+            healthy = res->devices[i].healthy;
+            break;
+        }
+    return healthy;
+}
+
+/* gpupool.io/gpus, the format the extender reads (docs/extender.md). */
+static char *gpus_annotation(struct gpumem_service *s)
+{
+    json_t *arr = json_array();
+    if (arr == NULL)
+        return NULL;
+    pthread_mutex_lock(&s->node->lock);
+    for (size_t g = 0; g < s->inv->count; g++) {
+        const struct gpu_device *gpu = &s->inv->gpus[g];
+        char model[GPU_NAME_LEN];
+        model_name(gpu->name, model, sizeof model);
+        json_array_append_new(arr, json_pack("{s:I,s:I,s:s,s:b}", "index", (json_int_t)gpu->index,
+                                             "memory", (json_int_t)gpumem_units(gpu, s->cfg->memory_unit),
+                                             "model", model, "healthy", gpu_healthy(s, g)));
+    }
+    pthread_mutex_unlock(&s->node->lock);
+    char *text = json_array_size(arr) == s->inv->count ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    return text;
+}
+
+static int publish_node(struct gpumem_service *s)
+{
+    char path[512], count[24];
+    struct kube_error kerr;
+    snprintf(count, sizeof count, "%zu", s->inv->count);
+    char *gpus = gpus_annotation(s);
+    json_t *status = json_pack("{s:{s:{s:s},s:{s:s}}}", "status", "capacity",
+                               GPUMEM_COUNT_RESOURCE, count, "allocatable",
+                               GPUMEM_COUNT_RESOURCE, count);
+    json_t *meta = gpus ? json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
+                                    GPUMEM_ANN_NODE_GPUS, gpus)
+                        : NULL;
+    int rc = -1;
+    if (status == NULL || meta == NULL) {
+        log_error("gpu-mem: out of memory publishing the node");
+        goto out;
+    }
+    snprintf(path, sizeof path, "/api/v1/nodes/%s/status", s->cfg->node_name);
+    if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, status, NULL, &kerr) != 0) {
+        log_warn("gpu-mem: cannot patch %s of node %s: %s (HTTP %d); retrying",
+                 GPUMEM_COUNT_RESOURCE, s->cfg->node_name, kerr.message, kerr.http_status);
+        goto out;
+    }
+    snprintf(path, sizeof path, "/api/v1/nodes/%s", s->cfg->node_name);
+    if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, meta, NULL, &kerr) != 0) {
+        log_warn("gpu-mem: cannot annotate node %s with %s: %s (HTTP %d); retrying",
+                 s->cfg->node_name, GPUMEM_ANN_NODE_GPUS, kerr.message, kerr.http_status);
+        goto out;
+    }
+    log_info("gpu-mem: published node %s: %s=%s, %s=%s", s->cfg->node_name,
+             GPUMEM_COUNT_RESOURCE, count, GPUMEM_ANN_NODE_GPUS, gpus);
+    rc = 0;
+out:
+    json_decref(status);
+    json_decref(meta);
+    free(gpus);
+    return rc;
+}
+
+enum assign_outcome { ASSIGN_DONE, ASSIGN_RETRY };
+
+/* JSON patch with a UID test: a pod recreated under the same name must
+ * not inherit the mark. */
+static enum assign_outcome patch_assigned(struct gpumem_service *s, const struct assign_task *t)
+{
+    char *ns = kube_escape(t->ns), *name = kube_escape(t->name);
+    char path[1024];
+    struct kube_error kerr;
+    json_t *body = json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:s}]", "op", "test", "path",
+                             "/metadata/uid", "value", t->uid, "op", "add", "path",
+                             "/metadata/annotations/" GPUMEM_ANN_ASSIGNED, "value", "true");
+    enum assign_outcome out = ASSIGN_RETRY;
+    if (ns == NULL || name == NULL || body == NULL)
+        goto done;
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
+    if (kube_patch(s->kc, path, KUBE_PATCH_JSON, body, NULL, &kerr) == 0) {
+        log_v(1, "gpu-mem: pod %s/%s marked %s=true", t->ns, t->name, GPUMEM_ANN_ASSIGNED);
+        out = ASSIGN_DONE;
+    } else if (kerr.http_status == 404 || kerr.http_status == 422) {
+        log_info("gpu-mem: pod %s/%s (uid %s) is gone; not marking it %s", t->ns, t->name,
+                 t->uid, GPUMEM_ANN_ASSIGNED);
+        out = ASSIGN_DONE;
+    } else {
+        log_warn("gpu-mem: cannot mark pod %s/%s %s=true: %s (HTTP %d, %s)", t->ns, t->name,
+                 GPUMEM_ANN_ASSIGNED, kerr.message, kerr.http_status, kerr.reason);
+    }
+done:
+    free(ns);
+    free(name);
+    json_decref(body);
+    return out;
+}
+
+static struct assign_task *take_due_assign(struct gpumem_service *s, long long now,
+                                           long long *next_due)
+{
+    struct assign_task **pp = &s->assigns;
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->due_ms <= now) {
+            struct assign_task *t = *pp;
+            *pp = t->next;
+            t->next = NULL;
+            return t;
+        }
+        if ((*pp)->due_ms < *next_due)
+            *next_due = (*pp)->due_ms;
+    }
+    return NULL;
+}
+
+static void *writer_main(void *arg)
+{
+    struct gpumem_service *s = arg;
+    pthread_mutex_lock(&s->lock);
+    while (!atomic_load(&s->stopping)) {
+        long long now = podview_now_ms();
+        long long next_due = s->publish_due_ms;
+        bool publish = s->publish_due_ms <= now;
+        struct assign_task *t = publish ? NULL : take_due_assign(s, now, &next_due);
+        if (!publish && t == NULL) {
+            wait_until(s, next_due);
+            continue;
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (publish) {
+            int rc = publish_node(s);
+            pthread_mutex_lock(&s->lock);
+            if (rc == 0) {
+                s->publish_backoff_ms = RETRY_MIN_MS;
+                /* a health change meanwhile set an earlier due time */
+                if (!s->publish_dirty)
+                    s->publish_due_ms = podview_now_ms() + REPUBLISH_MS;
+            } else {
+                s->publish_due_ms = podview_now_ms() + s->publish_backoff_ms;
+                s->publish_backoff_ms = backoff(s->publish_backoff_ms);
+            }
+            s->publish_dirty = false;
+            continue;
+        }
+        enum assign_outcome o = patch_assigned(s, t);
+        pthread_mutex_lock(&s->lock);
+        if (o == ASSIGN_RETRY && ++t->attempts < ASSIGN_MAX_ATTEMPTS) {
+            int delay = RETRY_MIN_MS << (t->attempts < 6 ? t->attempts : 6);
+            t->due_ms = podview_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay);
+            t->next = s->assigns;
+            s->assigns = t;
+        } else {
+            if (o == ASSIGN_RETRY)
+                log_error("gpu-mem: giving up marking pod %s/%s %s=true after %d attempts "
+                          "(the ledger still records its allocation)", t->ns, t->name,
+                          GPUMEM_ANN_ASSIGNED, t->attempts);
+            assign_task_free(t);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* ---- public -------------------------------------------------------------------------- */
+
+enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_call *call,
+                                        size_t units, char *msg, size_t msglen)
+{
+    struct alloc_item *it = calloc(1, sizeof *it);
+    if (it == NULL) {
+        snprintf(msg, msglen, "out of memory answering Allocate");
+        return RPC_RESOURCE_EXHAUSTED;
+    }
+    it->units = units;
+    it->arrived_ms = podview_now_ms();
+    it->arrived_us = podview_now_us();
+    it->deferred = rpc_call_defer(call);
+    if (it->deferred == NULL) {
+        free(it);
+        snprintf(msg, msglen, "out of memory answering Allocate");
+        return RPC_RESOURCE_EXHAUSTED;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->tail != NULL)
+        s->tail->next = it;
+    else
+        s->head = it;
+    s->tail = it;
+    pthread_cond_broadcast(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    return RPC_DEFERRED;
+}
+
+void gpumem_service_health_changed(struct gpumem_service *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->publish_dirty = true;
+    s->publish_due_ms = podview_now_ms();
+    s->publish_backoff_ms = RETRY_MIN_MS;
+    pthread_cond_broadcast(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int open_api(struct gpumem_service *s, char *err, size_t errlen)
+{
+    struct kube_client_options opt = {
+        .kubeconfig = s->cfg->kubeconfig && s->cfg->kubeconfig[0] ? s->cfg->kubeconfig : NULL,
+        .timeout_ms = API_TIMEOUT_MS,
+    };
+    char kerr[512];
+    s->kc = kube_client_new(&opt, kerr, sizeof kerr);
+    if (s->kc == NULL) {
+        snprintf(err, errlen, "cannot configure the Kubernetes API client (--kubeconfig, "
+                 "KUBECONFIG or the in-cluster service account): %s", kerr);
+        return -1;
+    }
+    return 0;
+}
+
+int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory *inv,
+                         struct plugin_node *node, struct rpc_runtime *rt,
+                         struct gpumem_service **out, char *err, size_t errlen)
+{
+    if (cfg->node_name == NULL || cfg->node_name[0] == '\0') {
+        snprintf(err, errlen, "--resource-mode=gpu-mem needs this node's name: set NODE_NAME "
+                 "(downward API fieldRef spec.nodeName) or --node-name");
+        return -1;
+    }
+    struct gpumem_service *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->cfg = cfg;
+    s->inv = inv;
+    s->node = node;
+    s->publish_dirty = true;
+    s->publish_backoff_ms = RETRY_MIN_MS;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->lock, NULL);
+    s->have_lock = true;
+    if (gpumem_ledger_open(cfg->state_dir, &s->ledger, err, errlen) != 0 ||
+        open_api(s, err, errlen) != 0 ||
+        podresources_open(rt, cfg->pod_resources_socket, &s->pr, err, errlen) != 0 ||
+        podview_start(s->kc, cfg->node_name, &s->view, err, errlen) != 0)
+        goto fail;
+    int rc = pthread_create(&s->allocator, NULL, allocator_main, s);
+    if (rc == 0) {
+        s->allocator_started = true;
+        rc = pthread_create(&s->writer, NULL, writer_main, s);
+        s->writer_started = rc == 0;
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start the gpu-mem threads: %s", strerror(rc));
+        goto fail;
+    }
+    log_info("gpu-mem mode: node %s, %zu GPUs, unit %s, %zu devices of %s, ledger in %s/gpumem, "
+             "pod identity through %s", cfg->node_name, inv->count,
+             gpumem_unit_name(cfg->memory_unit), node->resources.resources[0].device_count,
+             GPUMEM_RESOURCE, cfg->state_dir, cfg->pod_resources_socket);
+    *out = s;
+    return 0;
+fail:
+    gpumem_service_stop(s);
+    return -1;
+}
+
+void gpumem_service_stop(struct gpumem_service *s)
+{
+    if (s == NULL)
+        return;
+    atomic_store(&s->stopping, true);
+    if (s->have_lock) {
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_broadcast(&s->wake);
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (s->view != NULL)
+        podview_poke(s->view); /* an allocator waiting for its pod */
+    if (s->allocator_started)
+        pthread_join(s->allocator, NULL);
+    if (s->writer_started)
+        pthread_join(s->writer, NULL);
+    for (struct alloc_item *it = s->head, *next; it != NULL; it = next) {
+        next = it->next;
+        rpc_call_complete(it->deferred, RPC_UNAVAILABLE, NULL, "the device plugin is stopping");
+        free(it);
+    }
+    for (struct assign_task *t = s->assigns, *next; t != NULL; t = next) {
+        next = t->next;
+        assign_task_free(t);
+    }
+    podview_stop(s->view);
+    podresources_close(s->pr);
+    kube_client_free(s->kc);
+    gpumem_ledger_close(s->ledger);
+    if (s->have_lock) {
+        pthread_cond_destroy(&s->wake);
+        pthread_mutex_destroy(&s->lock);
+    }
+    free(s);
+}

@@ -1,0 +1,50 @@
+/* gpumem_service.h -- the running half of --resource-mode=gpu-mem.
+ *
+ * Owns what the gpu-mem mode needs at run time: the API client, the
+ * watched view of this node's pods (podview.h), the allocation ledger
+ * (gpumem_ledger.h), the kubelet's PodResources client (podresources.h)
+ * and two threads:
+ *   - the allocator: answers parked Allocate calls one at a time, in
+ *     arrival order: finds the pod (podidentity.h), records the call in the
+ *     ledger, replies (gpumem.h); waits, bounded by --allocate-timeout,
+ *     while the pod is not certain; never answers with a made-up GPU;
+ *   - the API writer: pod annotation ALIYUN_COM_GPU_MEM_ASSIGNED=true after
+ *     the reply, node status aliyun.com/gpu-count and the node annotation
+ *     gpupool.io/gpus (per-GPU memory, model, health) at start, on every
+ *     health change and every few minutes; retried with backoff.
+ *
+ * Threads: gpumem_service_allocate() runs on the RPC thread;
+ * gpumem_service_health_changed() on any thread. Start/stop on the main
+ * thread; stop after the servers stopped (parked calls are then cancelled
+ * and their answers dropped by rpc_call_complete).
+ * Errors: -1 + err. Design: docs/gpumem.md. */
+#ifndef GP_GPUMEM_SERVICE_H
+#define GP_GPUMEM_SERVICE_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "gpu.h"
+#include "rpc.h"
+#include "compiler.h"
+
+struct plugin_node;
+struct gpumem_service;
+
+/* NODE_NAME must be set; the API configuration must load; the state
+ * directory must be writable. node->resources must be the gpu-mem set. */
+GP_MUST_USE int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory *inv,
+                                     struct plugin_node *node, struct rpc_runtime *rt,
+                                     struct gpumem_service **out, char *err, size_t errlen);
+void gpumem_service_stop(struct gpumem_service *s);
+
+/* An Allocate whose container request (one per call, as the kubelet sends)
+ * holds `units` valid device IDs: parks the call and returns RPC_DEFERRED,
+ * or answers at once with an error status and msg. */
+enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_call *call,
+                                        size_t units, char *msg, size_t msglen);
+
+/* Device health changed: publish it for the extender. */
+void gpumem_service_health_changed(struct gpumem_service *s);
+
+#endif

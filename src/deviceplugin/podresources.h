@@ -1,0 +1,33 @@
+/* podresources.h -- client of the kubelet's PodResources API (List).
+ *
+ * gpu-mem mode asks the kubelet, while an Allocate is in flight, which pods
+ * its pod manager holds and which app containers already have devices of
+ * our resource (podidentity.h). Implemented in rpc_podresources.c (the
+ * rpc_*.c files are the only ones that touch gRPC).
+ *
+ * A client is used by one thread at a time. Errors: -1 + err. */
+#ifndef GP_PODRESOURCES_H
+#define GP_PODRESOURCES_H
+
+#include <stddef.h>
+
+#include "podidentity.h"
+#include "rpc.h"
+#include "compiler.h"
+
+struct podresources_client;
+
+GP_MUST_USE int podresources_open(struct rpc_runtime *rt, const char *socket_path,
+                                  struct podresources_client **out, char *err, size_t errlen);
+void podresources_close(struct podresources_client *c);
+
+/* /v1.PodResourcesLister/List; keeps, per container, the number of device
+ * IDs of `resource`. *out is filled (pr_list_free) on success. */
+GP_MUST_USE int podresources_list(struct podresources_client *c, const char *resource,
+                                  int timeout_ms, struct pr_list *out, char *err, size_t errlen);
+
+/* Decodes an encoded ListPodResourcesResponse (exposed for unit tests). */
+GP_MUST_USE int podresources_decode(const unsigned char *data, size_t len, const char *resource,
+                                    struct pr_list *out, char *err, size_t errlen);
+
+#endif

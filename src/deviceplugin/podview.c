@@ -1,0 +1,448 @@
+/* podview.c -- watched pods of this node (see podview.h). */
+#include "podview.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpumem.h"
+#include "log.h"
+
+/* How long a deleted pod is remembered: the kubelet drops it from its pod
+ * manager when its sync loop gets to the deletion, normally at once. */
+#define TOMBSTONE_MS (10 * 60 * 1000LL)
+#define PAGE_LIMIT 500
+
+struct view_entry {
+    struct gpumem_pod pod;
+    bool seen;                /* during a re-list */
+    long long deleted_at_ms;
+};
+
+struct podview {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;   /* CLOCK_MONOTONIC */
+    unsigned long long generation;
+    bool synced;
+    size_t count, cap;
+    struct view_entry **entries;
+    struct kube_client *kc;
+    struct kube_cancel *cancel;
+    char *path;
+    pthread_t thread;
+    bool thread_started;
+};
+
+long long podview_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+long long podview_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- parsing --------------------------------------------------------------- */
+
+void gpumem_pod_clear(struct gpumem_pod *pod)
+{
+    for (size_t i = 0; i < pod->n_containers; i++)
+        free(pod->containers[i].name);
+    free(pod->containers);
+    free(pod->ns);
+    free(pod->name);
+    free(pod->uid);
+    free(pod->idx);
+    free(pod->bad);
+    memset(pod, 0, sizeof *pod);
+}
+
+static char *dup_string(const json_t *v)
+{
+    const char *s = json_string_value(v);
+    return strdup(s ? s : "");
+}
+
+/* A limit is a whole number of units: a JSON integer or a decimal string. */
+static int parse_units(const json_t *v, unsigned long long *out)
+{
+    if (json_is_integer(v)) {
+        if (json_integer_value(v) < 0)
+            return -1;
+        *out = (unsigned long long)json_integer_value(v);
+        return 0;
+    }
+    const char *s = json_string_value(v);
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    return errno == 0 && *end == '\0' ? 0 : -1;
+}
+
+static int add_containers(struct gpumem_pod *pod, const json_t *list, bool init)
+{
+    size_t i;
+    const json_t *c;
+    json_array_foreach(list, i, c) {
+        const json_t *limit = json_object_get(
+            json_object_get(json_object_get(c, "resources"), "limits"), GPUMEM_RESOURCE);
+        if (limit == NULL)
+            continue;
+        const char *name = json_string_value(json_object_get(c, "name"));
+        unsigned long long units;
+        if (parse_units(limit, &units) != 0) {
+            char why[256];
+            snprintf(why, sizeof why, "the %s limit of container \"%.63s\" is not a whole "
+                     "number of units", GPUMEM_RESOURCE, name ? name : "");
+            free(pod->bad);
+            pod->bad = strdup(why);
+            continue;
+        }
+        if (units == 0)
+            continue;
+        struct gpumem_container *grown =
+            realloc(pod->containers, (pod->n_containers + 1) * sizeof *grown);
+        if (grown == NULL)
+            return -1;
+        pod->containers = grown;
+        struct gpumem_container *gc = &pod->containers[pod->n_containers];
+        gc->name = strdup(name ? name : "");
+        gc->units = units;
+        gc->init = init;
+        if (gc->name == NULL)
+            return -1;
+        pod->n_containers++;
+    }
+    return 0;
+}
+
+int gpumem_pod_parse(const json_t *obj, struct gpumem_pod *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const json_t *meta = json_object_get(obj, "metadata");
+    if (!json_is_object(meta) || !json_is_string(json_object_get(meta, "name"))) {
+        snprintf(err, errlen, "not a pod with metadata.name");
+        return -1;
+    }
+    const json_t *ann = json_object_get(meta, "annotations");
+    const json_t *spec = json_object_get(obj, "spec");
+    const char *phase = json_string_value(json_object_get(json_object_get(obj, "status"), "phase"));
+    out->ns = dup_string(json_object_get(meta, "namespace"));
+    out->name = dup_string(json_object_get(meta, "name"));
+    out->uid = dup_string(json_object_get(meta, "uid"));
+    out->terminal = phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+    const char *idx = json_string_value(json_object_get(ann, GPUMEM_ANN_IDX));
+    const char *assigned = json_string_value(json_object_get(ann, GPUMEM_ANN_ASSIGNED));
+    const json_t *pod_units = json_object_get(ann, GPUMEM_ANN_POD);
+    out->assigned = assigned != NULL && strcmp(assigned, "true") == 0;
+    out->has_pod_units = pod_units != NULL && parse_units(pod_units, &out->pod_units) == 0;
+    if (idx != NULL && (out->idx = strdup(idx)) == NULL)
+        goto oom;
+    if (out->ns == NULL || out->name == NULL || out->uid == NULL ||
+        add_containers(out, json_object_get(spec, "initContainers"), true) != 0 ||
+        add_containers(out, json_object_get(spec, "containers"), false) != 0)
+        goto oom;
+    return 0;
+oom:
+    gpumem_pod_clear(out);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+/* ---- the table --------------------------------------------------------------- */
+
+static struct view_entry *find_entry(const struct podview *v, const char *ns, const char *name)
+{
+    for (size_t i = 0; i < v->count; i++) {
+        struct view_entry *e = v->entries[i];
+        if (strcmp(e->pod.name, name) == 0 && strcmp(e->pod.ns, ns) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static void changed(struct podview *v)
+{
+    v->generation++;
+    pthread_cond_broadcast(&v->changed);
+}
+
+static void remove_at(struct podview *v, size_t i)
+{
+    gpumem_pod_clear(&v->entries[i]->pod);
+    free(v->entries[i]);
+    v->entries[i] = v->entries[--v->count];
+}
+
+static void purge_tombstones(struct podview *v, long long now)
+{
+    for (size_t i = 0; i < v->count;) {
+        struct view_entry *e = v->entries[i];
+        if (e->pod.deleted && now - e->deleted_at_ms > TOMBSTONE_MS)
+            remove_at(v, i);
+        else
+            i++;
+    }
+}
+
+/* Takes over *pod's contents; returns its entry, NULL when out of memory. */
+static struct view_entry *upsert(struct podview *v, struct gpumem_pod *pod)
+{
+    struct view_entry *e = find_entry(v, pod->ns, pod->name);
+    if (e == NULL) {
+        if (v->count == v->cap) {
+            size_t cap = v->cap ? v->cap * 2 : 64;
+            struct view_entry **grown = realloc(v->entries, cap * sizeof *grown);
+            if (grown == NULL)
+                return NULL;
+            v->entries = grown;
+            v->cap = cap;
+        }
+        if ((e = calloc(1, sizeof *e)) == NULL)
+            return NULL;
+        v->entries[v->count++] = e;
+    } else {
+        gpumem_pod_clear(&e->pod);
+    }
+    e->pod = *pod;
+    e->seen = true;
+    e->deleted_at_ms = 0;
+    memset(pod, 0, sizeof *pod);
+    return e;
+}
+
+static void tombstone(struct view_entry *e, long long now)
+{
+    if (!e->pod.deleted) {
+        e->pod.deleted = true;
+        e->deleted_at_ms = now;
+    }
+}
+
+/* ---- reflector callbacks (reflector thread) ------------------------------------------ */
+
+static int apply(struct podview *v, enum kube_event_type type, json_t *obj)
+{
+    struct gpumem_pod pod;
+    char err[128];
+    if (gpumem_pod_parse(obj, &pod, err, sizeof err) != 0) {
+        log_warn("gpu-mem pod watch: ignoring an object: %s", err);
+        return 0;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&v->lock);
+    long long now = podview_now_ms();
+    struct view_entry *e = find_entry(v, pod.ns, pod.name);
+    if (type == KUBE_EVENT_DELETED && e != NULL && strcmp(e->pod.uid, pod.uid) != 0) {
+        /* a newer pod of the same name replaced it already */
+    } else if (type == KUBE_EVENT_DELETED && e != NULL) {
+        tombstone(e, now);
+    } else if ((e = upsert(v, &pod)) == NULL) {
+        rc = -1;
+    } else if (type == KUBE_EVENT_DELETED) {
+        tombstone(e, now); /* deleted before we saw it: the kubelet may still hold it */
+    }
+    purge_tombstones(v, now);
+    changed(v);
+    pthread_mutex_unlock(&v->lock);
+    gpumem_pod_clear(&pod);
+    if (rc != 0)
+        log_error("gpu-mem pod watch: out of memory");
+    return rc;
+}
+
+static int on_list_begin(void *ctx)
+{
+    struct podview *v = ctx;
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; i < v->count; i++)
+        v->entries[i]->seen = false;
+    pthread_mutex_unlock(&v->lock);
+    return 0;
+}
+
+static int on_list_item(json_t *item, void *ctx)
+{
+    return apply(ctx, KUBE_EVENT_ADDED, item);
+}
+
+/* Pods missing from a (re-)list were deleted while the watch was down. */
+static int on_list_end(const char *rv, void *ctx)
+{
+    struct podview *v = ctx;
+    (void)rv;
+    pthread_mutex_lock(&v->lock);
+    long long now = podview_now_ms();
+    for (size_t i = 0; i < v->count; i++)
+        if (!v->entries[i]->seen)
+            tombstone(v->entries[i], now);
+    if (!v->synced)
+        log_info("gpu-mem: watching the pods of this node (%zu known)", v->count);
+    v->synced = true;
+    changed(v);
+    pthread_mutex_unlock(&v->lock);
+    return 0;
+}
+
+static int on_event(enum kube_event_type type, json_t *obj, void *ctx)
+{
+    if (type == KUBE_EVENT_BOOKMARK)
+        return 0;
+    return apply(ctx, type, obj);
+}
+
+static void on_error(const struct kube_error *err, void *ctx)
+{
+    (void)ctx;
+    log_warn("gpu-mem pod watch: %s (HTTP %d, %s); retrying", err->message, err->http_status,
+             err->reason);
+}
+
+static void *reflector_main(void *arg)
+{
+    struct podview *v = arg;
+    static const struct kube_reflector_ops ops = {
+        .list_begin = on_list_begin,
+        .list_item = on_list_item,
+        .list_end = on_list_end,
+        .event = on_event,
+        .on_error = on_error,
+    };
+    struct kube_error err;
+    enum kube_result r = kube_reflector_run(v->kc, v->path, PAGE_LIMIT, &ops, v, v->cancel, &err);
+    if (r != KUBE_CANCELLED)
+        log_error("gpu-mem pod watch stopped: %s", err.message);
+    return NULL;
+}
+
+/* ---- public ------------------------------------------------------------------------------ */
+
+int podview_start(struct kube_client *kc, const char *node, struct podview **out, char *err,
+                  size_t errlen)
+{
+    struct podview *v = calloc(1, sizeof *v);
+    char selector[320];
+    snprintf(selector, sizeof selector, "spec.nodeName=%s", node);
+    char *escaped = kube_escape(selector);
+    if (v == NULL || escaped == NULL)
+        goto oom;
+    if (asprintf(&v->path, "/api/v1/pods?fieldSelector=%s", escaped) < 0) {
+        v->path = NULL;
+        goto oom;
+    }
+    free(escaped);
+    escaped = NULL;
+    if ((v->cancel = kube_cancel_new()) == NULL)
+        goto oom;
+    v->kc = kc;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&v->changed, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&v->lock, NULL);
+    int rc = pthread_create(&v->thread, NULL, reflector_main, v);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start the pod watch thread: %s", strerror(rc));
+        podview_stop(v);
+        return -1;
+    }
+    v->thread_started = true;
+    *out = v;
+    return 0;
+oom:
+    free(escaped);
+    if (v != NULL) {
+        free(v->path);
+        free(v);
+    }
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+void podview_stop(struct podview *v)
+{
+    if (v == NULL)
+        return;
+    if (v->thread_started) {
+        kube_cancel_fire(v->cancel);
+        pthread_join(v->thread, NULL);
+    }
+    for (size_t i = 0; i < v->count; i++) {
+        gpumem_pod_clear(&v->entries[i]->pod);
+        free(v->entries[i]);
+    }
+    free(v->entries);
+    kube_cancel_free(v->cancel);
+    free(v->path);
+    pthread_cond_destroy(&v->changed);
+    pthread_mutex_destroy(&v->lock);
+    free(v);
+}
+
+void podview_lock(struct podview *v)
+{
+    pthread_mutex_lock(&v->lock);
+}
+
+void podview_unlock(struct podview *v)
+{
+    pthread_mutex_unlock(&v->lock);
+}
+
+bool podview_synced(const struct podview *v)
+{
+    return v->synced;
+}
+
+unsigned long long podview_generation(const struct podview *v)
+{
+    return v->generation;
+}
+
+bool podview_wait(struct podview *v, unsigned long long gen, long long deadline_ms)
+{
+    struct timespec ts = {.tv_sec = deadline_ms / 1000, .tv_nsec = (deadline_ms % 1000) * 1000000L};
+    while (v->generation == gen) {
+        int rc = pthread_cond_timedwait(&v->changed, &v->lock, &ts);
+        if (rc == ETIMEDOUT)
+            return v->generation != gen;
+    }
+    return true;
+}
+
+const struct gpumem_pod *podview_find(const struct podview *v, const char *ns, const char *name)
+{
+    const struct view_entry *e = find_entry(v, ns, name);
+    return e ? &e->pod : NULL;
+}
+
+const struct gpumem_pod *podview_find_uid(const struct podview *v, const char *uid)
+{
+    for (size_t i = 0; i < v->count; i++)
+        if (!v->entries[i]->pod.deleted && strcmp(v->entries[i]->pod.uid, uid) == 0)
+            return &v->entries[i]->pod;
+    return NULL;
+}
+
+bool podview_has_uid(const struct podview *v, const char *uid)
+{
+    return podview_find_uid(v, uid) != NULL;
+}
+
+void podview_poke(struct podview *v)
+{
+    pthread_mutex_lock(&v->lock);
+    changed(v);
+    pthread_mutex_unlock(&v->lock);
+}

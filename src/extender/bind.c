@@ -1,0 +1,145 @@
+/* bind.c -- the bind verb (see bind.h). */
+#include "bind.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+json_t *bind_annotations(const struct cache_assumption *as, long long assume_time_ns)
+{
+    char idx[64], pod[32], dev[32], when[32];
+    objects_format_index_list(as->gpu_mask, idx, sizeof(idx));
+    snprintf(pod, sizeof(pod), "%llu", (unsigned long long)as->pod_memory);
+    snprintf(dev, sizeof(dev), "%llu", (unsigned long long)as->device_memory);
+    snprintf(when, sizeof(when), "%lld", assume_time_ns);
+    return json_pack("{s:{s:{s:s, s:s, s:s, s:s, s:s}}}", "metadata", "annotations",
+                     ANN_GPU_MEM_IDX, idx, ANN_GPU_MEM_POD, pod, ANN_GPU_MEM_DEV, dev,
+                     ANN_GPU_MEM_ASSIGNED, "false", ANN_GPU_MEM_ASSUME_TIME, when);
+}
+
+/* Removing the annotations again: null deletes a key in a merge patch. */
+static json_t *annotations_removal(void)
+{
+    return json_pack("{s:{s:{s:n, s:n, s:n, s:n, s:n}}}", "metadata", "annotations",
+                     ANN_GPU_MEM_IDX, ANN_GPU_MEM_POD, ANN_GPU_MEM_DEV, ANN_GPU_MEM_ASSIGNED,
+                     ANN_GPU_MEM_ASSUME_TIME);
+}
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* GETs the pod the cache does not know; *pod_json is the caller's. */
+static int fetch_pod(const struct bind_api *api, const struct binding_args *args, json_t **pod_json,
+                     struct pod_facts *facts, char *err, size_t errlen)
+{
+    struct kube_error kerr = {0};
+    if (api->get_pod(api->ctx, args->pod_namespace, args->pod_name, pod_json, &kerr) < 0) {
+        if (kerr.http_status == 404)
+            snprintf(err, errlen, "pod %s/%s not found (deleted?)", args->pod_namespace,
+                     args->pod_name);
+        else
+            snprintf(err, errlen, "cannot read pod %s/%s: %s", args->pod_namespace,
+                     args->pod_name, kerr.message);
+        return -1;
+    }
+    char why[256];
+    if (objects_pod_facts(*pod_json, facts, why, sizeof(why)) < 0) {
+        snprintf(err, errlen, "pod %s/%s: %s", args->pod_namespace, args->pod_name, why);
+        return -1;
+    }
+    if (args->pod_uid[0] && strcmp(args->pod_uid, facts->uid) != 0) {
+        snprintf(err, errlen, "pod %s/%s has UID %s, not %s: it was deleted and re-created",
+                 args->pod_namespace, args->pod_name, facts->uid, args->pod_uid);
+        return -1;
+    }
+    return 0;
+}
+
+/* Steps 2-4 once the charge is in place. */
+static int annotate_and_bind(struct cache *cache, const struct bind_api *api,
+                             const struct binding_args *args, const char *uid,
+                             struct cache_pod *handle, const struct cache_assumption *as,
+                             char *err, size_t errlen)
+{
+    struct kube_error kerr = {0};
+    if (as->gpu_mask) {
+        json_t *patch = bind_annotations(as, now_ns());
+        int rc = patch ? api->patch_pod(api->ctx, args->pod_namespace, args->pod_name, patch, &kerr)
+                       : -1;
+        json_decref(patch);
+        if (rc < 0) {
+            cache_rollback(cache, handle);
+            snprintf(err, errlen, "annotating pod %s/%s failed: %s", args->pod_namespace,
+                     args->pod_name, patch ? kerr.message : "out of memory");
+            return -1;
+        }
+    }
+    if (api->create_binding(api->ctx, args->pod_namespace, args->pod_name, uid, args->node,
+                            &kerr) < 0) {
+        cache_rollback(cache, handle);
+        /* A refusal (a Status from the server) is final: take the
+         * annotations back. After a lost connection the Binding may exist
+         * after all; the annotations then stay true, and the pod watch
+         * re-charges the pod if it shows up bound. */
+        if (as->gpu_mask && kerr.http_status > 0) {
+            struct kube_error ignored = {0};
+            json_t *undo = annotations_removal();
+            if (!undo || api->patch_pod(api->ctx, args->pod_namespace, args->pod_name, undo,
+                                        &ignored) < 0)
+                log_warn("pod %s/%s: could not remove the GPU annotations after a failed bind: %s",
+                         args->pod_namespace, args->pod_name, undo ? ignored.message : "out of memory");
+            json_decref(undo);
+        }
+        snprintf(err, errlen, "binding pod %s/%s to %s failed: %s", args->pod_namespace,
+                 args->pod_name, args->node, kerr.message);
+        return -1;
+    }
+    cache_confirm(cache, handle);
+    return 0;
+}
+
+int bind_pod(struct cache *cache, const struct bind_api *api, const struct binding_args *args,
+             char *err, size_t errlen)
+{
+    json_t *pod_json = NULL;
+    struct pod_facts facts, *known = NULL;
+    const char *uid = args->pod_uid;
+    int rc = -1;
+    if (!uid[0]) {
+        /* No UID in the request: the API's pod names it. */
+        if (fetch_pod(api, args, &pod_json, &facts, err, errlen) < 0)
+            goto out;
+        known = &facts;
+        uid = facts.uid;
+    }
+    struct cache_pod *handle;
+    struct cache_assumption as;
+    enum cache_assume_result r =
+        cache_assume(cache, uid, args->node, known, &handle, &as, err, errlen);
+    if (r == CACHE_NEED_POD) {
+        if (fetch_pod(api, args, &pod_json, &facts, err, errlen) < 0)
+            goto out;
+        r = cache_assume(cache, uid, args->node, &facts, &handle, &as, err, errlen);
+    }
+    if (r != CACHE_ASSUMED) {
+        if (r == CACHE_NEED_POD)
+            snprintf(err, errlen, "pod %s/%s: not in the cache", args->pod_namespace, args->pod_name);
+        goto out;
+    }
+    rc = annotate_and_bind(cache, api, args, uid, handle, &as, err, errlen);
+    if (rc == 0) {
+        char idx[64];
+        log_v(2, "bound pod %s/%s to %s (GPUs %s, %llu each)", args->pod_namespace,
+              args->pod_name, args->node, as.gpu_mask ? objects_format_index_list(as.gpu_mask, idx, sizeof(idx)) : "none",
+              (unsigned long long)as.gpu_units);
+    }
+out:
+    json_decref(pod_json);
+    return rc;
+}

@@ -1,0 +1,595 @@
+/* extender.c -- the extender's context: flags, API clients, reflector
+ * threads, start-up order, routes (see extender.h). */
+#include "extender.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "bind.h"
+#include "cache.h"
+#include "kube.h"
+#include "log.h"
+#include "options.h"
+#include "placement.h"
+#include "protocol.h"
+
+#ifndef GP_VERSION
+#define GP_VERSION "0.0.0"
+#endif
+
+/* Binds go through a few API clients round-robin: one client serializes
+ * its calls on one connection, and a bind is two calls. */
+#define API_CLIENTS 4
+#define TLS_FILE_MAX (1 << 20)
+
+/* ---- configuration ------------------------------------------------------- */
+
+/* -v / LOG_LEVEL: a klog level, or gpushare's LOG_LEVEL words. */
+static int parse_verbosity(void *field, const char *text, bool append, char *why, size_t whylen)
+{
+    (void)append;
+    static const struct {
+        const char *word;
+        int level;
+    } words[] = {{"debug", 4}, {"info", 0}, {"warn", 0}, {"warning", 0}, {"error", 0}};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        if (strcasecmp(text, words[i].word) == 0) {
+            *(int *)field = words[i].level;
+            return 0;
+        }
+    }
+    long v;
+    if (options_parse_long(text, 0, 10, &v) != 0) {
+        snprintf(why, whylen, "want a level 0..10 or debug, info, warn, error");
+        return -1;
+    }
+    *(int *)field = (int)v;
+    return 0;
+}
+
+static const struct option_custom verbosity_type = {
+    .parse = parse_verbosity, .type_name = "a level", .plain = false};
+
+static const struct option_value policy_values[] = {
+    {.name = "gpupool", .value = PLACEMENT_GPUPOOL},
+    {.name = "default", .value = PLACEMENT_GPUPOOL},
+    {.name = "binpack", .value = PLACEMENT_BINPACK},
+    {.name = "spread", .value = PLACEMENT_SPREAD},
+    {.name = NULL},
+};
+
+#define FIELD(f) offsetof(struct extender_config, f)
+static const struct option_spec specs[] = {
+    {.flag = "port", .env = {"PORT"}, .type = OPT_INT, .offset = FIELD(port), .def = "39999",
+     .min = 0, .max = 65535, .help = "TCP port to serve on (0: any free port, logged)"},
+    {.flag = "address", .env = {"GP_ADDRESS"}, .type = OPT_STRING, .offset = FIELD(address),
+     .def = "", .help = "numeric IPv4/IPv6 address to listen on; empty: every IPv4 address"},
+    {.flag = "kubeconfig", .env = {"KUBECONFIG"}, .type = OPT_STRING, .offset = FIELD(kubeconfig),
+     .def = "", .help = "kubeconfig file; empty: ~/.kube/config, else the in-cluster service account"},
+    {.flag = "v", .env = {"LOG_LEVEL"}, .type = OPT_CUSTOM, .custom = &verbosity_type,
+     .offset = FIELD(verbosity), .def = "0",
+     .help = "log verbosity 0..10 (LOG_LEVEL also takes gpushare's debug|info|warn|error)"},
+    {.flag = "policy", .env = {"GP_POLICY"}, .type = OPT_ENUM, .values = policy_values,
+     .offset = FIELD(policy), .def = "gpupool",
+     .help = "GPU placement: gpupool (fragmentation-aware), binpack (gpushare's best fit), spread"},
+    {.flag = "tls-cert", .env = {"GP_TLS_CERT"}, .type = OPT_STRING, .offset = FIELD(tls_cert),
+     .def = "", .help = "PEM certificate file: serve HTTPS (with --tls-key)"},
+    {.flag = "tls-key", .env = {"GP_TLS_KEY"}, .type = OPT_STRING, .offset = FIELD(tls_key),
+     .def = "", .help = "PEM private key file for --tls-cert"},
+    {.flag = "prefix", .env = {"GP_URL_PREFIX"}, .type = OPT_STRING, .offset = FIELD(prefix),
+     .def = EXTENDER_DEFAULT_PREFIX,
+     .help = "URL prefix of the verbs (<prefix>/filter, /prioritize, /bind); "
+             EXTENDER_GPUSHARE_PREFIX " always answers too"},
+    {.flag = "max-request-bytes", .env = {"GP_MAX_REQUEST_BYTES"}, .type = OPT_INT,
+     .offset = FIELD(max_request_bytes), .def = "67108864", .min = 1024, .max = 1 << 30,
+     .help = "largest request body accepted; larger ones get 413"},
+    {.flag = "list-page-size", .env = {"GP_LIST_PAGE_SIZE"}, .type = OPT_INT,
+     .offset = FIELD(list_page_size), .def = "100", .min = 1, .max = 10000,
+     .help = "objects per LIST page (bounds memory during a (re-)list)"},
+    {.flag = "api-timeout", .env = {"GP_API_TIMEOUT"}, .type = OPT_DURATION,
+     .offset = FIELD(api_timeout_ms), .def = "10s", .min = 1,
+     .help = "time limit of one API request made by a bind"},
+    {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show this help"},
+    {.flag = "version", .type = OPT_VERSION, .help = "print the version"},
+};
+
+static const struct options_table table = {
+    .program = "gpupool-scheduler-extender",
+    .version = GP_VERSION,
+    .summary = "kube-scheduler extender for GPU-memory sharing (gpushare-compatible): "
+               "filter, prioritize and bind pods requesting aliyun.com/gpu-mem.",
+    .specs = specs,
+    .count = sizeof(specs) / sizeof(specs[0]),
+};
+
+/* "/x/" -> "/x"; must start with '/' and hold no '?', '#', or spaces. */
+static int normalize_prefix(char *prefix, char *err, size_t errlen)
+{
+    size_t n = strlen(prefix);
+    while (n > 1 && prefix[n - 1] == '/')
+        prefix[--n] = '\0';
+    if (prefix[0] != '/' || strpbrk(prefix, "?# \t") || strcmp(prefix, "/") == 0) {
+        snprintf(err, errlen, "--prefix %s: want a path such as %s", prefix, EXTENDER_DEFAULT_PREFIX);
+        return -1;
+    }
+    return 0;
+}
+
+enum extender_config_result extender_config_load(struct extender_config *cfg, int argc, char **argv,
+                                                 char **envp, char *err, size_t errlen)
+{
+    enum options_result r = options_load(&table, cfg, argc, argv, envp, err, errlen);
+    if (r == OPTIONS_EXIT)
+        return EXTENDER_CONFIG_EXIT;
+    if (r != OPTIONS_OK)
+        return EXTENDER_CONFIG_ERROR;
+    if (normalize_prefix(cfg->prefix, err, errlen) < 0)
+        goto fail;
+    if (!*cfg->tls_cert != !*cfg->tls_key) {
+        snprintf(err, errlen, "--tls-cert and --tls-key go together");
+        goto fail;
+    }
+    return EXTENDER_CONFIG_OK;
+fail:
+    options_free(&table, cfg);
+    return EXTENDER_CONFIG_ERROR;
+}
+
+void extender_config_free(struct extender_config *cfg)
+{
+    options_free(&table, cfg);
+}
+
+/* ---- the context ---------------------------------------------------------- */
+
+enum { SYNC_NODES = 1, SYNC_PODS = 2, SYNC_CONFIGMAPS = 4, SYNC_ALL = 7 };
+
+struct extender;
+
+/* One watched collection and the cache calls that keep it. */
+struct collection {
+    struct extender *ext;
+    const char *path, *kind;
+    unsigned sync_bit;
+    void (*begin)(struct cache *);
+    void (*end)(struct cache *);
+    int (*upsert)(struct cache *, const json_t *, char *, size_t);
+    void (*remove)(struct cache *, const json_t *);
+    pthread_t thread;
+    bool started;
+};
+
+struct extender {
+    const struct extender_config *cfg; /* borrowed: outlives the extender */
+    struct kube_client *watch_client;  /* reflectors: each watch has its own connection */
+    struct kube_client *api[API_CLIENTS];
+    atomic_uint next_api;
+    struct kube_cancel *cancel;
+    struct cache *cache;
+    struct collection collections[3];
+    pthread_mutex_t sync_lock;
+    pthread_cond_t sync_cond;
+    unsigned synced;                   /* SYNC_* bits */
+    atomic_bool ready;                 /* all synced: /healthz ok */
+    struct http_server *http;
+    char *tls_cert_pem, *tls_key_pem;
+    size_t max_body;
+};
+
+static char *read_small_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(TLS_FILE_MAX + 1);
+    size_t n = buf ? fread(buf, 1, TLS_FILE_MAX + 1, f) : 0;
+    bool bad = !buf || ferror(f) || n > TLS_FILE_MAX || n == 0;
+    fclose(f);
+    if (bad) {
+        snprintf(err, errlen, "%s: %s", path, !buf ? "out of memory" : n == 0 ? "empty or unreadable" : "larger than 1 MiB");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+struct extender *extender_new(const struct extender_config *cfg, char *err, size_t errlen)
+{
+    struct extender *ext = calloc(1, sizeof(*ext));
+    if (!ext) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    ext->cfg = cfg;
+    ext->max_body = (size_t)cfg->max_request_bytes;
+    pthread_mutex_init(&ext->sync_lock, NULL);
+    pthread_cond_init(&ext->sync_cond, NULL);
+    log_set_verbosity(cfg->verbosity);
+    struct kube_client_options opt = {
+        .kubeconfig = *cfg->kubeconfig ? cfg->kubeconfig : NULL,
+        .user_agent = "gpupool-scheduler-extender/" GP_VERSION,
+        .timeout_ms = cfg->api_timeout_ms,
+    };
+    if (!(ext->watch_client = kube_client_new(&opt, err, errlen)))
+        goto fail;
+    for (int i = 0; i < API_CLIENTS; i++)
+        if (!(ext->api[i] = kube_client_new(&opt, err, errlen)))
+            goto fail;
+    if (!(ext->cancel = kube_cancel_new()) || !(ext->cache = cache_new((enum placement_policy)cfg->policy))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (*cfg->tls_cert) {
+        if (!(ext->tls_cert_pem = read_small_file(cfg->tls_cert, err, errlen)) ||
+            !(ext->tls_key_pem = read_small_file(cfg->tls_key, err, errlen)))
+            goto fail;
+    }
+    return ext;
+fail:
+    extender_free(ext);
+    return NULL;
+}
+
+/* ---- reflectors ----------------------------------------------------------- */
+
+static const char *object_name(const json_t *obj)
+{
+    const json_t *meta = json_object_get(obj, "metadata");
+    const char *name = json_string_value(json_object_get(meta, "name"));
+    return name ? name : "?";
+}
+
+static int on_list_begin(void *ctx)
+{
+    struct collection *c = ctx;
+    c->begin(c->ext->cache);
+    return 0;
+}
+
+static int on_item(json_t *item, void *ctx)
+{
+    struct collection *c = ctx;
+    char err[320] = "";
+    if (c->upsert(c->ext->cache, item, err, sizeof(err)) < 0)
+        log_warn("%s %s ignored: %s", c->kind, object_name(item), err);
+    else if (err[0])
+        log_v(1, "%s %s: %s", c->kind, object_name(item), err);
+    return 0;
+}
+
+static int on_list_end(const char *rv, void *ctx)
+{
+    struct collection *c = ctx;
+    struct extender *ext = c->ext;
+    c->end(ext->cache);
+    log_v(1, "listed %s at resourceVersion %s", c->path, rv);
+    pthread_mutex_lock(&ext->sync_lock);
+    ext->synced |= c->sync_bit;
+    if (ext->synced == SYNC_ALL)
+        atomic_store(&ext->ready, true);
+    pthread_cond_broadcast(&ext->sync_cond);
+    pthread_mutex_unlock(&ext->sync_lock);
+    return 0;
+}
+
+static int on_event(enum kube_event_type type, json_t *object, void *ctx)
+{
+    struct collection *c = ctx;
+    log_v(5, "%s %s %s", kube_event_type_name(type), c->kind, object_name(object));
+    if (type == KUBE_EVENT_DELETED)
+        c->remove(c->ext->cache, object);
+    else if (type == KUBE_EVENT_ADDED || type == KUBE_EVENT_MODIFIED)
+        return on_item(object, ctx);
+    return 0;
+}
+
+static void on_error(const struct kube_error *err, void *ctx)
+{
+    struct collection *c = ctx;
+    log_warn("watching %s: %s (%s); retrying, serving from the cache meanwhile", c->path,
+             err->message, err->reason);
+}
+
+static void *reflector_thread(void *arg)
+{
+    struct collection *c = arg;
+    static const struct kube_reflector_ops ops = {
+        .list_begin = on_list_begin,
+        .list_item = on_item,
+        .list_end = on_list_end,
+        .event = on_event,
+        .on_error = on_error,
+    };
+    struct kube_error err = {0};
+    enum kube_result r = kube_reflector_run(c->ext->watch_client, c->path, c->ext->cfg->list_page_size,
+                                            &ops, c, c->ext->cancel, &err);
+    if (r != KUBE_CANCELLED)
+        log_error("watching %s stopped: %s", c->path, err.message);
+    return NULL;
+}
+
+int extender_start_sync(struct extender *ext, char *err, size_t errlen)
+{
+    const struct collection defs[3] = {
+        {ext, "/api/v1/nodes", "node", SYNC_NODES, cache_nodes_list_begin, cache_nodes_list_end,
+         cache_node_upsert, cache_node_delete, 0, false},
+        {ext, "/api/v1/pods", "pod", SYNC_PODS, cache_pods_list_begin, cache_pods_list_end,
+         cache_pod_upsert, cache_pod_delete, 0, false},
+        {ext, "/api/v1/namespaces/kube-system/configmaps", "configmap", SYNC_CONFIGMAPS,
+         cache_configmaps_list_begin, cache_configmaps_list_end, cache_configmap_upsert,
+         cache_configmap_delete, 0, false},
+    };
+    for (int i = 0; i < 3; i++) {
+        struct collection *c = &ext->collections[i];
+        *c = defs[i];
+        int rc = pthread_create(&c->thread, NULL, reflector_thread, c);
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot start a thread: %s", strerror(rc));
+            return -1;
+        }
+        c->started = true;
+    }
+    return 0;
+}
+
+bool extender_wait_synced(struct extender *ext, int timeout_ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&ext->sync_lock);
+    while (ext->synced != SYNC_ALL)
+        if (pthread_cond_timedwait(&ext->sync_cond, &ext->sync_lock, &deadline) != 0)
+            break;
+    bool done = ext->synced == SYNC_ALL;
+    pthread_mutex_unlock(&ext->sync_lock);
+    return done;
+}
+
+/* ---- the API as bind.c sees it ------------------------------------------- */
+
+static struct kube_client *next_client(struct extender *ext)
+{
+    return ext->api[atomic_fetch_add(&ext->next_api, 1) % API_CLIENTS];
+}
+
+static int api_get_pod(void *ctx, const char *ns, const char *name, json_t **out,
+                       struct kube_error *err)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+    return kube_get(next_client(ctx), path, out, err);
+}
+
+static int api_patch_pod(void *ctx, const char *ns, const char *name, const json_t *patch,
+                         struct kube_error *err)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+    return kube_patch(next_client(ctx), path, KUBE_PATCH_STRATEGIC, patch, NULL, err);
+}
+
+static int api_create_binding(void *ctx, const char *ns, const char *name, const char *uid,
+                              const char *node, struct kube_error *err)
+{
+    return kube_bind_pod(next_client(ctx), ns, name, uid && *uid ? uid : NULL, node, err);
+}
+
+/* ---- routes ----------------------------------------------------------------- */
+
+static void reply(struct http_response *resp, int status, const char *type, char *body, size_t len)
+{
+    resp->status = body ? status : 500;
+    resp->content_type = type;
+    resp->body = body;
+    resp->len = len;
+}
+
+static void reply_error(struct http_response *resp, int status, const char *message)
+{
+    size_t len;
+    char *body = protocol_error(message, &len);
+    reply(resp, status, "application/json", body, len);
+}
+
+static void handle_filter(struct extender *ext, const char *body, size_t len,
+                          struct http_response *resp)
+{
+    struct extender_args args;
+    struct cache_query q;
+    struct filter_result r;
+    char err[512];
+    size_t n;
+    if (protocol_parse_args(body, len, &args, err, sizeof(err)) < 0) {
+        log_v(1, "filter: bad request: %s", err);
+        char *out = protocol_filter_error(err, &n);
+        reply(resp, 400, "application/json", out, n);
+        return;
+    }
+    if (cache_query_init(ext->cache, &args.facts, true, false, &q, err, sizeof(err)) < 0) {
+        char *out = protocol_filter_error(err, &n);
+        reply(resp, 500, "application/json", out, n);
+        protocol_args_free(&args);
+        return;
+    }
+    protocol_filter_begin(&r, &args);
+    cache_evaluate(ext->cache, &q, args.names, args.count, protocol_filter_add, &r, NULL);
+    char *out = protocol_filter_finish(&r, &n);
+    log_v(4, "filter %s/%s over %zu nodes", args.facts.ns, args.facts.name, args.count);
+    reply(resp, 200, "application/json", out, n);
+    cache_query_free(&q);
+    protocol_args_free(&args);
+}
+
+static void handle_prioritize(struct extender *ext, const char *body, size_t len,
+                              struct http_response *resp)
+{
+    struct extender_args args;
+    struct cache_query q;
+    char err[512];
+    if (protocol_parse_args(body, len, &args, err, sizeof(err)) < 0) {
+        log_v(1, "prioritize: bad request: %s", err);
+        reply_error(resp, 400, err);
+        return;
+    }
+    double *scores = malloc(sizeof(double) * (args.count ? args.count : 1));
+    int *priorities = malloc(sizeof(int) * (args.count ? args.count : 1));
+    if (!scores || !priorities ||
+        cache_query_init(ext->cache, &args.facts, false, true, &q, err, sizeof(err)) < 0) {
+        reply_error(resp, 500, "out of memory");
+    } else {
+        cache_evaluate(ext->cache, &q, args.names, args.count, NULL, NULL, scores);
+        placement_scores_to_priorities(scores, args.count, PROTOCOL_MAX_PRIORITY, priorities);
+        size_t n;
+        char *out = protocol_priorities(&args, priorities, &n);
+        reply(resp, 200, "application/json", out, n);
+        cache_query_free(&q);
+    }
+    free(scores);
+    free(priorities);
+    protocol_args_free(&args);
+}
+
+static void handle_bind(struct extender *ext, const char *body, size_t len,
+                        struct http_response *resp)
+{
+    struct binding_args args;
+    char err[768];
+    if (protocol_parse_binding(body, len, &args, err, sizeof(err)) < 0) {
+        log_v(1, "bind: bad request: %s", err);
+        reply_error(resp, 400, err);
+        return;
+    }
+    const struct bind_api api = {ext, api_get_pod, api_patch_pod, api_create_binding};
+    if (bind_pod(ext->cache, &api, &args, err, sizeof(err)) < 0) {
+        log_info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, err);
+        /* 200 with Error: kube-scheduler then reports our message (on
+         * any other status it reports only the status code). */
+        reply_error(resp, 200, err);
+    } else {
+        reply_error(resp, 200, "");
+    }
+    protocol_binding_free(&args);
+}
+
+static void handle_inspect(struct extender *ext, const char *node, struct http_response *resp)
+{
+    json_t *view = cache_inspect(ext->cache, node && *node ? node : NULL);
+    size_t n;
+    char *out = protocol_dump(view, &n);
+    int status = json_object_get(view, "error") ? 404 : 200;
+    json_decref(view);
+    reply(resp, status, "application/json", out, n);
+}
+
+/* The verb after one of our prefixes ("filter"), or NULL. */
+static const char *verb_of(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(path, prefix, n) == 0 && path[n] == '/')
+        return path + n + 1;
+    return NULL;
+}
+
+static void route_get(struct extender *ext, const char *path, struct http_response *resp)
+{
+    const char *verb = verb_of(path, ext->cfg->prefix);
+    if (!verb)
+        verb = verb_of(path, EXTENDER_GPUSHARE_PREFIX);
+    if (!verb && path[0] == '/')
+        verb = path + 1;
+    if (strcmp(path, "/healthz") == 0) {
+        bool ready = atomic_load(&ext->ready);
+        reply(resp, ready ? 200 : 503, "text/plain", strdup(ready ? "ok" : "not synced"),
+              ready ? 2 : 10);
+    } else if (strcmp(path, "/version") == 0) {
+        reply(resp, 200, "text/plain", strdup(GP_VERSION), strlen(GP_VERSION));
+    } else if (verb && strcmp(verb, "inspect") == 0) {
+        handle_inspect(ext, NULL, resp);
+    } else if (verb && strncmp(verb, "inspect/", 8) == 0) {
+        handle_inspect(ext, verb + 8, resp);
+    } else {
+        reply_error(resp, 404, "no such path");
+    }
+}
+
+void extender_handle(void *ctx, const char *method, const char *path, const char *body, size_t len,
+                     struct http_response *resp)
+{
+    struct extender *ext = ctx;
+    const char *verb = verb_of(path, ext->cfg->prefix);
+    if (!verb)
+        verb = verb_of(path, EXTENDER_GPUSHARE_PREFIX);
+    bool is_verb = verb && (strcmp(verb, "filter") == 0 || strcmp(verb, "prioritize") == 0 ||
+                            strcmp(verb, "bind") == 0);
+    if (strcmp(method, "POST") == 0 && is_verb) {
+        if (strcmp(verb, "filter") == 0)
+            handle_filter(ext, body, len, resp);
+        else if (strcmp(verb, "prioritize") == 0)
+            handle_prioritize(ext, body, len, resp);
+        else
+            handle_bind(ext, body, len, resp);
+    } else if (is_verb) {
+        reply_error(resp, 405, "use POST");
+    } else if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
+        route_get(ext, path, resp);
+    } else {
+        reply_error(resp, 405, "method not allowed");
+    }
+}
+
+int extender_serve(struct extender *ext, char *err, size_t errlen)
+{
+    const struct http_options opt = {
+        .address = ext->cfg->address,
+        .port = ext->cfg->port,
+        .tls_cert_pem = ext->tls_cert_pem,
+        .tls_key_pem = ext->tls_key_pem,
+        .max_body = ext->max_body,
+    };
+    if (!(ext->http = http_server_start(&opt, extender_handle, ext, err, errlen)))
+        return -1;
+    return 0;
+}
+
+int extender_port(const struct extender *ext)
+{
+    return ext->http ? http_server_port(ext->http) : -1;
+}
+
+void extender_free(struct extender *ext)
+{
+    if (!ext)
+        return;
+    http_server_stop(ext->http);
+    if (ext->cancel)
+        kube_cancel_fire(ext->cancel);
+    for (int i = 0; i < 3; i++)
+        if (ext->collections[i].started)
+            pthread_join(ext->collections[i].thread, NULL);
+    kube_cancel_free(ext->cancel);
+    cache_free(ext->cache);
+    kube_client_free(ext->watch_client);
+    for (int i = 0; i < API_CLIENTS; i++)
+        kube_client_free(ext->api[i]);
+    free(ext->tls_cert_pem);
+    free(ext->tls_key_pem);
+    pthread_mutex_destroy(&ext->sync_lock);
+    pthread_cond_destroy(&ext->sync_cond);
+    free(ext);
+}

@@ -1,0 +1,70 @@
+/* extender.h -- gpupool-scheduler-extender: configuration, start-up order, routes.
+ *
+ * Life cycle (what cmd/gpupool-scheduler-extender.c does):
+ *   extender_config_load()   flags > environment > defaults (options.h)
+ *   extender_new()           API clients and the empty cache; contacts nothing
+ *   extender_start_sync()    three reflector threads: nodes, pods, kube-system
+ *                            ConfigMaps (LIST, then WATCH for ever)
+ *   extender_wait_synced()   until each has finished its first LIST
+ *   extender_serve()         only now the port opens: no request ever meets
+ *                            a half-filled cache
+ *   extender_free()          stops HTTP, cancels the reflectors, frees all
+ *
+ * Routes (prefix = --prefix, default /gpupool-scheduler):
+ *   POST <prefix>/filter|prioritize|bind, and the same under
+ *        /gpushare-scheduler (gpushare's scheduler configs work unchanged)
+ *   GET  /healthz (200 "ok" once synced), /version,
+ *        /inspect[/<node>], <prefix>/inspect[/<node>], /gpushare-scheduler/inspect[/<node>]
+ * docs/extender.md documents every flag, path and JSON shape. */
+#ifndef GP_EXTENDER_EXTENDER_H
+#define GP_EXTENDER_EXTENDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "http.h"
+
+#define EXTENDER_DEFAULT_PREFIX "/gpupool-scheduler"
+#define EXTENDER_GPUSHARE_PREFIX "/gpushare-scheduler"
+
+struct extender_config {
+    int port;
+    char *address;
+    char *kubeconfig;
+    int verbosity;
+    int policy;            /* enum placement_policy */
+    char *tls_cert, *tls_key;
+    char *prefix;
+    int max_request_bytes;
+    int list_page_size;
+    int api_timeout_ms;
+};
+
+enum extender_config_result { EXTENDER_CONFIG_OK = 0, EXTENDER_CONFIG_EXIT = 1, EXTENDER_CONFIG_ERROR = -1 };
+
+/* Parses argv and the environment into cfg (zeroed by the caller).
+ * EXIT: --help or --version was printed. */
+enum extender_config_result extender_config_load(struct extender_config *cfg, int argc, char **argv,
+                                                 char **envp, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+void extender_config_free(struct extender_config *cfg);
+
+struct extender;
+
+/* Reads the kubeconfig / service account and TLS files; no network. */
+struct extender *extender_new(const struct extender_config *cfg, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+int extender_start_sync(struct extender *ext, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/* Waits up to timeout_ms for the first LIST of every collection; true when done. */
+bool extender_wait_synced(struct extender *ext, int timeout_ms);
+int extender_serve(struct extender *ext, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+int extender_port(const struct extender *ext);
+void extender_free(struct extender *ext);
+
+/* The request handler (http_handler_fn), exposed for tests. */
+void extender_handle(void *ext, const char *method, const char *path, const char *body, size_t len,
+                     struct http_response *resp);
+
+#endif

@@ -1,0 +1,638 @@
+/* protocol.c -- the extender wire format (see protocol.h). */
+#include "protocol.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int protocol_json_depth(const char *text, size_t len, int max)
+{
+    int depth = 0, deepest = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++; /* the escaped character cannot end the string */
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > max)
+                return -1;
+            if (depth > deepest)
+                deepest = depth;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    return deepest;
+}
+
+/* Decodes a body into an object, with the depth cut and a clear message. */
+static json_t *decode_object(const char *body, size_t len, const char *what, char *err,
+                             size_t errlen)
+{
+    if (len == 0) {
+        snprintf(err, errlen, "empty request body: want %s JSON", what);
+        return NULL;
+    }
+    if (protocol_json_depth(body, len, PROTOCOL_MAX_DEPTH) < 0) {
+        snprintf(err, errlen, "request body nested deeper than %d levels", PROTOCOL_MAX_DEPTH);
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        snprintf(err, errlen, "request body is not valid JSON (%s at line %d column %d)", jerr.text,
+                 jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "request body must be a JSON object (%s)", what);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+void protocol_args_free(struct extender_args *args)
+{
+    free(args->names);
+    free(args->name_json);
+    free(args->name_block);
+    free(args->nodes);
+    json_decref(args->root);
+    memset(args, 0, sizeof(*args));
+}
+
+static int args_node_names(struct extender_args *out, const json_t *names, char *err, size_t errlen)
+{
+    if (!json_is_array(names)) {
+        snprintf(err, errlen, "ExtenderArgs.NodeNames must be an array of strings");
+        return -1;
+    }
+    out->node_cache_capable = true;
+    out->count = json_array_size(names);
+    out->names = calloc(out->count ? out->count : 1, sizeof(*out->names));
+    out->name_json = calloc(out->count ? out->count : 1, sizeof(*out->name_json));
+    if (!out->names || !out->name_json) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < out->count; i++) {
+        out->name_json[i] = json_array_get(names, i);
+        out->names[i] = json_string_value(out->name_json[i]);
+        if (!out->names[i]) {
+            snprintf(err, errlen, "ExtenderArgs.NodeNames[%zu] must be a string", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int args_nodes(struct extender_args *out, const json_t *nodes, char *err, size_t errlen)
+{
+    json_t *items = json_object_get(nodes, "items");
+    if (!json_is_object(nodes) || !json_is_array(items)) {
+        snprintf(err, errlen, "ExtenderArgs.Nodes must be a NodeList with an items array");
+        return -1;
+    }
+    out->count = json_array_size(items);
+    out->names = calloc(out->count ? out->count : 1, sizeof(*out->names));
+    out->nodes = calloc(out->count ? out->count : 1, sizeof(*out->nodes));
+    out->name_json = calloc(out->count ? out->count : 1, sizeof(*out->name_json));
+    if (!out->names || !out->nodes || !out->name_json) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < out->count; i++) {
+        json_t *item = json_array_get(items, i);
+        out->nodes[i] = item;
+        out->name_json[i] = json_object_get(json_object_get(item, "metadata"), "name");
+        out->names[i] = json_string_value(out->name_json[i]);
+        if (!out->names[i]) {
+            snprintf(err, errlen, "ExtenderArgs.Nodes.items[%zu].metadata.name must be a string", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- fast path for NodeNames -------------------------------------------
+ *
+ * With nodeCacheCapable, most of a request is NodeNames: 5,000 short strings
+ * that jansson would allocate one by one (about 2 ms to parse and free at
+ * 5,000 nodes). When the envelope is exactly {"Pod": {...}, "Nodes": null,
+ * "NodeNames": [plain names]} in any order, the names are read in place
+ * (they are DNS names: no escapes, nothing to decode) and jansson parses
+ * only the Pod. Anything else -- other keys, escapes, duplicates, odd
+ * spacing inside names -- takes the general path, so both paths accept and
+ * refuse exactly the same documents. */
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* A plain key or name: "[A-Za-z0-9._-]+". Returns the end quote's next
+ * character, or NULL. */
+static const char *plain_string(const char *p, const char *end, const char **start, size_t *len)
+{
+    if (p >= end || *p != '"')
+        return NULL;
+    const char *q = ++p;
+    while (q < end && ((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-' ||
+                       *q == '.' || (*q >= 'A' && *q <= 'Z') || *q == '_'))
+        q++;
+    if (q == p || q >= end || *q != '"')
+        return NULL;
+    *start = p;
+    *len = (size_t)(q - p);
+    return q + 1;
+}
+
+/* The end of the object or array starting at p (strings skipped). */
+static const char *skip_container(const char *p, const char *end)
+{
+    int depth = 0;
+    for (; p < end; p++) {
+        if (*p == '"') {
+            for (p++; p < end && *p != '"'; p++)
+                if (*p == '\\')
+                    p++;
+            if (p >= end)
+                return NULL;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+        } else if ((*p == '}' || *p == ']') && --depth == 0) {
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
+static int fast_names(const char *p, const char *end, struct extender_args *out)
+{
+    size_t cap = 64, n = 0;
+    const char **names = malloc(cap * sizeof(*names));
+    size_t *lens = malloc(cap * sizeof(*lens));
+    if (!names || !lens)
+        goto fallback;
+    p = skip_ws(p + 1, end); /* after '[' */
+    if (p < end && *p == ']')
+        goto done;
+    for (;;) {
+        const char *start;
+        size_t len;
+        if (!(p = plain_string(p, end, &start, &len)))
+            goto fallback;
+        if (n == cap) {
+            cap *= 2;
+            const char **nn = realloc(names, cap * sizeof(*names));
+            if (nn)
+                names = nn;
+            size_t *nl = realloc(lens, cap * sizeof(*lens));
+            if (nl)
+                lens = nl;
+            if (!nn || !nl)
+                goto fallback;
+        }
+        names[n] = start;
+        lens[n++] = len;
+        p = skip_ws(p, end);
+        if (p < end && *p == ']')
+            break;
+        if (p >= end || *p != ',')
+            goto fallback;
+        p = skip_ws(p + 1, end);
+    }
+done:
+    /* Names live in the request body: terminate each in place is not
+     * possible (const), so copy them into one block. */
+    {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += lens[i] + 1;
+        char *block = malloc(total ? total : 1);
+        const char **table = realloc(names, (n ? n : 1) * sizeof(*names));
+        if (!block || !table) {
+            free(block);
+            names = table ? table : names;
+            goto fallback;
+        }
+        names = table;
+        char *w = block;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(w, names[i], lens[i]);
+            w[lens[i]] = '\0';
+            names[i] = w;
+            w += lens[i] + 1;
+        }
+        free(lens);
+        out->names = names;
+        out->name_block = block;
+        out->count = n;
+        out->node_cache_capable = true;
+        return 0;
+    }
+fallback:
+    free(names);
+    free(lens);
+    return -1;
+}
+
+/* Splits {"Pod":{..},"Nodes":null,"NodeNames":[..]}; -1: use the general path. */
+static int fast_envelope(const char *body, size_t len, const char **pod, size_t *pod_len,
+                         const char **names)
+{
+    const char *p = skip_ws(body, body + len), *end = body + len;
+    unsigned seen = 0;
+    if (p >= end || *p != '{')
+        return -1;
+    p = skip_ws(p + 1, end);
+    for (;;) {
+        const char *key;
+        size_t klen;
+        if (!(p = plain_string(p, end, &key, &klen)))
+            return -1;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':')
+            return -1;
+        p = skip_ws(p + 1, end);
+        unsigned bit = klen == 3 && memcmp(key, "Pod", 3) == 0         ? 1u
+                       : klen == 5 && memcmp(key, "Nodes", 5) == 0     ? 2u
+                       : klen == 9 && memcmp(key, "NodeNames", 9) == 0 ? 4u
+                                                                       : 0u;
+        if (!bit || (seen & bit))
+            return -1;
+        seen |= bit;
+        const char *value = p;
+        if (bit == 2) {
+            if ((size_t)(end - p) < 4 || memcmp(p, "null", 4) != 0)
+                return -1;
+            p += 4;
+        } else {
+            if (p >= end || *p != (bit == 1 ? '{' : '[') || !(p = skip_container(p, end)))
+                return -1;
+            if (bit == 1) {
+                *pod = value;
+                *pod_len = (size_t)(p - value);
+            } else {
+                *names = value;
+            }
+        }
+        p = skip_ws(p, end);
+        if (p < end && *p == '}')
+            break;
+        if (p >= end || *p != ',')
+            return -1;
+        p = skip_ws(p + 1, end);
+    }
+    p = skip_ws(p + 1, end);
+    return p == end && (seen & 5) == 5 ? 0 : -1;
+}
+
+static int parse_args_fast(const char *body, size_t len, struct extender_args *out)
+{
+    const char *pod = NULL, *names = NULL;
+    size_t pod_len = 0;
+    if (fast_envelope(body, len, &pod, &pod_len, &names) < 0 ||
+        fast_names(names, body + len, out) < 0)
+        return -1;
+    json_error_t jerr;
+    out->root = json_loadb(pod, pod_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!out->root) {
+        protocol_args_free(out); /* the general path words the error */
+        return -1;
+    }
+    out->pod = out->root;
+    return 0;
+}
+
+int protocol_parse_args(const char *body, size_t len, struct extender_args *out, char *err,
+                        size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (len > 0 && protocol_json_depth(body, len, PROTOCOL_MAX_DEPTH) >= 0 &&
+        parse_args_fast(body, len, out) == 0)
+        goto read_pod;
+    if (!(out->root = decode_object(body, len, "ExtenderArgs", err, errlen)))
+        return -1;
+    out->pod = json_object_get(out->root, "Pod");
+    if (!json_is_object(out->pod)) {
+        snprintf(err, errlen, "ExtenderArgs.Pod must be a Pod object");
+        goto fail;
+    }
+read_pod:;
+    char why[240];
+    if (objects_pod_facts(out->pod, &out->facts, why, sizeof(why)) < 0) {
+        snprintf(err, errlen, "ExtenderArgs.Pod: %s", why);
+        goto fail;
+    }
+    if (out->name_block)
+        return 0; /* names already read by the fast path */
+    json_t *names = json_object_get(out->root, "NodeNames");
+    json_t *nodes = json_object_get(out->root, "Nodes");
+    int rc;
+    if (names && !json_is_null(names))
+        rc = args_node_names(out, names, err, errlen);
+    else if (nodes && !json_is_null(nodes))
+        rc = args_nodes(out, nodes, err, errlen);
+    else {
+        snprintf(err, errlen, "ExtenderArgs has neither NodeNames nor Nodes");
+        rc = -1;
+    }
+    if (rc == 0)
+        return 0;
+fail:
+    protocol_args_free(out);
+    return -1;
+}
+
+void protocol_binding_free(struct binding_args *args)
+{
+    json_decref(args->root);
+    memset(args, 0, sizeof(*args));
+}
+
+/* A DNS-1123 subdomain (what pod, namespace and node names are): it also
+ * keeps the names safe to put into API paths. */
+static bool valid_object_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+int protocol_parse_binding(const char *body, size_t len, struct binding_args *out, char *err,
+                           size_t errlen)
+{
+    static const char *const keys[] = {"PodName", "PodNamespace", "PodUID", "Node"};
+    const char **fields[] = {&out->pod_name, &out->pod_namespace, &out->pod_uid, &out->node};
+    memset(out, 0, sizeof(*out));
+    if (!(out->root = decode_object(body, len, "ExtenderBindingArgs", err, errlen)))
+        return -1;
+    for (size_t i = 0; i < 4; i++) {
+        json_t *v = json_object_get(out->root, keys[i]);
+        *fields[i] = json_string_value(v);
+        if (v && !json_is_string(v)) {
+            snprintf(err, errlen, "ExtenderBindingArgs.%s must be a string", keys[i]);
+            goto fail;
+        }
+        if (i == 2 && !*fields[i])
+            *fields[i] = ""; /* PodUID is optional: we look the pod up */
+        else if (!*fields[i] || !**fields[i]) {
+            snprintf(err, errlen, "ExtenderBindingArgs.%s is missing or empty", keys[i]);
+            goto fail;
+        } else if (i != 2 && !valid_object_name(*fields[i])) {
+            snprintf(err, errlen, "ExtenderBindingArgs.%s \"%.64s\" is not a valid object name",
+                     keys[i], *fields[i]);
+            goto fail;
+        } else if (i == 2 && strpbrk(*fields[i], "/?#%& ")) {
+            snprintf(err, errlen, "ExtenderBindingArgs.PodUID \"%.64s\" is not a UID", *fields[i]);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    protocol_binding_free(out);
+    return -1;
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+/* Messages are cut with "%.Ns", which can split a UTF-8 sequence; jansson
+ * refuses such strings, so bad bytes become '?'. */
+static void utf8_repair(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        int n = *p < 0x80 ? 1 : (*p >> 5) == 0x6 ? 2 : (*p >> 4) == 0xe ? 3 : (*p >> 3) == 0x1e ? 4 : 0;
+        int k = 1;
+        while (n > 1 && k < n && (p[k] & 0xc0) == 0x80)
+            k++;
+        if (n == 0 || k < n) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
+}
+
+static json_t *message_string(const char *message)
+{
+    json_t *v = json_string(message);
+    if (v)
+        return v;
+    char *copy = strdup(message);
+    if (!copy)
+        return NULL;
+    utf8_repair(copy);
+    v = json_string(copy);
+    free(copy);
+    return v;
+}
+
+char *protocol_dump(const json_t *value, size_t *len)
+{
+    char *s = value ? json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    *len = s ? strlen(s) : 0;
+    return s;
+}
+
+static bool text_reserve(struct text_buffer *b, size_t more)
+{
+    if (b->oom)
+        return false;
+    if (b->len + more + 1 <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more + 1)
+        cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data) {
+        b->oom = true;
+        return false;
+    }
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+static void text_append(struct text_buffer *b, const char *s, size_t n)
+{
+    if (!text_reserve(b, n))
+        return;
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+/* Appends the compact encoding of v (jansson does the escaping). */
+static void text_append_json(struct text_buffer *b, const json_t *v)
+{
+    const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
+    if (!v || b->oom) {
+        b->oom = true;
+        return;
+    }
+    size_t room = b->cap > b->len ? b->cap - b->len - 1 : 0;
+    size_t n = json_dumpb(v, room ? b->data + b->len : NULL, room, flags);
+    if (n == 0) {
+        b->oom = true;
+        return;
+    }
+    if (n > room) {
+        if (!text_reserve(b, n))
+            return;
+        n = json_dumpb(v, b->data + b->len, n, flags);
+    }
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void text_puts(struct text_buffer *b, const char *s)
+{
+    text_append(b, s, strlen(s));
+}
+
+static void text_separator(struct text_buffer *b)
+{
+    if (b->len)
+        text_append(b, ",", 1);
+}
+
+/* A node name as a JSON string: fast-path names are plain (no escaping). */
+static void append_name(struct text_buffer *b, const struct extender_args *args, size_t i)
+{
+    if (args->name_json) {
+        text_append_json(b, args->name_json[i]);
+        return;
+    }
+    text_append(b, "\"", 1);
+    text_puts(b, args->names[i]);
+    text_append(b, "\"", 1);
+}
+
+void protocol_filter_begin(struct filter_result *r, const struct extender_args *args)
+{
+    memset(r, 0, sizeof(*r));
+    r->args = args;
+    /* One allocation for the usual answer (most nodes pass): the envelope's
+     * head, then the names; growing by doubling would copy it repeatedly. */
+    size_t need = 64;
+    for (size_t i = 0; i < args->count; i++)
+        need += strlen(args->names[i]) + 3;
+    text_reserve(&r->names, need);
+    text_puts(&r->names, args->node_cache_capable ? "{\"Nodes\":null,\"NodeNames\":[" : "");
+    r->names_start = r->names.len;
+}
+
+void protocol_filter_add(void *ctx, size_t i, bool fits, const char *reason)
+{
+    struct filter_result *r = ctx;
+    const struct extender_args *args = r->args;
+    if (fits) {
+        if (r->names.len > r->names_start)
+            text_append(&r->names, ",", 1);
+        append_name(&r->names, args, i);
+        if (!args->node_cache_capable) {
+            text_separator(&r->items);
+            text_append_json(&r->items, args->nodes[i]);
+        }
+        return;
+    }
+    json_t *why = message_string(reason);
+    text_separator(&r->failed);
+    append_name(&r->failed, args, i);
+    text_append(&r->failed, ":", 1);
+    text_append_json(&r->failed, why);
+    json_decref(why);
+}
+
+char *protocol_filter_finish(struct filter_result *r, size_t *len)
+{
+    struct text_buffer out = {0};
+    bool oom = r->names.oom || r->items.oom || r->failed.oom;
+    if (!oom && r->args->node_cache_capable) {
+        out = r->names; /* already holds the head and the names */
+        r->names = (struct text_buffer){0};
+    } else if (!oom) {
+        text_reserve(&out, r->items.len + r->names.len + r->failed.len + 160);
+        text_puts(&out, "{\"Nodes\":{\"metadata\":{},\"items\":[");
+        text_append(&out, r->items.data ? r->items.data : "", r->items.len);
+        text_puts(&out, "]},\"NodeNames\":[");
+        text_append(&out, r->names.data ? r->names.data : "", r->names.len);
+    }
+    if (!oom) {
+        text_reserve(&out, r->failed.len + 96);
+        text_puts(&out, "],\"FailedNodes\":{");
+        text_append(&out, r->failed.data ? r->failed.data : "", r->failed.len);
+        text_puts(&out, "},\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
+    }
+    free(r->names.data);
+    free(r->items.data);
+    free(r->failed.data);
+    memset(r, 0, sizeof(*r));
+    if (oom || out.oom) {
+        free(out.data);
+        *len = 0;
+        return NULL;
+    }
+    *len = out.len;
+    return out.data;
+}
+
+char *protocol_filter_error(const char *message, size_t *len)
+{
+    json_t *result = json_pack("{s:n, s:n, s:{}, s:n, s:o}", "Nodes", "NodeNames", "FailedNodes",
+                               "FailedAndUnresolvableNodes", "Error", message_string(message));
+    char *body = protocol_dump(result, len);
+    json_decref(result);
+    return body;
+}
+
+char *protocol_priorities(const struct extender_args *args, const int *priorities, size_t *len)
+{
+    struct text_buffer out = {0};
+    size_t need = 8;
+    for (size_t i = 0; i < args->count; i++)
+        need += strlen(args->names[i]) + 32;
+    text_reserve(&out, need);
+    text_puts(&out, "[");
+    for (size_t i = 0; i < args->count; i++) {
+        char score[40];
+        text_puts(&out, i ? ",{\"Host\":" : "{\"Host\":");
+        append_name(&out, args, i);
+        snprintf(score, sizeof(score), ",\"Score\":%d}", priorities[i]);
+        text_puts(&out, score);
+    }
+    text_puts(&out, "]");
+    if (out.oom) {
+        free(out.data);
+        *len = 0;
+        return NULL;
+    }
+    *len = out.len;
+    return out.data;
+}
+
+char *protocol_error(const char *message, size_t *len)
+{
+    json_t *result = json_pack("{s:o}", "Error", message_string(message));
+    char *body = protocol_dump(result, len);
+    json_decref(result);
+    return body;
+}

@@ -1,0 +1,572 @@
+/* placement.c -- feasibility, GPU choice and node scores (see placement.h).
+ *
+ * The gpupool policy is FGD's idea (Weng et al., ATC '23) reworked for an
+ * online scheduler:
+ *   - a node's fragmentation is the expected amount of its free GPU units
+ *     that the next pod cannot use, the expectation taken over the pod
+ *     shapes observed so far (placement_stats_observe), not a mix known in
+ *     advance;
+ *   - a pod goes where that expectation grows least, with exact (float)
+ *     deltas rather than FGD's truncated sigmoid, so ties are rare, and the
+ *     remaining ties go to the fullest node (best fit) instead of to chance;
+ *   - a class "fits" a node only with room for its mean CPU and memory too,
+ *     and the units a node cannot fill for lack of CPU or memory (at the
+ *     workload's CPU and memory per GPU unit) count as fragmentation, so
+ *     CPU-heavy pods go where CPU is plentiful relative to GPUs.
+ * docs/placement.md has the measurements behind each choice. */
+#include "placement.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- models and policies ------------------------------------------------ */
+
+void placement_ctx_init(struct placement_ctx *ctx)
+{
+    memset(ctx, 0, sizeof(*ctx));
+}
+
+int placement_model_id(struct placement_ctx *ctx, const char *name)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len >= PLACEMENT_MODEL_LEN)
+        return -1;
+    for (uint32_t i = 0; i < ctx->model_count; i++)
+        if (strcmp(ctx->model_names[i], name) == 0)
+            return (int)i;
+    if (ctx->model_count >= PLACEMENT_MAX_MODELS)
+        return -1;
+    memcpy(ctx->model_names[ctx->model_count], name, len + 1);
+    return (int)ctx->model_count++;
+}
+
+const char *placement_model_name(const struct placement_ctx *ctx, int id)
+{
+    if (id < 0 || (uint32_t)id >= ctx->model_count)
+        return NULL;
+    return ctx->model_names[id];
+}
+
+int placement_request_allow_model(struct placement_ctx *ctx, struct placement_request *req,
+                                  const char *name)
+{
+    int id = placement_model_id(ctx, name);
+    if (id < 0)
+        return -1;
+    req->models |= UINT64_C(1) << id;
+    return 0;
+}
+
+static const char *const policy_names[] = {
+    [PLACEMENT_GPUPOOL] = "gpupool",
+    [PLACEMENT_BINPACK] = "binpack",
+    [PLACEMENT_SPREAD] = "spread",
+};
+
+int placement_policy_parse(const char *name, enum placement_policy *out)
+{
+    if (!name)
+        return -1;
+    if (strcmp(name, "default") == 0) {
+        *out = PLACEMENT_GPUPOOL;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]); i++) {
+        if (strcmp(name, policy_names[i]) == 0) {
+            *out = (enum placement_policy)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *placement_policy_name(enum placement_policy policy)
+{
+    if ((size_t)policy >= sizeof(policy_names) / sizeof(policy_names[0]))
+        return "unknown";
+    return policy_names[policy];
+}
+
+/* ---- feasibility -------------------------------------------------------- */
+
+static bool gpu_healthy(const struct placement_node *node, uint32_t gpu)
+{
+    return gpu < node->gpu_count && gpu < PLACEMENT_MAX_GPUS && !(node->unhealthy & (1u << gpu));
+}
+
+uint64_t placement_gpu_free(const struct placement_node *node, uint32_t gpu)
+{
+    if (!gpu_healthy(node, gpu) || node->gpu_used[gpu] >= node->gpu_total[gpu])
+        return 0;
+    return node->gpu_total[gpu] - node->gpu_used[gpu];
+}
+
+/* Left over of a NodeResourcesFit resource; 0 when already over-committed. */
+static uint64_t left_of(uint64_t allocatable, uint64_t requested)
+{
+    return requested >= allocatable ? 0 : allocatable - requested;
+}
+
+static bool model_allowed(const struct placement_node *node, uint64_t models)
+{
+    if (models == 0)
+        return true;
+    if (node->model < 0 || node->model >= PLACEMENT_MAX_MODELS)
+        return false;
+    return (models >> node->model) & 1;
+}
+
+/* Whether one GPU, with `free` units out of `total`, can give a request
+ * of the given shape its share. */
+static bool gpu_usable(uint64_t free, uint64_t total, bool whole, uint64_t units)
+{
+    if (whole)
+        return total > 0 && free == total;
+    return units > 0 && free >= units;
+}
+
+static bool host_fits(const struct placement_node *node, const struct placement_request *req)
+{
+    return req->cpu <= left_of(node->cpu_allocatable, node->cpu_requested) &&
+           req->memory <= left_of(node->memory_allocatable, node->memory_requested) &&
+           model_allowed(node, req->models);
+}
+
+static uint32_t node_gpus(const struct placement_node *node)
+{
+    return node->gpu_count < PLACEMENT_MAX_GPUS ? node->gpu_count : PLACEMENT_MAX_GPUS;
+}
+
+bool placement_fits(const struct placement_node *node, const struct placement_request *req)
+{
+    if (!host_fits(node, req))
+        return false;
+    if (req->gpu_count == 0)
+        return true;
+    if (req->gpu_count > node_gpus(node))
+        return false;
+    uint32_t usable = 0;
+    for (uint32_t g = 0; g < node_gpus(node); g++)
+        if (gpu_healthy(node, g) &&
+            gpu_usable(placement_gpu_free(node, g), node->gpu_total[g], req->whole, req->units))
+            usable++;
+    return usable >= req->gpu_count;
+}
+
+/* ---- GPU choice helpers ------------------------------------------------- */
+
+/* Picks req->gpu_count usable GPUs: the ones with the least free units
+ * (best fit; `most_free` reverses it), ties to the lowest index. */
+static void choose_by_free(const struct placement_node *node, const struct placement_request *req,
+                           bool most_free, struct placement_choice *choice)
+{
+    bool taken[PLACEMENT_MAX_GPUS] = {false};
+    choice->count = 0;
+    for (uint32_t k = 0; k < req->gpu_count; k++) {
+        int best = -1;
+        uint64_t best_free = 0;
+        for (uint32_t g = 0; g < node_gpus(node); g++) {
+            uint64_t free = placement_gpu_free(node, g);
+            if (taken[g] || !gpu_healthy(node, g) ||
+                !gpu_usable(free, node->gpu_total[g], req->whole, req->units))
+                continue;
+            if (best < 0 || (most_free ? free > best_free : free < best_free)) {
+                best = (int)g;
+                best_free = free;
+            }
+        }
+        taken[best] = true; /* placement_fits() guaranteed enough */
+        choice->gpu[k] = (uint8_t)best;
+        choice->units[k] = req->whole ? node->gpu_total[best] : req->units;
+        choice->count++;
+    }
+}
+
+static uint64_t node_gpu_free_total(const struct placement_node *node)
+{
+    uint64_t sum = 0;
+    for (uint32_t g = 0; g < node_gpus(node); g++)
+        sum += placement_gpu_free(node, g);
+    return sum;
+}
+
+static uint64_t node_gpu_capacity(const struct placement_node *node)
+{
+    uint64_t sum = 0;
+    for (uint32_t g = 0; g < node_gpus(node); g++)
+        if (gpu_healthy(node, g))
+            sum += node->gpu_total[g];
+    return sum;
+}
+
+static uint64_t choice_units(const struct placement_choice *choice)
+{
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < choice->count; k++)
+        sum += choice->units[k];
+    return sum;
+}
+
+/* How full the node would be after the placement, 0 (empty) .. 1 (full):
+ * the mean of the GPU and CPU fractions in use, the FGD artifact's best-fit
+ * measure made relative to the node's own size. */
+static double fullness_after(const struct placement_node *node, const struct placement_request *req,
+                             const struct placement_choice *choice)
+{
+    double gpu_part = 0.0, cpu_part = 0.0;
+    uint64_t capacity = node_gpu_capacity(node);
+    if (capacity > 0) {
+        uint64_t free = node_gpu_free_total(node) - choice_units(choice);
+        gpu_part = 1.0 - (double)free / (double)capacity;
+    }
+    if (node->cpu_allocatable > 0) {
+        uint64_t left = left_of(node->cpu_allocatable, node->cpu_requested) - req->cpu;
+        cpu_part = 1.0 - (double)left / (double)node->cpu_allocatable;
+    }
+    return 0.5 * gpu_part + 0.5 * cpu_part;
+}
+
+/* ---- the gpupool policy: expected fragmentation ------------------------- */
+
+/* A node's state as the fragmentation measure needs it. */
+struct frag_state {
+    uint32_t gpus;
+    uint64_t free[PLACEMENT_MAX_GPUS];   /* 0 for unhealthy GPUs */
+    uint64_t total[PLACEMENT_MAX_GPUS];  /* 0 for unhealthy GPUs */
+    uint64_t free_sum;
+    uint64_t cpu_left, memory_left;
+    int32_t model;
+};
+
+static void frag_state_of(const struct placement_node *node, struct frag_state *st)
+{
+    st->gpus = node_gpus(node);
+    st->free_sum = 0;
+    for (uint32_t g = 0; g < st->gpus; g++) {
+        st->free[g] = placement_gpu_free(node, g);
+        st->total[g] = gpu_healthy(node, g) ? node->gpu_total[g] : 0;
+        st->free_sum += st->free[g];
+    }
+    st->cpu_left = left_of(node->cpu_allocatable, node->cpu_requested);
+    st->memory_left = left_of(node->memory_allocatable, node->memory_requested);
+    st->model = node->model;
+}
+
+/* The free units of a node that a pod of class c could not use: all of
+ * them when the pod cannot be placed there at all, else those on GPUs too
+ * small for it. */
+static double class_frag(const struct placement_class *c, const struct frag_state *st)
+{
+    double cpu = c->cpu_sum / c->weight, memory = c->memory_sum / c->weight;
+    bool host_ok = (double)st->cpu_left >= cpu && (double)st->memory_left >= memory;
+    if (c->models) {
+        if (st->model < 0 || st->model >= PLACEMENT_MAX_MODELS || !((c->models >> st->model) & 1))
+            return (double)st->free_sum;
+    }
+    if (!host_ok)
+        return (double)st->free_sum;
+    if (c->gpu_count == 0)
+        return 0.0;
+    uint32_t usable = 0;
+    uint64_t stranded = 0;
+    for (uint32_t g = 0; g < st->gpus; g++) {
+        if (gpu_usable(st->free[g], st->total[g], c->whole, c->units))
+            usable++;
+        else
+            stranded += st->free[g];
+    }
+    return usable >= c->gpu_count ? (double)stranded : (double)st->free_sum;
+}
+
+/* The free units a node cannot sell for lack of CPU or memory: GPU pods
+ * bring on average cpu_per_unit CPU per unit of GPU, so a node with
+ * cpu_left CPU can still fill about cpu_left / cpu_per_unit units; the
+ * rest are stranded whichever pods come. This sees what the per-class test
+ * cannot: a node whose CPU suffices for the next pod but not for its GPUs. */
+static double stranded_units(const struct placement_ctx *ctx, const struct frag_state *st)
+{
+    if (ctx->gpu_pod_units <= 0.0)
+        return 0.0;
+    double worst = 0.0;
+    if (ctx->gpu_pod_cpu > 0.0) {
+        double fillable = (double)st->cpu_left * ctx->gpu_pod_units / ctx->gpu_pod_cpu;
+        worst = (double)st->free_sum - fillable;
+    }
+    if (ctx->gpu_pod_memory > 0.0) {
+        double fillable = (double)st->memory_left * ctx->gpu_pod_units / ctx->gpu_pod_memory;
+        double left = (double)st->free_sum - fillable;
+        if (left > worst)
+            worst = left;
+    }
+    return worst > 0.0 ? worst : 0.0;
+}
+
+/* The measure the policy minimises: expected fragmentation over the class
+ * mix plus the units stranded by CPU or memory. */
+static double expected_frag(const struct placement_ctx *ctx, const struct frag_state *st)
+{
+    double sum = 0.0;
+    for (uint32_t i = 0; i < ctx->class_count; i++)
+        sum += ctx->classes[i].weight * class_frag(&ctx->classes[i], st);
+    return sum / ctx->observed + stranded_units(ctx, st);
+}
+
+static void frag_state_apply(struct frag_state *st, const struct placement_request *req,
+                             const struct placement_choice *choice)
+{
+    st->cpu_left -= req->cpu;
+    st->memory_left -= req->memory;
+    for (uint32_t k = 0; k < choice->count; k++) {
+        st->free[choice->gpu[k]] -= choice->units[k];
+        st->free_sum -= choice->units[k];
+    }
+}
+
+/* Weight of the best-fit tie-break against fragmentation deltas (units). */
+#define GPUPOOL_FIT_WEIGHT 1e-3
+
+static double score_gpupool(const struct placement_ctx *ctx, const struct placement_node *node,
+                            const struct placement_request *req, struct placement_choice *choice)
+{
+    struct frag_state before, after;
+    frag_state_of(node, &before);
+    double frag_before = expected_frag(ctx, &before);
+
+    if (req->gpu_count != 1 || req->whole) {
+        /* Whole GPUs are interchangeable for fragmentation; shares on
+         * several GPUs go best fit. */
+        choose_by_free(node, req, false, choice);
+        after = before;
+        frag_state_apply(&after, req, choice);
+        return (frag_before - expected_frag(ctx, &after)) +
+               GPUPOOL_FIT_WEIGHT * fullness_after(node, req, choice);
+    }
+
+    /* One share: try each distinct (free, total) GPU, keep the least growth
+     * of fragmentation, ties to the tighter GPU. */
+    double best_score = PLACEMENT_NO_FIT;
+    uint64_t best_free = 0;
+    for (uint32_t g = 0; g < before.gpus; g++) {
+        if (!gpu_usable(before.free[g], before.total[g], false, req->units))
+            continue;
+        bool seen = false;
+        for (uint32_t h = 0; h < g && !seen; h++)
+            seen = before.free[h] == before.free[g] && before.total[h] == before.total[g];
+        if (seen)
+            continue;
+        struct placement_choice one = {.count = 1, .gpu = {(uint8_t)g}, .units = {req->units}};
+        after = before;
+        frag_state_apply(&after, req, &one);
+        double score = frag_before - expected_frag(ctx, &after);
+        if (score > best_score || (score == best_score && before.free[g] < best_free)) {
+            best_score = score;
+            best_free = before.free[g];
+            *choice = one;
+        }
+    }
+    return best_score + GPUPOOL_FIT_WEIGHT * fullness_after(node, req, choice);
+}
+
+/* ---- scores ------------------------------------------------------------- */
+
+double placement_score(const struct placement_ctx *ctx, enum placement_policy policy,
+                       const struct placement_node *node, const struct placement_request *req,
+                       struct placement_choice *choice)
+{
+    struct placement_choice scratch;
+    if (!choice)
+        choice = &scratch;
+    choice->count = 0;
+    if (!placement_fits(node, req))
+        return PLACEMENT_NO_FIT;
+    switch (policy) {
+    case PLACEMENT_SPREAD:
+        choose_by_free(node, req, true, choice);
+        return 1.0 - fullness_after(node, req, choice);
+    case PLACEMENT_GPUPOOL:
+        if (ctx && ctx->observed > 0)
+            return score_gpupool(ctx, node, req, choice);
+        /* nothing learnt yet: best fit */
+        /* fall through */
+    case PLACEMENT_BINPACK:
+    default:
+        choose_by_free(node, req, false, choice);
+        return fullness_after(node, req, choice);
+    }
+}
+
+int placement_choose(const struct placement_ctx *ctx, enum placement_policy policy,
+                     const struct placement_node *node, const struct placement_request *req,
+                     struct placement_choice *choice)
+{
+    return placement_score(ctx, policy, node, req, choice) == PLACEMENT_NO_FIT ? -1 : 0;
+}
+
+void placement_scores_to_priorities(const double *scores, size_t n, int max_priority,
+                                    int *priorities)
+{
+    double lo = 0.0, hi = 0.0;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (scores[i] == PLACEMENT_NO_FIT || isnan(scores[i]))
+            continue;
+        if (!any || scores[i] < lo)
+            lo = scores[i];
+        if (!any || scores[i] > hi)
+            hi = scores[i];
+        any = true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (scores[i] == PLACEMENT_NO_FIT || isnan(scores[i]))
+            priorities[i] = 0;
+        else if (hi == lo)
+            priorities[i] = max_priority;
+        else
+            priorities[i] = (int)((scores[i] - lo) / (hi - lo) * max_priority + 0.5);
+    }
+}
+
+/* ---- commit / release --------------------------------------------------- */
+
+/* Checks that choice names req->gpu_count distinct in-range GPUs. */
+static int check_choice_shape(const struct placement_node *node, const struct placement_request *req,
+                              const struct placement_choice *choice, char *err, size_t errlen)
+{
+    if (choice->count != req->gpu_count || choice->count > PLACEMENT_MAX_GPUS) {
+        snprintf(err, errlen, "choice names %u GPUs, the request needs %u", choice->count,
+                 req->gpu_count);
+        return -1;
+    }
+    uint32_t seen = 0;
+    for (uint32_t k = 0; k < choice->count; k++) {
+        uint32_t g = choice->gpu[k];
+        if (g >= node_gpus(node)) {
+            snprintf(err, errlen, "GPU %u out of range (node has %u)", g, node->gpu_count);
+            return -1;
+        }
+        if (seen & (1u << g)) {
+            snprintf(err, errlen, "GPU %u chosen twice", g);
+            return -1;
+        }
+        seen |= 1u << g;
+    }
+    return 0;
+}
+
+int placement_commit(struct placement_node *node, const struct placement_request *req,
+                     struct placement_choice *choice, char *err, size_t errlen)
+{
+    if (check_choice_shape(node, req, choice, err, errlen) < 0)
+        return -1;
+    if (req->cpu > left_of(node->cpu_allocatable, node->cpu_requested)) {
+        snprintf(err, errlen, "CPU: %llu requested + %llu > %llu allocatable",
+                 (unsigned long long)node->cpu_requested, (unsigned long long)req->cpu,
+                 (unsigned long long)node->cpu_allocatable);
+        return -1;
+    }
+    if (req->memory > left_of(node->memory_allocatable, node->memory_requested)) {
+        snprintf(err, errlen, "memory: %llu requested + %llu > %llu allocatable",
+                 (unsigned long long)node->memory_requested, (unsigned long long)req->memory,
+                 (unsigned long long)node->memory_allocatable);
+        return -1;
+    }
+    if (!model_allowed(node, req->models)) {
+        snprintf(err, errlen, "GPU model not allowed by the request");
+        return -1;
+    }
+    for (uint32_t k = 0; k < choice->count; k++) {
+        uint32_t g = choice->gpu[k];
+        uint64_t free = placement_gpu_free(node, g);
+        if (!gpu_healthy(node, g)) {
+            snprintf(err, errlen, "GPU %u is unhealthy", g);
+            return -1;
+        }
+        if (req->whole) {
+            if (!gpu_usable(free, node->gpu_total[g], true, 0)) {
+                snprintf(err, errlen, "GPU %u is not free for a whole-GPU request", g);
+                return -1;
+            }
+        } else if (req->units == 0 || req->units > free) {
+            snprintf(err, errlen, "GPU %u: %llu units requested, %llu free", g,
+                     (unsigned long long)req->units, (unsigned long long)free);
+            return -1;
+        }
+    }
+    for (uint32_t k = 0; k < choice->count; k++)
+        choice->units[k] = req->whole ? node->gpu_total[choice->gpu[k]] : req->units;
+    node->cpu_requested += req->cpu;
+    node->memory_requested += req->memory;
+    for (uint32_t k = 0; k < choice->count; k++)
+        node->gpu_used[choice->gpu[k]] += choice->units[k];
+    return 0;
+}
+
+int placement_release(struct placement_node *node, const struct placement_request *req,
+                      const struct placement_choice *choice, char *err, size_t errlen)
+{
+    if (check_choice_shape(node, req, choice, err, errlen) < 0)
+        return -1;
+    if (req->cpu > node->cpu_requested || req->memory > node->memory_requested) {
+        snprintf(err, errlen, "release of more CPU or memory than the node has requested");
+        return -1;
+    }
+    for (uint32_t k = 0; k < choice->count; k++) {
+        if (choice->units[k] > node->gpu_used[choice->gpu[k]]) {
+            snprintf(err, errlen, "GPU %u: release of %llu units, %llu in use", choice->gpu[k],
+                     (unsigned long long)choice->units[k],
+                     (unsigned long long)node->gpu_used[choice->gpu[k]]);
+            return -1;
+        }
+    }
+    node->cpu_requested -= req->cpu;
+    node->memory_requested -= req->memory;
+    for (uint32_t k = 0; k < choice->count; k++)
+        node->gpu_used[choice->gpu[k]] -= choice->units[k];
+    return 0;
+}
+
+/* ---- online workload model ---------------------------------------------- */
+
+static bool same_kind(const struct placement_class *c, const struct placement_request *req)
+{
+    return c->gpu_count == req->gpu_count && c->whole == req->whole && c->models == req->models;
+}
+
+void placement_stats_observe(struct placement_ctx *ctx, const struct placement_request *req)
+{
+    uint64_t units = (req->gpu_count == 0 || req->whole) ? 0 : req->units;
+    struct placement_class *hit = NULL;
+    for (uint32_t i = 0; i < ctx->class_count && !hit; i++)
+        if (same_kind(&ctx->classes[i], req) && ctx->classes[i].units == units)
+            hit = &ctx->classes[i];
+    if (!hit && ctx->class_count < PLACEMENT_MAX_CLASSES) {
+        hit = &ctx->classes[ctx->class_count++];
+        *hit = (struct placement_class){.gpu_count = req->gpu_count, .whole = req->whole,
+                                        .units = units, .models = req->models};
+    }
+    if (!hit) {
+        /* Table full: the closest class of the same kind stands in for it. */
+        uint64_t best_gap = UINT64_MAX;
+        for (uint32_t i = 0; i < ctx->class_count; i++) {
+            struct placement_class *c = &ctx->classes[i];
+            if (!same_kind(c, req))
+                continue;
+            uint64_t gap = c->units > units ? c->units - units : units - c->units;
+            if (gap < best_gap) {
+                best_gap = gap;
+                hit = c;
+            }
+        }
+    }
+    if (!hit)
+        return; /* a new kind with no room: not modelled */
+    if (req->gpu_count > 0 && req->units > 0) {
+        ctx->gpu_pod_cpu += (double)req->cpu;
+        ctx->gpu_pod_memory += (double)req->memory;
+        ctx->gpu_pod_units += (double)req->units * req->gpu_count;
+    }
+    hit->weight += 1.0;
+    hit->cpu_sum += (double)req->cpu;
+    hit->memory_sum += (double)req->memory;
+    ctx->observed += 1.0;
+}

@@ -1,0 +1,352 @@
+"""kubectl-gpupool and kubectl-inspect-gpushare against the fake API server.
+
+The gpushare tables are compared byte for byte: their alignment follows Go's
+text/tabwriter (padding 2), separators are as long as the first row + 20
+(summary) or the first node's pod rows + 10 (detail), percentages truncate.
+
+    GP_BUILD_DIR  build tree holding bin/kubectl-gpupool (default ./build)
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "test", "fakeapi"))
+
+from fake_apiserver import FakeApiServer  # noqa: E402
+
+BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
+GPUPOOL = os.path.join(BUILD, "bin", "kubectl-gpupool")
+GPUSHARE = os.path.join(BUILD, "bin", "kubectl-inspect-gpushare")
+
+pytestmark = pytest.mark.skipif(not os.path.exists(GPUPOOL), reason="kubectl-gpupool not built")
+
+GPUS_ANNOTATION = json.dumps([
+    {"index": 0, "memory": 16, "model": "Tesla-V100-SXM2-16GB", "healthy": True},
+    {"index": 1, "memory": 32, "model": "Tesla-V100-SXM2-32GB", "healthy": True},
+])
+
+
+def node(name, ip, mem=None, count=None, annotations=None, extra=None):
+    alloc = {"cpu": "8", "memory": "32Gi"}
+    if mem is not None:
+        alloc["aliyun.com/gpu-mem"] = str(mem)
+    if count is not None:
+        alloc["aliyun.com/gpu-count"] = str(count)
+    alloc.update(extra or {})
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "status": {"addresses": [{"type": "Hostname", "address": name},
+                                     {"type": "InternalIP", "address": ip}],
+                       "capacity": dict(alloc), "allocatable": alloc}}
+
+
+def pod(ns, name, node_name, mem=None, idx=None, phase="Running", limits=None, annotations=None):
+    ann = dict(annotations or {})
+    if idx is not None:
+        ann["ALIYUN_COM_GPU_MEM_IDX"] = idx
+    lim = dict(limits or {})
+    if mem is not None:
+        lim["aliyun.com/gpu-mem"] = str(mem)
+    spec = {"containers": [{"name": "main", "image": "x", "resources": {"limits": lim}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "annotations": ann},
+            "spec": spec, "status": {"phase": phase}}
+
+
+def fixture():
+    return {
+        "nodes": [
+            node("gpu-a", "192.168.0.70", 30, 2),
+            node("gpu-b", "192.168.0.71", 48, 2, {"gpupool.io/gpus": GPUS_ANNOTATION}),
+            node("gpu-c", "192.168.0.72", 8, 1),
+            node("whole", "192.168.0.73", extra={"nvidia.com/gpu": "4"}),
+            node("cpu-only", "192.168.0.74"),
+        ],
+        "pods": [
+            pod("default", "binpack-1", "gpu-a", 3, "0"),
+            pod("default", "binpack-2", "gpu-a", 5, "1"),
+            pod("ml", "trainer", "gpu-b", 20, "1"),
+            pod("ml", "split", "gpu-b", 8, "0,1"),
+            pod("ml", "waiting", "gpu-c", 2),                 # bound, no index yet
+            pod("ml", "finished", "gpu-c", 4, "0", phase="Succeeded"),
+            pod("ml", "unscheduled", None, 4),
+            pod("default", "cuda", "whole", limits={"nvidia.com/gpu": "3"}),
+            pod("default", "web", "cpu-only"),
+        ],
+        "configmaps": [
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "unhealthy-gpu-gpu-a", "namespace": "kube-system"},
+             "data": {"gpus": "1"}},
+        ],
+    }
+
+
+def write_kubeconfig(path, server, context="test", extra_contexts=()):
+    contexts = [(context, "fake")] + list(extra_contexts)
+    lines = ["apiVersion: v1", "kind: Config", "clusters:",
+             "- name: fake", "  cluster:", "    server: %s" % server,
+             "- name: nowhere", "  cluster:", "    server: http://127.0.0.1:1",
+             "users:", "- name: u", "  user:", "    token: t0k3n", "contexts:"]
+    for name, cluster in contexts:
+        lines += ["- name: %s" % name, "  context:", "    cluster: %s" % cluster, "    user: u"]
+    lines.append("current-context: %s" % context)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def api():
+    srv = FakeApiServer(fixture=fixture()).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def kubeconfig(api, tmp_path):
+    return write_kubeconfig(str(tmp_path / "config"), api.url,
+                            extra_contexts=[("broken", "nowhere")])
+
+
+def run(binary, args, kubeconfig=None, env_kubeconfig=None):
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env["HOME"] = "/nonexistent"
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+    if env_kubeconfig:
+        env["KUBECONFIG"] = env_kubeconfig
+    argv = [binary] + list(args)
+    if kubeconfig:
+        argv += ["--kubeconfig", kubeconfig]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert "Sanitizer" not in proc.stderr, proc.stderr
+    return proc
+
+
+SUMMARY = (
+    "NAME   IPADDRESS     GPU0(Allocated/Total)  GPU1(Allocated/Total)  PENDING(Allocated)  GPU Memory(GiB)\n"
+    "gpu-a  192.168.0.70  3/15                   5/15                                       8/30\n"
+    "gpu-b  192.168.0.71  4/16                   24/32                                      28/48\n"
+    "gpu-c  192.168.0.72  0/8                    0/0                    2                   2/8\n"
+    + "-" * (len("gpu-a\t192.168.0.70\t3/15\t5/15\t\t8/30\n") + 20) + "\n"
+    "Allocated/Total GPU Memory In Cluster:\n"
+    "38/86 (44%)  \n")
+
+
+def test_gpushare_summary_byte_exact(kubeconfig):
+    proc = run(GPUSHARE, [], env_kubeconfig=kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == SUMMARY
+
+
+DETAILS = (
+    "\n"
+    "NAME:       gpu-a\n"
+    "IPADDRESS:  192.168.0.70\n"
+    "\n"
+    "NAME         NAMESPACE  GPU0(Allocated)  GPU1(Allocated)  \n"
+    "binpack-1    default    3                0                \n"
+    "binpack-2    default    0                5                \n"
+    "Allocated :  8 (26%)    \n"
+    "Total :      30         \n"
+    + "-" * (2 * len("binpack-1\tdefault\t3\t0\t\n") + 10) + "\n"
+    "\n"
+    "NAME:       gpu-b\n"
+    "IPADDRESS:  192.168.0.71\n"
+    "\n"
+    "NAME         NAMESPACE  GPU0(Allocated)  GPU1(Allocated)  \n"
+    "split        ml         4                4                \n"
+    "trainer      ml         0                20               \n"
+    "Allocated :  28 (58%)   \n"
+    "Total :      48         \n"
+    + "-" * (2 * len("binpack-1\tdefault\t3\t0\t\n") + 10) + "\n"
+    "\n"
+    "NAME:       gpu-c\n"
+    "IPADDRESS:  192.168.0.72\n"
+    "\n"
+    "NAME         NAMESPACE  GPU0(Allocated)  Pending(Allocated)  \n"
+    "waiting      ml         0                2                   \n"
+    "Allocated :  2 (25%)    \n"
+    "Total :      8          \n"
+    + "-" * (2 * len("binpack-1\tdefault\t3\t0\t\n") + 10) + "\n"
+    "\n"
+    "\n"
+    "Allocated/Total GPU Memory In Cluster:  38/86 (44%)  \n")
+
+
+def test_gpushare_details_byte_exact(kubeconfig):
+    proc = run(GPUSHARE, ["-d"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == DETAILS
+
+
+def test_gpushare_one_node_uses_a_field_selector(api, kubeconfig):
+    proc = run(GPUSHARE, ["gpu-a"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].startswith("gpu-a  192.168.0.70  3/15")
+    assert "gpu-b" not in proc.stdout
+    reqs = [(r["method"], r["path"], r["query"]) for r in api.requests()]
+    assert ("GET", "/api/v1/nodes/gpu-a", {}) in reqs
+    pods = [q for m, p, q in reqs if p == "/api/v1/pods"]
+    assert pods and all(q.get("fieldSelector") == "spec.nodeName=gpu-a" for q in pods)
+    assert all(p != "/api/v1/nodes" for m, p, q in reqs)
+
+
+def test_gpupool_table(kubeconfig):
+    proc = run(GPUPOOL, ["inspect"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "IPADDRESS", "GPUS", "GPU", "MEMORY(ALLOCATED/TOTAL)",
+                                "PER", "GPU", "PENDING", "UNHEALTHY",
+                                "NVIDIA.COM(REQUESTED/ALLOCATABLE)"]
+    rows = {line.split()[0]: line for line in lines[1:5]}
+    assert list(rows) == ["gpu-a", "gpu-b", "gpu-c", "whole"]    # sorted; cpu-only is no GPU node
+    assert lines[5] == ""
+    assert "8/30 GiB (26%)" in rows["gpu-a"] and "3/15 5/15" in rows["gpu-a"]
+    assert rows["gpu-a"].split()[-2:] == ["1", "-"]          # unhealthy GPU 1, no nvidia.com
+    assert "4/16 24/32" in rows["gpu-b"]
+    assert "2 GiB (1 pod)" in rows["gpu-c"]
+    assert rows["whole"].split()[-2:] == ["gpu", "3/4"]
+    assert "Cluster: 4 nodes, 5 GPUs (1 unhealthy)" in proc.stdout
+    assert "GPU memory allocated: 38/86 GiB (44%), 2 GiB pending (1 pod)" in proc.stdout
+    assert "nvidia.com/gpu requested: 3/4 (75%)" in proc.stdout
+
+
+def test_gpupool_wide_shows_models_per_gpu(kubeconfig):
+    proc = run(GPUPOOL, ["inspect", "-o", "wide"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    rows = [l.split() for l in proc.stdout.splitlines() if l.startswith("gpu-b")]
+    assert rows[0][2:4] == ["0", "Tesla-V100-SXM2-16GB"] and rows[0][4] == "4/16"
+    assert rows[1][2:4] == ["1", "Tesla-V100-SXM2-32GB"] and rows[1][4] == "24/32"
+    health = [l.split()[-1] for l in proc.stdout.splitlines() if l.startswith("gpu-a  ")]
+    assert health == ["Healthy", "Unhealthy"]
+
+
+def test_gpupool_json(kubeconfig):
+    proc = run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["kind"] == "GPUPool" and doc["unit"] == "GiB"
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert sorted(nodes) == ["gpu-a", "gpu-b", "gpu-c", "whole"]
+    b = nodes["gpu-b"]
+    assert b["address"] == "192.168.0.71" and b["unit"] == "GiB"
+    assert b["memory"] == {"allocated": 28, "total": 48, "pending": 0}
+    assert [g["memory"] for g in b["gpus"]] == [{"allocated": 4, "total": 16},
+                                                {"allocated": 24, "total": 32}]
+    assert [g["model"] for g in b["gpus"]] == ["Tesla-V100-SXM2-16GB", "Tesla-V100-SXM2-32GB"]
+    assert {(p["name"], p["memory"]) for p in b["gpus"][1]["pods"]} == {("trainer", 20), ("split", 4)}
+    assert [g["healthy"] for g in nodes["gpu-a"]["gpus"]] == [True, False]
+    assert nodes["gpu-c"]["pending"] == [{"namespace": "ml", "name": "waiting", "memory": 2}]
+    assert nodes["whole"]["resources"] == [{"name": "nvidia.com/gpu", "requested": 3, "allocatable": 4,
+                                            "pods": [{"namespace": "default", "name": "cuda", "count": 3}]}]
+    c = doc["cluster"]
+    assert c["nodes"] == 4 and c["gpus"] == 5 and c["unhealthyGPUs"] == 1
+    assert c["memory"] == {"allocated": 38, "total": 86, "pending": 2, "pendingPods": 1}
+    assert c["resources"] == [{"name": "nvidia.com/gpu", "requested": 3, "allocatable": 4}]
+
+
+def test_namespace_filters_pod_lists_not_totals(kubeconfig):
+    doc = json.loads(run(GPUPOOL, ["inspect", "-n", "default", "-o", "json"], kubeconfig).stdout)
+    b = {n["name"]: n for n in doc["nodes"]}["gpu-b"]
+    assert b["gpus"][1]["pods"] == [] and b["memory"]["allocated"] == 28
+
+
+def test_details_view_lists_pods(kubeconfig):
+    proc = run(GPUPOOL, ["inspect", "gpu-b", "-d"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    assert "NODE: gpu-b (192.168.0.71)" in proc.stdout
+    split = [l.split() for l in proc.stdout.splitlines() if " split " in l][0]
+    assert split == ["ml", "split", "0,1", "8", "GiB", "(4+4)"]
+
+
+def test_pagination_and_no_per_node_requests(api, kubeconfig):
+    template = node("x", "10.1.0.1", 64, 8)
+    del template["metadata"]["name"]
+    api_bulk = {"resource": "nodes", "count": 1203, "prefix": "bulk-", "template": template}
+    import urllib.request
+    req = urllib.request.Request(api.url + "/_fake/bulk", data=json.dumps(api_bulk).encode(),
+                                 method="POST")
+    urllib.request.urlopen(req).read()
+    api.clear_requests()
+    proc = run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["cluster"]["nodes"] == 1207 and doc["cluster"]["gpus"] == 5 + 1203 * 8
+    reqs = api.requests()
+    node_lists = [r for r in reqs if r["path"] == "/api/v1/nodes"]
+    assert len(node_lists) == 3                     # 1208 nodes, 500 a page
+    assert all(r["query"].get("limit") == "500" for r in node_lists)
+    assert [bool(r["query"].get("continue")) for r in node_lists] == [False, True, True]
+    assert {r["path"] for r in reqs} == {"/api/v1/nodes", "/api/v1/pods",
+                                         "/api/v1/namespaces/kube-system/configmaps"}
+
+
+def test_context_flag_and_unreachable_server(kubeconfig):
+    proc = run(GPUPOOL, ["inspect", "--context", "broken"], kubeconfig)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and "127.0.0.1 port 1" in proc.stderr, proc.stderr
+    proc = run(GPUSHARE, ["--context", "broken"], kubeconfig)
+    assert proc.returncode == 1 and proc.stdout.startswith("Failed due to ")
+    proc = run(GPUPOOL, ["inspect", "--context", "no-such"], kubeconfig)
+    assert proc.returncode == 1 and "no-such" in proc.stderr
+
+
+def test_forbidden_shows_the_status_message(api, kubeconfig):
+    message = 'nodes is forbidden: User "bob" cannot list resource "nodes" in API group "" at the cluster scope'
+    api.add_fault(method="GET", path="^/api/v1/nodes$", status=403, reason="Forbidden",
+                  message=message, count=-1)
+    proc = run(GPUPOOL, ["inspect"], kubeconfig)
+    assert proc.returncode == 1
+    assert proc.stderr == "Error from server (Forbidden): %s\n" % message
+    proc = run(GPUSHARE, [], kubeconfig)
+    assert proc.returncode == 1 and proc.stdout == "Failed due to %s\n" % message
+
+
+def test_configmaps_forbidden_is_a_warning(api, kubeconfig):
+    api.add_fault(method="GET", path="configmaps", status=403, reason="Forbidden",
+                  message="configmaps is forbidden", count=-1)
+    proc = run(GPUPOOL, ["inspect"], kubeconfig)
+    assert proc.returncode == 0
+    assert "warning: unhealthy-GPU ConfigMaps not readable: configmaps is forbidden" in proc.stderr
+    assert "(1 unhealthy)" not in proc.stdout
+    proc = run(GPUSHARE, [], kubeconfig)                # gpushare never read them: same table
+    assert proc.returncode == 0 and proc.stdout == SUMMARY
+
+
+def test_bad_kubeconfig(tmp_path):
+    bad = tmp_path / "config"
+    bad.write_text("apiVersion: v1\nclusters: [\n")
+    proc = run(GPUPOOL, ["inspect"], str(bad))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and str(bad) in proc.stderr
+    proc = run(GPUPOOL, ["inspect"], str(tmp_path / "missing"))
+    assert proc.returncode == 1 and "missing" in proc.stderr
+
+
+def test_usage_errors(kubeconfig):
+    assert run(GPUPOOL, [], kubeconfig).returncode == 2
+    proc = run(GPUPOOL, ["frobnicate"], kubeconfig)
+    assert proc.returncode == 2 and 'unknown command "frobnicate"' in proc.stderr
+    proc = run(GPUPOOL, ["inspect", "-o", "yaml"], kubeconfig)
+    assert proc.returncode == 2 and "yaml" in proc.stderr
+    proc = run(GPUPOOL, ["inspect", "a", "b"], kubeconfig)
+    assert proc.returncode == 2 and "at most one node" in proc.stderr
+    proc = run(GPUPOOL, ["inspect", "--bogus"], kubeconfig)
+    assert proc.returncode == 2 and "--bogus" in proc.stderr
+    proc = run(GPUPOOL, ["--help"])
+    assert proc.returncode == 0 and "kubectl gpupool inspect" in proc.stdout
+
+
+def test_missing_node(kubeconfig):
+    proc = run(GPUPOOL, ["inspect", "nope"], kubeconfig)
+    assert proc.returncode == 1
+    assert proc.stderr == 'Error from server (NotFound): nodes "nope" not found\n'

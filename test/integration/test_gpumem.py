@@ -1,0 +1,451 @@
+"""gpu-mem mode (--resource-mode=gpu-mem): resource, node publishing, exact pod identity.
+
+Every identity test is built so that gpushare's guess (the Pending pod on the node with the
+oldest ALIYUN_COM_GPU_MEM_ASSUME_TIME whose total gpu-mem equals the request,
+research gpushare-hami.md section 2.3) would hand a container the wrong GPU or fail: the
+kubelet model admits pods in an order that disagrees with the assume times, with equal sizes.
+
+Pieces: the real plugin (fake NVML), kubelet_sim (Device Plugin RPCs), gpumem_kubelet (the
+kubelet's pod manager, admission order and PodResources List), fake_apiserver (pods, node,
+scripted faults).
+"""
+
+import json
+import os
+import sys
+import time
+
+import grpc
+import pytest
+
+from conftest import ROOT, scaled
+
+sys.path.insert(0, os.path.join(ROOT, "test", "fakeapi"))
+sys.path.insert(0, os.path.join(ROOT, "test", "sim"))
+from fake_apiserver import FakeApiServer  # noqa: E402
+from gpumem_kubelet import AdmissionError, Kubelet, envs, make_pod  # noqa: E402
+
+RESOURCE = "aliyun.com/gpu-mem"
+ENDPOINT = "gpupool-aliyun-gpu-mem.sock"
+NODE = "node1"
+MIXED = "4gpu-mixed-memory.json"     # 16, 16, 40, 40 GiB
+
+
+def write_kubeconfig(path, server):
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "t",
+           "clusters": [{"name": "c", "cluster": {"server": server}}],
+           "contexts": [{"name": "t", "context": {"cluster": "c"}}]}
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+@pytest.fixture
+def api():
+    srv = FakeApiServer(fixture={"nodes": [{"metadata": {"name": NODE},
+                                            "status": {"capacity": {}, "allocatable": {}}}]})
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def gpumem(plugin, api, kubelet, sockdir, workdir):
+    """Factory: starts the plugin in gpu-mem mode and returns (plugin, kubelet model)."""
+    models = []
+    state = os.path.join(workdir, "state")
+
+    def start(inventory=MIXED, args=(), env=None, wait=True, timeout=5, state_dir=state):
+        kc = write_kubeconfig(os.path.join(workdir, "kubeconfig"), api.url)
+        e = {"NODE_NAME": NODE, "KUBECONFIG": kc, "GP_RESOURCE_MODE": "gpu-mem",
+             "GP_POD_RESOURCES_SOCKET": os.path.join(sockdir, "pod-resources", "kubelet.sock"),
+             "GP_STATE_DIR": state_dir}
+        e.update(env or {})
+        p = plugin(inventory=inventory, args=list(args), env=e,
+                   wait=RESOURCE if wait else None, timeout=timeout)
+        if not models:
+            models.append(Kubelet(kubelet, api, sockdir))
+        if wait:
+            p.wait_log(r"gpu-mem: watching the pods of this node", timeout)
+        return p, models[0]
+
+    yield start
+    for m in models:
+        m.stop()
+
+
+def gpu_uuids(p):
+    return [g.uuid for g in p.inventory.gpus]
+
+
+def create(api, *pods):
+    for pod in pods:
+        api.put_object("pods", pod)
+
+
+def wait_annotation(api, name, key, value, ns="default", timeout=5):
+    deadline = time.monotonic() + scaled(timeout)
+    while time.monotonic() < deadline:
+        ann = api.store.get("pods", ns, name)["metadata"].get("annotations", {})
+        if ann.get(key) == value:
+            return
+        time.sleep(0.02)
+    raise AssertionError("pod %s: %s never became %r (%r)" % (name, key, value, ann))
+
+
+# ---------------------------------------------------------------- resource and node
+
+def test_units_per_gpu_and_node_publishing(gpumem, api, kubelet):
+    p, _ = gpumem()
+    devices = kubelet.devices(RESOURCE)
+    uuids = gpu_uuids(p)
+    per_gpu = {u: 0 for u in uuids}
+    for d in devices:
+        uuid, _, j = d.ID.rpartition("-_-")
+        per_gpu[uuid] += 1
+        assert d.health == "Healthy"
+    assert [per_gpu[u] for u in uuids] == [16, 16, 40, 40]
+    assert kubelet.endpoint(RESOURCE).registration.options.get_preferred_allocation_available is False
+
+    deadline = time.monotonic() + scaled(5)
+    while time.monotonic() < deadline:
+        node = api.store.get("nodes", None, NODE)
+        if "gpupool.io/gpus" in node["metadata"].get("annotations", {}):
+            break
+        time.sleep(0.05)
+    assert node["status"]["capacity"]["aliyun.com/gpu-count"] == "4"
+    assert node["status"]["allocatable"]["aliyun.com/gpu-count"] == "4"
+    gpus = json.loads(node["metadata"]["annotations"]["gpupool.io/gpus"])
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3]
+    assert [g["memory"] for g in gpus] == [16, 16, 40, 40]
+    assert gpus[0]["model"] == "Tesla-V100-SXM2-16GB" and gpus[2]["model"] == "NVIDIA-A100-SXM4-40GB"
+    assert all(g["healthy"] for g in gpus)
+
+
+def test_xid_marks_exactly_that_gpu_and_is_published(gpumem, api, kubelet):
+    p, _ = gpumem(env={"GP_HEALTH_RECOVERY_PROBES": "2", "GP_HEALTH_PROBE_INTERVAL": "100ms"})
+    p.health_ready()
+    uuids = gpu_uuids(p)
+    p.control("xid 2 48")
+    snap = kubelet.wait_snapshot(RESOURCE, lambda s: "Unhealthy" in s.health.values())
+    bad = {i.rpartition("-_-")[0] for i, h in snap.health.items() if h == "Unhealthy"}
+    assert bad == {uuids[2]}
+    assert sum(1 for h in snap.health.values() if h == "Unhealthy") == 40
+
+    def published_health():
+        ann = api.store.get("nodes", None, NODE)["metadata"].get("annotations", {})
+        return [g["healthy"] for g in json.loads(ann.get("gpupool.io/gpus", "[]"))]
+    deadline = time.monotonic() + scaled(5)
+    while published_health() != [True, True, False, True] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert published_health() == [True, True, False, True]
+    # recovery, as whole GPUs: the probes succeed (fake NVML answers), the units come back
+    kubelet.wait_snapshot(RESOURCE, lambda s: "Unhealthy" not in s.health.values(), timeout=10)
+    deadline = time.monotonic() + scaled(5)
+    while published_health() != [True] * 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert published_health() == [True] * 4
+
+
+def test_mib_on_big_gpus_is_a_clear_startup_error(gpumem):
+    p, _ = gpumem(inventory="8a100-80gb.json", args=["--memory-unit", "MiB"], wait=False)
+    assert p.wait_exit(10) != 0
+    log = p.log()
+    assert "655360 MiB devices of aliyun.com/gpu-mem make a ListAndWatch message of" in log
+    assert "more than the kubelet accepts (4194304): use --memory-unit=GiB" in log
+
+
+def test_mib_on_small_gpus_is_served(gpumem, kubelet):
+    p, _ = gpumem(inventory="2gpu-16gb.json", args=["--memory-unit=MiB"])
+    assert len(kubelet.devices(RESOURCE)) == 2 * 16384
+
+
+def test_node_name_is_required(gpumem):
+    p, _ = gpumem(env={"NODE_NAME": ""}, wait=False)
+    assert p.wait_exit(10) == 1
+    assert "needs this node's name: set NODE_NAME" in p.log()
+
+
+def test_gpu_mem_mode_refuses_whole_gpu_features(gpumem):
+    p, _ = gpumem(args=["--mig-strategy=mixed"], wait=False)
+    assert p.wait_exit(10) == 1
+    assert "cannot be combined with --mig-strategy single/mixed" in p.log()
+
+
+# ---------------------------------------------------------------- identity
+
+def test_equal_pods_admitted_against_assume_order(gpumem, api):
+    """gpushare: the Allocate of b (admitted first) takes a (older assume time, same size)."""
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    t = time.time_ns()
+    create(api, make_pod("a", 4, idx=0, assume_time=t), make_pod("b", 4, idx=2, assume_time=t + 1000))
+    (_, _, rb), = k.admit("default", "b")
+    (_, _, ra), = k.admit("default", "a")
+    assert envs(rb)["NVIDIA_VISIBLE_DEVICES"] == uuids[2]
+    assert envs(rb)["ALIYUN_COM_GPU_MEM_IDX"] == "2"
+    assert envs(rb)["ALIYUN_COM_GPU_MEM_DEV"] == "40"
+    assert envs(ra)["NVIDIA_VISIBLE_DEVICES"] == uuids[0]
+    assert envs(ra)["ALIYUN_COM_GPU_MEM_DEV"] == "16"
+    assert envs(ra)["ALIYUN_COM_GPU_MEM_POD"] == "4" and envs(ra)["ALIYUN_COM_GPU_MEM_CONTAINER"] == "4"
+    wait_annotation(api, "a", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true")
+    wait_annotation(api, "b", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true")
+
+
+def test_many_equal_pods_in_random_admission_order(gpumem, api):
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    t = time.time_ns()
+    pods = [make_pod("p%02d" % i, 2, idx=i % 4, assume_time=t + i) for i in range(20)]
+    create(api, *pods)
+    order = [7, 3, 19, 0, 12, 5, 18, 1, 9, 14, 2, 16, 4, 11, 6, 17, 8, 15, 10, 13]
+    for i in order:
+        (_, _, r), = k.admit("default", "p%02d" % i)
+        assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[i % 4], "pod p%02d" % i
+        assert envs(r)["ALIYUN_COM_GPU_MEM_IDX"] == str(i % 4)
+
+
+def test_multi_container_pod_one_allocate_per_container(gpumem, api):
+    """gpushare compares the pod's total (5) with each call's request (2, then 3) and fails."""
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    t = time.time_ns()
+    create(api, make_pod("multi", containers=[("c1", 2), ("side", 0), ("c2", 3)], idx=3,
+                         assume_time=t),
+           make_pod("single", 2, idx=1, assume_time=t - 1000))
+    results = k.admit("default", "multi")
+    assert [c for c, _, _ in results] == ["c1", "c2"]
+    for c, _, r in results:
+        e = envs(r)
+        assert e["NVIDIA_VISIBLE_DEVICES"] == uuids[3] and e["ALIYUN_COM_GPU_MEM_IDX"] == "3"
+        assert e["ALIYUN_COM_GPU_MEM_POD"] == "5"
+    assert [envs(r)["ALIYUN_COM_GPU_MEM_CONTAINER"] for _, _, r in results] == ["2", "3"]
+    (_, _, r), = k.admit("default", "single")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[1]
+
+
+def test_equal_multi_container_pods(gpumem, api):
+    """Two pods of two equal containers each, admitted against the assume order."""
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    t = time.time_ns()
+    create(api, make_pod("m1", containers=[("x", 2), ("y", 2)], idx=0, assume_time=t),
+           make_pod("m2", containers=[("x", 2), ("y", 2)], idx=1, assume_time=t + 5))
+    for name, gpu in (("m2", 1), ("m1", 0)):
+        for _, _, r in k.admit("default", name):
+            assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[gpu], name
+
+
+def test_init_container_then_app_container(gpumem, api):
+    """Init containers are never in PodResources List: the ledger carries the count."""
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    t = time.time_ns()
+    create(api, make_pod("withinit", containers=[("app", 2)], init_containers=[("setup", 2)],
+                         idx=2, assume_time=t + 10),
+           make_pod("plain", 2, idx=0, assume_time=t))
+    results = k.admit("default", "withinit")
+    assert [(c, init) for c, init, _ in results] == [("setup", True), ("app", False)]
+    for _, _, r in results:
+        assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[2]
+    (_, _, r), = k.admit("default", "plain")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[0]
+
+
+def test_init_only_gpu_pod_does_not_confuse_later_equal_pods(gpumem, api):
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    create(api, make_pod("initonly", containers=[("app", 0)], init_containers=[("prep", 3)], idx=1))
+    (_, _, r), = k.admit("default", "initonly")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[1]
+    create(api, make_pod("later", 3, idx=3))
+    (_, _, r), = k.admit("default", "later")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[3]
+
+
+def test_allocate_before_watch_has_the_bind(gpumem, api):
+    """The kubelet's watch is ahead of the plugin's: the Allocate waits (deferred reply)."""
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    create(api, make_pod("old", 4, idx=0))
+    fresh = make_pod("fresh", 4, idx=3)
+    import threading
+    out = {}
+
+    def admit():
+        try:
+            out["r"] = k.admit("default", "fresh", obj=fresh)
+        except Exception as e:  # noqa: BLE001
+            out["e"] = e
+    th = threading.Thread(target=admit)
+    th.start()
+    time.sleep(0.3)                  # the plugin is waiting: the pod is not in its view
+    assert "r" not in out and "e" not in out
+    create(api, fresh)               # the bind reaches the plugin's watch
+    th.join(scaled(10))
+    assert "e" not in out, out.get("e")
+    assert envs(out["r"][0][2])["NVIDIA_VISIBLE_DEVICES"] == uuids[3]
+    p.wait_log(r"Allocate aliyun.com/gpu-mem: 4 units for pod default/fresh")
+
+
+def test_pod_never_in_the_watch_fails_with_a_reason(gpumem, api):
+    p, k = gpumem(args=["--allocate-timeout=500ms"])
+    create(api, make_pod("other", 4, idx=0))
+    with pytest.raises(AdmissionError) as ei:
+        k.admit("default", "ghost", obj=make_pod("ghost", 4, idx=1))
+    assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "the kubelet holds pod(s) default/ghost that the plugin's watch" in ei.value.details
+    k.remove("default", "ghost")     # the kubelet forgets it once the API deletes it
+    # the plugin keeps serving
+    (_, _, r), = k.admit("default", "other")
+    assert envs(r)["ALIYUN_COM_GPU_MEM_IDX"] == "0"
+
+
+def test_pod_without_extender_annotation_is_refused(gpumem, api):
+    p, k = gpumem()
+    create(api, make_pod("unplaced", 2, idx=None))
+    with pytest.raises(AdmissionError) as ei:
+        k.admit("default", "unplaced")
+    assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "has no ALIYUN_COM_GPU_MEM_IDX annotation" in ei.value.details
+    assert "NVIDIA_VISIBLE_DEVICES" not in ei.value.details
+
+
+def test_rejected_pod_waits_until_its_status_arrives(gpumem, api):
+    """A pod the kubelet rejected stays in its pod manager without devices until the API says
+    Failed; an equal pod admitted meanwhile must wait, not guess."""
+    p, k = gpumem(args=["--allocate-timeout=5s", "-v", "2"])
+    uuids = gpu_uuids(p)
+    create(api, make_pod("bad", 2, idx=9), make_pod("good", 2, idx=2))   # GPU 9 does not exist
+    with pytest.raises(AdmissionError) as ei:
+        k.admit("default", "bad", reject_status_delay=0.5)
+    assert "names GPU 9, which this node does not have" in ei.value.details
+    (_, _, r), = k.admit("default", "good")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[2]
+    assert "could be the one" in p.log()       # it waited for bad's Failed status
+
+
+def test_plugin_restart_between_bind_and_allocate(gpumem, api, plugin, kubelet):
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    t = time.time_ns()
+    create(api, make_pod("r1", 3, idx=0, assume_time=t), make_pod("r2", 3, idx=2, assume_time=t + 1))
+    p.stop()
+    p2, _ = gpumem()
+    kubelet.wait_registered(RESOURCE, count=2)
+    (_, _, r), = k.admit("default", "r2")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[2]
+    (_, _, r), = k.admit("default", "r1")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[0]
+
+
+def test_plugin_restart_between_init_and_app_container(gpumem, api):
+    """The ASSIGNED patch fails (500), the plugin restarts after the init container's call:
+    only the ledger knows that call was answered."""
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    api.add_fault(method="PATCH", path="/pods/", status=500, count=-1)
+    create(api, make_pod("ip", containers=[("app", 4)], init_containers=[("init", 2)], idx=1))
+    entry = k.add("default", "ip")
+    init_ids = k.free_units()[:2]
+    r = k.sim.allocate(RESOURCE, init_ids)
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[1]
+    entry.init_devices["init"] = init_ids
+    p.stop()
+    api.clear_faults()
+    p2, _ = gpumem()
+    k.sim.wait_registered(RESOURCE, count=2)
+    app_ids = init_ids + [u for u in k.free_units() if u not in init_ids][:2]
+    r = k.sim.allocate(RESOURCE, app_ids)
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[1]
+    assert envs(r)["ALIYUN_COM_GPU_MEM_CONTAINER"] == "4"
+    p2.wait_log(r"4 units for pod default/ip .*call 2 of 2")
+
+
+def test_kubelet_restart_without_checkpoint_reallocates_the_same_gpus(gpumem, api, kubelet):
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    t = time.time_ns()
+    create(api, make_pod("k1", 2, idx=0, assume_time=t), make_pod("k2", 2, idx=3, assume_time=t + 1))
+    k.admit("default", "k1")
+    k.admit("default", "k2")
+    wait_annotation(api, "k2", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true")
+    order = k.restart(keep_checkpoint=False)
+    kubelet.wait_registered(RESOURCE, count=2)
+    create(api, make_pod("k3", 2, idx=2, assume_time=t - 5))   # a new equal pod in the batch
+    for ns, name in [("default", "k3")] + list(reversed(order)):
+        (_, _, r), = k.admit(ns, name)
+        want = {"k1": 0, "k2": 3, "k3": 2}[name]
+        assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[want], name
+    assert "repeated by the kubelet" in p.log()
+
+
+def test_kubelet_restart_with_checkpoint_needs_no_call(gpumem, api, kubelet):
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    create(api, make_pod("c1", 2, idx=1))
+    k.admit("default", "c1")
+    k.restart(keep_checkpoint=True)
+    kubelet.wait_registered(RESOURCE, count=2)
+    create(api, make_pod("c2", 2, idx=2))
+    (_, _, r), = k.admit("default", "c2")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[2]
+
+
+# ---------------------------------------------------------------- env strategies
+
+def test_index_strategy_and_multi_gpu_pod(gpumem, api):
+    p, k = gpumem(args=["--device-id-strategy=index"])
+    create(api, make_pod("two", 8, idx="1,3"))
+    (_, _, r), = k.admit("default", "two")
+    e = envs(r)
+    assert e["NVIDIA_VISIBLE_DEVICES"] == "1,3"
+    assert e["ALIYUN_COM_GPU_MEM_IDX"] == "1,3"
+    assert e["ALIYUN_COM_GPU_MEM_POD"] == "8"
+
+
+def test_volume_mounts_and_cdi_strategies(gpumem, api, workdir):
+    p, k = gpumem(args=["--device-list-strategy=volume-mounts,cdi-annotations",
+                        "--cdi-spec-dir", os.path.join(workdir, "cdi")])
+    uuids = gpu_uuids(p)
+    create(api, make_pod("vm", 2, idx=2))
+    (_, _, r), = k.admit("default", "vm")
+    assert [m.container_path for m in r.mounts] == ["/var/run/nvidia-container-devices/" + uuids[2]]
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
+    (value,) = dict(r.annotations).values()
+    assert value == "k8s.device-plugin.nvidia.com/gpu=" + uuids[2]
+
+
+# ---------------------------------------------------------------- API faults
+
+def test_assigned_patch_conflict_and_500_are_retried(gpumem, api):
+    p, k = gpumem()
+    api.add_fault(method="PATCH", path="/pods/f1$", status=409, reason="Conflict", count=2)
+    api.add_fault(method="PATCH", path="/pods/f1$", status=500, count=1)
+    create(api, make_pod("f1", 2, idx=0))
+    k.admit("default", "f1")
+    wait_annotation(api, "f1", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true", timeout=10)
+    patches = [r for r in api.requests() if r["method"] == "PATCH" and r["path"].endswith("/pods/f1")]
+    assert [r["status"] for r in patches] == [409, 409, 500, 200]
+
+
+def test_slow_api_does_not_delay_allocate(gpumem, api):
+    """The ASSIGNED patch never gets an answer (the client's 10 s timeout): the replies, which
+    the kubelet model waits for with a 5 s deadline, must not depend on it."""
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    api.add_fault(method="PATCH", path="/pods/", action="stall", delay_ms=0, count=-1)
+    create(api, make_pod("s1", 2, idx=0), make_pod("s2", 2, idx=1))
+    (_, _, r1), = k.admit("default", "s1")
+    (_, _, r2), = k.admit("default", "s2")
+    assert [envs(r)["NVIDIA_VISIBLE_DEVICES"] for r in (r1, r2)] == uuids[:2]
+    api.clear_faults()
+
+
+def test_dropped_watch_is_resumed(gpumem, api):
+    p, k = gpumem()
+    uuids = gpu_uuids(p)
+    api.drop_watches()
+    create(api, make_pod("after-drop", 5, idx=2))
+    (_, _, r), = k.admit("default", "after-drop")
+    assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[2]
