@@ -28,7 +28,9 @@ VALGRIND  ?= valgrind --error-exitcode=99 --leak-check=full \
 VALGRIND_SCALE ?= 10
 PYTEST     = $(PYTHON) -m pytest -q -p no:cacheprovider
 IT         = test/integration
-# A representative subset: valgrind makes the daemon 10-20x slower.
+# A representative subset: valgrind makes the daemon 10-20x slower. Every
+# program runs under it: the fixtures put GP_PLUGIN_WRAPPER in front of the
+# plugin, the extender, gpupool-sim, kubectl-gpupool and the kube test client.
 VALGRIND_TESTS ?= \
   $(IT)/test_registration.py \
   $(IT)/test_allocate.py::test_envvar_uuid $(IT)/test_allocate.py::test_several_strategies \
@@ -49,7 +51,31 @@ VALGRIND_TESTS ?= \
   $(IT)/test_lifecycle.py::test_sighup_restarts $(IT)/test_lifecycle.py::test_kubelet_restart \
   $(IT)/test_lifecycle.py::test_plugin_socket_deleted \
   $(IT)/test_mig.py::test_mixed_allocate_and_preferred \
-  $(IT)/test_mig.py::test_mixed_pass_device_specs_mig_caps
+  $(IT)/test_mig.py::test_mixed_pass_device_specs_mig_caps \
+  $(IT)/test_cdi.py::test_spec_written_with_cdi_cri $(IT)/test_cdi.py::test_spec_dir_unwritable_fails_start \
+  $(IT)/test_reload.py::test_config_that_does_not_apply_keeps_serving \
+  $(IT)/test_reload.py::test_cdi_spec_unwritable_keeps_serving \
+  $(IT)/test_reload.py::test_gpu_lost_before_sighup \
+  $(IT)/test_gpumem.py::test_units_per_gpu_and_node_publishing \
+  $(IT)/test_gpumem.py::test_multi_container_pod_one_allocate_per_container \
+  $(IT)/test_gpumem.py::test_plugin_restart_between_bind_and_allocate \
+  $(IT)/test_kube_client.py::test_get_object_and_not_found_status \
+  $(IT)/test_kube_client.py::test_malformed_json_is_an_error_not_a_crash \
+  $(IT)/test_kube_client.py::test_paginated_list_keeps_one_page_in_memory \
+  $(IT)/test_kube_client.py::test_watch_events_split_across_chunks \
+  $(IT)/test_kube_client.py::test_reflector_relists_on_410 \
+  $(IT)/test_kube_client.py::test_https_bearer_token \
+  $(IT)/test_kube_client.py::test_bad_kubeconfig_is_reported \
+  $(IT)/test_extender.py::test_filter_both_modes_and_gpushare_paths \
+  $(IT)/test_extender.py::test_bind_writes_annotations_then_binding \
+  $(IT)/test_extender.py::test_failed_binding_rolls_back \
+  $(IT)/test_extender.py::test_malformed_bodies_get_4xx_json_error \
+  $(IT)/test_extender.py::test_bad_flags_are_refused \
+  $(IT)/test_sim.py::test_json_lines_contract $(IT)/test_sim.py::test_bad_csv \
+  $(IT)/test_sim.py::test_bad_flags \
+  $(IT)/test_cli.py::test_gpushare_summary_byte_exact $(IT)/test_cli.py::test_gpupool_json \
+  $(IT)/test_cli.py::test_pagination_and_no_per_node_requests \
+  $(IT)/test_cli.py::test_bad_kubeconfig $(IT)/test_cli.py::test_usage_errors
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
         asan-integration-test valgrind-test e2e image bench clean

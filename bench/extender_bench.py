@@ -23,9 +23,12 @@ For each cluster size N (ascending; the cluster only grows):
      connection (latency) and then 4 connections (throughput). CPU per
      request = (utime+stime of the extender, /proc/PID/stat) / requests.
   4. bind: --binds pending pods through POST <prefix>/bind on 4 keep-alive
-     connections, each to a node that has room; binds/s = pods / (time from
+     connections, each to a node that has room (one pod per node, round
+     robin, as concurrent binds of kube-scheduler spread); binds/s = pods / (time from
      the first request until a LIST shows every one of them bound).
-  5. VmRSS and VmHWM "after load"; stop the extender (SIGTERM).
+  5. the API server's own ceiling for that: the same GET + PATCH + Binding
+     POST per pod, made by this script on 4 connections.
+  6. VmRSS and VmHWM "after load"; stop the extender (SIGTERM).
 
 Prints Markdown on stdout, progress on stderr. Exit status 1 when a step
 fails (an extender answer with an Error, a non-200 status, a pod not bound).
@@ -228,16 +231,23 @@ class Cluster:
         return {"nodes_s": t_nodes, "pods_s": t_pods, "new_nodes": len(new), "new_pods": len(jobs)}
 
     def room_for(self, gib, count):
-        """`count` node names (repeats allowed) each with one GPU that has `gib` free, reserving it."""
+        """`count` node names, one pod per node per round (kube-scheduler spreads
+        concurrent binds over nodes), each with a GPU that has `gib` free; reserves it."""
         out = []
-        for nm in self.nodes:
-            for g in range(GPUS_PER_NODE):
-                while self.used[nm][g] + gib <= GIB_PER_GPU and len(out) < count:
-                    self.used[nm][g] += gib
-                    out.append(nm)
+        while len(out) < count:
+            before = len(out)
+            for nm in self.nodes:
+                used = self.used[nm]
+                g = next((g for g in range(GPUS_PER_NODE) if used[g] + gib <= GIB_PER_GPU), None)
+                if g is None:
+                    continue
+                used[g] += gib
+                out.append(nm)
                 if len(out) == count:
                     return out
-        raise BenchError(f"no room for {count} pods of {gib} GiB")
+            if len(out) == before:
+                raise BenchError(f"no room for {count} pods of {gib} GiB")
+        return out
 
 
 # --- the extender process -----------------------------------------------------------
@@ -391,13 +401,23 @@ def drive_wrk(port, path, body_file, duration, conns):
     raise BenchError(f"wrk printed no result (status {out.returncode}): {out.stdout[-500:]} {out.stderr[-500:]}")
 
 
-def load(ext, client, verb, path, body, body_file, duration, conns):
+def load(ext, client, verb, path, body, body_file, duration, conns, perf_out=None):
+    perf = None
+    if perf_out:
+        # Profile the extender during this series only (perf report -i perf_out).
+        perf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "2000", "-p", str(ext.pid),
+                                 "-o", perf_out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
     c0 = proc_cpu_ticks(ext.pid)
     if client == "wrk":
         r = drive_wrk(ext.port, path, body_file, duration, conns)
     else:
         r = drive_python(ext.port, path, body, duration, conns)
     c1 = proc_cpu_ticks(ext.pid)
+    if perf is not None:
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
+        log(f"perf profile of {verb}: perf report -i {perf_out}")
     if r["errors"]:
         raise BenchError(f"{verb}: {r['errors']} of {r['requests']} requests failed")
     if ext.proc.poll() is not None:
@@ -481,6 +501,38 @@ def bench_binds(api, cluster, ext, prefix, count, gib=4, conns=4):
     return {"binds": count, "answered_s": t_answered, "bound_s": t_bound, "binds_per_s": count / t_bound}
 
 
+def bench_api_ceiling(api, cluster, count, gib=4, conns=4):
+    """What a bind costs the API server alone: the extender's three calls (GET
+    the pod, PATCH the annotations, POST the Binding) made by this script on
+    `conns` keep-alive connections. Binds/s of the extender above this ceiling
+    are impossible; close to it means the extender adds little."""
+    names = [f"ceil-{len(cluster.nodes)}-{i:04d}" for i in range(count)]
+    parallel(api, [lambda a, nm=nm: a.must("POST", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                           pod_object(nm, gib, role="ceiling")) for nm in names])
+    targets = dict(zip(names, cluster.room_for(gib, count)))
+
+    def one(a, nm):
+        base = f"/api/v1/namespaces/{NAMESPACE}/pods/{nm}"
+        pod = a.must("GET", base)
+        status, payload = a.request("PATCH", base, {"metadata": {"annotations": {
+            "ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": str(gib),
+            "ALIYUN_COM_GPU_MEM_DEV": str(GIB_PER_GPU), "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
+            "ALIYUN_COM_GPU_MEM_ASSUME_TIME": str(time.time_ns())}}},
+            ctype="application/strategic-merge-patch+json")
+        if status != 200:
+            raise BenchError(f"ceiling PATCH {nm}: HTTP {status}: {payload[:200]!r}")
+        a.must("POST", base + "/binding", {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": nm, "namespace": NAMESPACE, "uid": pod["metadata"]["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": targets[nm]}})
+
+    t0 = time.monotonic()
+    parallel(api, [lambda a, nm=nm: one(a, nm) for nm in names], threads=conns)
+    t = time.monotonic() - t0
+    log(f"API ceiling: {count} GET+PATCH+Binding by the driver in {t:.2f}s -> {count / t:.0f}/s")
+    return count / t
+
+
 # --- main ----------------------------------------------------------------------------
 
 def run_size(args, api, cluster, n):
@@ -501,10 +553,12 @@ def run_size(args, api, cluster, n):
         for verb in ("filter", "prioritize"):
             path = f"{args.prefix}/{verb}"
             row[verb + "_check"] = check_answer(verb, *post_once(args.port, path, body), n)
-            row[verb] = load(ext, args.client, verb, path, body, body_file, args.duration, 1)
+            perf_out = os.path.join(args.log_dir, f"perf-{n}-{verb}.data") if args.perf else None
+            row[verb] = load(ext, args.client, verb, path, body, body_file, args.duration, 1, perf_out)
         row["filter_4"] = load(ext, args.client, "filter", f"{args.prefix}/filter", body, body_file,
                                args.duration, 4)
         row["bind"] = bench_binds(api, cluster, ext, args.prefix, args.binds)
+        row["ceiling"] = bench_api_ceiling(api, cluster, args.binds)
         row["rss_load_kib"] = proc_status_kib(ext.pid, "VmRSS")
         row["hwm_kib"] = proc_status_kib(ext.pid, "VmHWM")
         row["threads"] = proc_status_kib(ext.pid, "Threads")
@@ -543,6 +597,7 @@ def report(rows, args):
     line("**binds/s** (4 conns, until the API shows them bound)",
          lambda r: f"{r['bind']['binds_per_s']:.0f} ({r['bind']['binds']} in {r['bind']['bound_s']:.2f} s)",
          "≥ 100")
+    line("API server alone: GET+PATCH+Binding/s (driver, 4 conns)", lambda r: f"{r['ceiling']:.0f}")
     line("**VmRSS after sync**", lambda r: f"{mib(r['rss_sync_kib'])} MiB", "≤ 16 MiB at 5,000")
     line("VmRSS after load / VmHWM", lambda r: f"{mib(r['rss_load_kib'])} / {mib(r['hwm_kib'])} MiB")
     line("threads", lambda r: str(r["threads"]))
@@ -573,6 +628,8 @@ def main():
     ap.add_argument("--client", choices=("wrk", "python"), default="wrk")
     ap.add_argument("--log-dir", default=".")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--perf", action="store_true",
+                    help="perf record the extender during the 1-connection filter/prioritize series")
     args = ap.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     api = Api(args.server, args.token)

@@ -14,7 +14,8 @@
 # Environment: EXTENDER_BIN (default BUILD_DIR/bin/gpupool-scheduler-extender),
 # SIZES (default 1000,5000), DURATION (s per series, default 10), BINDS (300),
 # BENCH_CLIENT (wrk or python; default wrk when installed), EXTENDER_PREFIX
-# (default /gpupool-scheduler), EXTENDER_PORT (39998), K8S_CACHE.
+# (default /gpupool-scheduler), EXTENDER_PORT (39998), K8S_CACHE, PERF=1 (perf record
+# the extender during the 1-connection series: <logs>/perf-<nodes>-<verb>.data).
 # Logs (etcd, apiserver, extender per size): /var/tmp/gpupool-bench/logs/<UTC time>/.
 set -euo pipefail
 
@@ -129,4 +130,5 @@ echo
 "$PYTHON" "$SRC/bench/extender_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
   --kubeconfig "$KUBECONFIG" --extender "$EXTENDER_BIN" --port "$EXTENDER_PORT" \
   --prefix "${EXTENDER_PREFIX:-/gpupool-scheduler}" --sizes "${SIZES:-1000,5000}" \
-  --duration "${DURATION:-10}" --binds "${BINDS:-300}" --client "$BENCH_CLIENT" --log-dir "$E2E_LOGS"
+  --duration "${DURATION:-10}" --binds "${BINDS:-300}" --client "$BENCH_CLIENT" --log-dir "$E2E_LOGS" \
+  ${PERF:+--perf}

@@ -14,11 +14,13 @@ build_pkgs=(
   libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev
   libcmocka-dev valgrind
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-pytest python3-yaml
+  python3-prometheus-client
 )
 e2e_pkgs=(
   golang-go rsync containerd runc etcd-server containernetworking-plugins
   busybox-static openssl iptables iproute2 curl dpkg-dev
   golang-github-modern-go-reflect2-dev wrk
+  chromium  # headless check of the extender's /ui (test/integration/test_extender_ui.py)
 )
 # OCI images without a Docker daemon: a Debian rootfs (mmdebstrap) packed by umoci.
 image_pkgs=(mmdebstrap umoci)

@@ -17,25 +17,13 @@
 
 #include <jansson.h>
 
+#include "errmsg.h"
 #include "yamlcfg.h"
 
 #define WHY_LEN 256
 /* set_value() reports a bad item of a list as "<item>\x1f<why>", so that
  * the message names the item rather than the whole comma-joined value. */
 #define ITEM_SEP '\x1f'
-
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (errlen == 0)
-        return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static void append_text(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -254,9 +242,9 @@ static int set_enum_set(const struct option_spec *o, unsigned *field, const char
             char w[WHY_LEN];
             want_values(o->values, w, sizeof w);
             if (v != NULL)
-                return errf(why, whylen, "%.*s%c%s (%s)", (int)len, p, ITEM_SEP,
+                return gp_errf(why, whylen, "%.*s%c%s (%s)", (int)len, p, ITEM_SEP,
                             v->unsupported, w);
-            return errf(why, whylen, "%.*s%c%s", (int)len, p, ITEM_SEP, w);
+            return gp_errf(why, whylen, "%.*s%c%s", (int)len, p, ITEM_SEP, w);
         }
         bits |= (unsigned)v->value;
         if (p[len] == '\0')
@@ -276,8 +264,8 @@ static int set_int(const struct option_spec *o, int *field, const char *text, ch
         return 0;
     }
     if (max == INT_MAX)
-        return errf(why, whylen, "want an integer >= %ld", o->min);
-    return errf(why, whylen, "want an integer from %ld to %ld", o->min, max);
+        return gp_errf(why, whylen, "want an integer >= %ld", o->min);
+    return gp_errf(why, whylen, "want an integer from %ld to %ld", o->min, max);
 }
 
 static int set_enum(const struct option_spec *o, int *field, const char *text, char *why,
@@ -287,9 +275,9 @@ static int set_enum(const struct option_spec *o, int *field, const char *text, c
     char w[WHY_LEN];
     want_values(o->values, w, sizeof w);
     if (v == NULL)
-        return errf(why, whylen, "%s", w);
+        return gp_errf(why, whylen, "%s", w);
     if (v->unsupported != NULL)
-        return errf(why, whylen, "%s (%s)", v->unsupported, w);
+        return gp_errf(why, whylen, "%s (%s)", v->unsupported, w);
     *field = v->value;
     return 0;
 }
@@ -306,20 +294,20 @@ static int set_value(const struct option_spec *o, void *obj, const char *text, b
     case OPT_STRING:
     case OPT_STRLIST:
         if (set_string(field, text, o->type == OPT_STRLIST && append) != 0)
-            rc = errf(why, whylen, "out of memory");
+            rc = gp_errf(why, whylen, "out of memory");
         if (o->offset == OPTION_NO_FIELD)
             free(tmp.s);
         break;
     case OPT_BOOL:
         if (options_parse_bool(text, field) != 0)
-            rc = errf(why, whylen, "want true or false");
+            rc = gp_errf(why, whylen, "want true or false");
         break;
     case OPT_INT:
         rc = set_int(o, field, text, why, whylen);
         break;
     case OPT_DURATION:
         if (options_parse_duration_ms(text, &ms) != 0 || ms < o->min)
-            rc = errf(why, whylen, "want a duration such as 5s or 500ms%s",
+            rc = gp_errf(why, whylen, "want a duration such as 5s or 500ms%s",
                       o->min > 0 ? " (at least 1ms)" : "");
         else
             *(int *)field = ms;
@@ -359,10 +347,10 @@ static void value_error(char *err, size_t errlen, const char *prefix, const char
 {
     const char *sep = strchr(why, ITEM_SEP);
     if (sep != NULL)
-        errf(err, errlen, "%sinvalid value \"%.*s\" for %s: %s", prefix, (int)(sep - why), why,
+        gp_errf(err, errlen, "%sinvalid value \"%.*s\" for %s: %s", prefix, (int)(sep - why), why,
              what, sep + 1);
     else
-        errf(err, errlen, "%sinvalid value \"%s\" for %s: %s", prefix, text, what, why);
+        gp_errf(err, errlen, "%sinvalid value \"%s\" for %s: %s", prefix, text, what, why);
 }
 
 static int set_from_cli(const struct option_spec *o, void *obj, const char *text, bool append,
@@ -403,7 +391,7 @@ int options_defaults(const struct options_table *t, void *obj, char *err, size_t
         if (o->def == NULL || o->offset == OPTION_NO_FIELD || is_action(o))
             continue;
         if (set_value(o, obj, o->def, false, why, sizeof why) != 0)
-            return errf(err, errlen, "default of %s: %s", o->flag ? o->flag : o->path, why);
+            return gp_errf(err, errlen, "default of %s: %s", o->flag ? o->flag : o->path, why);
     }
     return 0;
 }
@@ -489,14 +477,14 @@ static int scan_flag(const struct options_table *t, int argc, char **argv, int *
     const char *value = eq ? eq + 1 : NULL;
     if (is_action(o)) {
         if (value != NULL)
-            return errf(err, errlen, "flag takes no value: %.*s", (int)(eq - arg), arg);
+            return gp_errf(err, errlen, "flag takes no value: %.*s", (int)(eq - arg), arg);
         if (cl->action != OPT_HELP) /* --help wins over --version */
             cl->action = o->type;
         return 0;
     }
     if (value == NULL && takes_value(o)) {
         if (*i + 1 >= argc)
-            return errf(err, errlen, "flag needs an argument: %s", arg);
+            return gp_errf(err, errlen, "flag needs an argument: %s", arg);
         value = argv[++*i];
     }
     cl->uses[cl->count++] = (struct flag_use){o, value ? value : "true"};
@@ -515,7 +503,7 @@ static int scan_argv(const struct options_table *t, int argc, char **argv, struc
         if (strcmp(arg, "--") == 0 || arg[0] != '-' || arg[1] == '\0') {
             int at = strcmp(arg, "--") == 0 ? i + 1 : i;
             if (at < argc)
-                return errf(err, errlen, "unexpected argument \"%s\": %s takes no arguments",
+                return gp_errf(err, errlen, "unexpected argument \"%s\": %s takes no arguments",
                             argv[at], t->program);
             break;
         }
@@ -524,7 +512,7 @@ static int scan_argv(const struct options_table *t, int argc, char **argv, struc
             return -1;
     }
     if (n_unknown > 0)
-        return errf(err, errlen, "unknown flag%s: %s (see --help)", n_unknown > 1 ? "s" : "",
+        return gp_errf(err, errlen, "unknown flag%s: %s (see --help)", n_unknown > 1 ? "s" : "",
                     unknown);
     return 0;
 }
@@ -536,7 +524,7 @@ static int apply_uses(const struct options_table *t, void *obj, const struct cmd
 {
     bool *seen = calloc(t->count ? t->count : 1, sizeof *seen);
     if (seen == NULL)
-        return errf(err, errlen, "out of memory");
+        return gp_errf(err, errlen, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < cl->count && rc == 0; i++) {
         size_t idx = (size_t)(cl->uses[i].o - t->specs);
@@ -560,7 +548,7 @@ static int cmdline_scan(const struct options_table *t, int argc, char **argv,
 {
     cl->uses = calloc(argc > 0 ? (size_t)argc : 1, sizeof *cl->uses);
     if (cl->uses == NULL)
-        return errf(err, errlen, "out of memory");
+        return gp_errf(err, errlen, "out of memory");
     return scan_argv(t, argc, argv, cl, err, errlen);
 }
 
@@ -594,14 +582,9 @@ struct file_walk {
 int options_file_error(const struct options_file *f, const struct ycfg_node *n, const char *fmt,
                        ...)
 {
-    if (f->errlen == 0)
-        return -1;
-    int used = snprintf(f->err, f->errlen, "%s:%d: ", f->path, ycfg_line(n));
-    if (used < 0 || (size_t)used >= f->errlen)
-        return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->err + used, f->errlen - (size_t)used, fmt, ap);
+    gp_verrf_at(f->err, f->errlen, f->path, (unsigned long)ycfg_line(n), fmt, ap);
     va_end(ap);
     return -1;
 }

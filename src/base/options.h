@@ -183,7 +183,7 @@ void options_free(const struct options_table *t, void *obj);
  * paths; `into` (may be NULL) receives them, so a caller can pre-create
  * its key order and add sections of its own. Returns `into` (or a new
  * object), NULL on allocation failure. */
-struct json_t *options_to_json(const struct options_table *t, const void *obj,
+GP_MUST_USE struct json_t *options_to_json(const struct options_table *t, const void *obj,
                                struct json_t *into);
 
 /* --help text generated from the table. */

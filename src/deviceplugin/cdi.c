@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "allocate.h"
+#include "errmsg.h"
 #include "log.h"
 
 #define PATH_LEN 4096
@@ -48,17 +49,6 @@ struct spec_builder {
     json_t *links;           /* create-symlinks hook arguments */
     json_t *ldcache_dirs;    /* update-ldcache folders */
 };
-
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* root + path without a doubled slash; "/" + "/dev/x" = "/dev/x". A path
  * too long for the buffer becomes "" (which exists nowhere). */
@@ -321,10 +311,10 @@ static int write_atomically(const char *dir, json_t *spec, char *err, size_t err
     snprintf(path, sizeof path, "%s/%s", dir, CDI_SPEC_FILE);
     snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, CDI_SPEC_FILE);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return errf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        return gp_errf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
     int fd = mkstemp(tmp);
     if (fd < 0)
-        return errf(err, errlen, "cannot create a file in %s: %s", dir, strerror(errno));
+        return gp_errf(err, errlen, "cannot create a file in %s: %s", dir, strerror(errno));
     int rc = json_dumpfd(spec, fd, JSON_INDENT(2)) == 0 && write(fd, "\n", 1) == 1 &&
                      fchmod(fd, 0644) == 0 && fsync(fd) == 0
                  ? 0
@@ -340,7 +330,7 @@ static int write_atomically(const char *dir, json_t *spec, char *err, size_t err
     }
     if (rc != 0) {
         unlink(tmp);
-        return errf(err, errlen, "cannot write %s: %s", path, strerror(saved));
+        return gp_errf(err, errlen, "cannot write %s: %s", path, strerror(saved));
     }
     log_info("Wrote CDI spec %s", path);
     return 0;
@@ -369,7 +359,7 @@ int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,
     if (spec != NULL)
         rc = write_atomically(cfg->cdi_spec_dir, spec, err, errlen);
     else
-        errf(err, errlen, "out of memory building the CDI spec");
+        gp_errf(err, errlen, "out of memory building the CDI spec");
 out:
     json_decref(spec);
     json_decref(edits);

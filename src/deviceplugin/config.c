@@ -25,7 +25,9 @@
 #include <jansson.h>
 
 #include "config_file.h"
+#include "errmsg.h"
 #include "log.h"
+#include "metrics.h"
 #include "options.h"
 
 #ifndef GP_VERSION
@@ -295,6 +297,14 @@ static const struct option_spec specs[] = {
      .min = 1,
      .help = "gpu-mem mode: how long one Allocate waits for its pod to become certain "
              "(watch lag, a rejected pod's status) before it fails"},
+    {.flag = "metrics-addr", .env = {"GP_METRICS_ADDR"}, .path = "flags.metricsAddr",
+     .flags = IN_FILE, .type = OPT_STRING, .offset = FIELD(metrics_addr), .def = "",
+     .help = "gpupool: serve Prometheus metrics on HOST:PORT (GET /metrics; [::1]:PORT for "
+             "IPv6, :PORT for all interfaces); empty = off (see docs/metrics.md)"},
+    {.flag = "node-labels", .env = {"GP_NODE_LABELS"}, .path = "flags.nodeLabels",
+     .flags = IN_FILE, .type = OPT_BOOL, .offset = FIELD(node_labels), .def = "false",
+     .help = "gpupool: label this node as NVIDIA's gpu-feature-discovery does "
+             "(nvidia.com/gpu.product, ...); needs --node-name and API access"},
     {.flag = "v", .path = "gpupool.verbosity", .type = OPT_INT, .offset = FIELD(verbosity),
      .def = "0", .help = "log verbosity (klog -v)"},
     {.env = {"DP_DISABLE_HEALTHCHECKS"}, .path = "gpupool.disableHealthchecks",
@@ -333,29 +343,18 @@ static const struct options_table table = {
 /* ------------------------------------------------------------------ */
 /* Load / free.                                                        */
 
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* Derived values and refusals, once every source has been applied. */
 static int finish(struct gp_config *cfg, char *err, size_t errlen)
 {
     if (cfg->nvidia_dev_root == NULL || cfg->nvidia_dev_root[0] == '\0') {
         char *v = strdup(cfg->nvidia_driver_root ? cfg->nvidia_driver_root : "/");
         if (v == NULL)
-            return errf(err, errlen, "out of memory");
+            return gp_errf(err, errlen, "out of memory");
         free(cfg->nvidia_dev_root);
         cfg->nvidia_dev_root = v;
     }
     if (cfg->device_list_strategy == 0)
-        return errf(err, errlen, "--device-list-strategy (DEVICE_LIST_STRATEGY): want at "
+        return gp_errf(err, errlen, "--device-list-strategy (DEVICE_LIST_STRATEGY): want at "
                                  "least one strategy");
     /* NVIDIA uses mpsRoot only to run MPS, which gpupool refuses: a root
      * chosen on purpose would be silently unused, so it is an error. NVIDIA's
@@ -363,10 +362,21 @@ static int finish(struct gp_config *cfg, char *err, size_t errlen)
      * that one value means "unset" here too. */
     if (cfg->mps_root != NULL && cfg->mps_root[0] != '\0' &&
         strcmp(cfg->mps_root, CONFIG_HELM_MPS_ROOT) != 0)
-        return errf(err, errlen,
+        return gp_errf(err, errlen,
                     "invalid value \"%s\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
                     "sharing is not supported by gpupool; leave the MPS root unset",
                     cfg->mps_root);
+    if (cfg->metrics_addr != NULL && cfg->metrics_addr[0] != '\0') {
+        char host[256], why[256];
+        unsigned port;
+        if (metrics_parse_addr(cfg->metrics_addr, host, sizeof host, &port, why, sizeof why) != 0)
+            return gp_errf(err, errlen, "--metrics-addr (GP_METRICS_ADDR, flags.metricsAddr): %s",
+                        why);
+    }
+    if (cfg->node_labels && (cfg->node_name == NULL || cfg->node_name[0] == '\0'))
+        return gp_errf(err, errlen, "--node-labels (GP_NODE_LABELS, flags.nodeLabels) needs this "
+                                 "node's name: set --node-name or NODE_NAME (downward API "
+                                 "spec.nodeName)");
     return 0;
 }
 
@@ -407,7 +417,7 @@ int config_check_host(struct gp_config *cfg, char *err, size_t errlen)
     if (stat(path, &st) == 0)
         return 0;
     if (cfg->imex_required)
-        return errf(err, errlen,
+        return gp_errf(err, errlen,
                     "IMEX channel 0 is required (--imex-required, imex.required) but %s does "
                     "not exist: %s; create the channel on the host (IMEX daemon / "
                     "nvidia-modprobe) or check --dev-root",

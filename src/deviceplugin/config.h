@@ -124,6 +124,10 @@ struct gp_config {
     char *state_dir;                /* gpu-mem allocation ledger directory */
     int allocate_wait_ms;           /* longest wait of one gpu-mem Allocate for its pod */
 
+    /* Observability (metrics.h, nodelabels.h) */
+    char *metrics_addr;             /* --metrics-addr HOST:PORT; "" = no metrics server */
+    bool node_labels;               /* --node-labels: write GFD-compatible node labels */
+
     /* gpupool's own health knobs (flags / env / flags.health.* in the file) */
     int health_recovery_probes;     /* consecutive good probes to recover, default 3; 0 = never recover */
     int health_probe_interval_ms;   /* default 5000 */
@@ -153,13 +157,13 @@ enum config_result {
 
 /* Builds the configuration from defaults, the file named by --config-file /
  * CONFIG_FILE, the environment (envp, NULL-terminated, as main's) and argv. */
-enum config_result config_load(struct gp_config *cfg, int argc, char **argv, char **envp,
+GP_MUST_USE enum config_result config_load(struct gp_config *cfg, int argc, char **argv, char **envp,
                                char *err, size_t errlen);
 void config_free(struct gp_config *cfg);
 
 /* The merged configuration as a JSON document (NVIDIA's shape: version,
  * flags, resources, sharing), malloc'd; NULL on allocation failure. */
-char *config_to_json(const struct gp_config *cfg);
+GP_MUST_USE char *config_to_json(const struct gp_config *cfg);
 
 /* Usage text for --help, generated from the option table. */
 void config_print_usage(FILE *out);

@@ -22,6 +22,8 @@
 #include "gpumem_service.h"
 #include "health.h"
 #include "log.h"
+#include "metrics.h"
+#include "nodelabels.h"
 #include "nvml.h"
 #include "plugin.h"
 #include "rpc.h"
@@ -49,6 +51,8 @@ struct daemon {
     struct rpc_runtime *rpc;
     struct rpc_client *kubelet;   /* pre-connected for the first registration, then NULL */
     struct health_monitor *health;
+    struct plugin_metrics *metrics;  /* --metrics-addr; NULL = off; lives across reloads */
+    struct node_labeler *labeler;    /* --node-labels; NULL = off */
     char socket_dir[PATH_MAX];
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
     int signal_fd, inotify_fd, timer_fd;
@@ -159,6 +163,7 @@ static void register_one(struct daemon *d, size_t i)
         return;
     }
     int rc = register_with_kubelet(d, &req, err, sizeof err);
+    metrics_count_registration(d->metrics, res->name, rc == 0);
     if (rc == 0) {
         d->retry_ms = DAEMON_RETRY_MIN_MS;
         clock_gettime(CLOCK_REALTIME, &d->registered_at[i]);
@@ -242,6 +247,10 @@ static int restart_servers(struct daemon *d, const char *why)
 
 static void teardown(struct daemon *d)
 {
+    /* Scrapes stop reading the node and NVML before they are freed. */
+    metrics_attach(d->metrics, NULL, NULL, NULL);
+    nodelabels_stop(d->labeler);
+    d->labeler = NULL;
     health_monitor_stop(d->health);
     d->health = NULL;
     stop_servers(d);
@@ -289,26 +298,31 @@ static void log_inventory(const struct gpu_inventory *inv)
     }
 }
 
-/* Serves d->inv under d->cfg: resources, health monitoring, servers. */
+enum build_result { BUILD_OK = 0, BUILD_DOES_NOT_APPLY = -1, BUILD_NO_CDI_SPEC = -2 };
+
+/* The resources of inv under cfg, and their CDI spec when a cdi-*
+ * strategy asks for one: everything that can fail on a configuration that
+ * parses, so that a reload finds out before it stops the running state.
+ * On failure err says why and the node is left unbuilt. */
+static enum build_result build_node(const struct gp_config *cfg, const struct gpu_inventory *inv,
+                                    struct plugin_node *node, char *err, size_t errlen)
+{
+    if (plugin_node_init(node, cfg, inv, err, errlen) != 0)
+        return BUILD_DOES_NOT_APPLY;
+    if (config_uses_cdi(cfg) && cdi_write_spec(cfg, inv, &node->resources, err, errlen) != 0) {
+        plugin_node_free(node);
+        return BUILD_NO_CDI_SPEC;
+    }
+    return BUILD_OK;
+}
+
+/* Serves d->node (built from d->inv under d->cfg): health monitoring,
+ * servers. No node means no GPUs. */
 static enum setup_result serve(struct daemon *d)
 {
     char err[DAEMON_ERR_LEN];
 
-    if (d->inv.count == 0) {
-        log_info("No devices found. Waiting indefinitely.");
-        return SETUP_IDLE;
-    }
-    if (plugin_node_init(&d->node, &d->cfg, &d->inv, err, sizeof err) != 0) {
-        log_error("Invalid configuration for this node: %s", err);
-        return SETUP_FATAL;
-    }
-    d->have_node = true;
-    if (config_uses_cdi(&d->cfg) &&
-        cdi_write_spec(&d->cfg, &d->inv, &d->node.resources, err, sizeof err) != 0) {
-        log_error("Failed to write the CDI spec (--device-list-strategy cdi-*): %s", err);
-        return SETUP_FATAL;
-    }
-    if (d->node.resources.count == 0) {
+    if (!d->have_node || d->node.resources.count == 0) {
         log_info("No devices found. Waiting indefinitely.");
         return SETUP_IDLE;
     }
@@ -323,6 +337,13 @@ static enum setup_result serve(struct daemon *d)
         log_error("out of memory");
         return SETUP_FATAL;
     }
+    d->node.metrics = d->metrics;
+    metrics_attach(d->metrics, d->nvml, &d->inv, &d->node);
+    /* Labels are written on their own thread: the API server never
+     * delays the kubelet seeing the devices. */
+    if (d->cfg.node_labels &&
+        nodelabels_start(&d->cfg, &d->inv, &d->labeler, err, sizeof err) != 0)
+        log_error("Cannot write node labels (--node-labels): %s", err);
     /* Health first: an XID between registration and the event set's
      * creation would otherwise be lost. */
     if (health_monitor_start(d->nvml, &d->inv, &d->node, &d->cfg, &d->health, err,
@@ -348,6 +369,18 @@ static enum setup_result setup(struct daemon *d)
         return init_failure(d, "Failed to enumerate GPUs", err);
     d->have_inventory = true;
     log_inventory(&d->inv);
+    if (d->inv.count > 0) {
+        enum build_result built = build_node(&d->cfg, &d->inv, &d->node, err, sizeof err);
+        if (built != BUILD_OK) {
+            log_error("%s: %s",
+                      built == BUILD_NO_CDI_SPEC
+                          ? "Failed to write the CDI spec (--device-list-strategy cdi-*)"
+                          : "Invalid configuration for this node",
+                      err);
+            return SETUP_FATAL;
+        }
+        d->have_node = true;
+    }
     return serve(d);
 }
 
@@ -368,20 +401,26 @@ struct next_state {
     struct nvml *nvml;
     struct gpu_inventory inv;
     bool have_inventory;
+    struct plugin_node node;      /* built once, moved into the daemon */
+    bool have_node;
 };
 
 static void next_state_free(struct next_state *next)
 {
+    if (next->have_node)
+        plugin_node_free(&next->node);
     if (next->have_inventory)
         gpu_inventory_free(&next->inv);
     nvml_close(next->nvml);
     config_free(&next->cfg);
 }
 
-/* NVML, the inventory and a trial build of the resources, all for the new
+/* NVML, the inventory, the resources and the CDI spec, all for the new
  * configuration: anything that can make it unservable fails here, while
- * the running state is untouched. NVML is opened a second time (its init
- * is reference-counted) so that a changed driver root takes effect. */
+ * the running state is untouched (a failed spec write leaves the old spec
+ * in place: the write is atomic). The resources are built once, so their
+ * warnings are logged once per reload. NVML is opened a second time (its
+ * init is reference-counted) so that a changed driver root takes effect. */
 static int prepare_reload(struct next_state *next, const char **what, char *err, size_t errlen)
 {
     *what = "the new configuration does not apply to this host";
@@ -394,11 +433,16 @@ static int prepare_reload(struct next_state *next, const char **what, char *err,
     if (gpu_inventory_load(next->nvml, &next->inv, err, errlen) != 0)
         return -1;
     next->have_inventory = true;
-    *what = "the new configuration does not apply to this node";
-    struct plugin_node trial;
-    if (plugin_node_init(&trial, &next->cfg, &next->inv, err, errlen) != 0)
+    if (next->inv.count == 0)
+        return 0;
+    enum build_result built = build_node(&next->cfg, &next->inv, &next->node, err, errlen);
+    if (built != BUILD_OK) {
+        *what = built == BUILD_NO_CDI_SPEC
+                    ? "cannot write the CDI spec (--device-list-strategy cdi-*)"
+                    : "the new configuration does not apply to this node";
         return -1;
-    plugin_node_free(&trial);
+    }
+    next->have_node = true;
     return 0;
 }
 
@@ -428,12 +472,20 @@ static enum setup_result reload(struct daemon *d)
         return running;
     }
     log_info("SIGHUP: the new state is valid; restarting with it");
+    if (strcmp(next.cfg.metrics_addr ? next.cfg.metrics_addr : "",
+               d->cfg.metrics_addr ? d->cfg.metrics_addr : "") != 0)
+        log_warn("SIGHUP: --metrics-addr changed; the metrics server keeps its address until "
+                 "the plugin restarts");
     teardown(d);
     config_free(&d->cfg);
     d->cfg = next.cfg;
     d->nvml = next.nvml;
     d->inv = next.inv;
     d->have_inventory = true;
+    if (next.have_node) {
+        plugin_node_move(&d->node, &next.node, &d->cfg, &d->inv);
+        d->have_node = true;
+    }
     log_set_verbosity(d->cfg.verbosity);
     resolve_socket_dir(d);
     log_config(&d->cfg);
@@ -648,6 +700,15 @@ int daemon_run(int argc, char **argv, char **envp)
         log_error("cannot start gRPC: %s", err);
         goto out;
     }
+    if (d.cfg.metrics_addr != NULL && d.cfg.metrics_addr[0] != '\0') {
+        if (metrics_start(d.cfg.metrics_addr, &d.metrics, err, sizeof err) != 0) {
+            fprintf(stderr, "gpupool-device-plugin: --metrics-addr: %s\n", err);
+            log_error("Cannot serve metrics (--metrics-addr): %s", err);
+            goto out;
+        }
+        log_info("Serving Prometheus metrics on http://%s/metrics",
+                 metrics_bound_address(d.metrics));
+    }
     preconnect_kubelet(&d);
     enum setup_result s = setup(&d);
     rpc_client_close(d.kubelet); /* later registrations use fresh channels */
@@ -659,6 +720,7 @@ int daemon_run(int argc, char **argv, char **envp)
         status = event_loop(&d);
 out:
     teardown(&d);
+    metrics_stop(d.metrics);
     rpc_runtime_stop(d.rpc);
     close_event_fds(&d);
     config_free(&d.cfg);

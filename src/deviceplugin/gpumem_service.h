@@ -41,7 +41,7 @@ void gpumem_service_stop(struct gpumem_service *s);
 /* An Allocate whose container request (one per call, as the kubelet sends)
  * holds `units` valid device IDs: parks the call and returns RPC_DEFERRED,
  * or answers at once with an error status and msg. */
-enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_call *call,
+GP_MUST_USE enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_call *call,
                                         size_t units, char *msg, size_t msglen);
 
 /* Device health changed: publish it for the extender. */

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 
 /* How long one EventSetWait (or pause) blocks: also the worst-case delay
  * of a stop. */
@@ -365,6 +366,7 @@ static void handle_event(struct health_monitor *m, const nvmlEventData_t *ev)
         return;
     }
     const struct gpu_device *g = &m->inv->gpus[gpu];
+    metrics_count_xid(m->node->metrics, g, xid);
     if (!health_xid_is_critical(&m->policy, xid)) {
         log_info("Skipping XID %llu on GPU %u (%s): application error, not a device failure",
                  xid, g->index, g->uuid);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "allocate.h"
 #include "api.pb-c.h"
@@ -11,6 +12,7 @@
 #include "gpumem.h"
 #include "gpumem_service.h"
 #include "log.h"
+#include "metrics.h"
 #include "preferred.h"
 
 /* ---- setup --------------------------------------------------------------- */
@@ -86,6 +88,28 @@ void plugin_node_free(struct plugin_node *node)
     pthread_mutex_destroy(&node->lock);
     pthread_mutex_destroy(&node->notify_lock);
     node->endpoints = NULL;
+}
+
+void plugin_node_move(struct plugin_node *to, struct plugin_node *from,
+                      const struct gp_config *cfg, const struct gpu_inventory *inv)
+{
+    /* Mutexes are not copied (POSIX leaves a copy undefined): the new home
+     * gets fresh ones, the old ones are destroyed. */
+    *to = (struct plugin_node){
+        .cfg = cfg,
+        .inv = inv,
+        .resources = from->resources,
+        .endpoints = from->endpoints,
+        .gpu_lost = from->gpu_lost,
+        .gpumem = from->gpumem,
+    };
+    for (size_t i = 0; i < to->resources.count; i++)
+        to->endpoints[i].node = to;
+    pthread_mutex_init(&to->lock, NULL);
+    pthread_mutex_init(&to->notify_lock, NULL);
+    pthread_mutex_destroy(&from->lock);
+    pthread_mutex_destroy(&from->notify_lock);
+    memset(from, 0, sizeof *from);
 }
 
 void plugin_node_attach_server(struct plugin_node *node, size_t resource, struct rpc_server *srv)
@@ -435,6 +459,27 @@ static enum rpc_status handle_pre_start(const uint8_t *req, size_t len, struct r
     return pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
 }
 
+/* Allocate, timed for the latency histogram when metrics are on. */
+static enum rpc_status timed_allocate(struct plugin_endpoint *ep, struct rpc_call *call,
+                                      const uint8_t *req, size_t len, struct rpc_buf *resp,
+                                      char *msg, size_t msglen)
+{
+    struct plugin_metrics *m = ep->node->metrics;
+    struct timespec t0, t1;
+    if (m != NULL)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    enum rpc_status st = ep->node->gpumem != NULL
+                             ? handle_gpumem_allocate(ep, call, req, len, msg, msglen)
+                             : handle_allocate(ep, req, len, resp, msg, msglen);
+    if (m != NULL) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        metrics_observe_allocate(m, endpoint_resource(ep)->name, seconds,
+                                 st == RPC_OK || st == RPC_DEFERRED);
+    }
+    return st;
+}
+
 /* Whole-GPU handlers answer at once; `call` is for rpc_call_defer(). */
 static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, enum rpc_method method,
                                     const uint8_t *req, size_t len, struct rpc_buf *resp,
@@ -445,9 +490,7 @@ static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, enum rpc_m
     case RPC_GET_DEVICE_PLUGIN_OPTIONS:
         return handle_options(ep, req, len, resp, msg, msglen);
     case RPC_ALLOCATE:
-        if (ep->node->gpumem != NULL)
-            return handle_gpumem_allocate(ep, call, req, len, msg, msglen);
-        return handle_allocate(ep, req, len, resp, msg, msglen);
+        return timed_allocate(ep, call, req, len, resp, msg, msglen);
     case RPC_GET_PREFERRED_ALLOCATION:
         return handle_preferred(ep, req, len, resp, msg, msglen);
     case RPC_PRE_START_CONTAINER:

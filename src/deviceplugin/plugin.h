@@ -45,12 +45,23 @@ struct plugin_node {
      * and health changes are published through it (gpumem_service.h).
      * Set by the daemon before serving; NULL in whole-GPU mode. */
     struct gpumem_service *gpumem;
+    /* --metrics-addr: Allocate latency and XID counters (metrics.h); set
+     * by the daemon before serving, NULL when metrics are off. */
+    struct plugin_metrics *metrics;
 };
 
 /* Builds the resources; -1 + err when the configuration cannot be served. */
 GP_MUST_USE int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
                      const struct gpu_inventory *inv, char *err, size_t errlen);
 void plugin_node_free(struct plugin_node *node);
+
+/* Moves a node built by plugin_node_init() (and not yet served: no server
+ * attached, no thread using it) into *to, borrowing cfg and inv instead:
+ * the daemon builds a reload's node next to the running one, then moves
+ * it into place with the configuration and inventory it was built from.
+ * *from is left empty (plugin_node_free() on it does nothing). */
+void plugin_node_move(struct plugin_node *to, struct plugin_node *from,
+                      const struct gp_config *cfg, const struct gpu_inventory *inv);
 
 /* Handlers for resource `resource`, ready for rpc_server_start(). */
 struct rpc_handlers plugin_node_handlers(struct plugin_node *node, size_t resource);

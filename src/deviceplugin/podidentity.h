@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "compiler.h"
+
 /* A container requesting aliyun.com/gpu-mem, in the kubelet's order. */
 struct gpumem_container {
     char *name;
@@ -79,7 +81,7 @@ struct identity_decision {
 };
 
 /* units: the number of device IDs in the container request. */
-enum identity_result identify_pod(const struct identity_source *src, const struct pr_list *list,
+GP_MUST_USE enum identity_result identify_pod(const struct identity_source *src, const struct pr_list *list,
                                   unsigned long long units, struct identity_decision *out);
 
 /* Allocate calls a pod gets from the kubelet: one per gpu-mem container. */

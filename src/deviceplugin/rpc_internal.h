@@ -22,6 +22,7 @@
 
 #include "rpc.h"
 #include "rpc_socket.h"
+#include "compiler.h"
 
 #define RPC_MSG_LEN 256
 
@@ -102,8 +103,8 @@ gpr_timespec rpc_deadline_after_ms(int timeout_ms);
 const char *rpc_status_name(int status);
 /* A byte buffer that owns `data` (freed by the core when the buffer dies;
  * freed at once when len is 0). The core aborts when out of memory. */
-grpc_byte_buffer *rpc_buffer_take(uint8_t *data, size_t len);
-grpc_byte_buffer *rpc_buffer_copy(const uint8_t *data, size_t len);
+GP_MUST_USE grpc_byte_buffer *rpc_buffer_take(uint8_t *data, size_t len);
+GP_MUST_USE grpc_byte_buffer *rpc_buffer_copy(const uint8_t *data, size_t len);
 /* Flatten a received buffer into one owned slice (decompressing if needed). */
 GP_MUST_USE int rpc_buffer_flatten(grpc_byte_buffer *bb, grpc_slice *out);
 /* Received buffer -> malloc'd rpc_buf (data non-NULL even for 0 bytes). */

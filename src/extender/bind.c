@@ -62,7 +62,7 @@ static int fetch_pod(const struct bind_api *api, const struct binding_args *args
 }
 
 /* Steps 2-4 once the charge is in place. */
-static int annotate_and_bind(struct cache *cache, const struct bind_api *api,
+static enum bind_result annotate_and_bind(struct cache *cache, const struct bind_api *api,
                              const struct binding_args *args, const char *uid,
                              struct cache_pod *handle, const struct cache_assumption *as,
                              char *err, size_t errlen)
@@ -77,7 +77,7 @@ static int annotate_and_bind(struct cache *cache, const struct bind_api *api,
             cache_rollback(cache, handle);
             snprintf(err, errlen, "annotating pod %s/%s failed: %s", args->pod_namespace,
                      args->pod_name, patch ? kerr.message : "out of memory");
-            return -1;
+            return BIND_ANNOTATE_FAILED;
         }
     }
     if (api->create_binding(api->ctx, args->pod_namespace, args->pod_name, uid, args->node,
@@ -98,19 +98,26 @@ static int annotate_and_bind(struct cache *cache, const struct bind_api *api,
         }
         snprintf(err, errlen, "binding pod %s/%s to %s failed: %s", args->pod_namespace,
                  args->pod_name, args->node, kerr.message);
-        return -1;
+        return BIND_BINDING_FAILED;
     }
     cache_confirm(cache, handle);
-    return 0;
+    return BIND_OK;
 }
 
-int bind_pod(struct cache *cache, const struct bind_api *api, const struct binding_args *args,
-             char *err, size_t errlen)
+const char *bind_result_name(enum bind_result r)
+{
+    static const char *const names[BIND_RESULTS] = {"bound", "pod_unavailable", "refused",
+                                                    "annotate_failed", "binding_failed"};
+    return (unsigned)r < BIND_RESULTS ? names[r] : "unknown";
+}
+
+enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api,
+                                 const struct binding_args *args, char *err, size_t errlen)
 {
     json_t *pod_json = NULL;
     struct pod_facts facts, *known = NULL;
     const char *uid = args->pod_uid;
-    int rc = -1;
+    enum bind_result result = BIND_POD_UNAVAILABLE;
     if (!uid[0]) {
         /* No UID in the request: the API's pod names it. */
         if (fetch_pod(api, args, &pod_json, &facts, err, errlen) < 0)
@@ -130,10 +137,12 @@ int bind_pod(struct cache *cache, const struct bind_api *api, const struct bindi
     if (r != CACHE_ASSUMED) {
         if (r == CACHE_NEED_POD)
             snprintf(err, errlen, "pod %s/%s: not in the cache", args->pod_namespace, args->pod_name);
+        else
+            result = BIND_REFUSED;
         goto out;
     }
-    rc = annotate_and_bind(cache, api, args, uid, handle, &as, err, errlen);
-    if (rc == 0) {
+    result = annotate_and_bind(cache, api, args, uid, handle, &as, err, errlen);
+    if (result == BIND_OK) {
         char idx[64];
         log_v(2, "bound pod %s/%s to %s (GPUs %s, %llu each)", args->pod_namespace,
               args->pod_name, args->node, as.gpu_mask ? objects_format_index_list(as.gpu_mask, idx, sizeof(idx)) : "none",
@@ -141,5 +150,11 @@ int bind_pod(struct cache *cache, const struct bind_api *api, const struct bindi
     }
 out:
     json_decref(pod_json);
-    return rc;
+    return result;
+}
+
+int bind_pod(struct cache *cache, const struct bind_api *api, const struct binding_args *args,
+             char *err, size_t errlen)
+{
+    return bind_pod_result(cache, api, args, err, errlen) == BIND_OK ? 0 : -1;
 }

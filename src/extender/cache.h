@@ -34,14 +34,14 @@
 
 #include "objects.h"
 #include "placement.h"
+#include "compiler.h"
 
-#define CACHE_WUR __attribute__((warn_unused_result))
 #define CACHE_REASON_LEN 256
 
 struct cache;
 struct cache_pod; /* a bind's handle on its pod record */
 
-struct cache *cache_new(enum placement_policy policy) CACHE_WUR;
+struct cache *cache_new(enum placement_policy policy) GP_MUST_USE;
 void cache_free(struct cache *cache);
 enum placement_policy cache_policy(const struct cache *cache);
 
@@ -52,12 +52,12 @@ enum placement_policy cache_policy(const struct cache *cache);
  * the cache is then unchanged for it. */
 void cache_nodes_list_begin(struct cache *cache);
 void cache_nodes_list_end(struct cache *cache);
-int cache_node_upsert(struct cache *cache, const json_t *node, char *err, size_t errlen) CACHE_WUR;
+int cache_node_upsert(struct cache *cache, const json_t *node, char *err, size_t errlen) GP_MUST_USE;
 void cache_node_delete(struct cache *cache, const json_t *node);
 
 void cache_pods_list_begin(struct cache *cache);
 void cache_pods_list_end(struct cache *cache);
-int cache_pod_upsert(struct cache *cache, const json_t *pod, char *err, size_t errlen) CACHE_WUR;
+int cache_pod_upsert(struct cache *cache, const json_t *pod, char *err, size_t errlen) GP_MUST_USE;
 void cache_pod_delete(struct cache *cache, const json_t *pod);
 
 /* ConfigMaps of kube-system; only gpushare's unhealthy-gpu-<node> are used
@@ -66,7 +66,7 @@ void cache_pod_delete(struct cache *cache, const json_t *pod);
 void cache_configmaps_list_begin(struct cache *cache);
 void cache_configmaps_list_end(struct cache *cache);
 int cache_configmap_upsert(struct cache *cache, const json_t *cm, char *err, size_t errlen)
-    CACHE_WUR;
+    GP_MUST_USE;
 void cache_configmap_delete(struct cache *cache, const json_t *cm);
 
 /* ---- filter and prioritize ---------------------------------------------- */
@@ -85,7 +85,7 @@ struct cache_query {
  * for scoring. -1 only when out of memory; a pod that can never fit (bad
  * gpu-count, unknown model) gets a pod_reason instead. */
 int cache_query_init(struct cache *cache, const struct pod_facts *pod, bool observe,
-                     bool snapshot, struct cache_query *query, char *err, size_t errlen) CACHE_WUR;
+                     bool snapshot, struct cache_query *query, char *err, size_t errlen) GP_MUST_USE;
 void cache_query_free(struct cache_query *query);
 
 /* Evaluates names[0..n-1] under one read lock: verdict(ctx, i, fits,
@@ -120,7 +120,7 @@ struct cache_assumption {
 enum cache_assume_result cache_assume(struct cache *cache, const char *uid,
                                       const char *node_name, const struct pod_facts *pod,
                                       struct cache_pod **handle, struct cache_assumption *out,
-                                      char *err, size_t errlen) CACHE_WUR;
+                                      char *err, size_t errlen) GP_MUST_USE;
 /* The Binding was created: the charge stays until the API shows the pod. */
 void cache_confirm(struct cache *cache, struct cache_pod *handle);
 /* The bind failed: the charge is given back (unless the API already shows
@@ -137,6 +137,6 @@ void cache_stats(struct cache *cache, struct cache_stats *out);
 /* gpushare's /inspect JSON for one node (name) or all (NULL): a new
  * object {"nodes":[...]} (with "error" when the node is unknown), NULL when
  * out of memory. */
-json_t *cache_inspect(struct cache *cache, const char *name);
+GP_MUST_USE json_t *cache_inspect(struct cache *cache, const char *name);
 
 #endif

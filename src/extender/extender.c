@@ -16,9 +16,12 @@
 #include "cache.h"
 #include "kube.h"
 #include "log.h"
+#include "metrics.h"
 #include "options.h"
 #include "placement.h"
+#include "pool.h"
 #include "protocol.h"
+#include "ui.h"
 
 #ifndef GP_VERSION
 #define GP_VERSION "0.0.0"
@@ -65,6 +68,12 @@ static const struct option_value policy_values[] = {
     {.name = NULL},
 };
 
+static const struct option_value unit_values[] = {
+    {.name = "GiB", .value = 30},
+    {.name = "MiB", .value = 20},
+    {.name = NULL},
+};
+
 #define FIELD(f) offsetof(struct extender_config, f)
 static const struct option_spec specs[] = {
     {.flag = "port", .env = {"PORT"}, .type = OPT_INT, .offset = FIELD(port), .def = "39999",
@@ -96,6 +105,13 @@ static const struct option_spec specs[] = {
     {.flag = "api-timeout", .env = {"GP_API_TIMEOUT"}, .type = OPT_DURATION,
      .offset = FIELD(api_timeout_ms), .def = "10s", .min = 1,
      .help = "time limit of one API request made by a bind"},
+    {.flag = "metrics-port", .env = {"GP_METRICS_PORT"}, .type = OPT_INT,
+     .offset = FIELD(metrics_port), .def = "39998", .min = 0, .max = 65535,
+     .help = "TCP port of the Prometheus /metrics endpoint (plain HTTP, same --address); 0: off"},
+    {.flag = "gpu-memory-unit", .env = {"GP_GPU_MEMORY_UNIT"}, .type = OPT_ENUM,
+     .values = unit_values, .offset = FIELD(gpu_memory_unit), .def = "GiB",
+     .help = "unit of aliyun.com/gpu-mem (the device plugin's): GiB or MiB; scales the "
+             "*_bytes metrics and labels /ui"},
     {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show this help"},
     {.flag = "version", .type = OPT_VERSION, .help = "print the version"},
 };
@@ -179,6 +195,8 @@ struct extender {
     unsigned synced;                   /* SYNC_* bits */
     atomic_bool ready;                 /* all synced: /healthz ok */
     struct http_server *http;
+    struct http_server *metrics_http;  /* NULL when --metrics-port 0 */
+    struct metrics metrics;
     char *tls_cert_pem, *tls_key_pem;
     size_t max_body;
 };
@@ -212,6 +230,7 @@ struct extender *extender_new(const struct extender_config *cfg, char *err, size
     }
     ext->cfg = cfg;
     ext->max_body = (size_t)cfg->max_request_bytes;
+    metrics_init(&ext->metrics);
     pthread_mutex_init(&ext->sync_lock, NULL);
     pthread_cond_init(&ext->sync_cond, NULL);
     log_set_verbosity(cfg->verbosity);
@@ -407,15 +426,32 @@ static void reply_error(struct http_response *resp, int status, const char *mess
     reply(resp, status, "application/json", body, len);
 }
 
+/* Counts the verdicts on their way to the reply. */
+struct filter_tally {
+    struct filter_result result;
+    size_t passed, failed;
+};
+
+static void tally_verdict(void *ctx, size_t i, bool fits, const char *reason)
+{
+    struct filter_tally *t = ctx;
+    if (fits)
+        t->passed++;
+    else
+        t->failed++;
+    protocol_filter_add(&t->result, i, fits, reason);
+}
+
 static void handle_filter(struct extender *ext, const char *body, size_t len,
                           struct http_response *resp)
 {
     struct extender_args args;
     struct cache_query q;
-    struct filter_result r;
+    struct filter_tally t = {.passed = 0};
     char err[512];
     size_t n;
     if (protocol_parse_args(body, len, &args, err, sizeof(err)) < 0) {
+        metrics_count(&ext->metrics.bad_requests[METRICS_FILTER], 1);
         log_v(1, "filter: bad request: %s", err);
         char *out = protocol_filter_error(err, &n);
         reply(resp, 400, "application/json", out, n);
@@ -427,9 +463,11 @@ static void handle_filter(struct extender *ext, const char *body, size_t len,
         protocol_args_free(&args);
         return;
     }
-    protocol_filter_begin(&r, &args);
-    cache_evaluate(ext->cache, &q, args.names, args.count, protocol_filter_add, &r, NULL);
-    char *out = protocol_filter_finish(&r, &n);
+    protocol_filter_begin(&t.result, &args);
+    cache_evaluate(ext->cache, &q, args.names, args.count, tally_verdict, &t, NULL);
+    metrics_count(&ext->metrics.filter_nodes_passed, t.passed);
+    metrics_count(&ext->metrics.filter_nodes_failed, t.failed);
+    char *out = protocol_filter_finish(&t.result, &n);
     log_v(4, "filter %s/%s over %zu nodes", args.facts.ns, args.facts.name, args.count);
     reply(resp, 200, "application/json", out, n);
     cache_query_free(&q);
@@ -443,6 +481,7 @@ static void handle_prioritize(struct extender *ext, const char *body, size_t len
     struct cache_query q;
     char err[512];
     if (protocol_parse_args(body, len, &args, err, sizeof(err)) < 0) {
+        metrics_count(&ext->metrics.bad_requests[METRICS_PRIORITIZE], 1);
         log_v(1, "prioritize: bad request: %s", err);
         reply_error(resp, 400, err);
         return;
@@ -471,12 +510,16 @@ static void handle_bind(struct extender *ext, const char *body, size_t len,
     struct binding_args args;
     char err[768];
     if (protocol_parse_binding(body, len, &args, err, sizeof(err)) < 0) {
+        metrics_count(&ext->metrics.bad_requests[METRICS_BIND], 1);
+        metrics_count(&ext->metrics.binds[METRICS_BIND_BAD_REQUEST], 1);
         log_v(1, "bind: bad request: %s", err);
         reply_error(resp, 400, err);
         return;
     }
     const struct bind_api api = {ext, api_get_pod, api_patch_pod, api_create_binding};
-    if (bind_pod(ext->cache, &api, &args, err, sizeof(err)) < 0) {
+    enum bind_result result = bind_pod_result(ext->cache, &api, &args, err, sizeof(err));
+    metrics_count(&ext->metrics.binds[result], 1);
+    if (result != BIND_OK) {
         log_info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, err);
         /* 200 with Error: kube-scheduler then reports our message (on
          * any other status it reports only the status code). */
@@ -495,6 +538,13 @@ static void handle_inspect(struct extender *ext, const char *node, struct http_r
     int status = json_object_get(view, "error") ? 404 : 200;
     json_decref(view);
     reply(resp, status, "application/json", out, n);
+}
+
+static void handle_pool(struct extender *ext, struct http_response *resp)
+{
+    size_t n = 0;
+    char *out = pool_json(ext->cache, ext->cfg->gpu_memory_unit == 20 ? "MiB" : "GiB", &n);
+    reply(resp, 200, "application/json", out, n);
 }
 
 /* The verb after one of our prefixes ("filter"), or NULL. */
@@ -519,6 +569,15 @@ static void route_get(struct extender *ext, const char *path, struct http_respon
               ready ? 2 : 10);
     } else if (strcmp(path, "/version") == 0) {
         reply(resp, 200, "text/plain", strdup(GP_VERSION), strlen(GP_VERSION));
+    } else if (strcmp(path, "/ui") == 0 || strcmp(path, "/ui/") == 0) {
+        size_t n;
+        const char *page = ui_page(&n);
+        char *copy = malloc(n);
+        if (copy)
+            memcpy(copy, page, n);
+        reply(resp, 200, "text/html; charset=utf-8", copy, n);
+    } else if (strcmp(path, "/ui/pool.json") == 0) {
+        handle_pool(ext, resp);
     } else if (verb && strcmp(verb, "inspect") == 0) {
         handle_inspect(ext, NULL, resp);
     } else if (verb && strncmp(verb, "inspect/", 8) == 0) {
@@ -538,12 +597,19 @@ void extender_handle(void *ctx, const char *method, const char *path, const char
     bool is_verb = verb && (strcmp(verb, "filter") == 0 || strcmp(verb, "prioritize") == 0 ||
                             strcmp(verb, "bind") == 0);
     if (strcmp(method, "POST") == 0 && is_verb) {
-        if (strcmp(verb, "filter") == 0)
+        uint64_t start = metrics_now_ns();
+        enum metrics_verb which;
+        if (strcmp(verb, "filter") == 0) {
+            which = METRICS_FILTER;
             handle_filter(ext, body, len, resp);
-        else if (strcmp(verb, "prioritize") == 0)
+        } else if (strcmp(verb, "prioritize") == 0) {
+            which = METRICS_PRIORITIZE;
             handle_prioritize(ext, body, len, resp);
-        else
+        } else {
+            which = METRICS_BIND;
             handle_bind(ext, body, len, resp);
+        }
+        metrics_observe(&ext->metrics.duration[which], metrics_now_ns() - start);
     } else if (is_verb) {
         reply_error(resp, 405, "use POST");
     } else if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
@@ -551,6 +617,51 @@ void extender_handle(void *ctx, const char *method, const char *path, const char
     } else {
         reply_error(resp, 405, "method not allowed");
     }
+}
+
+/* The metrics port answers GET /metrics only. */
+static void metrics_handle(void *ctx, const char *method, const char *path, const char *body,
+                           size_t len, struct http_response *resp)
+{
+    struct extender *ext = ctx;
+    (void)body;
+    (void)len;
+    if (strcmp(path, "/metrics") != 0) {
+        reply_error(resp, 404, "no such path; metrics are at /metrics");
+        return;
+    }
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        reply_error(resp, 405, "use GET");
+        return;
+    }
+    char err[256];
+    size_t n = 0;
+    char *text = metrics_render(&ext->metrics, ext->cache, (uint64_t)1 << ext->cfg->gpu_memory_unit,
+                                &n, err, sizeof(err));
+    if (!text)
+        log_warn("/metrics: %s", err);
+    reply(resp, 200, "text/plain; version=0.0.4; charset=utf-8", text, n);
+}
+
+/* A metrics port that cannot be opened (taken by a second extender on the
+ * host, say) is logged as an error, and scheduling goes on: metrics are
+ * worth less than placing pods. */
+static void serve_metrics(struct extender *ext)
+{
+    if (ext->cfg->metrics_port == 0)
+        return;
+    const struct http_options opt = {
+        .address = ext->cfg->address,
+        .port = ext->cfg->metrics_port,
+        .max_body = 1024,
+        .max_connections = 16,
+    };
+    char why[256];
+    if (!(ext->metrics_http = http_server_start(&opt, metrics_handle, ext, why, sizeof(why)))) {
+        log_error("no /metrics: cannot open metrics port %d: %s", ext->cfg->metrics_port, why);
+        return;
+    }
+    log_info("metrics at http://<address>:%d/metrics", http_server_port(ext->metrics_http));
 }
 
 int extender_serve(struct extender *ext, char *err, size_t errlen)
@@ -564,6 +675,7 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
     };
     if (!(ext->http = http_server_start(&opt, extender_handle, ext, err, errlen)))
         return -1;
+    serve_metrics(ext);
     return 0;
 }
 
@@ -577,6 +689,7 @@ void extender_free(struct extender *ext)
     if (!ext)
         return;
     http_server_stop(ext->http);
+    http_server_stop(ext->metrics_http);
     if (ext->cancel)
         kube_cancel_fire(ext->cancel);
     for (int i = 0; i < 3; i++)

@@ -15,6 +15,8 @@
  *        /gpushare-scheduler (gpushare's scheduler configs work unchanged)
  *   GET  /healthz (200 "ok" once synced), /version,
  *        /inspect[/<node>], <prefix>/inspect[/<node>], /gpushare-scheduler/inspect[/<node>]
+ *   GET  /ui (the live web view, ui.h), /ui/pool.json (pool.h)
+ *   GET  /metrics on its own port, --metrics-port (metrics.h)
  * docs/extender.md documents every flag, path and JSON shape. */
 #ifndef GP_EXTENDER_EXTENDER_H
 #define GP_EXTENDER_EXTENDER_H
@@ -23,6 +25,7 @@
 #include <stddef.h>
 
 #include "http.h"
+#include "compiler.h"
 
 #define EXTENDER_DEFAULT_PREFIX "/gpupool-scheduler"
 #define EXTENDER_GPUSHARE_PREFIX "/gpushare-scheduler"
@@ -38,6 +41,8 @@ struct extender_config {
     int max_request_bytes;
     int list_page_size;
     int api_timeout_ms;
+    int metrics_port;      /* 0: no metrics server */
+    int gpu_memory_unit;   /* log2 of the bytes in one unit of aliyun.com/gpu-mem: 30 GiB, 20 MiB */
 };
 
 enum extender_config_result { EXTENDER_CONFIG_OK = 0, EXTENDER_CONFIG_EXIT = 1, EXTENDER_CONFIG_ERROR = -1 };
@@ -46,20 +51,20 @@ enum extender_config_result { EXTENDER_CONFIG_OK = 0, EXTENDER_CONFIG_EXIT = 1, 
  * EXIT: --help or --version was printed. */
 enum extender_config_result extender_config_load(struct extender_config *cfg, int argc, char **argv,
                                                  char **envp, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 void extender_config_free(struct extender_config *cfg);
 
 struct extender;
 
 /* Reads the kubeconfig / service account and TLS files; no network. */
 struct extender *extender_new(const struct extender_config *cfg, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 int extender_start_sync(struct extender *ext, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 /* Waits up to timeout_ms for the first LIST of every collection; true when done. */
 bool extender_wait_synced(struct extender *ext, int timeout_ms);
 int extender_serve(struct extender *ext, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 int extender_port(const struct extender *ext);
 void extender_free(struct extender *ext);
 

@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+#include "compiler.h"
+
 struct http_server;
 
 /* What a handler answers. body is malloc'ed (or NULL for none) and owned
@@ -40,7 +42,7 @@ struct http_options {
 
 struct http_server *http_server_start(const struct http_options *opt, http_handler_fn handler,
                                       void *ctx, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 /* The bound port (useful with port 0). */
 int http_server_port(const struct http_server *server);
 /* Closes the listening socket and every connection, waits for handlers in

@@ -22,8 +22,8 @@
 #include <stdint.h>
 
 #include "placement.h"
+#include "compiler.h"
 
-#define OBJ_WUR __attribute__((warn_unused_result))
 
 #define RES_GPU_MEM "aliyun.com/gpu-mem"
 #define RES_GPU_COUNT "aliyun.com/gpu-count"
@@ -45,7 +45,7 @@
  * below 1/scale that would round to a different number of digits, unknown
  * suffixes and values over UINT64_MAX are refused: -1 with a reason. */
 int quantity_parse(const char *text, uint64_t scale, uint64_t *out, char *err, size_t errlen)
-    OBJ_WUR;
+    GP_MUST_USE;
 
 /* Where gpushare's annotations put a pod: GPU indices and memory. */
 struct pod_assignment {
@@ -73,13 +73,13 @@ struct pod_facts {
  * fields (a string where an object belongs), or an unparsable quantity;
  * a missing field is simply zero. Annotations that do not parse leave
  * `assigned.present` false (the caller may log err_ann, which may be NULL). */
-int objects_pod_facts(const json_t *pod, struct pod_facts *out, char *err, size_t errlen) OBJ_WUR;
+int objects_pod_facts(const json_t *pod, struct pod_facts *out, char *err, size_t errlen) GP_MUST_USE;
 
 /* A GPU-memory request as the placement engine sees it: gpu_count GPUs with
  * gpu_memory / gpu_count on each. -1 with a reason when the memory does not
  * divide evenly, or the count is 0 or over PLACEMENT_MAX_GPUS. */
 int objects_pod_request(const struct pod_facts *pod, struct placement_request *req, char *err,
-                        size_t errlen) OBJ_WUR;
+                        size_t errlen) GP_MUST_USE;
 
 /* Everything the extender needs from a node. */
 struct node_facts {
@@ -100,11 +100,11 @@ struct node_facts {
  * the gpupool.io/gpus annotation when that is present and valid. -1 only
  * for a node that is not an object or has mistyped fields / quantities. */
 int objects_node_facts(const json_t *node, struct node_facts *out, char *err, size_t errlen)
-    OBJ_WUR;
+    GP_MUST_USE;
 
 /* Parses gpushare's comma-separated GPU index list ("1", "0,1", "0, 2")
  * into a bit mask. -1 on anything else (empty, out of range, repeated). */
-int objects_parse_index_list(const char *text, uint32_t *mask) OBJ_WUR;
+int objects_parse_index_list(const char *text, uint32_t *mask) GP_MUST_USE;
 
 /* Formats a mask as "0,1" into buf; returns buf. */
 char *objects_format_index_list(uint32_t mask, char *buf, size_t len);

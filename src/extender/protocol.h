@@ -21,8 +21,8 @@
 #include <stddef.h>
 
 #include "objects.h"
+#include "compiler.h"
 
-#define PROTOCOL_WUR __attribute__((warn_unused_result))
 
 /* Deepest nesting accepted. A v1.Pod or v1.Node (managedFields included)
  * stays well under 30; jansson's own limit is 2048 and its parser and
@@ -53,11 +53,11 @@ struct binding_args {
 int protocol_json_depth(const char *text, size_t len, int max);
 
 int protocol_parse_args(const char *body, size_t len, struct extender_args *out, char *err,
-                        size_t errlen) PROTOCOL_WUR;
+                        size_t errlen) GP_MUST_USE;
 void protocol_args_free(struct extender_args *args);
 
 int protocol_parse_binding(const char *body, size_t len, struct binding_args *out, char *err,
-                           size_t errlen) PROTOCOL_WUR;
+                           size_t errlen) GP_MUST_USE;
 void protocol_binding_free(struct binding_args *args);
 
 /* A growable text buffer for replies written piece by piece. */
@@ -82,19 +82,19 @@ struct filter_result {
 void protocol_filter_begin(struct filter_result *r, const struct extender_args *args);
 void protocol_filter_add(void *r, size_t i, bool fits, const char *reason);
 /* The reply body (malloc'ed, compact JSON); frees r's parts. NULL when out of memory. */
-char *protocol_filter_finish(struct filter_result *r, size_t *len);
+GP_MUST_USE char *protocol_filter_finish(struct filter_result *r, size_t *len);
 
 /* {"Nodes":null,"NodeNames":null,"FailedNodes":{},"Error":"<message>"} */
-char *protocol_filter_error(const char *message, size_t *len);
+GP_MUST_USE char *protocol_filter_error(const char *message, size_t *len);
 
 /* HostPriorityList from priorities[i] for args->names[i]. */
-char *protocol_priorities(const struct extender_args *args, const int *priorities, size_t *len);
+GP_MUST_USE char *protocol_priorities(const struct extender_args *args, const int *priorities, size_t *len);
 
 /* {"Error":"<message>"} ("" for success): ExtenderBindingResult, and the
  * error body of every other endpoint. */
-char *protocol_error(const char *message, size_t *len);
+GP_MUST_USE char *protocol_error(const char *message, size_t *len);
 
 /* Compact JSON of any value (malloc'ed); NULL when out of memory. */
-char *protocol_dump(const json_t *value, size_t *len);
+GP_MUST_USE char *protocol_dump(const json_t *value, size_t *len);
 
 #endif

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compiler.h"
+
 struct table_entry {
     struct table_entry *next;
     const char *key; /* owned by the containing struct */
@@ -31,7 +33,7 @@ struct table_entry *table_find(const struct table *t, const char *key);
 
 /* Adds e (its key set, not already in a table). -1 when out of memory (the
  * table is unchanged). Duplicate keys are the caller's business. */
-int table_insert(struct table *t, struct table_entry *e) __attribute__((warn_unused_result));
+int table_insert(struct table *t, struct table_entry *e) GP_MUST_USE;
 
 /* Takes e out of the table; a no-op when it is not there. */
 void table_remove(struct table *t, struct table_entry *e);

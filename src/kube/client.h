@@ -6,12 +6,15 @@
 #include "kube.h"
 #include "kubeconfig.h"
 
-#include <curl/curl.h>
+#include "curl_api.h"
 #include <pthread.h>
 #include <time.h>
 
+#include "compiler.h"
+
 struct kube_client {
     struct kube_config cfg; /* immutable after kube_client_new */
+    const struct kube_curl *curl; /* libcurl's functions (curl_api.h) */
     char *user_agent;
     long timeout_ms, connect_timeout_ms, watch_timeout_s;
     size_t max_body;
@@ -42,18 +45,18 @@ int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const cha
                       struct curl_slist **headers, struct kube_error *err);
 
 /* server + path (+ sep + extra when extra is not NULL): malloc'ed. */
-char *kube_url(const struct kube_client *c, const char *path, const char *extra);
+GP_MUST_USE char *kube_url(const struct kube_client *c, const char *path, const char *extra);
 
 /* Describes a failed transfer (reason "ConnectError", "TLSError", ...). */
-void kube_error_from_curl(struct kube_error *err, CURLcode code, const char *what,
-                          const char *curl_message);
+void kube_error_from_curl(const struct kube_curl *curl, struct kube_error *err, CURLcode code,
+                          const char *what, const char *curl_message);
 
 void kube_stats_count(struct kube_client *c, bool retry, size_t body_bytes);
 double kube_random01(struct kube_client *c);
 
 /* kube_list with a cancellation token checked between pages and during
  * retry backoff (for the reflector). */
-enum kube_result kube_list_cancellable(struct kube_client *client, const char *path, long limit,
+GP_MUST_USE enum kube_result kube_list_cancellable(struct kube_client *client, const char *path, long limit,
                                        kube_item_fn on_item, void *ctx, char *rv,
                                        struct kube_cancel *cancel, struct kube_error *err);
 

@@ -89,11 +89,15 @@ const char *kube_client_server(const struct kube_client *client)
 
 char *kube_escape(const char *value)
 {
-    char *escaped = curl_easy_escape(NULL, value, 0);
+    /* May come before any client: loads libcurl itself. Without it there
+     * can be no client to use the result with, and that client's creation
+     * reports why. */
+    const struct kube_curl *curl = kube_curl_get(NULL, 0);
+    char *escaped = curl ? curl->easy_escape(NULL, value, 0) : NULL;
     if (escaped == NULL)
         return NULL;
     char *copy = strdup(escaped); /* callers free() it, not curl_free() */
-    curl_free(escaped);
+    curl->free(escaped);
     return copy;
 }
 
@@ -110,15 +114,17 @@ char *kube_url(const struct kube_client *c, const char *path, const char *extra)
     return url;
 }
 
-static void set_blob(CURL *h, CURLoption option, const struct kube_blob *blob)
+static void set_blob(const struct kube_curl *curl, CURL *h, CURLoption option,
+                     const struct kube_blob *blob)
 {
     struct curl_blob b = {.data = blob->data, .len = blob->len, .flags = CURL_BLOB_NOCOPY};
-    curl_easy_setopt(h, option, &b); /* NOCOPY: the config outlives every handle */
+    curl->easy_setopt(h, option, &b); /* NOCOPY: the config outlives every handle */
 }
 
-static int add_header(struct curl_slist **headers, const char *line, struct kube_error *err)
+static int add_header(const struct kube_curl *curl, struct curl_slist **headers,
+                      const char *line, struct kube_error *err)
 {
-    struct curl_slist *grown = curl_slist_append(*headers, line);
+    struct curl_slist *grown = curl->slist_append(*headers, line);
     if (grown == NULL)
         return kube_fail(err, 0, "InternalError", "out of memory");
     *headers = grown;
@@ -142,7 +148,7 @@ static int auth_header(struct kube_client *c, struct curl_slist **headers, struc
         return 0;
     if (line == NULL)
         return kube_fail(err, 0, "InternalError", "out of memory");
-    int rc = add_header(headers, line, err);
+    int rc = add_header(c->curl, headers, line, err);
     free(line);
     return rc;
 }
@@ -150,51 +156,52 @@ static int auth_header(struct kube_client *c, struct curl_slist **headers, struc
 int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const char *content_type,
                       struct curl_slist **headers, struct kube_error *err)
 {
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, c->user_agent);
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    const struct kube_curl *curl = c->curl;
+    curl->easy_setopt(h, CURLOPT_URL, url);
+    curl->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl->easy_setopt(h, CURLOPT_USERAGENT, c->user_agent);
+    curl->easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl->easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
+    curl->easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl->easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+    curl->easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
+    curl->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     if (c->cfg.insecure) {
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+        curl->easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl->easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
     }
     if (c->cfg.ca.data != NULL)
-        set_blob(h, CURLOPT_CAINFO_BLOB, &c->cfg.ca);
+        set_blob(curl, h, CURLOPT_CAINFO_BLOB, &c->cfg.ca);
     if (c->cfg.cert.data != NULL) {
-        set_blob(h, CURLOPT_SSLCERT_BLOB, &c->cfg.cert);
-        set_blob(h, CURLOPT_SSLKEY_BLOB, &c->cfg.key);
-        curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
-        curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+        set_blob(curl, h, CURLOPT_SSLCERT_BLOB, &c->cfg.cert);
+        set_blob(curl, h, CURLOPT_SSLKEY_BLOB, &c->cfg.key);
+        curl->easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+        curl->easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
     }
     if (c->cfg.username != NULL) {
-        curl_easy_setopt(h, CURLOPT_USERNAME, c->cfg.username);
-        curl_easy_setopt(h, CURLOPT_PASSWORD, c->cfg.password);
+        curl->easy_setopt(h, CURLOPT_USERNAME, c->cfg.username);
+        curl->easy_setopt(h, CURLOPT_PASSWORD, c->cfg.password);
     }
     *headers = NULL;
-    if (add_header(headers, "Accept: application/json", err) != 0 ||
-        add_header(headers, "Expect:", err) != 0 || auth_header(c, headers, err) != 0)
+    if (add_header(c->curl, headers, "Accept: application/json", err) != 0 ||
+        add_header(c->curl, headers, "Expect:", err) != 0 || auth_header(c, headers, err) != 0)
         goto fail;
     if (content_type != NULL) {
         char line[128];
         snprintf(line, sizeof line, "Content-Type: %s", content_type);
-        if (add_header(headers, line, err) != 0)
+        if (add_header(c->curl, headers, line, err) != 0)
             goto fail;
     }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, *headers);
+    curl->easy_setopt(h, CURLOPT_HTTPHEADER, *headers);
     return 0;
 fail:
-    curl_slist_free_all(*headers);
+    curl->slist_free_all(*headers);
     *headers = NULL;
     return -1;
 }
 
-void kube_error_from_curl(struct kube_error *err, CURLcode code, const char *what,
-                          const char *curl_message)
+void kube_error_from_curl(const struct kube_curl *curl, struct kube_error *err, CURLcode code,
+                          const char *what, const char *curl_message)
 {
     const char *reason;
     switch (code) {
@@ -221,7 +228,7 @@ void kube_error_from_curl(struct kube_error *err, CURLcode code, const char *wha
         reason = "ConnectionError";
     }
     kube_fail(err, 0, reason, "%s: %s", what,
-              curl_message && curl_message[0] ? curl_message : curl_easy_strerror(code));
+              curl_message && curl_message[0] ? curl_message : curl->easy_strerror(code));
 }
 
 /* ---- request/response ------------------------------------------------- */
@@ -305,9 +312,10 @@ static CURLcode perform_once(struct kube_client *c, const struct call *call, str
         kube_fail(err, 0, "InternalError", "out of memory");
         return CURLE_OUT_OF_MEMORY;
     }
+    const struct kube_curl *curl = c->curl;
     pthread_mutex_lock(&c->request_lock);
     CURL *h = c->handle;
-    curl_easy_reset(h); /* keeps the connection cache: reuse survives */
+    curl->easy_reset(h); /* keeps the connection cache: reuse survives */
     struct curl_slist *headers = NULL;
     CURLcode code = CURLE_OK;
     if (kube_handle_setup(c, h, url, call->content_type, &headers, err) != 0) {
@@ -315,31 +323,31 @@ static CURLcode perform_once(struct kube_client *c, const struct call *call, str
         code = CURLE_OUT_OF_MEMORY;
         goto out;
     }
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_message);
+    curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl->easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl->easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl->easy_setopt(h, CURLOPT_HEADERDATA, r);
+    curl->easy_setopt(h, CURLOPT_ERRORBUFFER, curl_message);
     if (call->cancel != NULL) {
-        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
+        curl->easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl->easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl->easy_setopt(h, CURLOPT_XFERINFODATA, r);
     }
     if (strcmp(call->method, "GET") == 0) {
-        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        curl->easy_setopt(h, CURLOPT_HTTPGET, 1L);
     } else {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, call->body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)call->body_len);
+        curl->easy_setopt(h, CURLOPT_POSTFIELDS, call->body);
+        curl->easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)call->body_len);
         if (strcmp(call->method, "POST") != 0)
-            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, call->method);
+            curl->easy_setopt(h, CURLOPT_CUSTOMREQUEST, call->method);
     }
-    code = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    code = curl->easy_perform(h);
+    curl->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+    curl->easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
 out:
     pthread_mutex_unlock(&c->request_lock);
-    curl_slist_free_all(headers);
+    curl->slist_free_all(headers);
     free(url);
     return code;
 }
@@ -401,7 +409,7 @@ static int call_json(struct kube_client *c, const struct call *call, json_t **ou
                       c->max_body);
             cls = KUBE_RETRY_NEVER;
         } else if (code != CURLE_OK) {
-            kube_error_from_curl(err, code, what, curl_message);
+            kube_error_from_curl(c->curl, err, code, what, curl_message);
             cls = kube_retry_class_of(0, (int)code);
         } else {
             kube_error_from_response(err, (int)r.status, what, r.data, r.len);
@@ -624,25 +632,31 @@ struct kube_client *kube_client_new(const struct kube_client_options *opt, char 
 {
     static const struct kube_client_options none = {0};
     const struct kube_client_options *o = opt ? opt : &none;
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    const struct kube_curl *curl = kube_curl_get(err, errlen);
+    if (curl == NULL)
+        return NULL;
+    /* Reference-counted by libcurl (thread-safe since 7.84): each client
+     * holds one reference, dropped by kube_client_free. */
+    if (curl->global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         snprintf(err, errlen, "libcurl initialisation failed");
         return NULL;
     }
     struct kube_client *c = calloc(1, sizeof *c);
     if (c == NULL) {
         snprintf(err, errlen, "out of memory");
-        curl_global_cleanup();
+        curl->global_cleanup();
         return NULL;
     }
+    c->curl = curl;
     if (kube_config_resolve(o->kubeconfig, o->context, o->in_cluster, o->serviceaccount_dir,
                             &c->cfg, err, errlen) != 0) {
         free(c);
-        curl_global_cleanup();
+        curl->global_cleanup();
         return NULL;
     }
     apply_defaults(c, o);
     c->user_agent = strdup(o->user_agent ? o->user_agent : "gpupool/" GP_VERSION);
-    c->handle = curl_easy_init();
+    c->handle = curl->easy_init();
     if (c->cfg.token != NULL)
         c->token = strdup(c->cfg.token);
     pthread_mutex_init(&c->request_lock, NULL);
@@ -667,14 +681,15 @@ void kube_client_free(struct kube_client *client)
 {
     if (client == NULL)
         return;
-    curl_easy_cleanup(client->handle);
+    const struct kube_curl *curl = client->curl;
+    curl->easy_cleanup(client->handle);
     pthread_mutex_destroy(&client->request_lock);
     pthread_mutex_destroy(&client->state_lock);
     kube_config_free(&client->cfg);
     free(client->user_agent);
     free(client->token);
     free(client);
-    curl_global_cleanup();
+    curl->global_cleanup();
 }
 
 const char *kube_event_type_name(enum kube_event_type type)

@@ -46,7 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KUBE_WUR __attribute__((warn_unused_result))
+#include "compiler.h"
 
 /* Longest resourceVersion we keep (they are opaque strings; etcd's are
  * decimal integers). A buffer of this size always fits one. */
@@ -100,7 +100,7 @@ struct kube_client_stats {
  * the whole configuration now: a bad kubeconfig fails here with
  * "path:line: what" in err. Does not contact the server. */
 struct kube_client *kube_client_new(const struct kube_client_options *opt, char *err,
-                                    size_t errlen) KUBE_WUR;
+                                    size_t errlen) GP_MUST_USE;
 void kube_client_free(struct kube_client *client);
 
 /* The context's namespace ("default" when unset; the service account's own
@@ -111,11 +111,11 @@ void kube_client_stats(struct kube_client *client, struct kube_client_stats *out
 
 /* URL-escapes a query value ("spec.nodeName=n1" -> "spec.nodeName%3Dn1").
  * Returns a malloc'ed string (free()), NULL when out of memory. */
-char *kube_escape(const char *value);
+GP_MUST_USE char *kube_escape(const char *value);
 
 /* GET path; *out receives the parsed JSON object. */
 int kube_get(struct kube_client *client, const char *path, json_t **out,
-             struct kube_error *err) KUBE_WUR;
+             struct kube_error *err) GP_MUST_USE;
 
 /* Paginated LIST: fetches `limit` items per request (0 = 500) following the
  * `continue` token, calls on_item once per item in order and frees each page
@@ -127,7 +127,7 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
 typedef int (*kube_item_fn)(json_t *item, void *ctx);
 enum kube_result kube_list(struct kube_client *client, const char *path, long limit,
                            kube_item_fn on_item, void *ctx, char *rv,
-                           struct kube_error *err) KUBE_WUR;
+                           struct kube_error *err) GP_MUST_USE;
 
 enum kube_event_type {
     KUBE_EVENT_ADDED,
@@ -154,7 +154,7 @@ typedef int (*kube_event_fn)(enum kube_event_type type, json_t *object, void *ct
  * connection). Not retried here: the reflector does that. */
 enum kube_result kube_watch(struct kube_client *client, const char *path, char *rv,
                             kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
-                            struct kube_error *err) KUBE_WUR;
+                            struct kube_error *err) GP_MUST_USE;
 
 enum kube_patch_type {
     KUBE_PATCH_STRATEGIC, /* application/strategic-merge-patch+json (built-in kinds only) */
@@ -167,22 +167,22 @@ enum kube_patch_type {
  *   {"metadata":{"annotations":{"gpupool.io/gpu-index":"1"}}}
  * or a node's capacity on "/api/v1/nodes/<n>/status". */
 int kube_patch(struct kube_client *client, const char *path, enum kube_patch_type type,
-               const json_t *body, json_t **out, struct kube_error *err) KUBE_WUR;
+               const json_t *body, json_t **out, struct kube_error *err) GP_MUST_USE;
 
 /* POST body to path (create; pods/<name>/binding); *out (may be NULL)
  * receives the response object. Not retried once the server may have acted. */
 int kube_post(struct kube_client *client, const char *path, const json_t *body, json_t **out,
-              struct kube_error *err) KUBE_WUR;
+              struct kube_error *err) GP_MUST_USE;
 
 /* Convenience: POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name,
-                  const char *uid, const char *node, struct kube_error *err) KUBE_WUR;
+                  const char *uid, const char *node, struct kube_error *err) GP_MUST_USE;
 
 /* Cancellation token for watches and reflectors. kube_cancel_fire() is
  * thread-safe and makes a running kube_watch()/kube_reflector_run() that
  * uses this token return KUBE_CANCELLED promptly (it interrupts the network
  * wait and the backoff sleep). Once fired it stays fired. */
-struct kube_cancel *kube_cancel_new(void) KUBE_WUR;
+struct kube_cancel *kube_cancel_new(void) GP_MUST_USE;
 void kube_cancel_free(struct kube_cancel *cancel);
 void kube_cancel_fire(struct kube_cancel *cancel);
 bool kube_cancel_fired(struct kube_cancel *cancel);
@@ -213,6 +213,6 @@ struct kube_reflector_ops {
 enum kube_result kube_reflector_run(struct kube_client *client, const char *path,
                                     long page_limit, const struct kube_reflector_ops *ops,
                                     void *ctx, struct kube_cancel *cancel,
-                                    struct kube_error *err) KUBE_WUR;
+                                    struct kube_error *err) GP_MUST_USE;
 
 #endif

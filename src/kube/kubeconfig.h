@@ -24,6 +24,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "compiler.h"
+
 struct kube_blob {
     unsigned char *data; /* NUL-terminated PEM; NULL when unset */
     size_t len;
@@ -63,6 +65,6 @@ void kube_config_free(struct kube_config *cfg);
 
 /* Reads a token file into a malloc'ed string with surrounding whitespace
  * trimmed. NULL with err set when unreadable or empty. */
-char *kube_read_token_file(const char *path, char *err, size_t errlen);
+GP_MUST_USE char *kube_read_token_file(const char *path, char *err, size_t errlen);
 
 #endif

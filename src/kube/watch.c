@@ -19,6 +19,7 @@
 /* ---- cancellation ----------------------------------------------------- */
 
 struct cancel_reg {
+    const struct kube_curl *curl;
     CURLM *multi;
     struct cancel_reg *next;
 };
@@ -58,7 +59,7 @@ void kube_cancel_fire(struct kube_cancel *cancel)
     pthread_mutex_lock(&cancel->lock);
     cancel->fired = true;
     for (struct cancel_reg *r = cancel->watches; r != NULL; r = r->next)
-        curl_multi_wakeup(r->multi);
+        r->curl->multi_wakeup(r->multi);
     pthread_cond_broadcast(&cancel->cond);
     pthread_mutex_unlock(&cancel->lock);
 }
@@ -207,7 +208,7 @@ static size_t on_watch_body(char *ptr, size_t size, size_t nmemb, void *userdata
     struct watch *w = userdata;
     size_t n = size * nmemb;
     if (w->status == 0)
-        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->status);
+        w->c->curl->easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->status);
     if (w->status != 200) { /* an error answer: keep the start of its Status */
         size_t room = ERROR_BODY_MAX - w->error_len;
         size_t take = n < room ? n : room;
@@ -249,20 +250,20 @@ static char *watch_query(const struct kube_client *c, const char *rv)
 }
 
 /* Drives the transfer; returns the libcurl result, or -1 when cancelled. */
-static int drive(CURLM *multi, CURL *h, struct kube_cancel *cancel)
+static int drive(const struct kube_curl *curl, CURLM *multi, CURL *h, struct kube_cancel *cancel)
 {
     int running = 1;
     while (running) {
         if (cancel != NULL && kube_cancel_fired(cancel))
             return -1;
-        if (curl_multi_perform(multi, &running) != CURLM_OK)
+        if (curl->multi_perform(multi, &running) != CURLM_OK)
             return CURLE_OUT_OF_MEMORY;
-        if (running && curl_multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)
+        if (running && curl->multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)
             return CURLE_OUT_OF_MEMORY;
     }
     int queued;
     CURLMsg *msg;
-    while ((msg = curl_multi_info_read(multi, &queued)) != NULL) {
+    while ((msg = curl->multi_info_read(multi, &queued)) != NULL) {
         if (msg->msg == CURLMSG_DONE && msg->easy_handle == h)
             return (int)msg->data.result;
     }
@@ -282,11 +283,11 @@ static enum kube_result finish(struct watch *w, int code, const char *curl_messa
         return KUBE_CANCELLED;
     }
     if (code != CURLE_OK) {
-        kube_error_from_curl(w->err, (CURLcode)code, what, curl_message);
+        kube_error_from_curl(w->c->curl, w->err, (CURLcode)code, what, curl_message);
         return KUBE_ERROR;
     }
     if (w->status == 0)
-        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->status);
+        w->c->curl->easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->status);
     if (w->status != 200) {
         if (w->status == 401) /* a rotated token: the next attempt reads the new one */
             kube_token_refresh(w->c, true);
@@ -306,6 +307,7 @@ static enum kube_result watch_run(struct kube_client *c, const char *path, char 
 {
     struct watch w = {.c = c, .path = path, .rv = rv, .on_event = on_event, .ctx = ctx,
                       .err = err};
+    const struct kube_curl *curl = c->curl;
     kube_lines_init(&w.lines, c->max_body);
     *events = 0;
     if (cancel != NULL && kube_cancel_fired(cancel)) {
@@ -315,8 +317,8 @@ static enum kube_result watch_run(struct kube_client *c, const char *path, char 
     char *query = watch_query(c, rv);
     char *url = query ? kube_url(c, path, query) : NULL;
     free(query);
-    w.h = curl_easy_init();
-    CURLM *multi = curl_multi_init();
+    w.h = curl->easy_init();
+    CURLM *multi = curl->multi_init();
     struct curl_slist *headers = NULL;
     enum kube_result result = KUBE_ERROR;
     char curl_message[CURL_ERROR_SIZE] = "";
@@ -326,26 +328,26 @@ static enum kube_result watch_run(struct kube_client *c, const char *path, char 
     }
     if (kube_handle_setup(c, w.h, url, NULL, &headers, err) != 0)
         goto out;
-    curl_easy_setopt(w.h, CURLOPT_HTTPGET, 1L);
-    curl_easy_setopt(w.h, CURLOPT_TIMEOUT_MS, (c->watch_timeout_s + WATCH_DEAD_SLACK_S) * 1000L);
-    curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, on_watch_body);
-    curl_easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
-    curl_easy_setopt(w.h, CURLOPT_ERRORBUFFER, curl_message);
-    curl_multi_add_handle(multi, w.h);
-    struct cancel_reg reg = {.multi = multi};
+    curl->easy_setopt(w.h, CURLOPT_HTTPGET, 1L);
+    curl->easy_setopt(w.h, CURLOPT_TIMEOUT_MS, (c->watch_timeout_s + WATCH_DEAD_SLACK_S) * 1000L);
+    curl->easy_setopt(w.h, CURLOPT_WRITEFUNCTION, on_watch_body);
+    curl->easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
+    curl->easy_setopt(w.h, CURLOPT_ERRORBUFFER, curl_message);
+    curl->multi_add_handle(multi, w.h);
+    struct cancel_reg reg = {.curl = curl, .multi = multi};
     if (cancel != NULL)
         cancel_attach(cancel, &reg);
-    int code = drive(multi, w.h, cancel);
+    int code = drive(curl, multi, w.h, cancel);
     if (cancel != NULL)
         cancel_detach(cancel, &reg);
-    curl_multi_remove_handle(multi, w.h);
+    curl->multi_remove_handle(multi, w.h);
     result = finish(&w, code, curl_message, cancel);
     kube_stats_count(c, false, w.lines.peak);
     *events = w.events;
 out:
-    curl_slist_free_all(headers);
-    curl_multi_cleanup(multi);
-    curl_easy_cleanup(w.h);
+    curl->slist_free_all(headers);
+    curl->multi_cleanup(multi);
+    curl->easy_cleanup(w.h);
     kube_lines_free(&w.lines);
     free(w.error_body);
     free(url);

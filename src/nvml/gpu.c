@@ -1,5 +1,6 @@
 /* gpu.c -- reads the node's GPU inventory from NVML once (see gpu.h). */
 #include "gpu.h"
+#include "gpu_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

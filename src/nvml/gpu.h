@@ -83,16 +83,6 @@ struct gpu_inventory {
  * Returns 0 or -1 (+ err). */
 GP_MUST_USE int gpu_inventory_load(struct nvml *nvml, struct gpu_inventory *inv, char *err, size_t errlen);
 
-/* Host files read besides NVML; NULL members mean the defaults
- * (/sys/bus/pci/devices and /proc/driver/nvidia-caps/mig-minors). Tests
- * point them at fixtures. */
-struct gpu_host_paths {
-    const char *pci_devices_dir;
-    const char *mig_minors_file;
-};
-GP_MUST_USE int gpu_inventory_load_with_paths(struct nvml *nvml, const struct gpu_host_paths *paths,
-                                  struct gpu_inventory *inv, char *err, size_t errlen);
-
 /* go-nvlib's MIG profile name: "<g>g.<gb>gb", or "<c>c.<g>g.<gb>gb" when
  * the compute instance uses fewer slices than its GPU instance. gb is the
  * instance's memory as a fraction of the parent's, rounded up to eighths,

@@ -107,6 +107,13 @@
     X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetRetiredPagesPendingStatus,                             \
       (nvmlDevice_t device, nvmlEnableState_t *isPending),                                         \
       "nvmlDeviceGetRetiredPagesPendingStatus")                                                    \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetUtilizationRates,                                      \
+      (nvmlDevice_t device, nvmlUtilization_t *utilization), "nvmlDeviceGetUtilizationRates")      \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetTemperature,                                           \
+      (nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned int *temp),                  \
+      "nvmlDeviceGetTemperature")                                                                  \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetPowerUsage, (nvmlDevice_t device, unsigned int *power), \
+      "nvmlDeviceGetPowerUsage")                                                                   \
     X(NVML_REQUIRED, nvmlReturn_t, EventSetCreate, (nvmlEventSet_t *set), "nvmlEventSetCreate")    \
     X(NVML_REQUIRED, nvmlReturn_t, DeviceGetSupportedEventTypes,                                   \
       (nvmlDevice_t device, unsigned long long *eventTypes), "nvmlDeviceGetSupportedEventTypes")   \

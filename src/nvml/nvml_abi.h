@@ -160,6 +160,17 @@ typedef struct nvmlMemory_st {
     unsigned long long used;
 } nvmlMemory_t;
 
+/* nvmlDeviceGetUtilizationRates: percent of the last sample period. */
+typedef struct nvmlUtilization_st {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+/* nvmlDeviceGetTemperature sensor. */
+typedef enum nvmlTemperatureSensors_enum {
+    NVML_TEMPERATURE_GPU = 0,
+} nvmlTemperatureSensors_t;
+
 typedef struct nvmlMemory_v2_st {
     unsigned int version;
     unsigned long long total;

@@ -252,30 +252,96 @@ static void frag_state_of(const struct placement_node *node, struct frag_state *
     st->model = node->model;
 }
 
-/* The free units of a node that a pod of class c could not use: all of
- * them when the pod cannot be placed there at all, else those on GPUs too
- * small for it. */
-static double class_frag(const struct placement_class *c, const struct frag_state *st)
+/* What one class sees of a node's GPUs: how many GPUs could give it its
+ * share, and the free units on the others. Kept per class so that the
+ * state after a candidate placement, which changes one or a few GPUs, is
+ * derived in O(classes) instead of O(GPUs x classes). */
+struct class_view {
+    uint32_t usable;
+    uint64_t stranded;
+};
+
+/* The per-node part of a score: the state before the pod, and for each
+ * class whether it can be placed there at all (model, CPU, memory) and its
+ * view of the GPUs. A class that does not fit before the pod cannot fit
+ * after it (the pod only takes resources), so its GPUs are never looked at. */
+struct frag_eval {
+    struct frag_state before;
+    uint64_t host_ok;        /* bit i: class i passes model, CPU and memory before */
+    struct class_view view[PLACEMENT_MAX_CLASSES];
+};
+
+static bool class_host_ok(const struct placement_class *c, const struct frag_state *st)
 {
-    double cpu = c->cpu_sum / c->weight, memory = c->memory_sum / c->weight;
-    bool host_ok = (double)st->cpu_left >= cpu && (double)st->memory_left >= memory;
-    if (c->models) {
-        if (st->model < 0 || st->model >= PLACEMENT_MAX_MODELS || !((c->models >> st->model) & 1))
-            return (double)st->free_sum;
-    }
-    if (!host_ok)
-        return (double)st->free_sum;
-    if (c->gpu_count == 0)
-        return 0.0;
-    uint32_t usable = 0;
-    uint64_t stranded = 0;
+    if (c->models &&
+        (st->model < 0 || st->model >= PLACEMENT_MAX_MODELS || !((c->models >> st->model) & 1)))
+        return false;
+    return (double)st->cpu_left >= c->cpu_mean && (double)st->memory_left >= c->memory_mean;
+}
+
+/* The node's GPU frees in decreasing order with running sums, so that a
+ * share class's view is a search instead of a pass over the GPUs: the GPUs
+ * with at least `units` free are a prefix of the order. */
+struct free_order {
+    uint32_t count;
+    uint64_t free[PLACEMENT_MAX_GPUS];     /* decreasing */
+    uint64_t prefix[PLACEMENT_MAX_GPUS + 1]; /* prefix[k]: sum of the first k */
+    struct class_view whole;               /* the view of any whole-GPU class */
+};
+
+static void free_order_of(const struct frag_state *st, struct free_order *fo)
+{
+    fo->count = st->gpus;
+    fo->whole = (struct class_view){0, 0};
     for (uint32_t g = 0; g < st->gpus; g++) {
-        if (gpu_usable(st->free[g], st->total[g], c->whole, c->units))
-            usable++;
+        uint64_t f = st->free[g];
+        uint32_t k = g;
+        for (; k > 0 && fo->free[k - 1] < f; k--) /* insertion sort: 16 at most */
+            fo->free[k] = fo->free[k - 1];
+        fo->free[k] = f;
+        if (gpu_usable(f, st->total[g], true, 0))
+            fo->whole.usable++;
         else
-            stranded += st->free[g];
+            fo->whole.stranded += f;
     }
-    return usable >= c->gpu_count ? (double)stranded : (double)st->free_sum;
+    fo->prefix[0] = 0;
+    for (uint32_t k = 0; k < fo->count; k++)
+        fo->prefix[k + 1] = fo->prefix[k] + fo->free[k];
+}
+
+/* The view of a share class needing `units` on each GPU. */
+static struct class_view share_view(const struct free_order *fo, uint64_t units)
+{
+    uint32_t lo = 0, hi = fo->count; /* count of GPUs with free >= units */
+    if (units == 0)
+        hi = 0; /* a zero share never fits (gpu_usable) */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (fo->free[mid] >= units)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (struct class_view){lo, fo->prefix[fo->count] - fo->prefix[lo]};
+}
+
+static void frag_eval_init(const struct placement_ctx *ctx, const struct placement_node *node,
+                           struct frag_eval *ev)
+{
+    struct free_order fo;
+    frag_state_of(node, &ev->before);
+    free_order_of(&ev->before, &fo);
+    ev->host_ok = 0;
+    for (uint32_t i = 0; i < ctx->class_count; i++) {
+        const struct placement_class *c = &ctx->classes[i];
+        if (!class_host_ok(c, &ev->before))
+            continue;
+        ev->host_ok |= UINT64_C(1) << i;
+        if (c->gpu_count == 0)
+            ev->view[i] = (struct class_view){0, 0};
+        else
+            ev->view[i] = c->whole ? fo.whole : share_view(&fo, c->units);
+    }
 }
 
 /* The free units a node cannot sell for lack of CPU or memory: GPU pods
@@ -301,13 +367,53 @@ static double stranded_units(const struct placement_ctx *ctx, const struct frag_
     return worst > 0.0 ? worst : 0.0;
 }
 
-/* The measure the policy minimises: expected fragmentation over the class
- * mix plus the units stranded by CPU or memory. */
-static double expected_frag(const struct placement_ctx *ctx, const struct frag_state *st)
+/* Of the classes that pass model, CPU and memory on ev->before, those that
+ * still pass on `st` (a state after a placement on that node). */
+static uint64_t host_ok_on(const struct placement_ctx *ctx, const struct frag_eval *ev,
+                           const struct frag_state *st)
+{
+    uint64_t mask = 0;
+    for (uint32_t i = 0; i < ctx->class_count; i++)
+        if (((ev->host_ok >> i) & 1) && class_host_ok(&ctx->classes[i], st))
+            mask |= UINT64_C(1) << i;
+    return mask;
+}
+
+/* The measure the policy minimises, for the state `st` reached from
+ * ev->before by taking `choice` (NULL: the state before), in which the
+ * classes of `host_ok` pass model, CPU and memory: the expected
+ * fragmentation over the class mix plus the units stranded by CPU or
+ * memory. A class's fragmentation is all the free units when it cannot be
+ * placed on the node at all, else those on GPUs too small for it. */
+static double expected_frag(const struct placement_ctx *ctx, const struct frag_eval *ev,
+                            const struct frag_state *st, uint64_t host_ok,
+                            const struct placement_choice *choice)
 {
     double sum = 0.0;
-    for (uint32_t i = 0; i < ctx->class_count; i++)
-        sum += ctx->classes[i].weight * class_frag(&ctx->classes[i], st);
+    for (uint32_t i = 0; i < ctx->class_count; i++) {
+        const struct placement_class *c = &ctx->classes[i];
+        uint64_t frag = st->free_sum;
+        if ((host_ok >> i) & 1) {
+            struct class_view v = ev->view[i];
+            for (uint32_t k = 0; choice && c->gpu_count > 0 && k < choice->count; k++) {
+                uint32_t g = choice->gpu[k];
+                uint64_t was = ev->before.free[g], now = st->free[g];
+                if (gpu_usable(was, st->total[g], c->whole, c->units))
+                    v.usable--;
+                else
+                    v.stranded -= was;
+                if (gpu_usable(now, st->total[g], c->whole, c->units))
+                    v.usable++;
+                else
+                    v.stranded += now;
+            }
+            if (c->gpu_count == 0)
+                frag = 0;
+            else if (v.usable >= c->gpu_count)
+                frag = v.stranded;
+        }
+        sum += c->weight * (double)frag;
+    }
     return sum / ctx->observed + stranded_units(ctx, st);
 }
 
@@ -328,17 +434,20 @@ static void frag_state_apply(struct frag_state *st, const struct placement_reque
 static double score_gpupool(const struct placement_ctx *ctx, const struct placement_node *node,
                             const struct placement_request *req, struct placement_choice *choice)
 {
-    struct frag_state before, after;
-    frag_state_of(node, &before);
-    double frag_before = expected_frag(ctx, &before);
+    struct frag_eval ev;
+    struct frag_state after;
+    frag_eval_init(ctx, node, &ev);
+    const struct frag_state *before = &ev.before;
+    double frag_before = expected_frag(ctx, &ev, before, ev.host_ok, NULL);
 
     if (req->gpu_count != 1 || req->whole) {
         /* Whole GPUs are interchangeable for fragmentation; shares on
          * several GPUs go best fit. */
         choose_by_free(node, req, false, choice);
-        after = before;
+        after = *before;
         frag_state_apply(&after, req, choice);
-        return (frag_before - expected_frag(ctx, &after)) +
+        uint64_t host_ok_after = host_ok_on(ctx, &ev, &after);
+        return (frag_before - expected_frag(ctx, &ev, &after, host_ok_after, choice)) +
                GPUPOOL_FIT_WEIGHT * fullness_after(node, req, choice);
     }
 
@@ -346,21 +455,27 @@ static double score_gpupool(const struct placement_ctx *ctx, const struct placem
      * of fragmentation, ties to the tighter GPU. */
     double best_score = PLACEMENT_NO_FIT;
     uint64_t best_free = 0;
-    for (uint32_t g = 0; g < before.gpus; g++) {
-        if (!gpu_usable(before.free[g], before.total[g], false, req->units))
+    after = *before; /* the pod's CPU and memory now, its GPU in the loop */
+    after.cpu_left -= req->cpu;
+    after.memory_left -= req->memory;
+    uint64_t host_ok_after = host_ok_on(ctx, &ev, &after); /* the same for every GPU */
+    for (uint32_t g = 0; g < before->gpus; g++) {
+        if (!gpu_usable(before->free[g], before->total[g], false, req->units))
             continue;
         bool seen = false;
         for (uint32_t h = 0; h < g && !seen; h++)
-            seen = before.free[h] == before.free[g] && before.total[h] == before.total[g];
+            seen = before->free[h] == before->free[g] && before->total[h] == before->total[g];
         if (seen)
             continue;
         struct placement_choice one = {.count = 1, .gpu = {(uint8_t)g}, .units = {req->units}};
-        after = before;
-        frag_state_apply(&after, req, &one);
-        double score = frag_before - expected_frag(ctx, &after);
-        if (score > best_score || (score == best_score && before.free[g] < best_free)) {
+        after.free[g] -= req->units;
+        after.free_sum -= req->units;
+        double score = frag_before - expected_frag(ctx, &ev, &after, host_ok_after, &one);
+        after.free[g] += req->units;
+        after.free_sum += req->units;
+        if (score > best_score || (score == best_score && before->free[g] < best_free)) {
             best_score = score;
-            best_free = before.free[g];
+            best_free = before->free[g];
             *choice = one;
         }
     }
@@ -568,5 +683,7 @@ void placement_stats_observe(struct placement_ctx *ctx, const struct placement_r
     hit->weight += 1.0;
     hit->cpu_sum += (double)req->cpu;
     hit->memory_sum += (double)req->memory;
+    hit->cpu_mean = hit->cpu_sum / hit->weight;
+    hit->memory_mean = hit->memory_sum / hit->weight;
     ctx->observed += 1.0;
 }

@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compiler.h"
+
 #define PLACEMENT_MAX_GPUS 16       /* per node */
 #define PLACEMENT_MAX_MODELS 64     /* distinct GPU model names per ctx (bitmask width) */
 #define PLACEMENT_MODEL_LEN 64      /* including the NUL */
@@ -95,6 +97,8 @@ struct placement_class {
     double weight;           /* pods observed with this shape */
     double cpu_sum;          /* their CPU and memory, for the mean request */
     double memory_sum;
+    double cpu_mean;         /* cpu_sum / weight, kept by observe so that */
+    double memory_mean;      /* scoring does not divide per node and class */
 };
 
 /* Model-name table and online workload model. Zero it with
@@ -117,17 +121,17 @@ void placement_ctx_init(struct placement_ctx *ctx);
 /* Interns a GPU model name; returns its id (0..PLACEMENT_MAX_MODELS-1), or
  * -1 when the name is empty, too long or the table is full. */
 int placement_model_id(struct placement_ctx *ctx, const char *name)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 /* The name of an id, or NULL. */
 const char *placement_model_name(const struct placement_ctx *ctx, int id);
 /* Adds `name` to req->models (interning it). Returns 0, or -1 as above. */
 int placement_request_allow_model(struct placement_ctx *ctx, struct placement_request *req,
-                                  const char *name) __attribute__((warn_unused_result));
+                                  const char *name) GP_MUST_USE;
 
 /* Policy names: "gpupool" (also "default"), "binpack", "spread".
  * Returns 0 and sets *out, or -1 for an unknown name. */
 int placement_policy_parse(const char *name, enum placement_policy *out)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 const char *placement_policy_name(enum placement_policy policy);
 
 /* Free units of GPU i (0 if unhealthy or out of range). */
@@ -151,7 +155,7 @@ double placement_score(const struct placement_ctx *ctx, enum placement_policy po
  * when req does not fit. */
 int placement_choose(const struct placement_ctx *ctx, enum placement_policy policy,
                      const struct placement_node *node, const struct placement_request *req,
-                     struct placement_choice *choice) __attribute__((warn_unused_result));
+                     struct placement_choice *choice) GP_MUST_USE;
 
 /* Maps raw scores (PLACEMENT_NO_FIT allowed) of n nodes to integers
  * 0..max_priority for a scheduler-extender prioritize reply: best -> max,
@@ -167,13 +171,13 @@ void placement_scores_to_priorities(const double *scores, size_t n, int max_prio
  * and choice->gpu are read. */
 int placement_commit(struct placement_node *node, const struct placement_request *req,
                      struct placement_choice *choice, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 
 /* Undoes a commit(): subtracts req's CPU/memory and choice's units. If any
  * counter would go below zero, changes nothing and returns -1 with err. */
 int placement_release(struct placement_node *node, const struct placement_request *req,
                       const struct placement_choice *choice, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 
 /* Teaches the online workload model one pod (the sim calls it for every pod
  * before placing it; the extender for every pod it filters). Pods with the

@@ -23,6 +23,7 @@
 
 #include "placement.h"
 #include "trace.h"
+#include "compiler.h"
 
 #define SIM_DEFAULT_DEMAND_PERCENT 130
 
@@ -50,11 +51,11 @@ uint64_t sim_rng_below(struct sim_rng *rng, uint64_t bound);
  * (no pods, no GPU capacity, out of memory). */
 int sim_workload(const struct sim_trace *trace, uint64_t seed, unsigned demand_percent,
                  size_t **order, size_t *count, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 
 /* Runs one replay. Returns 0, or -1 with err. */
 int sim_replay(const struct sim_trace *trace, enum placement_policy policy, uint64_t seed,
                unsigned demand_percent, struct sim_result *result, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 
 #endif

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
+
 #define MAX_FIELDS 16
 #define MAX_GPUS_PER_POD 1024 /* beyond any node; still loaded, never fits */
 
@@ -63,12 +65,9 @@ struct csv_reader {
 __attribute__((format(printf, 2, 3))) static int csv_error(struct csv_reader *r,
                                                            const char *fmt, ...)
 {
-    int n = snprintf(r->err, r->errlen, "%s:%lu: ", r->path, r->line_no);
-    if (n < 0 || (size_t)n >= r->errlen)
-        return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, ap);
+    gp_verrf_at(r->err, r->errlen, r->path, r->line_no, fmt, ap);
     va_end(ap);
     return -1;
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "placement.h"
+#include "compiler.h"
 
 #define SIM_MILLI_PER_GPU 1000
 
@@ -45,9 +46,9 @@ void sim_trace_free(struct sim_trace *trace);
  * models get the low ids; either order works). Returns 0, or -1 with
  * `path:line: what` in err (the trace keeps what it had before the call). */
 int sim_load_nodes(struct sim_trace *trace, const char *path, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 int sim_load_pods(struct sim_trace *trace, const char *path, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+    GP_MUST_USE;
 
 /* Sum of every node's GPU capacity, milli-GPU. */
 uint64_t sim_trace_capacity_milli(const struct sim_trace *trace);

@@ -27,7 +27,8 @@
 # `check` and teardown). Standalone, on a cluster from up.sh:
 #   test/e2e/deploy.sh BUILD_DIR
 # Environment: FAKENVML_DIR (holding root/usr/lib64/), FAKE_NVML_INVENTORY (as run.sh), GP_IMAGE_CACHE
-# (mmdebstrap rootfs cache, default $K8S_CACHE/image-rootfs), DEPLOY_SKIP=1.
+# (mmdebstrap rootfs cache, default $K8S_CACHE/image-rootfs), DEPLOY_OVERLAYS
+# (default "whole-gpu time-slicing gpu-mem"), DEPLOY_SKIP=1 (skip all of it).
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then   # standalone
   set -uo pipefail
@@ -47,6 +48,8 @@ DEP_IMAGES=$BUILD/images
 DEP_PLUGIN_BIN=$BUILD/bin/gpupool-device-plugin
 DEP_EXT_BIN=$BUILD/bin/gpupool-scheduler-extender
 DEP_PROBES=5
+DEP_OVERLAYS=" ${DEPLOY_OVERLAYS:-whole-gpu time-slicing gpu-mem} "
+dep_wanted() { [[ $DEP_OVERLAYS == *" $1 "* ]]; }
 # The fake NVML build dir: libnvidia-ml.so.1 and root/usr/lib64/ (a driver root).
 DEP_FAKENVML=${FAKENVML_DIR:-}
 if [[ ! -e $DEP_FAKENVML/root/usr/lib64/libnvidia-ml.so.1 ]]; then
@@ -95,19 +98,27 @@ dep_images_current() {
   done
 }
 dep_image_ref() { cat "$DEP_IMAGES/$1.ref"; }
-dep_image_imported() { ctr_ images ls -q 2>/dev/null | grep -qxF "$(dep_image_ref "$1")"; }
+dep_image_imported() {
+  local refs
+  refs=$(ctr_ images ls -q 2>/dev/null) && grep -qxF "$(dep_image_ref "$1")" <<<"$refs"
+}
 
 # --- the test overlay ----------------------------------------------------------------
 # dep_overlay NAME  -- writes $DEP_DIR/kustomize/NAME/ over deploy/overlays/NAME
 # and prints its path.
 dep_overlay() {
-  local name=$1 dir=$DEP_DIR/kustomize/$1 rel kube_env="" kube_mount="" kube_vol="" ext_patch=""
+  local name=$1 dir=$DEP_DIR/kustomize/$1 rel kube_env="" kube_mount="" kube_vol="" ext_vol="" ext_patch="" host_net=""
   mkdir -p "$dir"
   rel=$(realpath --relative-to="$dir" "$REPO_ROOT/deploy/overlays/$name")
   if [[ $name == gpu-mem ]]; then
     kube_env='        - {name: KUBECONFIG, value: /e2e-kube/kubeconfig}'
+    # This cluster's pods have no route to the API server (127.0.0.1:6443,
+    # no kube-proxy): the plugin joins the host network to call it.
+    host_net='      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet'
     kube_mount='        - {name: e2e-kube, mountPath: /e2e-kube, readOnly: true}'
-    kube_vol="      - {name: e2e-kube, hostPath: {path: $DEP_DIR/kube, type: Directory}}"
+    kube_vol="      - {name: e2e-kube, hostPath: {path: $DEP_DIR/kube-plugin, type: Directory}}"
+    ext_vol="      - {name: e2e-kube, hostPath: {path: $DEP_DIR/kube-extender, type: Directory}}"
     ext_patch=$(cat <<EOF
 ---
 apiVersion: apps/v1
@@ -123,7 +134,7 @@ $kube_env
         volumeMounts:
 $kube_mount
       volumes:
-$kube_vol
+$ext_vol
 EOF
 )
   fi
@@ -150,6 +161,9 @@ metadata: {name: gpupool-device-plugin, namespace: kube-system}
 spec:
   template:
     spec:
+      # Only the node with a kubelet (other suites add kubelet-less Nodes).
+      nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
+$host_net
       containers:
       - name: gpupool-device-plugin
         env:
@@ -297,20 +311,20 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
 
   # Fake NVML inputs and the kubeconfig for API access (see the header).
   rm -rf "$DEP_DIR"
-  mkdir -p "$DEP_DIR/nvml" "$DEP_DIR/kube"
+  mkdir -p "$DEP_DIR/nvml" "$DEP_DIR/kube-plugin" "$DEP_DIR/kube-extender"
   cp "$FAKE_NVML_INVENTORY" "$DEP_DIR/nvml/inventory.json"
   : >"$DEP_DIR/nvml/fake-nvml-control"
-  cp "$KUBECONFIG" "$DEP_DIR/kube/kubeconfig"
-  # The extender runs as 65532: only it (and root) may read the credentials.
-  chown 65532:65532 "$DEP_DIR/kube/kubeconfig"
-  chmod 0400 "$DEP_DIR/kube/kubeconfig"
-  chmod 0755 "$DEP_DIR/kube"
+  # One copy per consumer, readable by its owner only: the plugin is uid 0
+  # without CAP_DAC_OVERRIDE, so it could not read a file of 65532's either.
+  install -m 0400 -o 0 -g 0 "$KUBECONFIG" "$DEP_DIR/kube-plugin/kubeconfig"
+  install -m 0400 -o 65532 -g 65532 "$KUBECONFIG" "$DEP_DIR/kube-extender/kubeconfig"
 
   dep_start_kcm
   wait_for 30 "kube-controller-manager running" is_running kube-controller-manager
   check "kube-controller-manager running (DaemonSet/Deployment controllers)" is_running kube-controller-manager
 
   # ===================================================================================
+  if dep_wanted whole-gpu; then
   section "10a. overlays/whole-gpu: the device plugin as a DaemonSet pod"
   echo "  $ cat deploy/overlays/whole-gpu/kustomization.yaml"
   grep -v '^#' "$REPO_ROOT/deploy/overlays/whole-gpu/kustomization.yaml" | sed 's/^/    /'
@@ -319,7 +333,7 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
   sed 's/^/    /' "$DEP_DIR/kustomize/whole-gpu/e2e.yaml"
   regs=$(dep_registrations)
   dep_apply whole-gpu
-  check "kubectl apply -k (whole-gpu) succeeded" dep_kc get daemonset gpupool-device-plugin
+  check "kubectl apply -k (whole-gpu) created the DaemonSet" dep_kc get daemonset gpupool-device-plugin -o name
   wait_for 90 "DaemonSet pod Running" dep_pod_ready "$DEP_PLUGIN_SEL"
   dp=$(dep_pod "$DEP_PLUGIN_SEL")
   kshow -n "$DEP_NS" get daemonset,pods -l "$DEP_PLUGIN_SEL" -o wide
@@ -371,7 +385,10 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
   check "[whole-gpu] a new 2-GPU pod gets the other 2 GPUs" dep_disjoint dep-two dep-after
   dep_delete_pods
 
+  fi
+
   # ===================================================================================
+  if dep_wanted time-slicing; then
   section "10b. overlays/time-slicing: ConfigMap + CONFIG_FILE, 4 replicas per GPU"
   echo "  $ cat deploy/overlays/time-slicing/time-slicing.yaml"
   grep -v '^#' "$REPO_ROOT/deploy/overlays/time-slicing/time-slicing.yaml" | sed 's/^/    /'
@@ -398,17 +415,21 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
   check "kubectl delete -k: the DaemonSet's pods are gone (garbage collector)" \
     bash -c "! $K8S_BIN/kubectl --kubeconfig $KUBECONFIG -n $DEP_NS get pods -l $DEP_PLUGIN_SEL -o name | grep -q ."
 
+  fi
+
   # ===================================================================================
-  section "10c. overlays/gpu-mem: plugin in gpu-mem mode + extender Deployment"
-  if ! "$DEP_PLUGIN_BIN" --help 2>&1 | grep -q -- 'resource-mode'; then
+  if ! dep_wanted gpu-mem; then
+    :
+  elif ! "$DEP_PLUGIN_BIN" --help 2>&1 | grep -q -- 'resource-mode'; then
     fail "gpu-mem overlay: $DEP_PLUGIN_BIN has no --resource-mode"
   elif [[ ! -x $DEP_EXT_BIN ]]; then
     fail "gpu-mem overlay: $DEP_EXT_BIN missing"
   else
+    section "10c. overlays/gpu-mem: plugin in gpu-mem mode + extender Deployment"
     # The extender's nodeSelector names control-plane nodes (kubeadm's label).
     kshow label node "$NODE_NAME" node-role.kubernetes.io/master= --overwrite
     dep_apply gpu-mem
-    check "kubectl apply -k (gpu-mem) succeeded" dep_kc get deployment gpupool-scheduler-extender
+    check "kubectl apply -k (gpu-mem) created the extender Deployment" dep_kc get deployment gpupool-scheduler-extender -o name
     kshow -n "$DEP_NS" get serviceaccounts,clusterroles,clusterrolebindings,roles,rolebindings,services,configmaps \
       -l app.kubernetes.io/part-of=gpupool
     # kube-scheduler from the configuration the overlay shipped (ConfigMap),
@@ -425,8 +446,11 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
     wait_for 30 "kube-scheduler: Creating extender" sched_ext
     check "kube-scheduler uses the extender from the overlay's configuration" sched_ext
 
+    mem_total=$(/usr/bin/python3 -c 'import json,sys; print(sum(g.get("memory_mib", 40960) // 1024 for g in json.load(open(sys.argv[1]))["gpus"]))' "$FAKE_NVML_INVENTORY")
+    per_gpu=$(/usr/bin/python3 -c 'import json,sys; print(min(g.get("memory_mib", 40960) // 1024 for g in json.load(open(sys.argv[1]))["gpus"]))' "$FAKE_NVML_INVENTORY")
+    mem_is() { [[ "$(node_res allocatable aliyun.com/gpu-mem)" == "$mem_total" ]]; }
     wait_for 120 "extender Deployment pod Ready" dep_pod_ready "$DEP_EXT_SEL"
-    wait_for 90 "plugin DaemonSet pod Ready (gpu-mem)" dep_pod_ready "$DEP_PLUGIN_SEL"
+    wait_for 90 "node allocatable aliyun.com/gpu-mem = $mem_total (plugin registered)" mem_is
     ep=$(dep_pod "$DEP_EXT_SEL")
     dp=$(dep_pod "$DEP_PLUGIN_SEL")
     kshow -n "$DEP_NS" get deployments,replicasets,daemonsets,pods -o wide
@@ -434,10 +458,10 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
     check "extender container: uid 65532, no capabilities, no_new_privs, read-only rootfs" \
       dep_proc_is "$ep" "65532 0000000000000000 1 ro"
     check "plugin pod ${dp:-none} Ready in gpu-mem mode" test -n "$dp"
-    mem_total=$(/usr/bin/python3 -c 'import json,sys; print(sum(g.get("memory_mib", 40960) // 1024 for g in json.load(open(sys.argv[1]))["gpus"]))' "$FAKE_NVML_INVENTORY")
-    per_gpu=$(/usr/bin/python3 -c 'import json,sys; print(min(g.get("memory_mib", 40960) // 1024 for g in json.load(open(sys.argv[1]))["gpus"]))' "$FAKE_NVML_INVENTORY")
-    mem_is() { [[ "$(node_res allocatable aliyun.com/gpu-mem)" == "$mem_total" ]]; }
-    wait_for 60 "node allocatable aliyun.com/gpu-mem = $mem_total" mem_is
+    [[ -n $dp ]] || for p in $(dep_kc get pods -l "$DEP_PLUGIN_SEL" -o name); do
+      kshow -n "$DEP_NS" logs "$p" --previous --tail=20
+      kshow -n "$DEP_NS" logs "$p" --tail=20
+    done
     kshow get node "$NODE_NAME" -o jsonpath='{"allocatable: "}{.status.allocatable}{"\ngpupool.io/gpus: "}{.metadata.annotations.gpupool\.io/gpus}{"\n"}'
     check "[gpu-mem] node allocatable aliyun.com/gpu-mem = $mem_total (4 GPUs x $per_gpu GiB)" mem_is
 
@@ -507,9 +531,9 @@ EOF
     "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" -n "$DEP_NS" port-forward svc/gpupool-scheduler-extender \
       "$pf_port:39999" >"$E2E_LOGS/port-forward.log" 2>&1 &
     pf_pid=$!
-    wait_for 30 "port-forward answers /healthz" curl -fsS --max-time 5 "http://127.0.0.1:$pf_port/healthz"
-    check "the extender Service answers /healthz through kubectl port-forward" \
-      curl -fsS --max-time 5 "http://127.0.0.1:$pf_port/healthz"
+    pf_ok() { curl -fsS --max-time 5 -o /dev/null "http://127.0.0.1:$pf_port/healthz"; }
+    wait_for 30 "port-forward answers /healthz" pf_ok
+    check "the extender Service answers /healthz through kubectl port-forward" pf_ok
     kill "$pf_pid" 2>/dev/null
     wait "$pf_pid" 2>/dev/null
 

@@ -57,6 +57,7 @@ ext_http() { curl -sS --max-time 10 "$@"; }
 ext_start() {  # ext_start LABEL
   EXT_N=$((EXT_N + 1))
   EXT_LOG=$E2E_LOGS/extender-$EXT_N-$1.log
+  : >"$EXT_LOG"
   printf '  $ gpupool-scheduler-extender --address 127.0.0.1 --port %s --kubeconfig %s -v 4   (log: %s)\n' "$EXT_PORT" "$KUBECONFIG" "$EXT_LOG"
   mkdir -p "$E2E_RUN/pids"
   env -u PORT -u LOG_LEVEL setsid "$EXTENDER_BIN" --address 127.0.0.1 --port "$EXT_PORT" --kubeconfig "$KUBECONFIG" -v 4 \
@@ -103,6 +104,7 @@ ext_scheduler() {  # ext_scheduler LABEL ARGS...  -- replaces the running schedu
   shift
   stop_pid kube-scheduler 10
   EXT_SCHED_LOG=$E2E_LOGS/kube-scheduler-$label.log
+  : >"$EXT_SCHED_LOG"
   printf '  $ kube-scheduler %s   (log: %s)\n' "$*" "$EXT_SCHED_LOG"
   start_bg kube-scheduler "$EXT_SCHED_LOG" "$K8S_BIN/kube-scheduler" --secure-port=0 --v=2 "$@"
 }
@@ -258,9 +260,9 @@ ext_phase() {  # ext_phase TAG
 
   # 1. two pods pinned to the real node: each 5 GiB, so one per 8 GiB GPU.
   ext_pod "$p-real-a" 5 localhost
-  wait_for 60 "$p-real-a bound" ext_pod_bound "$p-real-a"
+  wait_for 30 "$p-real-a bound" ext_pod_bound "$p-real-a"
   ext_pod "$p-real-b" 5 localhost
-  wait_for 60 "$p-real-b bound" ext_pod_bound "$p-real-b"
+  wait_for 30 "$p-real-b bound" ext_pod_bound "$p-real-b"
   wait_for 90 "$p-real-a and $p-real-b Running (real kubelet)" ext_both_running "$p-real-a" "$p-real-b"
   kshow get pods -l app=gpupool-e2e-extender -o wide
   check "[$p] $p-real-a bound to localhost with gpushare annotations (POD=5, DEV=8)" ext_bound_ok "$p-real-a" 5 localhost
@@ -285,7 +287,7 @@ ext_phase() {  # ext_phase TAG
   # 3. multi-GPU: 16 GiB over 2 GPUs is 8 GiB on each of two GPUs (localhost
   #    has 3+3 free: only the fake nodes can hold it).
   ext_pod "$p-multi" 16 "" 2
-  wait_for 60 "$p-multi bound" ext_pod_bound "$p-multi"
+  wait_for 30 "$p-multi bound" ext_pod_bound "$p-multi"
   check "[$p] $p-multi (gpu-mem 16, gpu-count 2) on two distinct GPUs with 8 GiB each" ext_multi_ok "$p-multi"
 
   # 4. unpinned pods, largest first (each waits for its bind, so the outcome
@@ -295,7 +297,7 @@ ext_phase() {  # ext_phase TAG
   local sz
   for sz in 16 12 10 6 3; do
     ext_pod "$p-u$sz" "$sz"
-    wait_for 60 "$p-u$sz bound" ext_pod_bound "$p-u$sz"
+    wait_for 30 "$p-u$sz bound" ext_pod_bound "$p-u$sz"
   done
   check "[$p] $p-u16 on fake-1 with consistent annotations" ext_bound_ok "$p-u16" 16 gpupool-e2e-fake-1
   check "[$p] $p-u12 on fake-1 with consistent annotations" ext_bound_ok "$p-u12" 12 gpupool-e2e-fake-1
@@ -334,6 +336,9 @@ for f in "$EXTENDER_BIN" "$EXT_V1B1" "$EXT_POLICY"; do
   [[ -e $f ]] || { fail "extender e2e: $f missing"; ext_ready=0; }
 done
 if ((ext_ready)); then
+  # Leftovers of an interrupted standalone run.
+  stop_pid scheduler-extender 10
+  ext_delete_pods
   # The real node: capacity set through the status subresource, as gpushare's
   # device plugin does; the kubelet keeps extended resources it does not
   # manage and copies them to allocatable.
@@ -365,6 +370,10 @@ if ((ext_ready)); then
   section "9a. extender with KubeSchedulerConfiguration v1beta1"
   ext_phase v1b1
   check "[v1b1] kube-scheduler still running" is_running kube-scheduler
+  # -- /ui in headless Chromium and /metrics (brief K; test/e2e/ui-check.sh) --
+  check "[v1b1] /ui shows the pool in headless Chromium, /metrics parses" \
+    "$(dirname "${BASH_SOURCE[0]}")/ui-check.sh" "$EXT_URL" "http://127.0.0.1:39998" \
+    "${GP_ARTIFACT_DIR:-$BUILD/e2e-artifacts}"
 
   # ==============================================================================
   section "9b. extender restart: usage rebuilt from the pod annotations"

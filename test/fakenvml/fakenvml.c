@@ -90,6 +90,11 @@ struct fake_gpu {
     bool remap_pending;
     bool remap_failure;
     bool retired_pages_pending;
+    /* Telemetry read by metrics scrapes; `set` control lines change it. */
+    unsigned long long memory_used_mib;
+    unsigned utilization_gpu, utilization_memory;  /* percent */
+    unsigned temperature_c;
+    unsigned power_mw;
 };
 
 struct fake_rule {
@@ -426,6 +431,32 @@ static void control_memory(char **args, int argc)
     }
 }
 
+/* set <gpu> memory_used_mib|utilization_gpu|utilization_memory|temperature_c|power_mw <n> */
+static void control_set(char **args, int argc)
+{
+    struct fake_gpu *gpu = argc >= 4 ? find_gpu(args[1]) : NULL;
+    char *end = NULL;
+    unsigned long long value = argc >= 4 ? strtoull(args[3], &end, 10) : 0;
+    if (gpu == NULL || end == args[3] || *end != '\0') {
+        fprintf(stderr, "fakenvml: usage: set <uuid|index> <field> <non-negative integer>\n");
+        return;
+    }
+    const char *field = args[2];
+    if (strcmp(field, "memory_used_mib") == 0 && value <= gpu->memory_mib)
+        gpu->memory_used_mib = value;
+    else if (strcmp(field, "utilization_gpu") == 0 && value <= 100)
+        gpu->utilization_gpu = (unsigned)value;
+    else if (strcmp(field, "utilization_memory") == 0 && value <= 100)
+        gpu->utilization_memory = (unsigned)value;
+    else if (strcmp(field, "temperature_c") == 0 && value <= 200)
+        gpu->temperature_c = (unsigned)value;
+    else if (strcmp(field, "power_mw") == 0 && value <= UINT_MAX)
+        gpu->power_mw = (unsigned)value;
+    else
+        fprintf(stderr, "fakenvml: set: unknown field or value out of range: %s %s\n", field,
+                args[3]);
+}
+
 static void run_control_line(char *line)
 {
     char *args[8];
@@ -451,6 +482,8 @@ static void run_control_line(char *line)
         control_fail(args, argc);
     } else if (strcmp(args[0], "remap") == 0 || strcmp(args[0], "retired-pages") == 0) {
         control_memory(args, argc);
+    } else if (strcmp(args[0], "set") == 0) {
+        control_set(args, argc);
     } else if (strcmp(args[0], "unfail") == 0 && argc >= 2) {
         remove_rules(args[1]);
     } else {
@@ -554,7 +587,9 @@ static const char *const top_keys[] = {"driver_version", "cuda_driver_version", 
 static const char *const gpu_keys[] = {"uuid", "name", "minor", "memory_mib", "pci_bus_id",
                                        "numa_node", "cc", "pcie_switch", "mig_mode", "max_migs",
                                        "pci_device_id", "nvlinks", "migs", "remap_pending",
-                                       "remap_failure", "retired_pages_pending", "comment", NULL};
+                                       "remap_failure", "retired_pages_pending", "memory_used_mib",
+                                       "utilization_gpu", "utilization_memory", "temperature_c",
+                                       "power_mw", "comment", NULL};
 static const char *const mig_keys[] = {"uuid", "slot", "gi", "ci", "gi_slices", "ci_slices",
                                        "gi_profile_id", "memory_mib", "comment", NULL};
 
@@ -660,6 +695,23 @@ static int parse_gpu(json_t *object, struct fake_gpu *gpu, size_t index, char *w
     gpu->remap_pending = json_is_true(json_object_get(object, "remap_pending"));
     gpu->remap_failure = json_is_true(json_object_get(object, "remap_failure"));
     gpu->retired_pages_pending = json_is_true(json_object_get(object, "retired_pages_pending"));
+    long long used, util_gpu, util_mem, temp, power;
+    if (json_int(object, "memory_used_mib", 0, &used) != 0 ||
+        json_int(object, "utilization_gpu", 0, &util_gpu) != 0 ||
+        json_int(object, "utilization_memory", 0, &util_mem) != 0 ||
+        json_int(object, "temperature_c", 35, &temp) != 0 ||
+        json_int(object, "power_mw", 60000, &power) != 0 || used < 0 || used > memory ||
+        util_gpu < 0 || util_gpu > 100 || util_mem < 0 || util_mem > 100 || temp < 0 ||
+        power < 0 || power > UINT_MAX) {
+        snprintf(why, whylen, "gpus[%zu]: telemetry out of range (memory_used_mib <= memory_mib, "
+                 "utilization 0-100, temperature_c and power_mw >= 0)", index);
+        return -1;
+    }
+    gpu->memory_used_mib = (unsigned long long)used;
+    gpu->utilization_gpu = (unsigned)util_gpu;
+    gpu->utilization_memory = (unsigned)util_mem;
+    gpu->temperature_c = (unsigned)temp;
+    gpu->power_mw = (unsigned)power;
     json_t *cc = json_object_get(object, "cc");
     gpu->cc_major = 8;
     gpu->cc_minor = 0;
@@ -1169,6 +1221,12 @@ static unsigned long long device_memory_bytes(nvmlDevice_t device)
     return mib * 1024ull * 1024ull;
 }
 
+/* MIG devices report no use of their own here: telemetry is per GPU. */
+static unsigned long long device_used_bytes(nvmlDevice_t device)
+{
+    return device->mig ? 0 : device->gpu->memory_used_mib * 1024ull * 1024ull;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     lock();
@@ -1176,7 +1234,56 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     if (rc == NVML_SUCCESS && memory == NULL)
         rc = NVML_ERROR_INVALID_ARGUMENT;
     else if (rc == NVML_SUCCESS)
-        *memory = (nvmlMemory_t){device_memory_bytes(device), device_memory_bytes(device), 0};
+        *memory = (nvmlMemory_t){device_memory_bytes(device),
+                                 device_memory_bytes(device) - device_used_bytes(device),
+                                 device_used_bytes(device)};
+    unlock();
+    return rc;
+}
+
+/* Telemetry: full GPUs only (MIG handles answer NOT_SUPPORTED, as the
+ * driver does for utilisation and power). */
+static nvmlReturn_t enter_telemetry(const char *function, nvmlDevice_t device, const void *out)
+{
+    nvmlReturn_t rc = enter_device(function, device);
+    if (rc == NVML_SUCCESS && out == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS && device->mig != NULL)
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                  nvmlUtilization_t *utilization)
+{
+    lock();
+    nvmlReturn_t rc = enter_telemetry("nvmlDeviceGetUtilizationRates", device, utilization);
+    if (rc == NVML_SUCCESS)
+        *utilization = (nvmlUtilization_t){device->gpu->utilization_gpu,
+                                           device->gpu->utilization_memory};
+    unlock();
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
+                                             unsigned int *temp)
+{
+    lock();
+    nvmlReturn_t rc = enter_telemetry("nvmlDeviceGetTemperature", device, temp);
+    if (rc == NVML_SUCCESS && sensor != NVML_TEMPERATURE_GPU)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS)
+        *temp = device->gpu->temperature_c;
+    unlock();
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    lock();
+    nvmlReturn_t rc = enter_telemetry("nvmlDeviceGetPowerUsage", device, power);
+    if (rc == NVML_SUCCESS)
+        *power = device->gpu->power_mw;
     unlock();
     return rc;
 }
@@ -1192,7 +1299,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
         rc = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     else if (rc == NVML_SUCCESS)
         *memory = (nvmlMemory_v2_t){nvmlMemory_v2, device_memory_bytes(device), 0,
-                                    device_memory_bytes(device), 0};
+                                    device_memory_bytes(device) - device_used_bytes(device),
+                                    device_used_bytes(device)};
     unlock();
     return rc;
 }

@@ -1,7 +1,8 @@
 """Fixtures for the integration tests: a socket dir, the kubelet simulator, the real plugin.
 
     GP_BUILD_DIR       build tree holding bin/gpupool-device-plugin and test/fakenvml (default ./build)
-    GP_PLUGIN_WRAPPER  command line the plugin runs under, e.g.
+    GP_PLUGIN_WRAPPER  command line the plugin, and every other program the suite starts
+                       (extender, simulator, kubectl plugin, kube test client), runs under, e.g.
                        "valgrind --error-exitcode=99 --leak-check=full -q" (default: none)
     GP_TIMEOUT_SCALE   factor for every timeout, sleep and latency bound in the suite
                        (default 1, or 10 when GP_PLUGIN_WRAPPER is set)
@@ -63,6 +64,18 @@ def _option(opts, name):
     return int(m.group(1)) if m else None
 
 
+def run_program(argv, timeout=60, **kw):
+    """subprocess.run() of one of our programs under WRAPPER, with `timeout` scaled; fails the
+    test when a sanitizer or the wrapper reported errors (status or report on stderr)."""
+    proc = subprocess.run(WRAPPER + list(argv), capture_output=True, text=True,
+                          timeout=scaled(timeout), **kw)
+    report = SANITIZER_REPORT.search(proc.stderr)
+    assert report is None and proc.returncode not in error_exitcodes(), \
+        "%s: exit status %d, sanitizer/valgrind errors:\n%s" % (argv[0], proc.returncode,
+                                                                proc.stderr)
+    return proc
+
+
 def error_exitcodes():
     """Exit statuses that mean "a sanitizer or the wrapper found an error"."""
     codes = set()
@@ -103,7 +116,8 @@ PLUGIN_ENV = {
     "IMEX_REQUIRED", "KUBELET_SOCKET", "CONFIG_FILE", "CDI_FEATURE_FLAGS", "CDI_DISABLE_HOOKS",
     "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS", "GP_HEALTH_RECOVERY_PROBES",
     "GP_HEALTH_PROBE_INTERVAL", "GP_CDI_SPEC_DIR", "LD_LIBRARY_PATH", "LD_PRELOAD", "FAKE_NVML_INVENTORY",
-    "FAKE_NVML_CONTROL",
+    "FAKE_NVML_CONTROL", "GP_RESOURCE_MODE", "GP_MEMORY_UNIT", "KUBECONFIG", "NODE_NAME",
+    "GP_POD_RESOURCES_SOCKET", "GP_STATE_DIR", "GP_ALLOCATE_TIMEOUT",
 }
 
 

@@ -4,13 +4,13 @@ The gpushare tables are compared byte for byte: their alignment follows Go's
 text/tabwriter (padding 2), separators are as long as the first row + 20
 (summary) or the first node's pod rows + 10 (detail), percentages truncate.
 
-    GP_BUILD_DIR  build tree holding bin/kubectl-gpupool (default ./build)
+    GP_BUILD_DIR       build tree holding bin/kubectl-gpupool (default ./build)
+    GP_PLUGIN_WRAPPER  command line kubectl-gpupool runs under (valgrind); see conftest.py
 """
 
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "test", "fakeapi"))
 
+from conftest import run_program  # noqa: E402
 from fake_apiserver import FakeApiServer  # noqa: E402
 
 BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -126,7 +127,7 @@ def run(binary, args, kubeconfig=None, env_kubeconfig=None):
     argv = [binary] + list(args)
     if kubeconfig:
         argv += ["--kubeconfig", kubeconfig]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    proc = run_program(argv, env=env)
     assert "Sanitizer" not in proc.stderr, proc.stderr
     return proc
 

@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fakeapi"))
 
 from conftest import (BUILD, SANITIZER_ENV_DEFAULTS, SANITIZER_REPORT,  # noqa: E402
-                      error_exitcodes, scaled)
+                      WRAPPER, error_exitcodes, run_program, scaled)
 from fake_apiserver import FakeApiServer, make_certs  # noqa: E402
 
 EXTENDER_BIN = os.path.join(BUILD, "bin", "gpupool-scheduler-extender")
@@ -85,7 +85,8 @@ class Extender:
         for k, v in SANITIZER_ENV_DEFAULTS.items():
             full_env.setdefault(k, v)
         full_env.update(env or {})
-        self.argv = [EXTENDER_BIN, "--kubeconfig", str(kubeconfig), "--port", str(port), "-v", "2"]
+        self.argv = WRAPPER + [EXTENDER_BIN, "--kubeconfig", str(kubeconfig), "--port", str(port),
+                               "-v", "2"]
         self.argv += list(args)
         self.tls = tls
         self.lines = []
@@ -535,7 +536,7 @@ def test_bad_flags_are_refused(tmp_path):
         pytest.fail("extender not built: %s" % EXTENDER_BIN)
     for args, want in ((["--port", "x"], "--port"), (["--policy", "best"], "--policy"),
                        (["--tls-cert", "/c"], "--tls-key"), (["--prefix", "nope"], "--prefix")):
-        r = subprocess.run([EXTENDER_BIN] + args, capture_output=True, text=True, timeout=scaled(20))
+        r = run_program([EXTENDER_BIN] + args, timeout=20)
         assert r.returncode == 2 and want in r.stderr, (args, r.stderr)
-    r = subprocess.run([EXTENDER_BIN, "--help"], capture_output=True, text=True, timeout=scaled(20))
+    r = run_program([EXTENDER_BIN, "--help"], timeout=20)
     assert r.returncode == 0 and "--kubeconfig" in r.stdout and "LOG_LEVEL" in r.stdout

@@ -4,11 +4,13 @@ running servers are touched)."""
 
 import os
 import re
+import shutil
 import signal
 
 import pytest
 
 from conftest import RESOURCE
+from test_cdi import load_spec, start_cdi
 
 MIG_NONUNIFORM = "mig-mixed-nonuniform.json"
 MIG_RESOURCE = "nvidia.com/mig-1g.5gb"
@@ -31,7 +33,8 @@ def assert_still_serving(p, kubelet, resource, registrations):
     assert os.path.exists(p.socket(ep.registration.endpoint))
     assert len(kubelet.registrations) == registrations
     dev = ep.snapshots[-1].ids[0]
-    assert kubelet.allocate(resource, [dev]).envs
+    reply = kubelet.allocate(resource, [dev])
+    assert reply.envs or reply.cdi_devices  # cdi-cri names the device in cdi_devices only
     n = len(ep.snapshots)
     p.control("xid 0 48")
     kubelet.wait_for(lambda: len(ep.snapshots) > n, 3, "a snapshot after an XID")
@@ -98,8 +101,34 @@ def test_absent_device_applies_with_warning(plugin, kubelet):
     assert len(kubelet.registrations_for(RESOURCE)) > n
     assert sorted(snap.ids) == sorted([u for u in p.inventory.uuids if u != g.uuid] +
                                       [g.uuid + "::0", g.uuid + "::1"])
-    assert re.search(r"(?m)^W.*device \"%s\" of resource nvidia.com/gpu is not a device of "
-                     r"this node" % absent, p.log())
+    # The resources are built once per SIGHUP (not once to check, once to serve): one warning.
+    warnings = re.findall(r"(?m)^W.*device \"%s\" of resource nvidia.com/gpu is not a device "
+                          r"of this node" % absent, p.log())
+    assert len(warnings) == 1, p.log()
+
+
+def test_cdi_spec_unwritable_keeps_serving(plugin, kubelet, workdir):
+    """With a cdi-* strategy the new spec is written before the running state is touched: when
+    it cannot be (a file where the spec directory was), the running devices stay served and
+    registered, with an error naming the directory; once the directory is back, a SIGHUP
+    applies and writes the spec again."""
+    p, tree, spec_dir = start_cdi(plugin, workdir)
+    p.health_ready()
+    regs = len(kubelet.registrations)
+    shutil.rmtree(spec_dir)
+    open(spec_dir, "w").close()
+    p.signal(signal.SIGHUP)
+    p.wait_log(KEEPING + r"cannot write the CDI spec \(--device-list-strategy cdi-\*\): "
+               r"cannot create a file in %s: Not a directory" % re.escape(spec_dir))
+    assert_still_serving(p, kubelet, RESOURCE, regs)
+    os.unlink(spec_dir)
+    os.mkdir(spec_dir)
+    n = len(kubelet.registrations_for(RESOURCE))
+    p.signal(signal.SIGHUP)
+    kubelet.wait_for(lambda: len(kubelet.registrations_for(RESOURCE)) > n, 5,
+                     "re-registration after the second SIGHUP")
+    assert sorted(d["name"] for d in load_spec(spec_dir)["devices"]) == \
+        sorted(p.inventory.uuids)
 
 
 def test_gpu_lost_before_sighup(plugin, kubelet):

@@ -1,6 +1,7 @@
 """gpupool-sim end to end: the built binary on small traces written here.
 
-    GP_BUILD_DIR   build tree holding bin/gpupool-sim (default ./build)
+    GP_BUILD_DIR       build tree holding bin/gpupool-sim (default ./build)
+    GP_PLUGIN_WRAPPER  command line the simulator runs under (valgrind); see conftest.py
 
 Checks the JSON Lines contract, per-seed determinism, the text table, and
 that bad input of each kind exits 1 with a `file:line: what` message.
@@ -8,9 +9,10 @@ that bad input of each kind exits 1 with a `file:line: what` message.
 
 import json
 import os
-import subprocess
 
 import pytest
+
+from conftest import run_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -58,7 +60,7 @@ def trace(tmp_path):
 
 
 def run_sim(*args):
-    return subprocess.run([SIM_BIN, *args], capture_output=True, text=True, timeout=120)
+    return run_program([SIM_BIN, *args], timeout=120)
 
 
 def json_lines(out):

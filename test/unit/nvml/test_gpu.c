@@ -11,6 +11,7 @@
 
 #include "fake_nvml_env.h"
 #include "gpu.h"
+#include "gpu_internal.h"
 
 /* No sysfs and no mig-minors: every fact comes from NVML. */
 static const struct gpu_host_paths no_host_files = {"/nonexistent/sys/bus/pci/devices",

@@ -543,6 +543,175 @@ static void run_property(enum placement_policy policy, uint64_t seed)
     assert_memory_equal(nodes, initial, sizeof(nodes));
 }
 
+/* ---- gpupool score against its definition ------------------------------- */
+
+/* A direct, slow transcription of the gpupool measure (docs/placement.md):
+ * the engine computes it incrementally, and must get the same numbers. */
+struct ref_state {
+    uint32_t gpus;
+    uint64_t free[PLACEMENT_MAX_GPUS], total[PLACEMENT_MAX_GPUS], free_sum;
+    uint64_t cpu_left, memory_left;
+    int32_t model;
+};
+
+static struct ref_state ref_state_of(const struct placement_node *n)
+{
+    struct ref_state st = {.gpus = n->gpu_count, .model = n->model};
+    for (uint32_t g = 0; g < n->gpu_count; g++) {
+        st.free[g] = placement_gpu_free(n, g);
+        st.total[g] = (n->unhealthy >> g) & 1 ? 0 : n->gpu_total[g];
+        st.free_sum += st.free[g];
+    }
+    st.cpu_left = n->cpu_requested >= n->cpu_allocatable ? 0
+                                                         : n->cpu_allocatable - n->cpu_requested;
+    st.memory_left = n->memory_requested >= n->memory_allocatable
+                         ? 0 : n->memory_allocatable - n->memory_requested;
+    return st;
+}
+
+static double ref_class_frag(const struct placement_class *c, const struct ref_state *st)
+{
+    if (c->models && (st->model < 0 || !((c->models >> st->model) & 1)))
+        return (double)st->free_sum;
+    if ((double)st->cpu_left < c->cpu_sum / c->weight ||
+        (double)st->memory_left < c->memory_sum / c->weight)
+        return (double)st->free_sum;
+    if (c->gpu_count == 0)
+        return 0.0;
+    uint32_t usable = 0;
+    uint64_t stranded = 0;
+    for (uint32_t g = 0; g < st->gpus; g++) {
+        bool fits = c->whole ? st->total[g] > 0 && st->free[g] == st->total[g]
+                             : c->units > 0 && st->free[g] >= c->units;
+        if (fits)
+            usable++;
+        else
+            stranded += st->free[g];
+    }
+    return usable >= c->gpu_count ? (double)stranded : (double)st->free_sum;
+}
+
+static double ref_frag(const struct placement_ctx *ctx, const struct ref_state *st)
+{
+    double sum = 0.0;
+    for (uint32_t i = 0; i < ctx->class_count; i++)
+        sum += ctx->classes[i].weight * ref_class_frag(&ctx->classes[i], st);
+    double stranded = 0.0;
+    if (ctx->gpu_pod_units > 0.0) {
+        if (ctx->gpu_pod_cpu > 0.0)
+            stranded = (double)st->free_sum -
+                       (double)st->cpu_left * ctx->gpu_pod_units / ctx->gpu_pod_cpu;
+        if (ctx->gpu_pod_memory > 0.0) {
+            double left = (double)st->free_sum -
+                          (double)st->memory_left * ctx->gpu_pod_units / ctx->gpu_pod_memory;
+            if (left > stranded)
+                stranded = left;
+        }
+        if (stranded < 0.0)
+            stranded = 0.0;
+    }
+    return sum / ctx->observed + stranded;
+}
+
+static double ref_fullness(const struct placement_node *n, const struct ref_state *after)
+{
+    uint64_t capacity = 0;
+    for (uint32_t g = 0; g < n->gpu_count; g++)
+        capacity += after->total[g];
+    double gpu = capacity ? 1.0 - (double)after->free_sum / (double)capacity : 0.0;
+    double cpu = n->cpu_allocatable ? 1.0 - (double)after->cpu_left / (double)n->cpu_allocatable
+                                    : 0.0;
+    return 0.5 * gpu + 0.5 * cpu;
+}
+
+static struct ref_state ref_apply(struct ref_state st, const struct placement_request *r,
+                                  const struct placement_choice *c)
+{
+    st.cpu_left -= r->cpu;
+    st.memory_left -= r->memory;
+    for (uint32_t k = 0; k < c->count; k++) {
+        st.free[c->gpu[k]] -= c->units[k];
+        st.free_sum -= c->units[k];
+    }
+    return st;
+}
+
+/* The reference score of node n for r, given the engine's choice: for a
+ * single share the best over all GPUs must also be the engine's. */
+static void check_against_reference(const struct placement_ctx *ctx,
+                                    const struct placement_node *n,
+                                    const struct placement_request *r)
+{
+    struct placement_choice c;
+    double score = placement_score(ctx, PLACEMENT_GPUPOOL, n, r, &c);
+    if (score == PLACEMENT_NO_FIT) {
+        assert_false(placement_fits(n, r));
+        return;
+    }
+    struct ref_state before = ref_state_of(n);
+    double frag_before = ref_frag(ctx, &before);
+    if (r->gpu_count == 1 && !r->whole) {
+        double best = PLACEMENT_NO_FIT;
+        for (uint32_t g = 0; g < n->gpu_count; g++) {
+            if (before.free[g] < r->units || before.total[g] == 0)
+                continue;
+            struct placement_choice one = {.count = 1, .gpu = {(uint8_t)g}, .units = {r->units}};
+            struct ref_state after = ref_apply(before, r, &one);
+            double delta = frag_before - ref_frag(ctx, &after);
+            if (delta > best)
+                best = delta;
+        }
+        struct ref_state after = ref_apply(before, r, &c);
+        double mine = frag_before - ref_frag(ctx, &after);
+        assert_true(mine == best); /* the engine's GPU is a best one */
+        assert_true(score == best + 1e-3 * ref_fullness(n, &after));
+        return;
+    }
+    struct ref_state after = ref_apply(before, r, &c);
+    assert_true(score == (frag_before - ref_frag(ctx, &after)) + 1e-3 * ref_fullness(n, &after));
+}
+
+static void test_gpupool_matches_reference(void **state)
+{
+    (void)state;
+    uint64_t s = 77;
+    struct placement_ctx ctx;
+    placement_ctx_init(&ctx);
+    const char *models[3] = {"A", "B", "C"};
+    for (int i = 0; i < 3; i++)
+        assert_true(placement_model_id(&ctx, models[i]) == i);
+    for (int round = 0; round < 4000; round++) {
+        struct placement_request r = {.cpu = prop_rng(&s) % 12000, .memory = prop_rng(&s) % 9000};
+        uint64_t kind = prop_rng(&s) % 8;
+        if (kind < 4) {
+            r.gpu_count = 1;
+            r.units = 50 * (prop_rng(&s) % 21); /* 0..1000, zero included */
+        } else if (kind < 6) {
+            r.gpu_count = 1 + (uint32_t)(prop_rng(&s) % 4);
+            r.whole = true;
+            r.units = 1000;
+        } else if (kind == 6) {
+            r.gpu_count = 2 + (uint32_t)(prop_rng(&s) % 2);
+            r.units = 100 * (1 + prop_rng(&s) % 9);
+        }
+        if (prop_rng(&s) % 5 == 0)
+            r.models = UINT64_C(1) << (prop_rng(&s) % 3);
+        placement_stats_observe(&ctx, &r);
+
+        struct placement_node n = gpu_node((uint32_t)(prop_rng(&s) % 9), 1000);
+        n.cpu_allocatable = 16000 + prop_rng(&s) % 96000;
+        n.cpu_requested = prop_rng(&s) % n.cpu_allocatable;
+        n.memory_requested = prop_rng(&s) % n.memory_allocatable;
+        n.model = (int32_t)(prop_rng(&s) % 4) - 1; /* PLACEMENT_MODEL_NONE too */
+        n.unhealthy = prop_rng(&s) % 6 == 0 ? (uint32_t)(prop_rng(&s) & 0xff) : 0;
+        for (uint32_t g = 0; g < n.gpu_count; g++) {
+            uint64_t k = prop_rng(&s) % 4; /* repeated free values are common */
+            n.gpu_used[g] = k == 0 ? 0 : k == 1 ? 1000 : 50 * (prop_rng(&s) % 21);
+        }
+        check_against_reference(&ctx, &n, &r);
+    }
+}
+
 static void test_property_never_overcommits(void **state)
 {
     (void)state;
@@ -574,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_commit_refuses_overcommit),
         cmocka_unit_test(test_release_refuses_underflow),
         cmocka_unit_test(test_property_never_overcommits),
+        cmocka_unit_test(test_gpupool_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

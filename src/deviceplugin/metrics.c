@@ -1,0 +1,634 @@
+/* metrics.c -- the device plugin's Prometheus endpoint (see metrics.h). */
+#include "metrics.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "log.h"
+#include "plugin.h"
+#include "resource.h"
+
+#define MHD_SONAME "libmicrohttpd.so.12"
+#define METRICS_STACK_BYTES (128 * 1024) /* the handler formats text; no deep calls */
+#define METRICS_MAX_CONNECTIONS 8        /* scrapers are few; refuse floods early */
+#define METRICS_CONNECTION_TIMEOUT_S 10
+#define METRICS_MAX_RESOURCES 64         /* distinct resource names over all reloads */
+#define METRICS_MAX_XIDS 256             /* distinct (GPU, XID) pairs kept */
+/* Telemetry is read at scrape time; a GPU whose NVML calls hang must not
+ * stall the scrape for ever: once this much time went, later GPUs are
+ * left out of that scrape (gpupool_gpu_telemetry_complete says so). */
+#define METRICS_NVML_BUDGET_NS (2LL * 1000000000LL)
+
+/* Allocate latency buckets, seconds: an Allocate is sub-millisecond in
+ * whole-GPU mode and waits for the API in gpu-mem mode. */
+static const double allocate_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                          0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define BUCKETS (sizeof allocate_buckets / sizeof allocate_buckets[0])
+
+/* The libmicrohttpd calls we make, bound at run time. */
+struct mhd_api {
+    void *library;
+    struct MHD_Daemon *(*start_daemon)(unsigned int flags, uint16_t port,
+                                       MHD_AcceptPolicyCallback apc, void *apc_cls,
+                                       MHD_AccessHandlerCallback dh, void *dh_cls, ...);
+    void (*stop_daemon)(struct MHD_Daemon *daemon);
+    struct MHD_Response *(*create_response_from_buffer)(size_t size, void *buffer,
+                                                        enum MHD_ResponseMemoryMode mode);
+    enum MHD_Result (*add_response_header)(struct MHD_Response *response, const char *header,
+                                           const char *content);
+    enum MHD_Result (*queue_response)(struct MHD_Connection *connection, unsigned int status_code,
+                                      struct MHD_Response *response);
+    void (*destroy_response)(struct MHD_Response *response);
+};
+
+/* Per resource name: written by the RPC thread (Allocate) and the main
+ * thread (registrations); slots are only ever appended, never moved. */
+struct resource_counters {
+    char name[CONFIG_NAME_LEN];
+    atomic_ullong buckets[BUCKETS]; /* non-cumulative; summed when rendered */
+    atomic_ullong count, errors, sum_ns;
+    atomic_ullong registrations_ok, registrations_failed;
+};
+
+struct xid_counter {
+    unsigned gpu_index;
+    char uuid[GPU_UUID_LEN];
+    char model[GPU_NAME_LEN];
+    unsigned long long xid;
+    unsigned long long count;
+};
+
+struct plugin_metrics {
+    struct mhd_api mhd;
+    struct MHD_Daemon *daemon;
+    char bound[128];
+
+    pthread_mutex_t slots_lock;      /* appending to resources[] */
+    struct resource_counters resources[METRICS_MAX_RESOURCES];
+    atomic_size_t resource_count;    /* release on append, acquire on read */
+
+    pthread_mutex_t xid_lock;
+    struct xid_counter xids[METRICS_MAX_XIDS];
+    size_t xid_count;
+    unsigned long long xids_dropped; /* pairs beyond METRICS_MAX_XIDS */
+
+    pthread_mutex_t attach_lock;     /* held by a scrape while it reads the node */
+    struct nvml *nvml;
+    const struct gpu_inventory *inv;
+    struct plugin_node *node;
+};
+
+/* ---- counters ------------------------------------------------------------------ */
+
+static struct resource_counters *find_resource(struct plugin_metrics *m, const char *name)
+{
+    size_t n = atomic_load_explicit(&m->resource_count, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(m->resources[i].name, name) == 0)
+            return &m->resources[i];
+    return NULL;
+}
+
+/* Lock-free once the slot exists (every call after a resource's first). */
+static struct resource_counters *resource_slot(struct plugin_metrics *m, const char *name)
+{
+    struct resource_counters *r = find_resource(m, name);
+    if (r != NULL)
+        return r;
+    pthread_mutex_lock(&m->slots_lock);
+    r = find_resource(m, name);
+    size_t n = atomic_load_explicit(&m->resource_count, memory_order_relaxed);
+    if (r == NULL && n < METRICS_MAX_RESOURCES) {
+        r = &m->resources[n];
+        snprintf(r->name, sizeof r->name, "%s", name);
+        atomic_store_explicit(&m->resource_count, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&m->slots_lock);
+    return r;
+}
+
+void metrics_observe_allocate(struct plugin_metrics *m, const char *resource, double seconds,
+                              bool ok)
+{
+    if (m == NULL)
+        return;
+    struct resource_counters *r = resource_slot(m, resource);
+    if (r == NULL)
+        return;
+    size_t b = 0;
+    while (b < BUCKETS && seconds > allocate_buckets[b])
+        b++;
+    if (b < BUCKETS)
+        atomic_fetch_add_explicit(&r->buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->sum_ns, (unsigned long long)(seconds * 1e9),
+                              memory_order_relaxed);
+    if (!ok)
+        atomic_fetch_add_explicit(&r->errors, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->count, 1, memory_order_relaxed);
+}
+
+void metrics_count_registration(struct plugin_metrics *m, const char *resource, bool ok)
+{
+    if (m == NULL)
+        return;
+    struct resource_counters *r = resource_slot(m, resource);
+    if (r != NULL)
+        atomic_fetch_add_explicit(ok ? &r->registrations_ok : &r->registrations_failed, 1,
+                                  memory_order_relaxed);
+}
+
+void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g,
+                       unsigned long long xid)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->xid_lock);
+    size_t i = 0;
+    while (i < m->xid_count && !(strcmp(m->xids[i].uuid, g->uuid) == 0 && m->xids[i].xid == xid))
+        i++;
+    if (i == m->xid_count && i < METRICS_MAX_XIDS) {
+        struct xid_counter *c = &m->xids[m->xid_count++];
+        c->gpu_index = g->index;
+        snprintf(c->uuid, sizeof c->uuid, "%s", g->uuid);
+        snprintf(c->model, sizeof c->model, "%s", g->name);
+        c->xid = xid;
+    }
+    if (i < m->xid_count)
+        m->xids[i].count++;
+    else
+        m->xids_dropped++;
+    pthread_mutex_unlock(&m->xid_lock);
+}
+
+/* ---- rendering ----------------------------------------------------------------- */
+
+/* Label values escape backslash, double quote and newline. */
+static void put_label_value(FILE *f, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        if (*v == '\\' || *v == '"')
+            fprintf(f, "\\%c", *v);
+        else if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+}
+
+static void put_header(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_gpu_labels(FILE *f, unsigned index, const char *uuid, const char *model)
+{
+    fprintf(f, "{gpu=\"%u\",uuid=\"", index);
+    put_label_value(f, uuid);
+    fputs("\",model=\"", f);
+    put_label_value(f, model);
+    fputc('"', f);
+}
+
+static void put_gpu_sample(FILE *f, const char *name, const struct gpu_device *g, double v)
+{
+    fputs(name, f);
+    put_gpu_labels(f, g->index, g->uuid, g->name);
+    fprintf(f, "} %.17g\n", v);
+}
+
+static void render_xids(struct plugin_metrics *m, FILE *f)
+{
+    put_header(f, "gpupool_gpu_xid_errors_total", "counter",
+               "XID events NVML reported per GPU and XID code, ignored ones included.");
+    pthread_mutex_lock(&m->xid_lock);
+    for (size_t i = 0; i < m->xid_count; i++) {
+        const struct xid_counter *c = &m->xids[i];
+        fputs("gpupool_gpu_xid_errors_total", f);
+        put_gpu_labels(f, c->gpu_index, c->uuid, c->model);
+        fprintf(f, ",xid=\"%llu\"} %llu\n", c->xid, c->count);
+    }
+    unsigned long long dropped = m->xids_dropped;
+    pthread_mutex_unlock(&m->xid_lock);
+    put_header(f, "gpupool_gpu_xid_errors_untracked_total", "counter",
+               "XID events not broken down because the table of (GPU, XID) pairs is full.");
+    fprintf(f, "gpupool_gpu_xid_errors_untracked_total %llu\n", dropped);
+}
+
+static void render_resources(struct plugin_metrics *m, FILE *f)
+{
+    size_t n = atomic_load_explicit(&m->resource_count, memory_order_acquire);
+    put_header(f, "gpupool_deviceplugin_allocate_duration_seconds", "histogram",
+               "Time to answer one Allocate call (gpu-mem mode: until the call is parked).");
+    for (size_t i = 0; i < n; i++) {
+        struct resource_counters *r = &m->resources[i];
+        /* count first: a concurrent Allocate may land in a bucket after
+         * this, never make +Inf smaller than the buckets below it. */
+        unsigned long long total = atomic_load(&r->count), cumulative = 0;
+        for (size_t b = 0; b < BUCKETS; b++) {
+            cumulative += atomic_load(&r->buckets[b]);
+            if (cumulative > total)
+                cumulative = total;
+            fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_bucket{resource=\"%s\","
+                       "le=\"%g\"} %llu\n", r->name, allocate_buckets[b], cumulative);
+        }
+        fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_bucket{resource=\"%s\","
+                   "le=\"+Inf\"} %llu\n", r->name, total);
+        fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_sum{resource=\"%s\"} %.9f\n",
+                r->name, (double)atomic_load(&r->sum_ns) / 1e9);
+        fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_count{resource=\"%s\"} %llu\n",
+                r->name, total);
+    }
+    put_header(f, "gpupool_deviceplugin_allocate_errors_total", "counter",
+               "Allocate calls answered with an error status.");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "gpupool_deviceplugin_allocate_errors_total{resource=\"%s\"} %llu\n",
+                m->resources[i].name, atomic_load(&m->resources[i].errors));
+    put_header(f, "gpupool_deviceplugin_registrations_total", "counter",
+               "Registration attempts with the kubelet, by result.");
+    for (size_t i = 0; i < n; i++) {
+        struct resource_counters *r = &m->resources[i];
+        fprintf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"success\"} "
+                   "%llu\n", r->name, atomic_load(&r->registrations_ok));
+        fprintf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"failure\"} "
+                   "%llu\n", r->name, atomic_load(&r->registrations_failed));
+    }
+}
+
+static void render_devices(const struct plugin_node *node, FILE *f)
+{
+    put_header(f, "gpupool_deviceplugin_devices_advertised", "gauge",
+               "Devices advertised to the kubelet per resource.");
+    for (size_t r = 0; r < node->resources.count; r++)
+        fprintf(f, "gpupool_deviceplugin_devices_advertised{resource=\"%s\"} %zu\n",
+                node->resources.resources[r].name, node->resources.resources[r].device_count);
+    put_header(f, "gpupool_deviceplugin_devices_healthy", "gauge",
+               "Devices advertised Healthy per resource.");
+    for (size_t r = 0; r < node->resources.count; r++) {
+        const struct resource *res = &node->resources.resources[r];
+        size_t healthy = 0;
+        for (size_t i = 0; i < res->device_count; i++)
+            healthy += res->devices[i].healthy;
+        fprintf(f, "gpupool_deviceplugin_devices_healthy{resource=\"%s\"} %zu\n", res->name,
+                healthy);
+    }
+}
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* NVML values of one GPU; a call that fails leaves its gauge out. */
+struct gpu_telemetry {
+    bool have_memory, have_util, have_temp, have_power;
+    nvmlMemory_t memory;
+    nvmlUtilization_t util;
+    unsigned temp_c, power_mw;
+};
+
+static void read_telemetry(struct nvml *nvml, const struct gpu_device *g, struct gpu_telemetry *t)
+{
+    nvmlDevice_t h;
+    memset(t, 0, sizeof *t);
+    if (nvml->DeviceGetHandleByUUID(g->uuid, &h) != NVML_SUCCESS)
+        return;
+    t->have_memory = nvml->DeviceGetMemoryInfo(h, &t->memory) == NVML_SUCCESS;
+    t->have_util = nvml->DeviceGetUtilizationRates != NULL &&
+                   nvml->DeviceGetUtilizationRates(h, &t->util) == NVML_SUCCESS;
+    t->have_temp = nvml->DeviceGetTemperature != NULL &&
+                   nvml->DeviceGetTemperature(h, NVML_TEMPERATURE_GPU, &t->temp_c) == NVML_SUCCESS;
+    t->have_power = nvml->DeviceGetPowerUsage != NULL &&
+                    nvml->DeviceGetPowerUsage(h, &t->power_mw) == NVML_SUCCESS;
+}
+
+static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
+                        struct plugin_node *node, FILE *f)
+{
+    size_t n = inv->count;
+    bool *healthy = calloc(n + 1, sizeof *healthy), *lost = calloc(n + 1, sizeof *lost);
+    struct gpu_telemetry *tel = calloc(n + 1, sizeof *tel);
+    if (healthy == NULL || lost == NULL || tel == NULL)
+        goto out;
+    /* A GPU is healthy when every device carved from it is. */
+    pthread_mutex_lock(&node->lock);
+    for (size_t i = 0; i < n; i++) {
+        lost[i] = node->gpu_lost[i];
+        healthy[i] = !lost[i];
+    }
+    for (size_t r = 0; r < node->resources.count; r++) {
+        const struct resource *res = &node->resources.resources[r];
+        for (size_t i = 0; i < res->device_count; i++)
+            if (!res->devices[i].healthy && res->devices[i].gpu < n)
+                healthy[res->devices[i].gpu] = false;
+    }
+    pthread_mutex_unlock(&node->lock);
+
+    long long start = now_ns();
+    bool complete = true;
+    for (size_t i = 0; i < n; i++) {
+        if (lost[i])
+            continue; /* its calls would only answer GPU_IS_LOST, or hang */
+        if (now_ns() - start > METRICS_NVML_BUDGET_NS) {
+            complete = false;
+            break;
+        }
+        read_telemetry(nvml, &inv->gpus[i], &tel[i]);
+    }
+
+    put_header(f, "gpupool_gpu_healthy", "gauge",
+               "1 when every device of the GPU is advertised Healthy, else 0.");
+    for (size_t i = 0; i < n; i++)
+        put_gpu_sample(f, "gpupool_gpu_healthy", &inv->gpus[i], healthy[i]);
+    put_header(f, "gpupool_gpu_memory_total_bytes", "gauge", "GPU memory size (NVML).");
+    for (size_t i = 0; i < n; i++)
+        if (tel[i].have_memory)
+            put_gpu_sample(f, "gpupool_gpu_memory_total_bytes", &inv->gpus[i],
+                           (double)tel[i].memory.total);
+    put_header(f, "gpupool_gpu_memory_used_bytes", "gauge", "GPU memory in use (NVML).");
+    for (size_t i = 0; i < n; i++)
+        if (tel[i].have_memory)
+            put_gpu_sample(f, "gpupool_gpu_memory_used_bytes", &inv->gpus[i],
+                           (double)tel[i].memory.used);
+    put_header(f, "gpupool_gpu_utilization_ratio", "gauge",
+               "Fraction of the last sample period the GPU was busy (NVML, 0-1).");
+    for (size_t i = 0; i < n; i++)
+        if (tel[i].have_util)
+            put_gpu_sample(f, "gpupool_gpu_utilization_ratio", &inv->gpus[i],
+                           tel[i].util.gpu / 100.0);
+    put_header(f, "gpupool_gpu_temperature_celsius", "gauge", "GPU core temperature (NVML).");
+    for (size_t i = 0; i < n; i++)
+        if (tel[i].have_temp)
+            put_gpu_sample(f, "gpupool_gpu_temperature_celsius", &inv->gpus[i], tel[i].temp_c);
+    put_header(f, "gpupool_gpu_power_watts", "gauge", "GPU power draw (NVML).");
+    for (size_t i = 0; i < n; i++)
+        if (tel[i].have_power)
+            put_gpu_sample(f, "gpupool_gpu_power_watts", &inv->gpus[i], tel[i].power_mw / 1000.0);
+    put_header(f, "gpupool_gpu_telemetry_complete", "gauge",
+               "0 when NVML was too slow and some GPUs were left out of this scrape.");
+    fprintf(f, "gpupool_gpu_telemetry_complete %d\n", complete);
+out:
+    free(healthy);
+    free(lost);
+    free(tel);
+}
+
+char *metrics_render(struct plugin_metrics *m)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return NULL;
+    pthread_mutex_lock(&m->attach_lock);
+    if (m->node != NULL && m->inv != NULL && m->nvml != NULL) {
+        render_gpus(m->nvml, m->inv, m->node, f);
+        render_devices(m->node, f);
+    }
+    pthread_mutex_unlock(&m->attach_lock);
+    render_xids(m, f);
+    render_resources(m, f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gpu_inventory *inv,
+                    struct plugin_node *node)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->attach_lock);
+    m->nvml = nvml;
+    m->inv = inv;
+    m->node = node;
+    pthread_mutex_unlock(&m->attach_lock);
+}
+
+/* ---- HTTP ---------------------------------------------------------------------- */
+
+static enum MHD_Result reply(struct plugin_metrics *m, struct MHD_Connection *conn,
+                             unsigned status, const char *type, char *body, bool owned)
+{
+    struct MHD_Response *resp = m->mhd.create_response_from_buffer(
+        strlen(body), body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL) {
+        if (owned)
+            free(body);
+        return MHD_NO;
+    }
+    m->mhd.add_response_header(resp, "Content-Type", type);
+    enum MHD_Result r = m->mhd.queue_response(conn, status, resp);
+    m->mhd.destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    (void)upload_data;
+    (void)con_cls;
+    struct plugin_metrics *m = cls;
+    if (*upload_data_size != 0) {
+        *upload_data_size = 0; /* a body is ignored; the reply goes out at its end */
+        return MHD_YES;
+    }
+    if (strcmp(url, "/metrics") != 0)
+        return reply(m, conn, MHD_HTTP_NOT_FOUND, "text/plain; charset=utf-8",
+                     (char *)"404 page not found: the only path is /metrics\n", false);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return reply(m, conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8",
+                     (char *)"405 method not allowed: use GET\n", false);
+    char *text = metrics_render(m);
+    if (text == NULL)
+        return reply(m, conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8",
+                     (char *)"500 out of memory\n", false);
+    return reply(m, conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, true);
+}
+
+static int load_mhd(struct mhd_api *api, char *err, size_t errlen)
+{
+    api->library = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (api->library == NULL) {
+        snprintf(err, errlen, "cannot load %s (Debian package libmicrohttpd12): %s", MHD_SONAME,
+                 dlerror());
+        return -1;
+    }
+    /* POSIX guarantees data and function pointers convert through dlsym. */
+    *(void **)&api->start_daemon = dlsym(api->library, "MHD_start_daemon");
+    *(void **)&api->stop_daemon = dlsym(api->library, "MHD_stop_daemon");
+    *(void **)&api->create_response_from_buffer =
+        dlsym(api->library, "MHD_create_response_from_buffer");
+    *(void **)&api->add_response_header = dlsym(api->library, "MHD_add_response_header");
+    *(void **)&api->queue_response = dlsym(api->library, "MHD_queue_response");
+    *(void **)&api->destroy_response = dlsym(api->library, "MHD_destroy_response");
+    if (!api->start_daemon || !api->stop_daemon || !api->create_response_from_buffer ||
+        !api->add_response_header || !api->queue_response || !api->destroy_response) {
+        snprintf(err, errlen, "%s lacks a function gpupool needs", MHD_SONAME);
+        return -1;
+    }
+    return 0;
+}
+
+int metrics_parse_addr(const char *addr, char *host, size_t hostlen, unsigned *port, char *err,
+                       size_t errlen)
+{
+    const char *colon = strrchr(addr, ':');
+    const char *h = addr;
+    size_t hlen = colon ? (size_t)(colon - addr) : 0;
+    if (colon == NULL || colon[1] == '\0') {
+        snprintf(err, errlen, "invalid metrics address \"%s\": want HOST:PORT, [IPv6]:PORT or "
+                 ":PORT", addr);
+        return -1;
+    }
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    } else if (memchr(h, ':', hlen) != NULL) {
+        snprintf(err, errlen, "invalid metrics address \"%s\": put an IPv6 host in brackets, "
+                 "[::1]:9400", addr);
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || p > 65535 || colon[1] < '0' || colon[1] > '9') {
+        snprintf(err, errlen, "invalid metrics address \"%s\": the port must be 0-65535", addr);
+        return -1;
+    }
+    if (hlen >= hostlen) {
+        snprintf(err, errlen, "invalid metrics address \"%s\": host too long", addr);
+        return -1;
+    }
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (unsigned)p;
+    return 0;
+}
+
+/* Our own socket: a clear error for a bad host or a port in use, and the
+ * bound port when 0 was asked for. */
+static int listen_on(const char *addr, char *bound, size_t boundlen, int *family, char *err,
+                     size_t errlen)
+{
+    char host[256], port_text[8];
+    unsigned port;
+    if (metrics_parse_addr(addr, host, sizeof host, &port, err, errlen) != 0)
+        return -1;
+    snprintf(port_text, sizeof port_text, "%u", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host[0] ? host : "0.0.0.0", port_text, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "invalid metrics address \"%s\": %s", addr, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+            snprintf(err, errlen, "cannot listen on metrics address %s: %s", addr,
+                     strerror(errno));
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        *family = ai->ai_family;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
+        snprintf(bound, boundlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
+        snprintf(bound, boundlen, "%s:%u", ip, ntohs(s4->sin_port));
+    }
+    return fd;
+}
+
+int metrics_start(const char *addr, struct plugin_metrics **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct plugin_metrics *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    pthread_mutex_init(&m->slots_lock, NULL);
+    pthread_mutex_init(&m->xid_lock, NULL);
+    pthread_mutex_init(&m->attach_lock, NULL);
+    int family = AF_INET;
+    int fd = listen_on(addr, m->bound, sizeof m->bound, &family, err, errlen);
+    if (fd < 0 || load_mhd(&m->mhd, err, errlen) != 0) {
+        if (fd >= 0)
+            close(fd);
+        metrics_stop(m);
+        return -1;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    if (family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    m->daemon = m->mhd.start_daemon(
+        flags, 0, NULL, NULL, on_request, m, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)METRICS_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)METRICS_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)METRICS_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+    if (m->daemon == NULL) {
+        snprintf(err, errlen, "cannot start the metrics HTTP server on %s", m->bound);
+        close(fd);
+        metrics_stop(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+const char *metrics_bound_address(const struct plugin_metrics *m)
+{
+    return m->bound;
+}
+
+void metrics_stop(struct plugin_metrics *m)
+{
+    if (m == NULL)
+        return;
+    if (m->daemon != NULL)
+        m->mhd.stop_daemon(m->daemon); /* joins the thread and closes the listen socket */
+    if (m->mhd.library != NULL)
+        dlclose(m->mhd.library);
+    pthread_mutex_destroy(&m->slots_lock);
+    pthread_mutex_destroy(&m->xid_lock);
+    pthread_mutex_destroy(&m->attach_lock);
+    free(m);
+}

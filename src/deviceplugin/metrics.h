@@ -1,0 +1,68 @@
+/* metrics.h -- the device plugin's Prometheus endpoint (--metrics-addr).
+ *
+ * A struct plugin_metrics holds the counters the hot paths bump (Allocate
+ * latency histogram, registrations, XIDs) and one HTTP server answering
+ * `GET /metrics` in the Prometheus text exposition format (0.0.4); every
+ * other path is 404, every other method 405. Per-GPU gauges (health, memory,
+ * utilisation, temperature, power) and the per-resource device counts are
+ * read at scrape time from the attached plugin_node and NVML handle.
+ *
+ * libmicrohttpd is dlopen'ed by metrics_start() only: without
+ * --metrics-addr the library is never loaded, let alone initialised, and
+ * every metrics_* call below takes a NULL context and does nothing.
+ *
+ * Threads: the counters are lock-free atomics (Allocate, on the RPC thread)
+ * or take a short mutex (XIDs and registrations, which are rare). The HTTP
+ * server runs one internal thread (small stack). metrics_attach() is called
+ * by the main thread; it waits for a scrape in progress, so detaching
+ * before the node and NVML are freed is safe.
+ * Names and labels: docs/metrics.md. */
+#ifndef GP_METRICS_H
+#define GP_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpu.h"
+#include "nvml.h"
+#include "compiler.h"
+
+struct plugin_node;
+struct plugin_metrics;
+
+/* Splits "HOST:PORT", "[IPv6]:PORT" or ":PORT" (all interfaces). The
+ * port must be 0-65535 (0 = any free port). -1 + err naming the problem. */
+GP_MUST_USE int metrics_parse_addr(const char *addr, char *host, size_t hostlen,
+                                   unsigned *port, char *err, size_t errlen);
+
+/* Loads libmicrohttpd, binds addr and starts serving. -1 + err (the
+ * address, the bind error, a missing library). *out owned by the caller. */
+GP_MUST_USE int metrics_start(const char *addr, struct plugin_metrics **out, char *err,
+                              size_t errlen);
+/* Stops the server, unloads the library, frees. NULL ok. */
+void metrics_stop(struct plugin_metrics *m);
+
+/* "127.0.0.1:39211": the address actually bound (port 0 resolved). */
+const char *metrics_bound_address(const struct plugin_metrics *m);
+
+/* What the scrapes read: the node being served, its inventory and NVML
+ * handle (borrowed). All NULL = detach (no per-GPU or per-resource
+ * gauges until the next attach). */
+void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gpu_inventory *inv,
+                    struct plugin_node *node);
+
+/* An XID event reported by NVML for GPU g (critical or not). */
+void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g,
+                       unsigned long long xid);
+/* One Allocate of `resource` took `seconds`; ok = answered (or parked)
+ * without an error status. */
+void metrics_observe_allocate(struct plugin_metrics *m, const char *resource, double seconds,
+                              bool ok);
+/* One registration attempt of `resource` with the kubelet. */
+void metrics_count_registration(struct plugin_metrics *m, const char *resource, bool ok);
+
+/* The exposition text a scrape would return, malloc'd (free()); NULL when
+ * out of memory. For tests and the HTTP handler. */
+char *metrics_render(struct plugin_metrics *m);
+
+#endif

@@ -1,0 +1,189 @@
+/* metrics.c -- counters on the hot path, exposition text on scrape (see metrics.h). */
+#include "metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pool.h"
+#include "textbuf.h"
+
+/* Upper bounds in nanoseconds: filter over 5,000 nodes takes 1-5 ms, a
+ * bind one or two API round trips, so 100 us .. 10 s covers both. */
+static const uint64_t bucket_ns[METRICS_BUCKETS] = {
+    100000,    250000,    500000,     1000000,    2500000,    5000000,    10000000,   25000000,
+    50000000,  100000000, 250000000,  500000000,  1000000000, 2500000000, 5000000000, 10000000000,
+};
+
+static const char *const verb_names[METRICS_VERBS] = {"filter", "prioritize", "bind"};
+
+void metrics_init(struct metrics *m)
+{
+    for (int v = 0; v < METRICS_VERBS; v++) {
+        for (int b = 0; b <= METRICS_BUCKETS; b++)
+            atomic_init(&m->duration[v].counts[b], 0);
+        atomic_init(&m->duration[v].sum_ns, 0);
+        atomic_init(&m->bad_requests[v], 0);
+    }
+    for (int r = 0; r < METRICS_BIND_RESULTS; r++)
+        atomic_init(&m->binds[r], 0);
+    atomic_init(&m->filter_nodes_passed, 0);
+    atomic_init(&m->filter_nodes_failed, 0);
+}
+
+uint64_t metrics_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void metrics_observe(struct metrics_histogram *h, uint64_t elapsed_ns)
+{
+    int b = 0;
+    while (b < METRICS_BUCKETS && elapsed_ns > bucket_ns[b])
+        b++;
+    metrics_count(&h->counts[b], 1);
+    metrics_count(&h->sum_ns, elapsed_ns);
+}
+
+static uint64_t load(const atomic_uint_fast64_t *counter)
+{
+    return atomic_load_explicit(counter, memory_order_relaxed);
+}
+
+/* ---- rendering ------------------------------------------------------------- */
+
+static void header(struct textbuf *out, const char *name, const char *type, const char *help)
+{
+    textbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: backslash, double quote and newline escaped (0.0.4). */
+static void label_value(struct textbuf *out, const char *value)
+{
+    for (const char *c = value; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            textbuf_add(out, "\\", 1);
+        if (*c == '\n')
+            textbuf_add(out, "\\n", 2);
+        else
+            textbuf_add(out, c, 1);
+    }
+}
+
+static void histogram(struct textbuf *out, const struct metrics_histogram *h, const char *verb)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "gpupool_extender_%s_duration_seconds", verb);
+    char help[160];
+    snprintf(help, sizeof(help), "Time to answer a %s request, from its body read to its reply.",
+             verb);
+    header(out, name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (int b = 0; b < METRICS_BUCKETS; b++) {
+        cumulative += load(&h->counts[b]);
+        textbuf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bucket_ns[b] / 1e9,
+                (unsigned long long)cumulative);
+    }
+    cumulative += load(&h->counts[METRICS_BUCKETS]);
+    textbuf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
+    textbuf_printf(out, "%s_sum %.9f\n", name, (double)load(&h->sum_ns) / 1e9);
+    textbuf_printf(out, "%s_count %llu\n", name, (unsigned long long)cumulative);
+}
+
+static void counters(struct textbuf *out, const struct metrics *m)
+{
+    header(out, "gpupool_extender_binds_total", "counter",
+           "Bind requests by result: bound, or the step that failed.");
+    for (int r = 0; r < METRICS_BIND_RESULTS; r++)
+        textbuf_printf(out, "gpupool_extender_binds_total{result=\"%s\"} %llu\n",
+                r == METRICS_BIND_BAD_REQUEST ? "bad_request" : bind_result_name((enum bind_result)r),
+                (unsigned long long)load(&m->binds[r]));
+    header(out, "gpupool_extender_bad_requests_total", "counter",
+           "Requests refused with 400 because their body could not be read.");
+    for (int v = 0; v < METRICS_VERBS; v++)
+        textbuf_printf(out, "gpupool_extender_bad_requests_total{verb=\"%s\"} %llu\n", verb_names[v],
+                (unsigned long long)load(&m->bad_requests[v]));
+    header(out, "gpupool_extender_filter_nodes_total", "counter",
+           "Nodes evaluated by filter requests, by verdict.");
+    textbuf_printf(out, "gpupool_extender_filter_nodes_total{result=\"passed\"} %llu\n",
+            (unsigned long long)load(&m->filter_nodes_passed));
+    textbuf_printf(out, "gpupool_extender_filter_nodes_total{result=\"failed\"} %llu\n",
+            (unsigned long long)load(&m->filter_nodes_failed));
+}
+
+static void gauge(struct textbuf *out, const char *name, const char *help, double value)
+{
+    header(out, name, "gauge", help);
+    textbuf_printf(out, "%s %.17g\n", name, value);
+}
+
+struct gpu_lines {
+    struct textbuf *out;
+    uint64_t unit_bytes;
+};
+
+static void gpu_line(void *ctx, const struct pool_gpu *gpu)
+{
+    struct gpu_lines *g = ctx;
+    static const char name[] = "gpupool_extender_gpu_memory_allocated_bytes{node=\"";
+    textbuf_add(g->out, name, sizeof(name) - 1);
+    label_value(g->out, gpu->node);
+    textbuf_add(g->out, "\",gpu=\"", 7);
+    textbuf_u64(g->out, gpu->index);
+    textbuf_add(g->out, "\"} ", 3);
+    textbuf_u64(g->out, gpu->used * g->unit_bytes);
+    textbuf_add(g->out, "\n", 1);
+}
+
+static void cache_gauges(struct textbuf *out, struct cache *cache, const struct pool_totals *t,
+                         uint64_t unit_bytes)
+{
+    struct cache_stats s;
+    cache_stats(cache, &s);
+    gauge(out, "gpupool_extender_cache_nodes", "Nodes in the cache (GPU-sharing or not).",
+          (double)s.nodes);
+    gauge(out, "gpupool_extender_cache_gpu_nodes", "GPU-sharing nodes in the cache.",
+          (double)s.gpu_nodes);
+    gauge(out, "gpupool_extender_cache_pods", "Pods in the cache.", (double)s.pods);
+    gauge(out, "gpupool_extender_cache_assumed_pods",
+          "Pods bound by the extender that the API has not shown bound yet.", (double)s.assumed);
+    gauge(out, "gpupool_extender_gpus", "GPUs of the GPU-sharing nodes.", (double)t->gpus);
+    gauge(out, "gpupool_extender_unhealthy_gpus", "GPUs marked unhealthy (take no new pods).",
+          (double)t->unhealthy_gpus);
+    gauge(out, "gpupool_extender_gpu_memory_total_bytes", "GPU memory of every GPU-sharing node.",
+          (double)(t->memory_total * unit_bytes));
+    gauge(out, "gpupool_extender_gpu_memory_allocated_total_bytes",
+          "GPU memory charged to pods, cluster-wide (assumed binds included).",
+          (double)(t->memory_used * unit_bytes));
+    gauge(out, "gpupool_extender_fragmentation_ratio",
+          "Share of the free memory of healthy GPUs on GPUs with less free than the median "
+          "per-GPU pod share (0..1).",
+          t->fragmentation);
+}
+
+char *metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
+                     char *err, size_t errlen)
+{
+    struct textbuf text = {0}, *out = &text;
+    for (int v = 0; v < METRICS_VERBS; v++)
+        histogram(out, &m->duration[v], verb_names[v]);
+    counters(out, m);
+    header(out, "gpupool_extender_gpu_memory_allocated_bytes", "gauge",
+           "GPU memory charged to pods on one GPU (assumed binds included).");
+    struct gpu_lines lines = {out, unit_bytes};
+    struct pool_totals totals;
+    int rc = pool_walk(cache, gpu_line, &lines, &totals, err, errlen);
+    if (rc == 0)
+        cache_gauges(out, cache, &totals, unit_bytes);
+    char *body = textbuf_take(&text, len);
+    if (rc < 0 || !body) {
+        if (rc == 0)
+            snprintf(err, errlen, "out of memory");
+        free(body);
+        return NULL;
+    }
+    return body;
+}

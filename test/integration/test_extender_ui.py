@@ -1,0 +1,335 @@
+"""The extender's live web view (/ui, /ui/pool.json) and its Prometheus /metrics.
+
+The real gpupool-scheduler-extender runs against the fake API server
+(test/fakeapi) with a small heterogeneous pool: one node described by
+gpupool.io/gpus, one marked unhealthy by gpushare's ConfigMap, one CPU-only
+node. /metrics is read with prometheus_client's own text parser (Debian
+python3-prometheus-client), not with a regex of ours.
+
+The browser test loads /ui in headless Chromium (Debian chromium), reads the
+rendered DOM and saves a screenshot to $GP_ARTIFACT_DIR (default: the pytest
+tmp dir); it is skipped when chromium is not installed.
+"""
+
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import scaled
+from test_extender import (Extender, bind_args, filter_args, free_port, node, pod,  # noqa: F401
+                           add_pod)
+from fake_apiserver import FakeApiServer
+
+GIB = 1 << 30
+PREFIX = "/gpupool-scheduler"
+
+
+def gpus_annotation(*gpus):
+    return json.dumps([{"index": i, "memory": m, "model": model} for i, (m, model) in enumerate(gpus)])
+
+
+V100 = "Tesla-V100-SXM2-16GB"
+T4 = "Tesla-T4"
+
+
+def fixture_objects():
+    nodes = [
+        node("n1", 32, 2, extra_annotations={"gpupool.io/gpus": gpus_annotation((16, V100), (16, V100))}),
+        node("n2", 16, 1),
+        node("n3", 32, 2, extra_annotations={"gpupool.io/gpus": gpus_annotation((16, T4), (16, T4))}),
+        node("cpu1", 0, 0),
+    ]
+    pods = [
+        pod("old", 10, "n1", "0"),
+        pod("train", 6, "n1", "0", ns="ml"),
+        pod("infer", 12, "n1", "1", ns="ml"),
+        pod("x", 8, "n3", "0"),
+        pod("web", 0, "cpu1", cpu="2"),
+    ]
+    cms = [{"metadata": {"name": "unhealthy-gpu-n2", "namespace": "kube-system"}, "data": {"gpus": "0"}}]
+    return {"nodes": nodes, "pods": pods, "configmaps": cms}
+
+
+# What pool.json must say about the fixture: node -> (model, [(total, used, healthy, {pod: amount})]).
+EXPECTED = {
+    "n1": (V100, [(16, 16, True, {"default/old": 10, "ml/train": 6}), (16, 12, True, {"ml/infer": 12})]),
+    "n2": (None, [(16, 0, False, {})]),
+    "n3": (T4, [(16, 8, True, {"default/x": 8}), (16, 0, True, {})]),
+}
+
+
+def expected_totals(expected):
+    """The totals and fragmentation as docs/extender.md defines them, computed independently."""
+    gpus = [g for _, gs in expected.values() for g in gs]
+    shares = sorted(a for g in gpus for a in g[3].values())
+    threshold = shares[(len(shares) - 1) // 2] if shares else 0
+    free = [max(0, t - u) for t, u, healthy, _ in gpus if healthy]
+    fragmented = sum(f for f in free if 0 < f < threshold)
+    return {
+        "nodes": len(expected), "gpus": len(gpus),
+        "unhealthy_gpus": sum(1 for g in gpus if not g[2]),
+        "gpus_in_use": sum(1 for g in gpus if g[1] > 0),
+        "gpus_full": sum(1 for g in gpus if g[1] >= g[0]),
+        "memory_total": sum(g[0] for g in gpus), "memory_used": sum(g[1] for g in gpus),
+        "memory_free": sum(free), "memory_free_fragmented": fragmented,
+        "gpu_pods": len(shares), "fragmentation_threshold": threshold,
+        "fragmentation_percent": 100.0 * fragmented / sum(free) if sum(free) else 0.0,
+    }
+
+
+@pytest.fixture
+def api():
+    srv = FakeApiServer(fixture=fixture_objects()).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def ext(api, tmp_path):
+    e = Extender(api, tmp_path, ["--metrics-port", str(free_port())])
+    yield e
+    rc = e.stop()
+    assert rc == 0, e.log()
+
+
+def metrics_port(e):
+    return int(e.argv[e.argv.index("--metrics-port") + 1])
+
+
+def get(e, path, port=None):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port or e.port, timeout=scaled(30))
+    c.request("GET", path)
+    r = c.getresponse()
+    body = r.read().decode("utf-8")
+    ctype = r.getheader("Content-Type")
+    c.close()
+    return r.status, ctype, body
+
+
+def pool_view(e):
+    status, ctype, body = get(e, "/ui/pool.json")
+    assert status == 200 and ctype == "application/json", body
+    return json.loads(body)
+
+
+def as_expected(view):
+    """pool.json reduced to the EXPECTED shape."""
+    out = {}
+    for n in view["nodes"]:
+        # Each GPU (index = position) is [total, used, healthy, [[namespace, name, amount], ...]].
+        out[n["name"]] = (n["model"], [
+            (total, used, healthy, {ns + "/" + name: amount for ns, name, amount in pods})
+            for total, used, healthy, pods in n["gpus"]])
+    return out
+
+
+def bind_new_pod(api, e, memory, node_name):
+    p = add_pod(api, pod("fresh", memory))
+    status, r = e.post(PREFIX + "/filter", filter_args(p, ["n1", "n2", "n3", "cpu1"]))
+    assert status == 200 and "n1" in r["NodeNames"], r
+    status, r = e.post(PREFIX + "/bind", bind_args(p, node_name))
+    assert (status, r["Error"]) == (200, ""), r
+
+
+# ---------------------------------------------------------------- /ui
+
+def test_ui_page_is_self_contained(ext):
+    for path in ("/ui", "/ui/"):
+        status, ctype, page = get(ext, path)
+        assert status == 200 and ctype.startswith("text/html"), (status, ctype)
+        assert page.lstrip().lower().startswith("<!doctype html>")
+        low = page.lower()
+        for ref in ("http://", "https://", "//cdn", "<link", "src=", "@import", "url("):
+            assert ref not in low, "external reference %r in /ui" % ref
+        assert "pool.json" in page and "<script>" in page and "<style>" in page
+
+
+def test_pool_json_matches_fixture_and_follows_a_bind(api, ext):
+    view = pool_view(ext)
+    assert view["unit"] == "GiB" and view["policy"] == "gpupool"
+    assert [n["name"] for n in view["nodes"]] == ["n1", "n2", "n3"], "sorted, GPU nodes only"
+    assert as_expected(view) == EXPECTED
+    assert view["totals"] == pytest.approx(expected_totals(EXPECTED))
+    assert 0 < view["totals"]["fragmentation_percent"] < 100
+
+    bind_new_pod(api, ext, 3, "n1")   # only n1's GPU 1 (4 free) takes it on n1
+    after = dict(EXPECTED)
+    after["n1"] = (V100, [EXPECTED["n1"][1][0], (16, 15, True, {"ml/infer": 12, "default/fresh": 3})])
+    view = pool_view(ext)
+    assert as_expected(view) == after
+    assert view["totals"] == pytest.approx(expected_totals(after))
+
+
+def test_pool_json_in_mib(api, tmp_path):
+    e = Extender(api, tmp_path, ["--metrics-port", "0", "--gpu-memory-unit", "MiB"])
+    try:
+        assert pool_view(e)["unit"] == "MiB"
+        assert "metrics at" not in e.log(), "--metrics-port 0 must open no metrics port"
+    finally:
+        assert e.stop() == 0
+
+
+# ---------------------------------------------------------------- /metrics
+
+def scrape(e):
+    from prometheus_client.parser import text_string_to_metric_families
+    status, ctype, text = get(e, "/metrics", metrics_port(e))
+    assert status == 200, text
+    assert ctype.startswith("text/plain") and "version=0.0.4" in ctype
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {}
+    for f in families.values():
+        for s in f.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return families, samples
+
+
+def value(samples, name, **labels):
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def check_histograms(families):
+    for verb in ("filter", "prioritize", "bind"):
+        f = families["gpupool_extender_%s_duration_seconds" % verb]
+        assert f.type == "histogram"
+        buckets = [(float(s.labels["le"]), s.value) for s in f.samples if s.name.endswith("_bucket")]
+        assert len(buckets) >= 10 and buckets[-1][0] == float("inf")
+        assert [b[0] for b in buckets] == sorted(b[0] for b in buckets)
+        counts = [b[1] for b in buckets]
+        assert counts == sorted(counts), "%s buckets not cumulative: %s" % (verb, counts)
+        count = [s.value for s in f.samples if s.name.endswith("_count")][0]
+        total = [s.value for s in f.samples if s.name.endswith("_sum")][0]
+        assert count == counts[-1] and total >= 0
+
+
+def test_metrics_parse_and_count(api, ext):
+    families, before = scrape(ext)
+    check_histograms(families)
+    types = {
+        "gpupool_extender_binds": "counter", "gpupool_extender_bad_requests": "counter",
+        "gpupool_extender_filter_nodes": "counter", "gpupool_extender_cache_nodes": "gauge",
+        "gpupool_extender_cache_pods": "gauge", "gpupool_extender_gpu_memory_allocated_bytes": "gauge",
+        "gpupool_extender_fragmentation_ratio": "gauge",
+    }
+    for name, kind in types.items():
+        assert families[name].type == kind, name
+        assert families[name].documentation, "no HELP for " + name
+    assert value(before, "gpupool_extender_cache_nodes") == 4
+    assert value(before, "gpupool_extender_cache_gpu_nodes") == 3
+    assert value(before, "gpupool_extender_cache_pods") == 5
+    assert value(before, "gpupool_extender_unhealthy_gpus") == 1
+    for node_name, (_, gpus) in EXPECTED.items():
+        for i, (_, used, _, _) in enumerate(gpus):
+            assert value(before, "gpupool_extender_gpu_memory_allocated_bytes",
+                         node=node_name, gpu=str(i)) == used * GIB
+    t = expected_totals(EXPECTED)
+    assert value(before, "gpupool_extender_fragmentation_ratio") == pytest.approx(
+        t["fragmentation_percent"] / 100)
+    assert value(before, "gpupool_extender_gpu_memory_total_bytes") == t["memory_total"] * GIB
+
+    bind_new_pod(api, ext, 3, "n1")
+    status, _ = ext.post(PREFIX + "/bind", raw=b"{not json")
+    assert status == 400
+    families, after = scrape(ext)
+    check_histograms(families)
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+    assert delta("gpupool_extender_filter_duration_seconds_count") == 1
+    assert delta("gpupool_extender_bind_duration_seconds_count") == 2
+    assert delta("gpupool_extender_filter_nodes_total", result="passed") == 2   # n1, n3
+    assert delta("gpupool_extender_filter_nodes_total", result="failed") == 2   # n2 unhealthy, cpu1
+    assert delta("gpupool_extender_binds_total", result="bound") == 1
+    assert delta("gpupool_extender_binds_total", result="bad_request") == 1
+    assert delta("gpupool_extender_bad_requests_total", verb="bind") == 1
+    assert delta("gpupool_extender_filter_duration_seconds_sum") > 0
+    assert value(after, "gpupool_extender_gpu_memory_allocated_bytes", node="n1", gpu="1") == 15 * GIB
+
+    # The refused bind of a pod that no longer fits is counted by its reason.
+    p = add_pod(api, pod("huge", 14))
+    status, r = ext.post(PREFIX + "/bind", bind_args(p, "n1"))
+    assert status == 200 and r["Error"]
+    _, last = scrape(ext)
+    assert value(last, "gpupool_extender_binds_total", result="refused") == \
+        value(after, "gpupool_extender_binds_total", result="refused") + 1
+
+
+def test_metrics_only_on_their_port(ext):
+    status, _, _ = get(ext, "/metrics")
+    assert status == 404, "/metrics belongs on --metrics-port, not the scheduler's port"
+    status, _, _ = get(ext, "/ui", metrics_port(ext))
+    assert status == 404
+
+
+# ---------------------------------------------------------------- headless Chromium
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class DomReader(html.parser.HTMLParser):
+    """Collects the rendered rows: node -> [{gpu attrs, pods: {pod: amount}}]."""
+
+    def __init__(self):
+        super().__init__()
+        self.nodes, self.texts, self._gpu = {}, {}, None
+        self._node = None
+        self._id = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = (a.get("class") or "").split()
+        if "node" in cls and "data-node" in a:
+            self._node = self.nodes.setdefault(a["data-node"], [])
+        elif "gpu" in cls and "data-gpu" in a and self._node is not None:
+            self._gpu = {"index": int(a["data-gpu"]), "used": int(a["data-used"]),
+                         "total": int(a["data-total"]), "healthy": a["data-healthy"] == "true",
+                         "unhealthy_marked": "unhealthy" in cls, "pods": {}}
+            self._node.append(self._gpu)
+        elif "pod" in cls and "data-pod" in a and self._gpu is not None:
+            self._gpu["pods"][a["data-pod"]] = int(a["data-amount"])
+        self._id = a.get("id")
+
+    def handle_data(self, data):
+        if self._id and data.strip():
+            self.texts[self._id] = data.strip()
+
+
+def chromium(args, timeout):
+    """Runs headless Chromium with the flags that keep it off the network."""
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--disable-dev-shm-usage", "--hide-scrollbars"] + args
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=scaled(timeout), stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (scripts/install-deps.sh --e2e)")
+def test_ui_in_headless_chromium(api, ext, tmp_path):
+    url = "http://127.0.0.1:%d/ui" % ext.port
+    # The virtual time budget lets the page fetch pool.json and render before the dump.
+    r = chromium(["--user-data-dir=%s" % (tmp_path / "profile-dom"), "--virtual-time-budget=8000",
+                  "--dump-dom", url], 120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    dom = DomReader()
+    dom.feed(r.stdout)
+    assert 'data-loaded="true"' in r.stdout, "the page never rendered pool.json:\n" + r.stdout[-3000:]
+    seen = {name: [(g["total"], g["used"], g["healthy"], g["pods"]) for g in sorted(gpus, key=lambda g: g["index"])]
+            for name, gpus in dom.nodes.items()}
+    assert seen == {n: gpus for n, (_, gpus) in EXPECTED.items()}
+    assert all(g["unhealthy_marked"] == (not g["healthy"]) for gpus in dom.nodes.values() for g in gpus)
+    assert dom.texts.get("t-nodes") == "3"
+    assert dom.texts.get("t-bad") == "1"
+    assert dom.texts.get("t-frag", "").endswith("%")
+
+    artifacts = os.environ.get("GP_ARTIFACT_DIR") or str(tmp_path)
+    os.makedirs(artifacts, exist_ok=True)
+    shot = os.path.join(artifacts, "extender-ui.png")
+    r = chromium(["--user-data-dir=%s" % (tmp_path / "profile-shot"), "--virtual-time-budget=8000",
+                  "--window-size=1280,520", "--screenshot=%s" % shot, url], 120)
+    assert r.returncode == 0 and os.path.getsize(shot) > 5000, r.stderr[-2000:]
+    print("extender /ui screenshot: %s" % shot)
