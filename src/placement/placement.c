@@ -9,10 +9,14 @@
  *   - a pod goes where that expectation grows least, with exact (float)
  *     deltas rather than FGD's truncated sigmoid, so ties are rare, and the
  *     remaining ties go to the fullest node (best fit) instead of to chance;
- *   - a class "fits" a node only with room for its mean CPU and memory too,
- *     and the units a node cannot fill for lack of CPU or memory (at the
- *     workload's CPU and memory per GPU unit) count as fragmentation, so
- *     CPU-heavy pods go where CPU is plentiful relative to GPUs.
+ *   - a class "fits" a node only with room for the CPU and memory of its
+ *     least demanding pod too, and the units a node cannot fill for lack of
+ *     CPU or memory (at the workload's CPU and memory per GPU unit) count as
+ *     fragmentation, so CPU-heavy pods go where CPU is plentiful relative
+ *     to GPUs;
+ *   - scoring a node costs O(classes x distinct GPU states) plus a sort of
+ *     its GPUs: each class's view of the GPUs is computed once per node and
+ *     updated for the GPUs a candidate placement changes (see frag_eval).
  * docs/placement.md has the measurements behind each choice. */
 #include "placement.h"
 
@@ -262,21 +266,28 @@ struct class_view {
 };
 
 /* The per-node part of a score: the state before the pod, and for each
- * class whether it can be placed there at all (model, CPU, memory) and its
- * view of the GPUs. A class that does not fit before the pod cannot fit
- * after it (the pod only takes resources), so its GPUs are never looked at. */
+ * class whether it can still be placed there at all (model, CPU, memory)
+ * once the pod is, and its view of the GPUs before the pod. A class that
+ * does not fit before the pod cannot fit after it (the pod only takes
+ * resources), so its view is never computed. */
 struct frag_eval {
     struct frag_state before;
-    uint64_t host_ok;        /* bit i: class i passes model, CPU and memory before */
+    uint64_t host_ok_after;  /* bit i: class i passes model, CPU and memory once
+                              * the pod's CPU and memory are taken */
     struct class_view view[PLACEMENT_MAX_CLASSES];
 };
 
-static bool class_host_ok(const struct placement_class *c, const struct frag_state *st)
+/* Whether a node of `model` with cpu_left and memory_left could host a pod
+ * of class c. The least demanding pod seen of the class is the test, not
+ * the mean one: with more demand than capacity (the case where placement
+ * matters), free GPU space that some pods of a shape can use is used by
+ * them sooner or later (docs/placement.md measures the alternatives). */
+static bool class_host_ok(const struct placement_class *c, int32_t model, uint64_t cpu_left,
+                          uint64_t memory_left)
 {
-    if (c->models &&
-        (st->model < 0 || st->model >= PLACEMENT_MAX_MODELS || !((c->models >> st->model) & 1)))
+    if (c->models && (model < 0 || model >= PLACEMENT_MAX_MODELS || !((c->models >> model) & 1)))
         return false;
-    return (double)st->cpu_left >= c->cpu_mean && (double)st->memory_left >= c->memory_mean;
+    return cpu_left >= c->cpu_min && memory_left >= c->memory_min;
 }
 
 /* The node's GPU frees in decreasing order with running sums, so that a
@@ -325,25 +336,6 @@ static struct class_view share_view(const struct free_order *fo, uint64_t units)
     return (struct class_view){lo, fo->prefix[fo->count] - fo->prefix[lo]};
 }
 
-static void frag_eval_init(const struct placement_ctx *ctx, const struct placement_node *node,
-                           struct frag_eval *ev)
-{
-    struct free_order fo;
-    frag_state_of(node, &ev->before);
-    free_order_of(&ev->before, &fo);
-    ev->host_ok = 0;
-    for (uint32_t i = 0; i < ctx->class_count; i++) {
-        const struct placement_class *c = &ctx->classes[i];
-        if (!class_host_ok(c, &ev->before))
-            continue;
-        ev->host_ok |= UINT64_C(1) << i;
-        if (c->gpu_count == 0)
-            ev->view[i] = (struct class_view){0, 0};
-        else
-            ev->view[i] = c->whole ? fo.whole : share_view(&fo, c->units);
-    }
-}
-
 /* The free units a node cannot sell for lack of CPU or memory: GPU pods
  * bring on average cpu_per_unit CPU per unit of GPU, so a node with
  * cpu_left CPU can still fill about cpu_left / cpu_per_unit units; the
@@ -367,24 +359,46 @@ static double stranded_units(const struct placement_ctx *ctx, const struct frag_
     return worst > 0.0 ? worst : 0.0;
 }
 
-/* Of the classes that pass model, CPU and memory on ev->before, those that
- * still pass on `st` (a state after a placement on that node). */
-static uint64_t host_ok_on(const struct placement_ctx *ctx, const struct frag_eval *ev,
-                           const struct frag_state *st)
+/* Fills ev for node and req and returns the fragmentation before the pod
+ * (expected_frag() of ev->before, computed in the same pass). */
+static double frag_eval_init(const struct placement_ctx *ctx, const struct placement_node *node,
+                             const struct placement_request *req, struct frag_eval *ev)
 {
-    uint64_t mask = 0;
-    for (uint32_t i = 0; i < ctx->class_count; i++)
-        if (((ev->host_ok >> i) & 1) && class_host_ok(&ctx->classes[i], st))
-            mask |= UINT64_C(1) << i;
-    return mask;
+    struct free_order fo;
+    const struct frag_state *st = &ev->before;
+    frag_state_of(node, &ev->before);
+    free_order_of(st, &fo);
+    /* placement_fits() has checked that the pod's CPU and memory fit */
+    uint64_t cpu_after = st->cpu_left - req->cpu, memory_after = st->memory_left - req->memory;
+    ev->host_ok_after = 0;
+    double sum = 0.0;
+    for (uint32_t i = 0; i < ctx->class_count; i++) {
+        const struct placement_class *c = &ctx->classes[i];
+        uint64_t frag = st->free_sum;
+        if (class_host_ok(c, st->model, st->cpu_left, st->memory_left)) {
+            if (class_host_ok(c, st->model, cpu_after, memory_after))
+                ev->host_ok_after |= UINT64_C(1) << i;
+            if (c->gpu_count == 0) {
+                ev->view[i] = (struct class_view){0, 0};
+                frag = 0;
+            } else {
+                ev->view[i] = c->whole ? fo.whole : share_view(&fo, c->units);
+                if (ev->view[i].usable >= c->gpu_count)
+                    frag = ev->view[i].stranded;
+            }
+        }
+        sum += c->weight * (double)frag; /* as expected_frag() sums */
+    }
+    return sum / ctx->observed + stranded_units(ctx, st);
 }
 
 /* The measure the policy minimises, for the state `st` reached from
- * ev->before by taking `choice` (NULL: the state before), in which the
- * classes of `host_ok` pass model, CPU and memory: the expected
- * fragmentation over the class mix plus the units stranded by CPU or
- * memory. A class's fragmentation is all the free units when it cannot be
- * placed on the node at all, else those on GPUs too small for it. */
+ * ev->before by taking `choice`, in which the classes of `host_ok` pass
+ * model, CPU and memory: the expected fragmentation over the class mix plus
+ * the units stranded by CPU or memory. A class's fragmentation is all the
+ * free units when it cannot be placed on the node at all, else those on
+ * GPUs too small for it. frag_eval_init() computes the same for the state
+ * before the pod, and must sum in the same order. */
 static double expected_frag(const struct placement_ctx *ctx, const struct frag_eval *ev,
                             const struct frag_state *st, uint64_t host_ok,
                             const struct placement_choice *choice)
@@ -395,7 +409,7 @@ static double expected_frag(const struct placement_ctx *ctx, const struct frag_e
         uint64_t frag = st->free_sum;
         if ((host_ok >> i) & 1) {
             struct class_view v = ev->view[i];
-            for (uint32_t k = 0; choice && c->gpu_count > 0 && k < choice->count; k++) {
+            for (uint32_t k = 0; c->gpu_count > 0 && k < choice->count; k++) {
                 uint32_t g = choice->gpu[k];
                 uint64_t was = ev->before.free[g], now = st->free[g];
                 if (gpu_usable(was, st->total[g], c->whole, c->units))
@@ -436,9 +450,8 @@ static double score_gpupool(const struct placement_ctx *ctx, const struct placem
 {
     struct frag_eval ev;
     struct frag_state after;
-    frag_eval_init(ctx, node, &ev);
+    double frag_before = frag_eval_init(ctx, node, req, &ev);
     const struct frag_state *before = &ev.before;
-    double frag_before = expected_frag(ctx, &ev, before, ev.host_ok, NULL);
 
     if (req->gpu_count != 1 || req->whole) {
         /* Whole GPUs are interchangeable for fragmentation; shares on
@@ -446,8 +459,7 @@ static double score_gpupool(const struct placement_ctx *ctx, const struct placem
         choose_by_free(node, req, false, choice);
         after = *before;
         frag_state_apply(&after, req, choice);
-        uint64_t host_ok_after = host_ok_on(ctx, &ev, &after);
-        return (frag_before - expected_frag(ctx, &ev, &after, host_ok_after, choice)) +
+        return (frag_before - expected_frag(ctx, &ev, &after, ev.host_ok_after, choice)) +
                GPUPOOL_FIT_WEIGHT * fullness_after(node, req, choice);
     }
 
@@ -458,7 +470,6 @@ static double score_gpupool(const struct placement_ctx *ctx, const struct placem
     after = *before; /* the pod's CPU and memory now, its GPU in the loop */
     after.cpu_left -= req->cpu;
     after.memory_left -= req->memory;
-    uint64_t host_ok_after = host_ok_on(ctx, &ev, &after); /* the same for every GPU */
     for (uint32_t g = 0; g < before->gpus; g++) {
         if (!gpu_usable(before->free[g], before->total[g], false, req->units))
             continue;
@@ -470,7 +481,7 @@ static double score_gpupool(const struct placement_ctx *ctx, const struct placem
         struct placement_choice one = {.count = 1, .gpu = {(uint8_t)g}, .units = {req->units}};
         after.free[g] -= req->units;
         after.free_sum -= req->units;
-        double score = frag_before - expected_frag(ctx, &ev, &after, host_ok_after, &one);
+        double score = frag_before - expected_frag(ctx, &ev, &after, ev.host_ok_after, &one);
         after.free[g] += req->units;
         after.free_sum += req->units;
         if (score > best_score || (score == best_score && before->free[g] < best_free)) {
@@ -683,7 +694,9 @@ void placement_stats_observe(struct placement_ctx *ctx, const struct placement_r
     hit->weight += 1.0;
     hit->cpu_sum += (double)req->cpu;
     hit->memory_sum += (double)req->memory;
-    hit->cpu_mean = hit->cpu_sum / hit->weight;
-    hit->memory_mean = hit->memory_sum / hit->weight;
+    if (hit->weight == 1.0 || req->cpu < hit->cpu_min)
+        hit->cpu_min = req->cpu;
+    if (hit->weight == 1.0 || req->memory < hit->memory_min)
+        hit->memory_min = req->memory;
     ctx->observed += 1.0;
 }

@@ -29,8 +29,10 @@
  *            docs/placement.md). Falls back to best fit while nothing has
  *            been observed.
  *
- * Cost: placement_fits() is O(GPUs); placement_score() is O(GPUs * classes)
- * for gpupool, O(GPUs) otherwise, with no allocation. */
+ * Cost: placement_fits() is O(GPUs); placement_score() is O(GPUs^2 +
+ * classes * distinct free values among the node's GPUs) for gpupool (about
+ * 1 us at 8 GPUs and 64 classes, bench/placement_bench.c), O(GPUs)
+ * otherwise, with no allocation. */
 #ifndef GP_PLACEMENT_H
 #define GP_PLACEMENT_H
 
@@ -95,10 +97,10 @@ struct placement_class {
     uint64_t units;
     uint64_t models;
     double weight;           /* pods observed with this shape */
-    double cpu_sum;          /* their CPU and memory, for the mean request */
+    double cpu_sum;          /* their CPU and memory, summed (for inspection) */
     double memory_sum;
-    double cpu_mean;         /* cpu_sum / weight, kept by observe so that */
-    double memory_mean;      /* scoring does not divide per node and class */
+    uint64_t cpu_min;        /* the least CPU and the least memory one of */
+    uint64_t memory_min;     /* these pods asked: what a node needs to host one */
 };
 
 /* Model-name table and online workload model. Zero it with

@@ -67,7 +67,7 @@ dep_is_fake_uuid() { local u; for u in "${DEP_UUIDS[@]}"; do [[ $u == "$1" ]] &&
 
 # --- cluster pieces ------------------------------------------------------------
 # The e2e cluster runs no controller-manager; DaemonSets and Deployments need
-# one. Only the controllers the rollouts use, on loopback-free ports (none).
+# one. Only the controllers the rollouts use; it serves no port.
 dep_start_kcm() {
   is_running kube-controller-manager && return 0
   printf '  $ kube-controller-manager --controllers=daemonset,deployment,replicaset,garbagecollector\n'
@@ -207,10 +207,6 @@ dep_pod() {
     awk 'NF == 2 && $2 == "true" {print $1}' | head -n1
 }
 dep_pod_ready() { [[ -n "$(dep_pod "$1")" ]]; }
-dep_pods_of() { dep_kc get pods -l "$1" -o name 2>/dev/null | grep -c .; }
-dep_only_pod_ready() {  # exactly one pod of SELECTOR, and it is Ready
-  (( $(dep_pods_of "$1") == 1 )) && dep_pod_ready "$1"
-}
 dep_pod_ready_other_than() {  # dep_pod_ready_other_than SELECTOR OLD_POD
   local p
   p=$(dep_pod "$1")
@@ -475,6 +471,7 @@ metadata: {name: $p, labels: {app: gpupool-e2e-deploy}}
 spec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
   containers:
   - name: c
     image: $BUSYBOX_IMAGE
@@ -510,6 +507,8 @@ kind: Pod
 metadata: {name: dep-mem-huge, labels: {app: gpupool-e2e-deploy}}
 spec:
   restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
   containers:
   - name: c
     image: $BUSYBOX_IMAGE
@@ -523,7 +522,13 @@ EOF
     }
     wait_for 60 "dep-mem-huge Unschedulable" huge_refused
     kshow get pod dep-mem-huge -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}'
-    check "[gpu-mem] a pod larger than any GPU ($((per_gpu + 1)) GiB) stays Pending" huge_refused
+    check "[gpu-mem] a pod larger than any GPU ($((per_gpu + 1)) GiB, $mem_total free on the node) stays Pending" huge_refused
+    huge_by_extender() {
+      local m
+      m=$(kc get pod dep-mem-huge -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' 2>/dev/null)
+      [[ -n $m && $m != *Insufficient* ]]
+    }
+    check "[gpu-mem] ... refused by the extender, not by the scheduler's own fit" huge_by_extender
 
     # The Service: kubectl port-forward into the extender's pod.
     pf_port=$((40000 + RANDOM % 2000))

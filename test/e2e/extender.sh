@@ -56,6 +56,7 @@ ext_http() { curl -sS --max-time 10 "$@"; }
 # --- the extender process ----------------------------------------------------
 ext_start() {  # ext_start LABEL
   EXT_N=$((EXT_N + 1))
+  mkdir -p "$E2E_LOGS"
   EXT_LOG=$E2E_LOGS/extender-$EXT_N-$1.log
   : >"$EXT_LOG"
   printf '  $ gpupool-scheduler-extender --address 127.0.0.1 --port %s --kubeconfig %s -v 4   (log: %s)\n' "$EXT_PORT" "$KUBECONFIG" "$EXT_LOG"
@@ -103,6 +104,7 @@ ext_scheduler() {  # ext_scheduler LABEL ARGS...  -- replaces the running schedu
   local label=$1
   shift
   stop_pid kube-scheduler 10
+  mkdir -p "$E2E_LOGS"
   EXT_SCHED_LOG=$E2E_LOGS/kube-scheduler-$label.log
   : >"$EXT_SCHED_LOG"
   printf '  $ kube-scheduler %s   (log: %s)\n' "$*" "$EXT_SCHED_LOG"

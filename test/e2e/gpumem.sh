@@ -37,7 +37,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then   # standalone
   mkdir -p "$E2E_LOGS"
   # extender.sh's helpers (ext_start, ext_scheduler, ...) without its scenarios.
   . <(sed '/^# --- one phase/,$d' "$E2E_DIR/extender.sh")
-  trap 'gm_cleanup; if ((E2E_FAILED > 0)); then printf "Failures:\n"; printf "  - %s\n" "${E2E_FAILURES[@]}"; fi; echo "$E2E_PASSED passed, $E2E_FAILED failed"' EXIT
+  trap 'gm_cleanup; if ((E2E_FAILED > 0)); then printf "Failures:\n"; printf "  - %s\n" "${E2E_FAILURES[@]}"; fi; echo "$E2E_PASSED passed, $E2E_FAILED failed"; exit $((E2E_FAILED > 0))' EXIT
 fi
 
 GM_INVENTORY=${GPUMEM_INVENTORY:-$REPO_ROOT/test/fakenvml/inventories/4gpu-mixed-memory.json}
@@ -290,6 +290,15 @@ for n in nodes:
         print(dev["id"], dev.get("usedGPU", 0), dev.get("totalGPU", 0))'
 }
 gm_inspect_agrees() { [[ "$(gm_usage)" == "$(gm_inspect)" ]]; }
+# gm_wait_inspect TAG  -- waits for /inspect to agree; checks it, shows both on failure.
+gm_wait_inspect() {
+  if ! wait_for 30 "extender /inspect agrees with the annotations" gm_inspect_agrees; then
+    echo "    annotations (GPU used total): $(gm_usage | tr '\n' ';')"
+    echo "    /inspect    (GPU used total): $(gm_inspect | tr '\n' ';')"
+    ext_http "$EXT_URL$EXT_PREFIX/inspect/$NODE_NAME" | cut -c1-3000 | sed 's/^/    /'
+  fi
+  check "[gpu-mem] the extender's /inspect shows the same usage per GPU as the annotations ($1)" gm_inspect_agrees
+}
 gm_delete() {  # gm_delete NAME...  (or nothing: every pod of ours)
   if (($# > 0)); then
     kc delete pod "$@" --grace-period=0 --force --wait=false >/dev/null 2>&1
@@ -422,8 +431,7 @@ if ((gm_ready)); then
   gm_two_gpus() { [[ $(kc get pod gm-multi -o jsonpath='{.metadata.annotations.ALIYUN_COM_GPU_MEM_IDX}') =~ ^[0-9]+,[0-9]+$ ]]; }
   check "[gpu-mem] gm-multi (gpu-count 2) got two GPUs ($(kc get pod gm-multi -o jsonpath='{.metadata.annotations.ALIYUN_COM_GPU_MEM_IDX}'))" gm_two_gpus
   check "[gpu-mem] no GPU over-committed (sum of annotations <= GPU memory)" gm_no_overcommit
-  wait_for 30 "extender /inspect agrees with the annotations" gm_inspect_agrees
-  check "[gpu-mem] the extender's /inspect shows the same usage per GPU" gm_inspect_agrees
+  gm_wait_inspect "first batch"
 
   # ===================================================================================
   section "11b. a pod that does not fit stays Pending with a reason"
@@ -453,13 +461,12 @@ if ((gm_ready)); then
   section "11c. the $GM_PODS pods deleted: their memory is free again"
   # shellcheck disable=SC2086
   gm_delete $names
-  wait_for 30 "extender /inspect agrees with the annotations" gm_inspect_agrees
+  gm_wait_inspect "the $GM_PODS pods deleted"
   gm_no_overcommit
   echo "    before the deletion $free GiB were free; the new pods need $((GM_PODS * GM_SIZE))"
   gm_batch gpu-mem gm-new- "$GM_PODS"
   check "[gpu-mem] no GPU over-committed after the second batch" gm_no_overcommit
-  wait_for 30 "extender /inspect agrees with the annotations" gm_inspect_agrees
-  check "[gpu-mem] /inspect agrees after the second batch" gm_inspect_agrees
+  gm_wait_inspect "second batch"
 
   # ===================================================================================
   section "11d. kubelet restart: running pods keep their GPUs, new pods get exact identity"
@@ -486,6 +493,7 @@ if ((gm_ready)); then
   check "[gpu-mem] gm-mc-a still sees the GPU of its annotation (kubectl exec)" gm_exec_same
   gm_batch gpu-mem gm-ak- 5
   check "[gpu-mem] no GPU over-committed after the kubelet restart" gm_no_overcommit
+  gm_wait_inspect "after the kubelet restart"
 
   # ===================================================================================
   section "11e. plugin restart: nothing lost"
@@ -506,8 +514,7 @@ if ((gm_ready)); then
   # shellcheck disable=SC2046
   check "[gpu-mem] at the end, every container of every pod still matches its annotation" \
     gm_identity $(kc get pods -l "$GM_LABEL" -o name | sed 's#^pod/##')
-  wait_for 30 "extender /inspect agrees with the annotations" gm_inspect_agrees
-  check "[gpu-mem] /inspect agrees at the end" gm_inspect_agrees
+  gm_wait_inspect "after the plugin restart"
 
   section "11f. gpu-mem: clean up"
   gm_plugin_stats

@@ -386,6 +386,11 @@ check "plugin exits 0 on SIGTERM" test "$PLUGIN_RC" = 0
 . "$E2E_DIR/extender.sh"
 
 # =============================================================================
+# 11. GPU-memory shares end to end: kube-scheduler -> extender -> kubelet ->
+#     plugin in gpu-mem mode -> container (sourced, shares counters).
+. "$E2E_DIR/gpumem.sh"
+
+# =============================================================================
 # 10. deployed for real: `make image` imported into containerd, the
 #     deploy/overlays/* applied with kubectl apply -k (sourced, shares counters).
 . "$E2E_DIR/deploy.sh"

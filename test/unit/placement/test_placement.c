@@ -362,6 +362,41 @@ static void test_stats_table_full_merges(void **state)
 
 /* ---- commit / release --------------------------------------------------- */
 
+/* A shape counts as usable on a node that can host its least demanding
+ * pod: when most of a shape's pods ask little CPU, a pod is placed where
+ * they can still use the rest of the GPU, although the mean request would
+ * fit neither node. */
+static void test_class_uses_least_demanding_pod(void **state)
+{
+    (void)state;
+    struct placement_ctx ctx;
+    placement_ctx_init(&ctx);
+    struct placement_request small = share(500), big = share(500);
+    small.cpu = 2000;
+    big.cpu = 30000;
+    observe_n(&ctx, big, 1);
+    observe_n(&ctx, small, 3);
+    assert_int_equal(ctx.class_count, 1);
+    assert_true(ctx.classes[0].cpu_min == 2000);
+    assert_true(ctx.classes[0].memory_min == 1024);
+
+    /* Three of four pods ask 2 cores, one 30 (mean 9). Node a has 5 cores
+     * left, b 3: after a pod taking half a GPU and 2.5 cores, a can still
+     * host the 2-core pods on the other half, b none. Judged by the mean
+     * request, neither node could host the shape before or after, and the
+     * fuller b would win. */
+    placement_ctx_init(&ctx);
+    observe_n(&ctx, small, 3);
+    observe_n(&ctx, big, 1);
+    struct placement_node a = gpu_node(1, 1000), b = gpu_node(1, 1000);
+    a.cpu_requested = a.cpu_allocatable - 5000;
+    b.cpu_requested = b.cpu_allocatable - 3000;
+    struct placement_request pod = share(500);
+    pod.cpu = 2500;
+    assert_true(placement_score(&ctx, PLACEMENT_GPUPOOL, &a, &pod, NULL) >
+                placement_score(&ctx, PLACEMENT_GPUPOOL, &b, &pod, NULL));
+}
+
 static void test_commit_refuses_overcommit(void **state)
 {
     (void)state;
@@ -569,12 +604,14 @@ static struct ref_state ref_state_of(const struct placement_node *n)
     return st;
 }
 
+/* The free units a pod of class c could not use: all of them when the node
+ * cannot host the class's least demanding pod (model, CPU, memory) or has
+ * too few usable GPUs, else those on GPUs too small for it. */
 static double ref_class_frag(const struct placement_class *c, const struct ref_state *st)
 {
     if (c->models && (st->model < 0 || !((c->models >> st->model) & 1)))
         return (double)st->free_sum;
-    if ((double)st->cpu_left < c->cpu_sum / c->weight ||
-        (double)st->memory_left < c->memory_sum / c->weight)
+    if (st->cpu_left < c->cpu_min || st->memory_left < c->memory_min)
         return (double)st->free_sum;
     if (c->gpu_count == 0)
         return 0.0;
@@ -740,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_policy_names),
         cmocka_unit_test(test_scores_to_priorities),
         cmocka_unit_test(test_stats_table_full_merges),
+        cmocka_unit_test(test_class_uses_least_demanding_pod),
         cmocka_unit_test(test_commit_refuses_overcommit),
         cmocka_unit_test(test_release_refuses_underflow),
         cmocka_unit_test(test_property_never_overcommits),
