@@ -5,7 +5,7 @@
 # table and the wall-clock time of each trace's three runs.
 #
 #   bench/binpack.sh [BUILD_DIR]    (default: $GP_BUILD_DIR or ./build)
-#   GP_OPENB_DIR   trace folder (default /work/shared/data/openb)
+#   GP_OPENB_DIR   trace folder (default ../shared/data/openb beside the checkout)
 #   GP_SEEDS       seed range   (default 42..51)
 set -eu
 
@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-${GP_BUILD_DIR:-$ROOT/build}}
 SIM=$BUILD/bin/gpupool-sim
 [ -x "$SIM" ] || SIM=$BUILD/gpupool-sim
-DATA=${GP_OPENB_DIR:-/work/shared/data/openb}
+DATA=${GP_OPENB_DIR:-$ROOT/../shared/data/openb}
 SEEDS=${GP_SEEDS:-42..51}
 NODES=$DATA/openb_node_list_gpu_node.csv
 

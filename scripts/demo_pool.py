@@ -52,7 +52,7 @@ def say(text=""):
     print(text, flush=True)
 
 
-def node_object(name, model, gib, count, cpu, mem_gib):
+def node_object(ip, name, model, gib, count, cpu, mem_gib):
     gpus = [{"index": i, "memory": gib, "model": model, "healthy": True} for i in range(count)]
     capacity = {"cpu": "%dm" % cpu, "memory": "%dGi" % mem_gib, "pods": "110",
                 "aliyun.com/gpu-mem": str(gib * count), "aliyun.com/gpu-count": str(count)}
@@ -61,7 +61,7 @@ def node_object(name, model, gib, count, cpu, mem_gib):
                      "annotations": {"gpupool.io/gpus": json.dumps(gpus)}},
         "status": {"capacity": capacity, "allocatable": dict(capacity),
                    "conditions": [{"type": "Ready", "status": "True"}],
-                   "addresses": [{"type": "InternalIP", "address": "10.0.0.%d" % (len(name) % 200)}]},
+                   "addresses": [{"type": "InternalIP", "address": ip}]},
     }
 
 
@@ -147,7 +147,7 @@ def main():
             raise SystemExit("demo: %s/bin/%s is not built (run make)" % (build, prog))
 
     tmp = tempfile.mkdtemp(prefix="gpupool-pool-demo.")
-    fixture = {"nodes": [node_object(*n) for n in GIB_NODES], "pods": [], "configmaps": []}
+    fixture = {"nodes": [node_object("10.0.0.%d" % (11 + i), *n) for i, n in enumerate(GIB_NODES)], "pods": [], "configmaps": []}
     api = FakeApiServer(fixture=fixture).start()
     kubeconfig = os.path.join(tmp, "kubeconfig")
     with open(kubeconfig, "w") as f:

@@ -6,14 +6,18 @@
 #
 # IMAGE: gpupool-device-plugin, gpupool-scheduler-extender (default: both).
 # For each image:
-#   1. the Debian packages that own the shared libraries the program needs
-#      (`ldd` on BUILD_DIR/bin/<program>, then `dpkg -S`);
+#   1. the Debian packages that own the shared libraries the program needs:
+#      those `ldd` names, and those it dlopen()s by soname (libcurl.so.4 for
+#      the API client, libmicrohttpd.so.12 for metrics: found as soname
+#      strings in the binary and resolved with `ldconfig -p`; the NVIDIA
+#      driver's libraries are the container runtime's business), then `dpkg -S`;
 #   2. mmdebstrap --variant=extract: those packages and their dependencies,
 #      unpacked, nothing installed or run (no shell, no dpkg, no apt in the
 #      image); cached per package set (GP_IMAGE_CACHE);
 #   3. pruned: documentation (the copyright files stay), locales, gconv, the
 #      apt/dpkg state, and every shared library of a package other than libc6
-#      and libgcc-s1 that the program's `ldd` closure does not name (glibc's
+#      and libgcc-s1 that the closure of the program and of its dlopen()ed
+#      libraries, as the image's own loader resolves it, does not name (glibc's
 #      compatibility libraries stay: a real libnvidia-ml.so.1 needs them);
 #   4. two layers, written as deterministic tarballs (sorted names, owner 0,
 #      mtimes = SOURCE_DATE_EPOCH): the Debian runtime, then the stripped
@@ -46,7 +50,7 @@ IMAGES=("$@")
 REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 [[ $(id -u) -eq 0 ]] || die "mmdebstrap (root mode) needs root; run as root"
-for c in mmdebstrap umoci dpkg-query dpkg-deb strip tar gzip; do
+for c in mmdebstrap umoci dpkg-query dpkg-deb strip objdump strings ldconfig tar gzip; do
   command -v "$c" >/dev/null || die "$c missing: run scripts/install-deps.sh --image"
 done
 
@@ -93,13 +97,26 @@ owner_of() {
 libs_of() {
   ldd "$1" | awk '/=> \// {print $3; next} /^\s*\// {print $1}'
 }
+# dlopened_of BINARY  -- host paths of the libraries BINARY loads at run time
+# by soname (strings like libcurl.so.4 that are not NEEDED), when this host
+# has them; the NVIDIA driver's libraries are left to the container runtime.
+dlopened_of() {
+  local bin=$1 soname path needed
+  needed=$(objdump -p "$bin" | awk '$1 == "NEEDED" {print $2}')
+  strings -n 6 "$bin" | grep -E '^lib[A-Za-z0-9_+.-]*\.so(\.[0-9]+)+$' | sort -u | while read -r soname; do
+    case $soname in libnvidia-* | libcuda* | libnvcuvid* | libnvoptix*) continue ;; esac
+    grep -qxF "$soname" <<<"$needed" && continue
+    path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64|AArch64|64bit/ {print $NF; exit}')
+    [[ -n $path ]] && echo "$path"
+  done
+}
 packages_of() {
   local bin=$1 lib pkg
   local -A seen=()
   while read -r lib; do
     pkg=$(owner_of "$lib") || die "no Debian package owns $lib (needed by $bin)"
     seen[$pkg]=1
-  done < <(libs_of "$bin")
+  done < <(libs_of "$bin"; dlopened_of "$bin")
   seen[libc6]=1
   printf '%s\n' "${!seen[@]}" | sort
 }
@@ -138,13 +155,26 @@ rootfs_for() {
 }
 
 # --- 3. stage and prune -----------------------------------------------------------
-# closure STAGE BINARY  -- the libraries the image's own loader resolves for
-# BINARY (paths inside STAGE), the loader itself included.
+# closure STAGE FILE...  -- the libraries the image's own loader resolves for
+# each FILE (a program or a library; paths inside STAGE), the loader and the
+# libraries themselves included; "not found" lines pass through.
 closure() {
-  local stage=$1 bin=$2 loader
+  local stage=$1 loader f
+  shift
   loader=$(cd "$stage" && ls lib64/ld-linux-*.so.* lib/ld-linux*.so.* 2>/dev/null | head -n1)
   [[ -n $loader ]] || die "no dynamic loader in the rootfs"
-  chroot "$stage" "/$loader" --list "$bin" | awk '/=> \// {print $3; next} /^\s*\// {print $1}'
+  for f in "$@"; do
+    [[ $f == */lib*.so* ]] && echo "$f"
+    chroot "$stage" "/$loader" --list "$f" | awk '/not found/ {print; next} /=> \// {print $3; next} /^\s*\// {print $1}'
+  done
+}
+# in_image STAGE SONAME  -- where the image's loader would find SONAME.
+in_image() {
+  local d
+  for d in lib/$MULTIARCH usr/lib/$MULTIARCH lib usr/lib; do
+    [[ -e $1/$d/$2 ]] && { echo "/$d/$2"; return 0; }
+  done
+  return 1
 }
 stage_image() {
   local name=$1 bin=$2 cachedir=$3 stage=$4 keep lib
@@ -163,7 +193,11 @@ stage_image() {
   chmod 0755 "$stage/usr/bin/$name"
   # Libraries nobody loads: everything of the other packages that is a
   # shared object and not in the closure.
-  keep=$(closure "$stage" "/usr/bin/$name" | while read -r lib; do
+  local targets=("/usr/bin/$name") soname
+  for soname in $(dlopened_of "$bin" | xargs -r -n1 basename); do
+    targets+=("$(in_image "$stage" "$soname")") || die "$name: $soname (loaded at run time) missing in the rootfs"
+  done
+  keep=$(closure "$stage" "${targets[@]}" | grep -v 'not found' | while read -r lib; do
            echo "$lib"; readlink -f "$stage$lib" | sed "s#^$stage##"; done | sort -u)
   local f
   for f in "$cachedir"/debs/*.list; do
@@ -184,7 +218,7 @@ stage_image() {
   install -d "$stage/usr/share/gpupool"
   cp "$cachedir/packages.txt" "$stage/usr/share/gpupool/$name.packages"
   # The program must start in its own image: the loader resolves every library.
-  if closure "$stage" "/usr/bin/$name" | grep -q 'not found'; then
+  if closure "$stage" "${targets[@]}" | grep 'not found'; then
     die "$name: libraries missing in the image"
   fi
   chroot "$stage" "/usr/bin/$name" --version >/dev/null 2>&1 ||
@@ -206,7 +240,8 @@ build_image() {
   [[ -x $bin ]] || die "$bin missing: build it first (make build / cmake --build $BUILD)"
   [[ -n ${USER_OF[$name]:-} ]] || die "unknown image $name"
   mapfile -t pkgs < <(packages_of "$bin")
-  log "$name: ldd -> Debian packages: ${pkgs[*]}"
+  log "$name: loads at run time: $(dlopened_of "$bin" | xargs -r -n1 basename | paste -sd' ' -)"
+  log "$name: ldd + run-time loads -> Debian packages: ${pkgs[*]}"
   cachedir=$(rootfs_for "${pkgs[@]}")
   work=$OUT/work-$name
   rm -rf "$work"

@@ -63,6 +63,6 @@ void metrics_count_registration(struct plugin_metrics *m, const char *resource, 
 
 /* The exposition text a scrape would return, malloc'd (free()); NULL when
  * out of memory. For tests and the HTTP handler. */
-char *metrics_render(struct plugin_metrics *m);
+GP_MUST_USE char *metrics_render(struct plugin_metrics *m);
 
 #endif

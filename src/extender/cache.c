@@ -224,17 +224,18 @@ void cache_nodes_list_begin(struct cache *cache)
     pthread_mutex_unlock(&cache->state_lock);
 }
 
+static void node_sweep(struct table_entry *e, void *ctx)
+{
+    struct cache *cache = ctx;
+    struct cache_node *node = table_container(e, struct cache_node, entry);
+    if (node->present && node->gen != cache->node_gen)
+        node_gone_locked(cache, node);
+}
+
 void cache_nodes_list_end(struct cache *cache)
 {
     pthread_mutex_lock(&cache->state_lock);
-    size_t i;
-    struct table_entry *e, *next;
-    for (e = table_first(&cache->nodes, &i); e; e = next) {
-        next = table_next(&cache->nodes, &i, e);
-        struct cache_node *node = table_container(e, struct cache_node, entry);
-        if (node->present && node->gen != cache->node_gen)
-            node_gone_locked(cache, node);
-    }
+    table_sweep(&cache->nodes, node_sweep, cache);
     pthread_mutex_unlock(&cache->state_lock);
 }
 
@@ -308,19 +309,20 @@ void cache_configmaps_list_begin(struct cache *cache)
     pthread_mutex_unlock(&cache->state_lock);
 }
 
+static void cm_sweep(struct table_entry *e, void *ctx)
+{
+    struct cache *cache = ctx;
+    struct cache_node *node = table_container(e, struct cache_node, entry);
+    if (node->has_cm && node->cm_gen != cache->cm_gen) {
+        cm_set_locked(node, false, 0);
+        node_maybe_free(cache, node);
+    }
+}
+
 void cache_configmaps_list_end(struct cache *cache)
 {
     pthread_mutex_lock(&cache->state_lock);
-    size_t i;
-    struct table_entry *e, *next;
-    for (e = table_first(&cache->nodes, &i); e; e = next) {
-        next = table_next(&cache->nodes, &i, e);
-        struct cache_node *node = table_container(e, struct cache_node, entry);
-        if (node->has_cm && node->cm_gen != cache->cm_gen) {
-            cm_set_locked(node, false, 0);
-            node_maybe_free(cache, node);
-        }
-    }
+    table_sweep(&cache->nodes, cm_sweep, cache);
     pthread_mutex_unlock(&cache->state_lock);
 }
 
@@ -511,17 +513,18 @@ void cache_pods_list_begin(struct cache *cache)
     pthread_mutex_unlock(&cache->state_lock);
 }
 
+static void pod_sweep(struct table_entry *e, void *ctx)
+{
+    struct cache *cache = ctx;
+    struct cache_pod *pod = table_container(e, struct cache_pod, entry);
+    if (pod->gen != cache->pod_gen && pod->state != POD_BINDING)
+        pod_remove(cache, pod);
+}
+
 void cache_pods_list_end(struct cache *cache)
 {
     pthread_mutex_lock(&cache->state_lock);
-    size_t i;
-    struct table_entry *e, *next;
-    for (e = table_first(&cache->pods, &i); e; e = next) {
-        next = table_next(&cache->pods, &i, e);
-        struct cache_pod *pod = table_container(e, struct cache_pod, entry);
-        if (pod->gen != cache->pod_gen && pod->state != POD_BINDING)
-            pod_remove(cache, pod);
-    }
+    table_sweep(&cache->pods, pod_sweep, cache);
     pthread_mutex_unlock(&cache->state_lock);
 }
 

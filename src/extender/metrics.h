@@ -30,6 +30,7 @@
 
 #include "bind.h"
 #include "cache.h"
+#include "compiler.h"
 
 #define METRICS_BUCKETS 16  /* finite upper bounds; one more slot for +Inf */
 
@@ -65,6 +66,6 @@ static inline void metrics_count(atomic_uint_fast64_t *counter, uint64_t n)
 /* The whole exposition text (NUL-terminated, *len without it), or NULL with
  * a message. unit_bytes: bytes per unit of aliyun.com/gpu-mem. */
 char *metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
-                     char *err, size_t errlen) __attribute__((warn_unused_result));
+                     char *err, size_t errlen) GP_MUST_USE;
 
 #endif

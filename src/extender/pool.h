@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "cache.h"
+#include "compiler.h"
 
 struct pool_totals {
     uint64_t nodes;            /* GPU-sharing nodes present */
@@ -43,7 +44,7 @@ struct pool_gpu {
  * table's, GPUs ascending) and fills *totals. gpu_fn may be NULL. */
 typedef void (*pool_gpu_fn)(void *ctx, const struct pool_gpu *gpu);
 int pool_walk(struct cache *cache, pool_gpu_fn gpu_fn, void *ctx, struct pool_totals *totals,
-              char *err, size_t errlen) __attribute__((warn_unused_result));
+              char *err, size_t errlen) GP_MUST_USE;
 
 /* The text of /ui/pool.json (malloc'ed, NUL-terminated, *len without the
  * NUL; NULL when out of memory). Nodes sorted by name; each GPU is a compact
@@ -58,6 +59,6 @@ int pool_walk(struct cache *cache, pool_gpu_fn gpu_fn, void *ctx, struct pool_to
  *              "fragmentation_percent":27.2727}}
  * Written as text under state_lock (no JSON values built): about 1 MB and a
  * few ms at 5,000 nodes. */
-char *pool_json(struct cache *cache, const char *unit, size_t *len);
+GP_MUST_USE char *pool_json(struct cache *cache, const char *unit, size_t *len);
 
 #endif

@@ -36,6 +36,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then   # standalone
   section() { printf '\n==== %s (%s, +%ss) ====\n' "$*" "$(date +%H:%M:%S)" "$((SECONDS - T_START))"; }
   mkdir -p "$E2E_LOGS"
   # extender.sh's helpers (ext_start, ext_scheduler, ...) without its scenarios.
+  # shellcheck source=/dev/null
   . <(sed '/^# --- one phase/,$d' "$E2E_DIR/extender.sh")
   trap 'gm_cleanup; if ((E2E_FAILED > 0)); then printf "Failures:\n"; printf "  - %s\n" "${E2E_FAILURES[@]}"; fi; echo "$E2E_PASSED passed, $E2E_FAILED failed"; exit $((E2E_FAILED > 0))' EXIT
 fi
@@ -55,6 +56,7 @@ GM_CONTROL=$E2E_STATE/fake-nvml-control-gpumem
 GM_OUT=$E2E_LOGS/gpumem
 GM_N=0
 GM_PLUGIN_PID=
+GM_PLUGIN_LOGS=()
 GM_UP=0
 GM_PY=/usr/bin/python3
 
@@ -62,6 +64,8 @@ GM_PY=/usr/bin/python3
 gm_start_plugin() {  # gm_start_plugin LABEL
   GM_N=$((GM_N + 1))
   GM_PLUGIN_LOG=$E2E_LOGS/plugin-gpumem-$GM_N-$1.log
+  GM_PLUGIN_LOGS+=("$GM_PLUGIN_LOG")
+  : >"$GM_PLUGIN_LOG"
   local args=(--resource-mode=gpu-mem --kubeconfig "$KUBECONFIG" --state-dir "$GM_STATE" -v 4)
   printf '  $ NODE_NAME=%s gpupool-device-plugin %s   (inventory %s, log: %s)\n' \
     "$NODE_NAME" "${args[*]}" "$(basename "$GM_INVENTORY")" "$GM_PLUGIN_LOG"
@@ -100,7 +104,6 @@ gm_wait_registered() {  # gm_wait_registered N_BEFORE
 }
 
 # --- what the inventory says ---------------------------------------------------------
-mapfile -t GM_UUIDS < <($GM_PY -c 'import json,sys; [print(g["uuid"]) for g in json.load(open(sys.argv[1]))["gpus"]]' "$GM_INVENTORY" 2>/dev/null)
 mapfile -t GM_GIB < <($GM_PY -c 'import json,sys; [print(g["memory_mib"] // 1024) for g in json.load(open(sys.argv[1]))["gpus"]]' "$GM_INVENTORY" 2>/dev/null)
 GM_TOTAL=0
 for g in "${GM_GIB[@]}"; do GM_TOTAL=$((GM_TOTAL + g)); done
@@ -336,7 +339,7 @@ gm_containers() {
 # What the plugin logs say: Allocates answered, waits, failures, and the
 # plugin's own time per Allocate (-v 4), over every gpu-mem plugin run.
 gm_plugin_stats() {
-  cat "$E2E_LOGS"/plugin-gpumem-*.log 2>/dev/null | $GM_PY -c '
+  cat "${GM_PLUGIN_LOGS[@]}" 2>/dev/null | $GM_PY -c '
 import re, sys
 ok = waits = failed = 0
 us = []
@@ -471,10 +474,11 @@ if ((gm_ready)); then
   # ===================================================================================
   section "11d. kubelet restart: running pods keep their GPUs, new pods get exact identity"
   # make room for the pods after the restarts
+  # shellcheck disable=SC2046
   gm_delete $(gm_names gm-new- $((GM_PODS / 2)))
   before=$(gm_containers)
   echo "    $(grep -c . <<<"$before") running pods before (pod container-ids restarts):"
-  sed 's/^/      /' <<<"$before" | cut -c1-160 | head -n 4
+  head -n 4 <<<"$before" | cut -c1-160 | sed 's/^/      /'
   regs=$(gm_registrations)
   e2e_log "stopping the kubelet (TERM) and starting it again with the same flags"
   stop_pid kubelet 20
@@ -518,8 +522,11 @@ if ((gm_ready)); then
 
   section "11f. gpu-mem: clean up"
   gm_plugin_stats
-  gm_no_failed_allocate() { ! grep -h 'Allocate [0-9]* units of .* failed' "$E2E_LOGS"/plugin-gpumem-*.log; }
+  gm_no_failed_allocate() { ! grep -h 'Allocate [0-9]* units of .* failed' "${GM_PLUGIN_LOGS[@]}"; }
   check "[gpu-mem] the plugin never failed an Allocate" gm_no_failed_allocate
+  # The kubelet's checkpoint survives its restart: no container is allocated twice.
+  gm_no_repeat() { ! grep -h 'repeated by the kubelet' "${GM_PLUGIN_LOGS[@]}"; }
+  check "[gpu-mem] no container was allocated twice (the kubelet restart re-used its checkpoint)" gm_no_repeat
   gm_cleanup
   check "[gpu-mem] plugin exits 0 on SIGTERM" test "$GM_PLUGIN_RC" = 0
 fi
