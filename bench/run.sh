@@ -6,7 +6,14 @@
 #   plugin_bench     the real plugin on the fake NVML, played by a C kubelet:
 #                    exec -> Register, RSS, Allocate, XID -> ListAndWatch, sizes
 #   sim_latency.py   Allocate latency from the Python kubelet simulator
-# Exits non-zero if any of them fails. Takes well under 3 minutes.
+#   gpumem_bench.py  gpu-mem mode: Allocate latency with pod identity, RSS
+#   placement_bench  the placement engine's score cost (in-process)
+#   extender_filter_bench  the extender's filter/prioritize at 5,000 nodes (in-process)
+#   binpack.sh       gpupool-sim on the four openb traces, seeds 42..51
+#   extender_bench.sh, inspect_bench.sh  against a real kube-apiserver with
+#                    1,000 and 5,000 nodes, when the Kubernetes binaries are
+#                    built (test/e2e/build-k8s.sh); skipped otherwise
+# Exits non-zero if any of them fails. About 15 minutes on 2 cores.
 set -u
 
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
@@ -58,6 +65,41 @@ echo "## The plugin from the kubelet's side (plugin_bench)"
 echo
 echo "## Allocate from the Python kubelet simulator (sim_latency.py)"
 "$PYTHON" "$SRC/bench/sim_latency.py" --calls 10000 "$BUILD" || failed="$failed sim_latency.py"
+
+echo
+echo "## gpu-mem mode: Allocate with exact pod identity (gpumem_bench.py)"
+echo
+GP_BUILD_DIR="$BUILD" "$PYTHON" "$SRC/bench/gpumem_bench.py" --pods 300 || failed="$failed gpumem_bench.py"
+
+echo
+echo "## Placement engine score cost (placement_bench)"
+echo
+"$BUILD/bench/placement_bench" 10 || failed="$failed placement_bench"
+
+echo
+echo "## Extender filter and prioritize, in-process (extender_filter_bench)"
+echo
+"$BUILD/bench/extender_filter_bench" 5000 200 || failed="$failed extender_filter_bench"
+
+echo
+echo "## Binpacking on the openb traces (binpack.sh)"
+echo
+"$SRC/bench/binpack.sh" "$BUILD" || failed="$failed binpack.sh"
+
+k8s_bin=${K8S_CACHE:-/var/cache/gpupool-k8s}/bin
+if [ -x "$k8s_bin/kube-apiserver" ] && command -v etcd >/dev/null 2>&1; then
+    echo
+    echo "## Extender against a real kube-apiserver (extender_bench.sh)"
+    echo
+    "$SRC/bench/extender_bench.sh" "$BUILD" || failed="$failed extender_bench.sh"
+    echo
+    echo "## kubectl gpupool inspect against a real kube-apiserver (inspect_bench.sh)"
+    echo
+    "$SRC/bench/inspect_bench.sh" "$BUILD" || failed="$failed inspect_bench.sh"
+else
+    echo
+    echo "(extender_bench.sh and inspect_bench.sh skipped: no kube-apiserver in $k8s_bin; run test/e2e/build-k8s.sh)"
+fi
 
 echo
 echo "Total $(( $(date +%s) - start )) s."

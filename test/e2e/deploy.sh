@@ -264,7 +264,13 @@ dep_gpu_pod() {  # dep_gpu_pod NAME GPUS
   sed -e "s/@NAME@/$1/" -e "s/@GPUS@/$2/" -e 's/app: gpupool-e2e}/app: gpupool-e2e-deploy}/' \
     "$E2E_DIR/manifests/gpu-pod.yaml" | kc apply -f - | sed 's/^/    /'
 }
-dep_pod_up() { pod_phase_is "$1" Running && pod_log_has "$1" '^READY$'; }
+# grep on a captured log: `kubectl logs | grep -q` can fail under pipefail
+# when grep exits before kubectl has written everything (SIGPIPE).
+dep_log_has() {
+  local log
+  log=$(kc logs "$1" 2>/dev/null) && grep -q -- "$2" <<<"$log"
+}
+dep_pod_up() { pod_phase_is "$1" Running && dep_log_has "$1" '^READY$'; }
 dep_uuids() {
   kc logs "$1" 2>/dev/null | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p' | head -n1 | tr ',' '\n' | sed '/^$/d'
 }
@@ -509,8 +515,10 @@ EOF
       [[ $idx =~ ^[0-9]+$ ]] || return 1
       uuid=${DEP_UUIDS[$idx]}
       [[ $(ann "$1" ALIYUN_COM_GPU_MEM_ASSIGNED) == true && $(ann "$1" ALIYUN_COM_GPU_MEM_POD) == "$big" ]] &&
-        pod_log_has "$1" "^NVIDIA_VISIBLE_DEVICES=$uuid\$"
+        dep_log_has "$1" "^NVIDIA_VISIBLE_DEVICES=$uuid\$"
     }
+    wait_for 30 "dep-mem-a and dep-mem-b ASSIGNED by the plugin" bash -c \
+      "for p in dep-mem-a dep-mem-b; do [[ \$($K8S_BIN/kubectl --kubeconfig $KUBECONFIG get pod \$p -o jsonpath='{.metadata.annotations.ALIYUN_COM_GPU_MEM_ASSIGNED}') == true ]] || exit 1; done"
     check "[gpu-mem] dep-mem-a ($big GiB) bound by the extender, ASSIGNED, sees the GPU of its IDX" mem_pod_ok dep-mem-a
     check "[gpu-mem] dep-mem-b ($big GiB) bound by the extender, ASSIGNED, sees the GPU of its IDX" mem_pod_ok dep-mem-b
     check "[gpu-mem] $big + $big GiB > $per_gpu: different GPUs" \
