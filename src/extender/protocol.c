@@ -475,50 +475,22 @@ char *protocol_dump(const json_t *value, size_t *len)
     return s;
 }
 
-static bool text_reserve(struct text_buffer *b, size_t more)
-{
-    if (b->oom)
-        return false;
-    if (b->len + more + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + more + 1)
-        cap *= 2;
-    char *data = realloc(b->data, cap);
-    if (!data) {
-        b->oom = true;
-        return false;
-    }
-    b->data = data;
-    b->cap = cap;
-    return true;
-}
-
-static void text_append(struct text_buffer *b, const char *s, size_t n)
-{
-    if (!text_reserve(b, n))
-        return;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
 /* Appends the compact encoding of v (jansson does the escaping). */
-static void text_append_json(struct text_buffer *b, const json_t *v)
+static void text_append_json(struct textbuf *b, const json_t *v)
 {
     const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
-    if (!v || b->oom) {
-        b->oom = true;
+    if (!v || b->failed) {
+        b->failed = true;
         return;
     }
     size_t room = b->cap > b->len ? b->cap - b->len - 1 : 0;
     size_t n = json_dumpb(v, room ? b->data + b->len : NULL, room, flags);
     if (n == 0) {
-        b->oom = true;
+        b->failed = true;
         return;
     }
     if (n > room) {
-        if (!text_reserve(b, n))
+        if (!textbuf_reserve(b, n))
             return;
         n = json_dumpb(v, b->data + b->len, n, flags);
     }
@@ -526,27 +498,22 @@ static void text_append_json(struct text_buffer *b, const json_t *v)
     b->data[b->len] = '\0';
 }
 
-static void text_puts(struct text_buffer *b, const char *s)
-{
-    text_append(b, s, strlen(s));
-}
-
-static void text_separator(struct text_buffer *b)
+static void text_separator(struct textbuf *b)
 {
     if (b->len)
-        text_append(b, ",", 1);
+        textbuf_add(b, ",", 1);
 }
 
 /* A node name as a JSON string: fast-path names are plain (no escaping). */
-static void append_name(struct text_buffer *b, const struct extender_args *args, size_t i)
+static void append_name(struct textbuf *b, const struct extender_args *args, size_t i)
 {
     if (args->name_json) {
         text_append_json(b, args->name_json[i]);
         return;
     }
-    text_append(b, "\"", 1);
-    text_puts(b, args->names[i]);
-    text_append(b, "\"", 1);
+    textbuf_add(b, "\"", 1);
+    textbuf_str(b, args->names[i]);
+    textbuf_add(b, "\"", 1);
 }
 
 void protocol_filter_begin(struct filter_result *r, const struct extender_args *args)
@@ -558,8 +525,8 @@ void protocol_filter_begin(struct filter_result *r, const struct extender_args *
     size_t need = 64;
     for (size_t i = 0; i < args->count; i++)
         need += strlen(args->names[i]) + 3;
-    text_reserve(&r->names, need);
-    text_puts(&r->names, args->node_cache_capable ? "{\"Nodes\":null,\"NodeNames\":[" : "");
+    textbuf_reserve(&r->names, need);
+    textbuf_str(&r->names, args->node_cache_capable ? "{\"Nodes\":null,\"NodeNames\":[" : "");
     r->names_start = r->names.len;
 }
 
@@ -569,7 +536,7 @@ void protocol_filter_add(void *ctx, size_t i, bool fits, const char *reason)
     const struct extender_args *args = r->args;
     if (fits) {
         if (r->names.len > r->names_start)
-            text_append(&r->names, ",", 1);
+            textbuf_add(&r->names, ",", 1);
         append_name(&r->names, args, i);
         if (!args->node_cache_capable) {
             text_separator(&r->items);
@@ -580,36 +547,36 @@ void protocol_filter_add(void *ctx, size_t i, bool fits, const char *reason)
     json_t *why = message_string(reason);
     text_separator(&r->failed);
     append_name(&r->failed, args, i);
-    text_append(&r->failed, ":", 1);
+    textbuf_add(&r->failed, ":", 1);
     text_append_json(&r->failed, why);
     json_decref(why);
 }
 
 char *protocol_filter_finish(struct filter_result *r, size_t *len)
 {
-    struct text_buffer out = {0};
-    bool oom = r->names.oom || r->items.oom || r->failed.oom;
+    struct textbuf out = {0};
+    bool oom = r->names.failed || r->items.failed || r->failed.failed;
     if (!oom && r->args->node_cache_capable) {
         out = r->names; /* already holds the head and the names */
-        r->names = (struct text_buffer){0};
+        r->names = (struct textbuf){0};
     } else if (!oom) {
-        text_reserve(&out, r->items.len + r->names.len + r->failed.len + 160);
-        text_puts(&out, "{\"Nodes\":{\"metadata\":{},\"items\":[");
-        text_append(&out, r->items.data ? r->items.data : "", r->items.len);
-        text_puts(&out, "]},\"NodeNames\":[");
-        text_append(&out, r->names.data ? r->names.data : "", r->names.len);
+        textbuf_reserve(&out, r->items.len + r->names.len + r->failed.len + 160);
+        textbuf_str(&out, "{\"Nodes\":{\"metadata\":{},\"items\":[");
+        textbuf_add(&out, r->items.data ? r->items.data : "", r->items.len);
+        textbuf_str(&out, "]},\"NodeNames\":[");
+        textbuf_add(&out, r->names.data ? r->names.data : "", r->names.len);
     }
     if (!oom) {
-        text_reserve(&out, r->failed.len + 96);
-        text_puts(&out, "],\"FailedNodes\":{");
-        text_append(&out, r->failed.data ? r->failed.data : "", r->failed.len);
-        text_puts(&out, "},\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
+        textbuf_reserve(&out, r->failed.len + 96);
+        textbuf_str(&out, "],\"FailedNodes\":{");
+        textbuf_add(&out, r->failed.data ? r->failed.data : "", r->failed.len);
+        textbuf_str(&out, "},\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
     }
     free(r->names.data);
     free(r->items.data);
     free(r->failed.data);
     memset(r, 0, sizeof(*r));
-    if (oom || out.oom) {
+    if (oom || out.failed) {
         free(out.data);
         *len = 0;
         return NULL;
@@ -629,21 +596,21 @@ char *protocol_filter_error(const char *message, size_t *len)
 
 char *protocol_priorities(const struct extender_args *args, const int *priorities, size_t *len)
 {
-    struct text_buffer out = {0};
+    struct textbuf out = {0};
     size_t need = 8;
     for (size_t i = 0; i < args->count; i++)
         need += strlen(args->names[i]) + 32;
-    text_reserve(&out, need);
-    text_puts(&out, "[");
+    textbuf_reserve(&out, need);
+    textbuf_str(&out, "[");
     for (size_t i = 0; i < args->count; i++) {
         char score[40];
-        text_puts(&out, i ? ",{\"Host\":" : "{\"Host\":");
+        textbuf_str(&out, i ? ",{\"Host\":" : "{\"Host\":");
         append_name(&out, args, i);
         snprintf(score, sizeof(score), ",\"Score\":%d}", priorities[i]);
-        text_puts(&out, score);
+        textbuf_str(&out, score);
     }
-    text_puts(&out, "]");
-    if (out.oom) {
+    textbuf_str(&out, "]");
+    if (out.failed) {
         free(out.data);
         *len = 0;
         return NULL;

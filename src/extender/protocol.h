@@ -22,6 +22,7 @@
 
 #include "objects.h"
 #include "compiler.h"
+#include "textbuf.h"
 
 
 /* Deepest nesting accepted. A v1.Pod or v1.Node (managedFields included)
@@ -60,12 +61,6 @@ int protocol_parse_binding(const char *body, size_t len, struct binding_args *ou
                            size_t errlen) GP_MUST_USE;
 void protocol_binding_free(struct binding_args *args);
 
-/* A growable text buffer for replies written piece by piece. */
-struct text_buffer {
-    char *data;
-    size_t len, cap;
-    bool oom;
-};
 
 /* Builds an ExtenderFilterResult node by node (the verdict callback of
  * cache_evaluate() fits protocol_filter_add's signature). The reply is
@@ -74,10 +69,10 @@ struct text_buffer {
  * reply allocates no JSON value per node. */
 struct filter_result {
     const struct extender_args *args;
-    struct text_buffer names;  /* (node_cache_capable: the reply's head, then) NodeNames elements */
+    struct textbuf names;  /* (node_cache_capable: the reply's head, then) NodeNames elements */
     size_t names_start;        /* where the elements begin in names */
-    struct text_buffer items;  /* Nodes.items elements (node_cache_capable false) */
-    struct text_buffer failed; /* FailedNodes members */
+    struct textbuf items;  /* Nodes.items elements (node_cache_capable false) */
+    struct textbuf failed; /* FailedNodes members */
 };
 void protocol_filter_begin(struct filter_result *r, const struct extender_args *args);
 void protocol_filter_add(void *r, size_t i, bool fits, const char *reason);

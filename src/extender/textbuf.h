@@ -1,5 +1,6 @@
 /* textbuf.h -- an append-only text buffer for the large generated answers
- * (/metrics, /ui/pool.json at 5,000 nodes: about 1-3 MB).
+ * (/metrics, /ui/pool.json at 5,000 nodes: about 1-3 MB) and the
+ * filter/prioritize replies written node by node (protocol.c).
  *
  * Why not stdio or jansson: both are several times slower per line here,
  * and these answers are built while the cache's state_lock is held, which
