@@ -106,7 +106,9 @@ dlopened_of() {
   strings -n 6 "$bin" | grep -E '^lib[A-Za-z0-9_+.-]*\.so(\.[0-9]+)+$' | sort -u | while read -r soname; do
     case $soname in libnvidia-* | libcuda* | libnvcuvid* | libnvoptix*) continue ;; esac
     grep -qxF "$soname" <<<"$needed" && continue
-    path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64|AArch64|64bit/ {print $NF; exit}')
+    # awk reads to the end: an early exit would SIGPIPE ldconfig, and under
+    # pipefail that failed this whole function now and then.
+    path=$(ldconfig -p | awk -v s="$soname" '!found && $1 == s && /x86-64|AArch64|64bit/ {print $NF; found = 1}')
     [[ -n $path ]] && echo "$path"
   done
 }

@@ -47,7 +47,9 @@ DEP_EXT_SEL=app.kubernetes.io/name=gpupool-scheduler-extender
 DEP_IMAGES=$BUILD/images
 DEP_PLUGIN_BIN=$BUILD/bin/gpupool-device-plugin
 DEP_EXT_BIN=$BUILD/bin/gpupool-scheduler-extender
-DEP_PROBES=5
+# Recovery must take longer than the kubelet's 10 s node-status period, or
+# allocatable never shows the Unhealthy GPU (run.sh uses 25 for the same reason).
+DEP_PROBES=25
 DEP_OVERLAYS=" ${DEPLOY_OVERLAYS:-whole-gpu time-slicing gpu-mem} "
 dep_wanted() { [[ $DEP_OVERLAYS == *" $1 "* ]]; }
 # The fake NVML build dir: libnvidia-ml.so.1 and root/usr/lib64/ (a driver root).
@@ -289,7 +291,7 @@ dep_disjoint() {  # dep_disjoint POD_A POD_B
   [[ -n $both ]] && [[ "$(echo "$both" | uniq -d)" == "" ]]
 }
 dep_unschedulable_for() {  # dep_unschedulable_for POD TEXT
-  kc get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' 2>/dev/null | grep -qF -- "$2"
+  kc get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' 2>/dev/null | grep -F -- "$2" >/dev/null
 }
 dep_delete_pods() {
   kc delete pods -l app=gpupool-e2e-deploy --grace-period=0 --force --wait=false >/dev/null 2>&1

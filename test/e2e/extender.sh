@@ -180,7 +180,9 @@ ext_reason() {  # ext_reason POD NODE
 }
 ext_pending() { [[ -z "$(ext_pod_node "$1")" ]] && pod_phase_is "$1" Pending; }
 ext_both_running() { pod_phase_is "$1" Running && pod_phase_is "$2" Running; }
-ext_event_has() { ext_events "$1" | grep -qF -- "$2"; }
+# grep reads to the end: `grep -q` would exit early and, under pipefail,
+# the SIGPIPE of the writer could fail the check now and then.
+ext_event_has() { ext_events "$1" | grep -F -- "$2" >/dev/null; }
 
 # ext_bound_ok POD GIB [NODE...]  -- bound (to one of NODEs if given) with
 # gpushare annotations that agree with the node and the request.

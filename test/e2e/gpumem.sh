@@ -447,7 +447,7 @@ if ((gm_ready)); then
   gm_pod_yaml gm-nofit "c:$need" >"$GM_OUT/nofit.yaml"
   gm_apply "$GM_OUT/nofit.yaml"
   wait_for 60 "gm-nofit Unschedulable" ext_unschedulable gm-nofit
-  gm_nofit_event() { ext_events gm-nofit | grep -q .; }
+  gm_nofit_event() { ext_events gm-nofit | grep . >/dev/null; }
   wait_for 30 "gm-nofit has a FailedScheduling event" gm_nofit_event
   kshow get events --field-selector involvedObject.name=gm-nofit
   check "[gpu-mem] gm-nofit ($need GiB) stays Pending, unbound" ext_pending gm-nofit

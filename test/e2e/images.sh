@@ -96,7 +96,7 @@ do_import() {
   local t ref
   for t in busybox pause; do
     [[ $t == busybox ]] && ref=$BUSYBOX_IMAGE || ref=$PAUSE_IMAGE
-    if ctr_ images ls -q 2>/dev/null | grep -qxF "$ref"; then
+    if ctr_ images ls -q 2>/dev/null | grep -xF "$ref" >/dev/null; then
       continue
     fi
     ctr_ images import --platform "linux/$(dpkg --print-architecture)" "$IMG_DIR/$t.tar" >/dev/null

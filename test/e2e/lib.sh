@@ -144,5 +144,5 @@ node_ready() {
 }
 pod_phase() { kc get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 pod_phase_is() { [[ "$(pod_phase "$1")" == "$2" ]]; }
-pod_log_has() { kc logs "$1" 2>/dev/null | grep -q -- "$2"; }
+pod_log_has() { kc logs "$1" 2>/dev/null | grep -- "$2" >/dev/null; }
 pod_gone() { ! kc get pod "$1" >/dev/null 2>&1; }
