@@ -519,6 +519,18 @@ if ((gm_ready)); then
   check "[gpu-mem] at the end, every container of every pod still matches its annotation" \
     gm_identity $(kc get pods -l "$GM_LABEL" -o name | sed 's#^pod/##')
   gm_wait_inspect "after the plugin restart"
+  # kubectl gpupool reads the same pool back from the API server.
+  gm_cli_lists() {
+    local out
+    out=$(KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" inspect localhost -d 2>&1)
+    local rc=$?
+    printf '%s\n' "$out" | head -n 40 | sed 's/^/    /'
+    ((rc == 0)) && [[ -n ${1:-} && $out == *"$1"* ]]
+  }
+  echo "  \$ kubectl gpupool inspect localhost -d"
+  # shellcheck disable=SC2046
+  check "[gpu-mem] kubectl gpupool inspect -d shows the node's gpu-mem pods" \
+    gm_cli_lists $(kc get pods -l "$GM_LABEL" -o name | sed -n '1s#^pod/##p')
 
   section "11f. gpu-mem: clean up"
   gm_plugin_stats
