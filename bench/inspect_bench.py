@@ -4,8 +4,9 @@
 Populates the cluster with bench/extender_bench.py's Cluster (8 x 32 GiB GPU
 nodes, ~0.6 bound gpushare pods per node), then runs each inspect command
 RUNS times and reports the wall time (median, min, max), the client's CPU
-time and peak RSS (wait4 rusage), the requests it made (one paginated LIST
-per collection) and the output size. Called by bench/inspect_bench.sh, which
+time and peak RSS (wait4 rusage), the LIST timings it logs at -v 1 (one LIST
+per collection from the watch cache; with --cache=false, pages of 500 read
+from etcd) and the output size. Called by bench/inspect_bench.sh, which
 starts etcd and the apiserver.
 """
 
@@ -22,6 +23,7 @@ from extender_bench import Api, BenchError, Cluster, log  # noqa: E402
 
 COMMANDS = [
     ("kubectl-gpupool inspect", "kubectl-gpupool", ["inspect"]),
+    ("kubectl-gpupool inspect --cache=false", "kubectl-gpupool", ["inspect", "--cache=false"]),
     ("kubectl-gpupool inspect -o json", "kubectl-gpupool", ["inspect", "-o", "json"]),
     ("kubectl-gpupool inspect -d", "kubectl-gpupool", ["inspect", "-d"]),
     ("kubectl-inspect-gpushare", "kubectl-inspect-gpushare", []),

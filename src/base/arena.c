@@ -83,3 +83,21 @@ void arena_free(struct arena *a)
     }
     a->head = NULL;
 }
+
+void arena_adopt(struct arena *into, struct arena *from)
+{
+    if (from->head == NULL)
+        return;
+    /* into's newest block stays at the head, so its free space still
+     * serves the next allocation; from's blocks go right behind it. */
+    struct arena_chunk *last = from->head;
+    while (last->next != NULL)
+        last = last->next;
+    if (into->head == NULL) {
+        into->head = from->head;
+    } else {
+        last->next = into->head->next;
+        into->head->next = from->head;
+    }
+    from->head = NULL;
+}

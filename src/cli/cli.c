@@ -7,6 +7,7 @@
 #include "pool.h"
 #include "render.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -14,6 +15,9 @@
 #include <time.h>
 
 #define CLI_PAGE_LIMIT 500
+/* A watch-cache LIST comes in one answer: 5,000 real nodes of ~15 KB each
+ * are 75 MB. Bigger lists are read again in pages (list_collection). */
+#define CLI_MAX_LIST_BYTES ((size_t)256 << 20)
 #define GPUSHARE_PROGRAM "kubectl-inspect-gpushare"
 
 enum output { OUTPUT_TABLE, OUTPUT_WIDE, OUTPUT_JSON };
@@ -22,6 +26,7 @@ struct cli_options {
     char *kubeconfig;
     char *context;
     char *pod_namespace;
+    bool cache;
     int output;
     bool details;
     int verbosity;
@@ -43,6 +48,10 @@ static const struct option_value outputs[] = {
     {.flag = "details", .alias = {"d"}, .type = OPT_BOOL,                                      \
      .offset = offsetof(struct cli_options, details), .def = "false",                          \
      .help = "per node: GPUs and the pods on them"},                                           \
+    {.flag = "cache", .type = OPT_BOOL, .offset = offsetof(struct cli_options, cache),           \
+     .def = "true",                                                                            \
+     .help = "read the lists from the apiserver's watch cache (resourceVersion=0: fast, may "  \
+             "lag etcd by a moment); false: from etcd, 500 objects per page, like kubectl get"}, \
     {.flag = "v", .type = OPT_INT, .offset = offsetof(struct cli_options, verbosity),          \
      .def = "0", .min = 0, .max = 10, .help = "log verbosity (1: timings, on stderr)"},        \
     {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show this help"},              \
@@ -191,17 +200,23 @@ out:
 
 /* ---- reading the cluster ---- */
 
+/* One collection's LIST. Items go to `add` (into the pool) or, for the
+ * pods read beside the nodes, to `pods`. */
 struct reader {
     struct kube_client *client;
+    unsigned flags;            /* KUBE_LIST_ANY_VERSION unless --cache=false */
     struct pool *pool;
     int (*add)(struct pool *pool, const json_t *item);
+    struct pool_pods *pods;
+    const char *what, *path;
     struct kube_error err;
+    int rc;
 };
 
 static int on_item(json_t *item, void *ctx)
 {
     struct reader *r = ctx;
-    return r->add(r->pool, item);
+    return r->pods ? pool_pods_add(r->pods, item) : r->add(r->pool, item);
 }
 
 static double now_ms(void)
@@ -211,21 +226,43 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* LISTs path into the pool; a KUBE_GONE (continue token expired on a
- * very long list) starts the collection again, once. */
+/* LISTs r->path. A watch-cache answer too big for the client's body limit
+ * is asked for again page by page from etcd (nothing was delivered yet). */
+static int list_collection(struct reader *r)
+{
+    double start = now_ms();
+    enum kube_result res = kube_list(r->client, r->path, CLI_PAGE_LIMIT, r->flags, on_item, r,
+                                     NULL, &r->err);
+    if (res == KUBE_ERROR && r->flags != KUBE_LIST_CONSISTENT &&
+        strcmp(r->err.reason, "TooLarge") == 0) {
+        log_v(1, "%s: too large for one answer; listing again in pages", r->what);
+        res = kube_list(r->client, r->path, CLI_PAGE_LIMIT, KUBE_LIST_CONSISTENT, on_item, r,
+                        NULL, &r->err);
+    }
+    if (res == KUBE_OK)
+        log_v(1, "listed %s in %.1f ms", r->what, now_ms() - start);
+    if (res == KUBE_ERROR && strcmp(r->err.reason, "CallbackError") == 0)
+        snprintf(r->err.message, sizeof r->err.message, "out of memory while reading %s",
+                 r->what);
+    if (res == KUBE_GONE) /* a continue token expired: run() starts over */
+        r->err.http_status = 410;
+    return res == KUBE_OK ? 0 : -1;
+}
+
 static int list_into(struct reader *r, const char *what, const char *path,
                      int (*add)(struct pool *, const json_t *))
 {
-    double start = now_ms();
+    r->what = what;
+    r->path = path;
     r->add = add;
-    enum kube_result res = KUBE_GONE;
-    for (int attempt = 0; attempt < 2 && res == KUBE_GONE; attempt++)
-        res = kube_list(r->client, path, CLI_PAGE_LIMIT, on_item, r, NULL, &r->err);
-    if (res == KUBE_OK)
-        log_v(1, "listed %s in %.1f ms", what, now_ms() - start);
-    if (res == KUBE_ERROR && strcmp(r->err.reason, "CallbackError") == 0)
-        snprintf(r->err.message, sizeof r->err.message, "out of memory while reading %s", what);
-    return res == KUBE_OK ? 0 : -1;
+    return list_collection(r);
+}
+
+static void *list_in_thread(void *arg)
+{
+    struct reader *r = arg;
+    r->rc = list_collection(r);
+    return NULL;
 }
 
 static char *selector_path(const char *base, const char *field, const char *value)
@@ -258,47 +295,36 @@ static int read_configmaps(struct reader *r, const char *path, FILE *errout, boo
     return 0;
 }
 
-/* Nodes (the one asked for, or all), the unhealthy-GPU ConfigMaps, then
- * pods. A missing permission on ConfigMaps is a warning, not a failure:
- * the rest of the view is still right. */
-static int read_cluster(struct reader *r, const char *node, FILE *errout, bool quiet)
+/* inspect NODE: the node, its unhealthy-GPU ConfigMap, its pods. */
+static int read_node(struct reader *r, const char *node, FILE *errout, bool quiet)
 {
     int rc = -1;
+    json_t *obj = NULL;
     char *nodes_path = NULL, *cm_path = NULL, *pods_path = NULL;
-    if (node) {
-        json_t *obj = NULL;
-        char *escaped = kube_escape(node);
-        size_t len = escaped ? strlen(escaped) + 16 : 0;
-        nodes_path = escaped ? malloc(len) : NULL;
-        if (nodes_path)
-            snprintf(nodes_path, len, "/api/v1/nodes/%s", escaped);
-        free(escaped);
-        if (!nodes_path)
-            goto oom;
-        if (kube_get(r->client, nodes_path, &obj, &r->err) != 0)
-            goto out;
-        int added = pool_add_node(r->pool, obj);
-        json_decref(obj);
-        if (added != 0)
-            goto oom;
-        char cm_name[300];
-        snprintf(cm_name, sizeof cm_name, POOL_UNHEALTHY_CM_PREFIX "%s", node);
-        cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name",
-                                cm_name);
-        pods_path = selector_path("/api/v1/pods", "spec.nodeName", node);
-    } else {
-        if (list_into(r, "nodes", "/api/v1/nodes", pool_add_node) != 0)
-            goto out;
-        cm_path = strdup("/api/v1/namespaces/kube-system/configmaps");
-        pods_path = strdup("/api/v1/pods");
-    }
+    char *escaped = kube_escape(node);
+    size_t len = escaped ? strlen(escaped) + 16 : 0;
+    nodes_path = escaped ? malloc(len) : NULL;
+    if (nodes_path)
+        snprintf(nodes_path, len, "/api/v1/nodes/%s", escaped);
+    free(escaped);
+    if (!nodes_path)
+        goto oom;
+    if (kube_get(r->client, nodes_path, &obj, &r->err) != 0)
+        goto out;
+    int added = pool_add_node(r->pool, obj);
+    json_decref(obj);
+    if (added != 0)
+        goto oom;
+    char cm_name[300];
+    snprintf(cm_name, sizeof cm_name, POOL_UNHEALTHY_CM_PREFIX "%s", node);
+    cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name",
+                            cm_name);
+    pods_path = selector_path("/api/v1/pods", "spec.nodeName", node);
     if (!cm_path || !pods_path)
         goto oom;
-    if (r->pool->nnodes > 0 && read_configmaps(r, cm_path, errout, quiet) != 0)
-        goto out;
-    if (r->pool->nnodes > 0 && list_into(r, "pods", pods_path, pool_add_pod) != 0)
-        goto out;
-    rc = 0;
+    if (read_configmaps(r, cm_path, errout, quiet) == 0 &&
+        list_into(r, "pods", pods_path, pool_add_pod) == 0)
+        rc = 0;
     goto out;
 oom:
     snprintf(r->err.message, sizeof r->err.message, "out of memory");
@@ -309,6 +335,47 @@ out:
     free(cm_path);
     free(pods_path);
     return rc;
+}
+
+/* The whole pool. The pods are listed in a second thread, on a second
+ * connection, while this one lists the nodes and the ConfigMaps: at
+ * thousands of nodes the apiserver's time to encode each list is most of
+ * the wait, and two lists encode in parallel. Pods are kept as small
+ * records (pool_pods) until the nodes they run on are known. */
+static int read_all(struct reader *r, struct kube_client *pods_client, FILE *errout, bool quiet)
+{
+    struct pool_pods pods = {0};
+    struct reader pr = {.client = pods_client ? pods_client : r->client, .flags = r->flags,
+                        .pods = &pods,
+                        .what = "pods", .path = "/api/v1/pods"};
+    pthread_t thread;
+    bool threaded = pods_client != NULL && pthread_create(&thread, NULL, list_in_thread, &pr) == 0;
+    int rc = list_into(r, "nodes", "/api/v1/nodes", pool_add_node);
+    if (rc == 0 && r->pool->nnodes > 0)
+        rc = read_configmaps(r, "/api/v1/namespaces/kube-system/configmaps", errout, quiet);
+    if (threaded)
+        pthread_join(thread, NULL);
+    else if (rc == 0 && r->pool->nnodes > 0)
+        list_in_thread(&pr); /* no second connection or thread: one after the other */
+    if (rc == 0 && (threaded || r->pool->nnodes > 0) && pr.rc != 0) {
+        r->err = pr.err;
+        rc = -1;
+    }
+    if (rc == 0 && pool_add_pods(r->pool, &pods) != 0) {
+        snprintf(r->err.message, sizeof r->err.message, "out of memory while reading pods");
+        r->err.http_status = 0;
+        r->err.reason[0] = '\0';
+        rc = -1;
+    }
+    pool_pods_free(&pods);
+    return rc;
+}
+
+static int read_cluster(struct reader *r, struct kube_client *pods_client,
+                        const struct invocation *inv, FILE *errout)
+{
+    return inv->node ? read_node(r, inv->node, errout, inv->gpushare)
+                     : read_all(r, pods_client, errout, inv->gpushare);
 }
 
 static void report_error(const struct invocation *inv, const struct kube_error *err,
@@ -343,23 +410,35 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
         .user_agent = inv->gpushare ? GPUSHARE_PROGRAM "/" GP_VERSION
                                     : "kubectl-gpupool/" GP_VERSION,
         .connect_timeout_ms = 5000,
+        .max_body_bytes = CLI_MAX_LIST_BYTES,
         .retry = {.max_attempts = 3, .initial_backoff_ms = 100, .max_backoff_ms = 1000},
     };
-    struct reader r = {.client = kube_client_new(&kopt, err, sizeof err)};
+    struct reader r = {.client = kube_client_new(&kopt, err, sizeof err),
+                       .flags = inv->opt.cache ? KUBE_LIST_ANY_VERSION : KUBE_LIST_CONSISTENT};
     if (!r.client) {
         struct kube_error e = {0};
         snprintf(e.message, sizeof e.message, "%s", err);
         report_error(inv, &e, out, errout);
         return 1;
     }
+    /* The pods' connection; without one, pods are listed after the nodes. */
+    struct kube_client *pods_client = inv->node ? NULL : kube_client_new(&kopt, err, sizeof err);
     struct pool pool;
-    pool_init(&pool, inv->node,
-              inv->opt.pod_namespace && inv->opt.pod_namespace[0] ? inv->opt.pod_namespace
-                                                                   : NULL);
-    r.pool = &pool;
+    const char *ns = inv->opt.pod_namespace && inv->opt.pod_namespace[0] ? inv->opt.pod_namespace
+                                                                        : NULL;
     double start = now_ms();
     int rc = 1;
-    if (read_cluster(&r, inv->node, errout, inv->gpushare) != 0) {
+    pool_init(&pool, inv->node, ns);
+    r.pool = &pool;
+    int read = read_cluster(&r, pods_client, inv, errout);
+    if (read != 0 && r.err.http_status == 410) {
+        /* A continue token expired mid-list: start over, part of the pool
+         * was already read. */
+        pool_free(&pool);
+        pool_init(&pool, inv->node, ns);
+        read = read_cluster(&r, pods_client, inv, errout);
+    }
+    if (read != 0) {
         report_error(inv, &r.err, out, errout);
     } else {
         pool_finish(&pool);
@@ -373,6 +452,7 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
             rc = 0;
     }
     pool_free(&pool);
+    kube_client_free(pods_client);
     kube_client_free(r.client);
     return rc;
 }

@@ -385,18 +385,14 @@ static struct pool_resource *node_resource(struct pool *pool, struct pool_node *
     return r;
 }
 
-static int add_device_pod(struct pool *pool, struct pool_node *n, const char *ns,
-                          const char *name, const struct pod_requests *req)
+static int add_device_pod(struct pool *pool, struct pool_node *n, const struct pool_pod *pod)
 {
-    for (size_t i = 0; i < req->n; i++) {
-        int64_t count = req->r[i].sum > req->r[i].init_max ? req->r[i].sum : req->r[i].init_max;
-        if (count <= 0)
-            continue;
-        struct pool_resource *r = node_resource(pool, n, req->r[i].name);
+    for (size_t i = 0; i < pod->nrequests; i++) {
+        struct pool_resource *r = node_resource(pool, n, pod->requests[i].resource);
         if (!r)
             return -1;
-        r->requested += count;
-        if (pool->pod_namespace && strcmp(pool->pod_namespace, ns) != 0)
+        r->requested += pod->requests[i].count;
+        if (pool->pod_namespace && strcmp(pool->pod_namespace, pod->ns) != 0)
             continue;
         if (r->npods == r->cap) {
             size_t cap = r->cap ? r->cap * 2 : 4;
@@ -406,7 +402,8 @@ static int add_device_pod(struct pool *pool, struct pool_node *n, const char *ns
             r->pods = pods;
             r->cap = cap;
         }
-        r->pods[r->npods++] = (struct pool_device_pod){ns, name, count};
+        r->pods[r->npods++] = (struct pool_device_pod){pod->ns, pod->name,
+                                                       pod->requests[i].count};
     }
     return 0;
 }
@@ -487,27 +484,24 @@ static int parts_from_index(struct pool *pool, const struct pool_node *n, struct
     return 0;
 }
 
-static int add_share(struct pool *pool, struct pool_node *n, const char *ns, const char *name,
-                     int64_t amount, const json_t *annotations)
+static int add_share(struct pool *pool, struct pool_node *n, const struct pool_pod *pod)
 {
-    struct pool_share s = {.ns = ns, .name = name, .amount = amount};
-    const char *allocation = jstr(annotations, POOL_ANN_ALLOCATION);
-    const char *index = jstr(annotations, POOL_ANN_GPU_IDX);
+    struct pool_share s = {.ns = pod->ns, .name = pod->name, .amount = pod->gpu_mem};
     bool oom = false;
-    if (!(allocation && parts_from_allocation(pool, n, &s, allocation, &oom)) && !oom && index &&
-        parts_from_index(pool, n, &s, index) != 0)
+    if (!(pod->allocation && parts_from_allocation(pool, n, &s, pod->allocation, &oom)) &&
+        !oom && pod->index && parts_from_index(pool, n, &s, pod->index) != 0)
         return -1;
     if (oom)
         return -1;
     if (s.nparts == 0) {
-        n->pending += amount;
+        n->pending += s.amount;
         n->npending++;
     }
     for (int i = 0; i < s.nparts; i++) {
         n->gpus[s.gpu[i]].allocated += s.part[i];
         n->gpus[s.gpu[i]].shares++;
     }
-    if (pool->pod_namespace && strcmp(pool->pod_namespace, ns) != 0)
+    if (pool->pod_namespace && strcmp(pool->pod_namespace, pod->ns) != 0)
         return 0;
     if (n->nshares == n->shares_cap) {
         size_t cap = n->shares_cap ? n->shares_cap * 2 : 4;
@@ -521,14 +515,25 @@ static int add_share(struct pool *pool, struct pool_node *n, const char *ns, con
     return 0;
 }
 
-int pool_add_pod(struct pool *pool, const json_t *pod)
+static const char *arena_copy(struct arena *arena, const char *s, bool *oom)
+{
+    if (s == NULL)
+        return NULL;
+    const char *copy = arena_strdup(arena, s);
+    *oom |= copy == NULL;
+    return copy;
+}
+
+/* 1 and *out filled when the pod holds GPU memory or nvidia.com/...
+ * devices and may still run (phase not Succeeded/Failed), 0 when it
+ * does not matter, -1 when out of memory. Strings go to `arena`. */
+static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *out)
 {
     const json_t *meta = json_object_get(pod, "metadata");
     const json_t *spec = json_object_get(pod, "spec");
     const char *phase = jstr(json_object_get(pod, "status"), "phase");
-    pool->pods_seen++;
-    struct pool_node *n = pool_find(pool, jstr(spec, "nodeName"));
-    if (!n || (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+    const char *node = jstr(spec, "nodeName");
+    if (!node || (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
         return 0;
     int64_t mem = pod_gpu_mem(spec);
     struct pod_requests req = {.n = 0};
@@ -538,16 +543,92 @@ int pool_add_pod(struct pool *pool, const json_t *pod)
         container_requests(c, false, &req);
     json_array_foreach(json_object_get(spec, "initContainers"), i, c)
         container_requests(c, true, &req);
-    if (mem <= 0 && req.n == 0)
+    size_t nrequests = 0;
+    for (i = 0; i < req.n; i++) {
+        int64_t count = req.r[i].sum > req.r[i].init_max ? req.r[i].sum : req.r[i].init_max;
+        if (count > 0) {
+            req.r[nrequests].name = req.r[i].name;
+            req.r[nrequests++].sum = count; /* compacted in place: nrequests <= i */
+        }
+    }
+    if (mem <= 0 && nrequests == 0)
         return 0;
+    const json_t *annotations = json_object_get(meta, "annotations");
     const char *name = jstr(meta, "name"), *ns = jstr(meta, "namespace");
-    name = arena_strdup(&pool->arena, name ? name : "");
-    ns = arena_strdup(&pool->arena, ns ? ns : "");
-    if (!name || !ns)
+    bool oom = false;
+    *out = (struct pool_pod){
+        .ns = arena_copy(arena, ns ? ns : "", &oom),
+        .name = arena_copy(arena, name ? name : "", &oom),
+        .node = arena_copy(arena, node, &oom),
+        .gpu_mem = mem > 0 ? mem : 0,
+        .allocation = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_ALLOCATION), &oom)
+                              : NULL,
+        .index = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_GPU_IDX), &oom) : NULL,
+        .nrequests = nrequests,
+        .requests = nrequests ? arena_calloc(arena, nrequests, sizeof *out->requests) : NULL,
+    };
+    if (nrequests && !out->requests)
         return -1;
-    if (mem > 0 && add_share(pool, n, ns, name, mem, json_object_get(meta, "annotations")) != 0)
+    for (i = 0; i < nrequests; i++)
+        out->requests[i] = (struct pool_pod_request){arena_copy(arena, req.r[i].name, &oom),
+                                                     req.r[i].sum};
+    return oom ? -1 : 1;
+}
+
+/* Charges one pod record to its node; pods of nodes outside the pool
+ * are skipped. */
+static int add_record(struct pool *pool, const struct pool_pod *pod)
+{
+    struct pool_node *n = pool_find(pool, pod->node);
+    if (!n)
+        return 0;
+    if (pod->gpu_mem > 0 && add_share(pool, n, pod) != 0)
         return -1;
-    return add_device_pod(pool, n, ns, name, &req);
+    return add_device_pod(pool, n, pod);
+}
+
+int pool_add_pod(struct pool *pool, const json_t *pod)
+{
+    struct pool_pod record;
+    pool->pods_seen++;
+    int kept = pod_record(&pool->arena, pod, &record);
+    return kept <= 0 ? kept : add_record(pool, &record);
+}
+
+int pool_pods_add(struct pool_pods *pods, const json_t *pod)
+{
+    struct pool_pod record;
+    pods->seen++;
+    int kept = pod_record(&pods->arena, pod, &record);
+    if (kept <= 0)
+        return kept;
+    if (pods->count == pods->cap) {
+        size_t cap = pods->cap ? pods->cap * 2 : 64;
+        struct pool_pod *grown = realloc(pods->pods, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        pods->pods = grown;
+        pods->cap = cap;
+    }
+    pods->pods[pods->count++] = record;
+    return 0;
+}
+
+int pool_add_pods(struct pool *pool, struct pool_pods *pods)
+{
+    pool->pods_seen += pods->seen;
+    arena_adopt(&pool->arena, &pods->arena); /* the records' strings now live as long as the pool */
+    for (size_t i = 0; i < pods->count; i++)
+        if (add_record(pool, &pods->pods[i]) != 0)
+            return -1;
+    return 0;
+}
+
+void pool_pods_free(struct pool_pods *pods)
+{
+    free(pods->pods);
+    arena_free(&pods->arena);
+    memset(pods, 0, sizeof *pods);
 }
 
 /* ---- finishing ---- */

@@ -124,6 +124,39 @@ int pool_add_node(struct pool *pool, const json_t *node) POOL_WUR;
 int pool_add_configmap(struct pool *pool, const json_t *configmap) POOL_WUR;
 /* Adds one v1.Pod. -1 only when out of memory. */
 int pool_add_pod(struct pool *pool, const json_t *pod) POOL_WUR;
+
+/* A pod reduced to what the pool charges: pods can then be read (in
+ * another thread, into a struct pool_pods) before their nodes are known. */
+struct pool_pod_request {
+    const char *resource; /* nvidia.com/... */
+    int64_t count;        /* the pod's effective request, > 0 */
+};
+
+struct pool_pod {
+    const char *ns, *name, *node;
+    int64_t gpu_mem;                 /* sum of the containers' aliyun.com/gpu-mem limits */
+    const char *allocation, *index;  /* the two gpushare annotations, NULL when absent */
+    struct pool_pod_request *requests;
+    size_t nrequests;
+};
+
+/* Pods read apart from any pool; zero-initialise ({0}) before use. Only
+ * the pods that hold GPU memory or devices are kept; their strings live
+ * in the arena. Not thread-safe; one thread fills it, then
+ * pool_add_pods() hands it over. */
+struct pool_pods {
+    struct arena arena;
+    struct pool_pod *pods;
+    size_t count, cap;
+    size_t seen;        /* pods looked at */
+};
+
+/* Records one v1.Pod (see struct pool_pods). -1 only when out of memory. */
+int pool_pods_add(struct pool_pods *pods, const json_t *pod) POOL_WUR;
+/* Charges every recorded pod to the pool, which takes over their memory
+ * (call after the nodes). pods is left for pool_pods_free(). */
+int pool_add_pods(struct pool *pool, struct pool_pods *pods) POOL_WUR;
+void pool_pods_free(struct pool_pods *pods);
 /* Sorts the nodes by name and applies the unhealthy lists. Call once, after
  * the last object. */
 void pool_finish(struct pool *pool);

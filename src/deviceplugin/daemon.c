@@ -339,6 +339,7 @@ static enum setup_result serve(struct daemon *d)
     }
     d->node.metrics = d->metrics;
     metrics_attach(d->metrics, d->nvml, &d->inv, &d->node);
+    metrics_set_pod_resources(d->metrics, d->rpc, d->cfg.pod_resources_socket);
     /* Labels are written on their own thread: the API server never
      * delays the kubelet seeing the devices. */
     if (d->cfg.node_labels &&

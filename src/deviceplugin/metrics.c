@@ -19,10 +19,14 @@
 
 #include "log.h"
 #include "plugin.h"
+#include "podresources.h"
 #include "resource.h"
 
 #define MHD_SONAME "libmicrohttpd.so.12"
-#define METRICS_STACK_BYTES (128 * 1024) /* the handler formats text; no deep calls */
+/* The handler formats text and makes one gRPC call (PodResources List),
+ * which runs the core's transport on this thread: the same budget as the
+ * RPC thread's, doubled for the sanitizer build's larger frames. */
+#define METRICS_STACK_BYTES (512 * 1024)
 #define METRICS_MAX_CONNECTIONS 8        /* scrapers are few; refuse floods early */
 #define METRICS_CONNECTION_TIMEOUT_S 10
 #define METRICS_MAX_RESOURCES 64         /* distinct resource names over all reloads */
@@ -31,6 +35,9 @@
  * stall the scrape for ever: once this much time went, later GPUs are
  * left out of that scrape (gpupool_gpu_telemetry_complete says so). */
 #define METRICS_NVML_BUDGET_NS (2LL * 1000000000LL)
+/* The kubelet answers List from memory; a stuck one must not hold the
+ * scrape (nor metrics_set_pod_resources, which waits for it) for long. */
+#define METRICS_POD_RESOURCES_TIMEOUT_MS 1000
 
 /* Allocate latency buckets, seconds: an Allocate is sub-millisecond in
  * whole-GPU mode and waits for the API in gpu-mem mode. */
@@ -89,6 +96,15 @@ struct plugin_metrics {
     struct nvml *nvml;
     const struct gpu_inventory *inv;
     struct plugin_node *node;
+
+    /* The kubelet's PodResources API, for devices_allocated. Held by a
+     * scrape for its whole List, so the client is used by one thread at a
+     * time (the HTTP thread, or a test calling metrics_render). */
+    pthread_mutex_t pr_lock;
+    struct rpc_runtime *pr_runtime;  /* borrowed; outlives m */
+    char *pr_socket;                 /* owned; NULL = not configured */
+    struct podresources_client *pr_client; /* opened by a scrape, closed on failure */
+    bool pr_failing;                 /* the last List failed (logged once per streak) */
 };
 
 /* ---- counters ------------------------------------------------------------------ */
@@ -286,6 +302,82 @@ static void render_devices(const struct plugin_node *node, FILE *f)
     }
 }
 
+/* The advertised resource names, copied so that the List runs without
+ * attach_lock. *names is one malloc'd block (free()); -1 when out of memory. */
+static int copy_resource_names(const struct plugin_node *node, const char ***names, size_t *n)
+{
+    size_t count = node->resources.count;
+    const char **ptrs = malloc(count * (sizeof *ptrs + CONFIG_NAME_LEN) + 1);
+    if (ptrs == NULL)
+        return -1;
+    char *text = (char *)(ptrs + count);
+    for (size_t r = 0; r < count; r++) {
+        ptrs[r] = text + r * CONFIG_NAME_LEN;
+        memcpy(text + r * CONFIG_NAME_LEN, node->resources.resources[r].name, CONFIG_NAME_LEN);
+    }
+    *names = ptrs;
+    *n = count;
+    return 0;
+}
+
+/* Opens the client when needed and counts; closes it on failure so that
+ * the next scrape starts on a fresh channel instead of a backed-off one.
+ * Called with pr_lock held. */
+static int count_allocated(struct plugin_metrics *m, const char *const names[], size_t n,
+                           size_t counts[], char *err, size_t errlen)
+{
+    if (m->pr_client == NULL &&
+        podresources_open(m->pr_runtime, m->pr_socket, &m->pr_client, err, errlen) != 0)
+        return -1;
+    if (podresources_count(m->pr_client, names, n, counts, METRICS_POD_RESOURCES_TIMEOUT_MS, err,
+                           errlen) != 0) {
+        podresources_close(m->pr_client);
+        m->pr_client = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* gpupool_deviceplugin_pod_resources_up, and the allocated counts when the
+ * List answered. Nothing when no socket is configured. */
+static void render_allocated(struct plugin_metrics *m, const char *const names[], size_t n,
+                             FILE *f)
+{
+    size_t *counts = calloc(n + 1, sizeof *counts);
+    char err[512];
+    pthread_mutex_lock(&m->pr_lock);
+    if (m->pr_socket == NULL || m->pr_runtime == NULL) {
+        pthread_mutex_unlock(&m->pr_lock);
+        free(counts);
+        return;
+    }
+    int rc = -1;
+    if (counts == NULL)
+        snprintf(err, sizeof err, "out of memory");
+    else
+        rc = count_allocated(m, names, n, counts, err, sizeof err);
+    if (rc != 0 && !m->pr_failing)
+        log_warn("metrics: cannot count allocated devices from the kubelet's PodResources API "
+                 "on %s (gpupool_deviceplugin_devices_allocated left out until it answers): %s",
+                 m->pr_socket, err);
+    else if (rc == 0 && m->pr_failing)
+        log_info("metrics: the kubelet's PodResources API on %s answers again", m->pr_socket);
+    m->pr_failing = rc != 0;
+    pthread_mutex_unlock(&m->pr_lock);
+
+    put_header(f, "gpupool_deviceplugin_pod_resources_up", "gauge",
+               "1 when the kubelet's PodResources List answered this scrape, else 0.");
+    fprintf(f, "gpupool_deviceplugin_pod_resources_up %d\n", rc == 0);
+    put_header(f, "gpupool_deviceplugin_devices_allocated", "gauge",
+               "Device IDs of the resource the kubelet assigned to containers (PodResources).");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        fputs("gpupool_deviceplugin_devices_allocated{resource=\"", f);
+        put_label_value(f, names[i]);
+        fprintf(f, "\"} %zu\n", counts[i]);
+    }
+    free(counts);
+}
+
 static long long now_ns(void)
 {
     struct timespec ts;
@@ -394,12 +486,20 @@ char *metrics_render(struct plugin_metrics *m)
     FILE *f = open_memstream(&text, &len);
     if (f == NULL)
         return NULL;
+    const char **names = NULL;
+    size_t n_names = 0;
+    bool attached = false;
     pthread_mutex_lock(&m->attach_lock);
     if (m->node != NULL && m->inv != NULL && m->nvml != NULL) {
         render_gpus(m->nvml, m->inv, m->node, f);
         render_devices(m->node, f);
+        attached = copy_resource_names(m->node, &names, &n_names) == 0;
     }
     pthread_mutex_unlock(&m->attach_lock);
+    /* Only while a node is served: idle, there is nothing to count. */
+    if (attached)
+        render_allocated(m, names, n_names, f);
+    free(names);
     render_xids(m, f);
     render_resources(m, f);
     if (fclose(f) != 0) {
@@ -419,6 +519,30 @@ void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gp
     m->inv = inv;
     m->node = node;
     pthread_mutex_unlock(&m->attach_lock);
+}
+
+void metrics_set_pod_resources(struct plugin_metrics *m, struct rpc_runtime *rt,
+                               const char *socket_path)
+{
+    if (m == NULL)
+        return;
+    char *copy = NULL;
+    if (socket_path != NULL && socket_path[0] != '\0') {
+        copy = strdup(socket_path);
+        if (copy == NULL)
+            log_warn("metrics: out of memory: gpupool_deviceplugin_devices_allocated is off");
+    }
+    pthread_mutex_lock(&m->pr_lock);
+    if (m->pr_socket == NULL || copy == NULL || strcmp(m->pr_socket, copy) != 0 ||
+        m->pr_runtime != rt) {
+        podresources_close(m->pr_client); /* its channel points at the old socket */
+        m->pr_client = NULL;
+        m->pr_failing = false;
+    }
+    free(m->pr_socket);
+    m->pr_socket = copy;
+    m->pr_runtime = rt;
+    pthread_mutex_unlock(&m->pr_lock);
 }
 
 /* ---- HTTP ---------------------------------------------------------------------- */
@@ -588,6 +712,7 @@ int metrics_start(const char *addr, struct plugin_metrics **out, char *err, size
     pthread_mutex_init(&m->slots_lock, NULL);
     pthread_mutex_init(&m->xid_lock, NULL);
     pthread_mutex_init(&m->attach_lock, NULL);
+    pthread_mutex_init(&m->pr_lock, NULL);
     int family = AF_INET;
     int fd = listen_on(addr, m->bound, sizeof m->bound, &family, err, errlen);
     if (fd < 0 || load_mhd(&m->mhd, err, errlen) != 0) {
@@ -627,6 +752,9 @@ void metrics_stop(struct plugin_metrics *m)
         m->mhd.stop_daemon(m->daemon); /* joins the thread and closes the listen socket */
     if (m->mhd.library != NULL)
         dlclose(m->mhd.library);
+    podresources_close(m->pr_client); /* no scrape runs any more */
+    free(m->pr_socket);
+    pthread_mutex_destroy(&m->pr_lock);
     pthread_mutex_destroy(&m->slots_lock);
     pthread_mutex_destroy(&m->xid_lock);
     pthread_mutex_destroy(&m->attach_lock);

@@ -5,7 +5,10 @@
  * `GET /metrics` in the Prometheus text exposition format (0.0.4); every
  * other path is 404, every other method 405. Per-GPU gauges (health, memory,
  * utilisation, temperature, power) and the per-resource device counts are
- * read at scrape time from the attached plugin_node and NVML handle.
+ * read at scrape time from the attached plugin_node and NVML handle; the
+ * allocated counts from the kubelet's PodResources List (podresources.h),
+ * with a client the metrics context owns, opened by the first scrape that
+ * needs it and re-opened after a failed List.
  *
  * libmicrohttpd is dlopen'ed by metrics_start() only: without
  * --metrics-addr the library is never loaded, let alone initialised, and
@@ -13,9 +16,12 @@
  *
  * Threads: the counters are lock-free atomics (Allocate, on the RPC thread)
  * or take a short mutex (XIDs and registrations, which are rare). The HTTP
- * server runs one internal thread (small stack). metrics_attach() is called
- * by the main thread; it waits for a scrape in progress, so detaching
- * before the node and NVML are freed is safe.
+ * server runs one internal thread (512 KiB stack), which makes the scrapes'
+ * gRPC call. metrics_attach() and metrics_set_pod_resources() are called by
+ * the main thread; they wait for a scrape in progress (the latter for at
+ * most the List's 1 s deadline), so detaching before the node and NVML are
+ * freed is safe. The PodResources client is only used under its mutex, by
+ * one scrape at a time.
  * Names and labels: docs/metrics.md. */
 #ifndef GP_METRICS_H
 #define GP_METRICS_H
@@ -29,6 +35,7 @@
 
 struct plugin_node;
 struct plugin_metrics;
+struct rpc_runtime;
 
 /* Splits "HOST:PORT", "[IPv6]:PORT" or ":PORT" (all interfaces). The
  * port must be 0-65535 (0 = any free port). -1 + err naming the problem. */
@@ -50,6 +57,14 @@ const char *metrics_bound_address(const struct plugin_metrics *m);
  * gauges until the next attach). */
 void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gpu_inventory *inv,
                     struct plugin_node *node);
+
+/* Where scrapes count gpupool_deviceplugin_devices_allocated: the
+ * kubelet's PodResources socket (copied; NULL or "" = off, and then
+ * neither that gauge nor gpupool_deviceplugin_pod_resources_up is served)
+ * and the runtime the client runs on (borrowed: it must outlive m). A
+ * changed path or runtime drops the open client. */
+void metrics_set_pod_resources(struct plugin_metrics *m, struct rpc_runtime *rt,
+                               const char *socket_path);
 
 /* An XID event reported by NVML for GPU g (critical or not). */
 void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g,

@@ -2,8 +2,9 @@
  *
  * gpu-mem mode asks the kubelet, while an Allocate is in flight, which pods
  * its pod manager holds and which app containers already have devices of
- * our resource (podidentity.h). Implemented in rpc_podresources.c (the
- * rpc_*.c files are the only ones that touch gRPC).
+ * our resource (podidentity.h); the metrics endpoint counts, per resource,
+ * the device IDs assigned to containers (podresources_count). Implemented in
+ * rpc_podresources.c (the rpc_*.c files are the only ones that touch gRPC).
  *
  * A client is used by one thread at a time. Errors: -1 + err. */
 #ifndef GP_PODRESOURCES_H
@@ -29,5 +30,19 @@ GP_MUST_USE int podresources_list(struct podresources_client *c, const char *res
 /* Decodes an encoded ListPodResourcesResponse (exposed for unit tests). */
 GP_MUST_USE int podresources_decode(const unsigned char *data, size_t len, const char *resource,
                                     struct pr_list *out, char *err, size_t errlen);
+
+/* /v1.PodResourcesLister/List, counted: counts[i] = the device IDs of
+ * resource names[i] over every container of every pod listed, 0 when none.
+ * One ID is one device whatever the mode (a GPU, a MIG device, a
+ * time-slicing replica, a gpu-mem unit). On error counts[] is unspecified. */
+GP_MUST_USE int podresources_count(struct podresources_client *c, const char *const names[],
+                                   size_t n, size_t counts[], int timeout_ms, char *err,
+                                   size_t errlen);
+
+/* The counting half of podresources_count, on an encoded
+ * ListPodResourcesResponse (exposed for unit tests). */
+GP_MUST_USE int podresources_count_decode(const unsigned char *data, size_t len,
+                                          const char *const names[], size_t n, size_t counts[],
+                                          char *err, size_t errlen);
 
 #endif

@@ -90,22 +90,76 @@ int podresources_decode(const unsigned char *data, size_t len, const char *resou
     return rc;
 }
 
-int podresources_list(struct podresources_client *c, const char *resource, int timeout_ms,
-                      struct pr_list *out, char *err, size_t errlen)
+/* One List call: the encoded response in *resp (free resp->data). */
+static int list_call(struct podresources_client *c, int timeout_ms, struct rpc_buf *resp,
+                     char *err, size_t errlen)
 {
     V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
     uint8_t buf[8];
     size_t len = v1__list_pod_resources_request__pack(&req, buf);
-    struct rpc_buf resp = {0};
     char msg[RPC_MSG_LEN];
     int status = 0;
-    if (rpc_client_unary(c->rpc, LIST_PATH, buf, len, timeout_ms, 0, &resp, &status, msg,
+    if (rpc_client_unary(c->rpc, LIST_PATH, buf, len, timeout_ms, 0, resp, &status, msg,
                          sizeof msg) != 0) {
         snprintf(err, errlen, "PodResources List failed: %s (%d): %s", rpc_status_name(status),
                  status, msg);
         return -1;
     }
+    return 0;
+}
+
+int podresources_list(struct podresources_client *c, const char *resource, int timeout_ms,
+                      struct pr_list *out, char *err, size_t errlen)
+{
+    struct rpc_buf resp = {0};
+    if (list_call(c, timeout_ms, &resp, err, errlen) != 0)
+        return -1;
     int rc = podresources_decode(resp.data, resp.len, resource, out, err, errlen);
+    free(resp.data);
+    return rc;
+}
+
+/* Adds the IDs of one container's devices to the counts of their names. */
+static void count_container(const V1__ContainerResources *cr, const char *const names[],
+                            size_t n, size_t counts[])
+{
+    for (size_t d = 0; d < cr->n_devices; d++) {
+        const V1__ContainerDevices *dev = cr->devices[d];
+        if (dev->resource_name == NULL)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(dev->resource_name, names[i]) == 0)
+                counts[i] += dev->n_device_ids;
+    }
+}
+
+int podresources_count_decode(const unsigned char *data, size_t len, const char *const names[],
+                              size_t n, size_t counts[], char *err, size_t errlen)
+{
+    V1__ListPodResourcesResponse *resp = v1__list_pod_resources_response__unpack(NULL, len, data);
+    if (resp == NULL) {
+        snprintf(err, errlen, "cannot decode the kubelet's ListPodResourcesResponse (%zu bytes)",
+                 len);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        counts[i] = 0;
+    for (size_t p = 0; p < resp->n_pod_resources; p++) {
+        const V1__PodResources *pod = resp->pod_resources[p];
+        for (size_t c = 0; c < pod->n_containers; c++)
+            count_container(pod->containers[c], names, n, counts);
+    }
+    v1__list_pod_resources_response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+int podresources_count(struct podresources_client *c, const char *const names[], size_t n,
+                       size_t counts[], int timeout_ms, char *err, size_t errlen)
+{
+    struct rpc_buf resp = {0};
+    if (list_call(c, timeout_ms, &resp, err, errlen) != 0)
+        return -1;
+    int rc = podresources_count_decode(resp.data, resp.len, names, n, counts, err, errlen);
     free(resp.data);
     return rc;
 }

@@ -18,6 +18,7 @@ struct kube_client {
     char *user_agent;
     long timeout_ms, connect_timeout_ms, watch_timeout_s;
     size_t max_body;
+    bool compress;          /* ask for gzip on LISTs: the server is not on this host */
     struct kube_retry_policy retry;
 
     /* The request/response handle: one call at a time, so its connection
@@ -54,11 +55,47 @@ void kube_error_from_curl(const struct kube_curl *curl, struct kube_error *err, 
 void kube_stats_count(struct kube_client *c, bool retry, size_t body_bytes);
 double kube_random01(struct kube_client *c);
 
+/* One request/response call (kube.c). */
+struct call {
+    const char *method;       /* GET, POST, PATCH */
+    const char *path;         /* API path and query */
+    const char *content_type; /* NULL without a body */
+    const char *body;
+    size_t body_len;
+    bool idempotent;          /* may be retried after the server could have acted */
+    bool compressed;          /* ask for gzip (large GET answers: LISTs) */
+    struct kube_cancel *cancel;
+};
+
+/* A 2xx answer's body, NUL-terminated; data is the caller's to free(). */
+struct kube_body {
+    char *data;
+    size_t len;
+    long status;
+};
+
+/* Performs call with the client's retry policy; on success *out holds
+ * the 2xx body. -1: err says why (the server's Status when it sent one). */
+GP_MUST_USE int kube_call(struct kube_client *c, const struct call *call, struct kube_body *out,
+                          struct kube_error *err);
+
 /* kube_list with a cancellation token checked between pages and during
- * retry backoff (for the reflector). */
-GP_MUST_USE enum kube_result kube_list_cancellable(struct kube_client *client, const char *path, long limit,
-                                       kube_item_fn on_item, void *ctx, char *rv,
-                                       struct kube_cancel *cancel, struct kube_error *err);
+ * retry backoff (for the reflector), and the list's flags (kube.h). */
+GP_MUST_USE enum kube_result kube_list_cancellable(struct kube_client *client, const char *path,
+                                                   long limit, unsigned flags,
+                                                   kube_item_fn on_item, void *ctx, char *rv,
+                                                   struct kube_cancel *cancel,
+                                                   struct kube_error *err);
+
+/* Walks one LIST answer (a NodeList, PodList, ...) without building its
+ * tree: every element of "items" is parsed on its own, handed to on_item
+ * and freed before the next, so memory holds the text plus one item.
+ * metadata.resourceVersion goes to rv (KUBE_RV_MAX, may be NULL) and a
+ * non-empty metadata.continue to *next (malloc'ed; NULL when absent).
+ * `what` names the request in error messages. */
+GP_MUST_USE enum kube_result kube_list_walk(const char *body, size_t len, const char *what,
+                                            kube_item_fn on_item, void *ctx, char *rv,
+                                            char **next, struct kube_error *err);
 
 /* Sleeps ms, waking early when cancel fires; true when it has fired.
  * A NULL cancel sleeps the whole time. */

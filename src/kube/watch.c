@@ -384,8 +384,8 @@ static enum kube_result reflector_list(struct kube_client *c, const char *path, 
         kube_fail(err, 0, "CallbackError", "LIST %s: list_begin failed", path);
         return KUBE_ERROR;
     }
-    enum kube_result res = kube_list_cancellable(c, path, page_limit, ops->list_item, ctx, rv,
-                                                 cancel, err);
+    enum kube_result res = kube_list_cancellable(c, path, page_limit, KUBE_LIST_CONSISTENT,
+                                                 ops->list_item, ctx, rv, cancel, err);
     if (res != KUBE_OK)
         return res;
     if (ops->list_end != NULL && ops->list_end(rv, ctx) != 0) {

@@ -367,6 +367,10 @@ class FakeApiServer:
         self.lock = threading.Lock()
         self.recorded = []
         self.faults = []
+        # Like a 1.20 apiserver with its watch cache on: resourceVersion=0
+        # without a continue token is answered whole, ignoring limit. False:
+        # such a list pages from "etcd" like any other.
+        self.watch_cache = True
         self.watchers = set()
         self.connections = 0
         self.stopping = threading.Event()
@@ -715,6 +719,11 @@ def _handler_class(server):
             fields = parse_selector(q.get("fieldSelector"))
             labels = parse_selector(q.get("labelSelector"))
             limit = int(q.get("limit") or 0)
+            if q.get("continue") and q.get("resourceVersion"):
+                raise ApiError(400, "BadRequest",
+                               "specifying resource version is not allowed when using continue")
+            if q.get("resourceVersion") == "0" and server.watch_cache:
+                limit = 0
             start = None
             with store.lock:
                 rv = store.rv

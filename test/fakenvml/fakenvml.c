@@ -222,7 +222,11 @@ static void copy_string(char *dst, size_t dstlen, const char *src)
  * "nvmlDeviceGetPciInfo", so one rule covers every version. */
 static void canonical_function(const char *name, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "%s%s", strncmp(name, "nvml", 4) == 0 ? "" : "nvml", name);
+    int n = snprintf(out, outlen, "%s%s", strncmp(name, "nvml", 4) == 0 ? "" : "nvml", name);
+    if (n < 0 || (size_t)n >= outlen) {
+        out[0] = '\0'; /* no NVML function has so long a name: match none */
+        return;
+    }
     char *suffix = strrchr(out, '_');
     if (suffix != NULL && suffix[1] == 'v' && suffix[2] >= '0' && suffix[2] <= '9')
         *suffix = '\0';

@@ -269,26 +269,66 @@ def test_details_view_lists_pods(kubeconfig):
     assert split == ["ml", "split", "0,1", "8", "GiB", "(4+4)"]
 
 
-def test_pagination_and_no_per_node_requests(api, kubeconfig):
+def bulk_nodes(api, count):
     template = node("x", "10.1.0.1", 64, 8)
     del template["metadata"]["name"]
-    api_bulk = {"resource": "nodes", "count": 1203, "prefix": "bulk-", "template": template}
+    api_bulk = {"resource": "nodes", "count": count, "prefix": "bulk-", "template": template}
     import urllib.request
     req = urllib.request.Request(api.url + "/_fake/bulk", data=json.dumps(api_bulk).encode(),
                                  method="POST")
     urllib.request.urlopen(req).read()
     api.clear_requests()
+
+
+def test_watch_cache_lists_in_parallel_and_no_per_node_requests(api, kubeconfig):
+    bulk_nodes(api, 1203)
     proc = run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["cluster"]["nodes"] == 1207 and doc["cluster"]["gpus"] == 5 + 1203 * 8
     reqs = api.requests()
-    node_lists = [r for r in reqs if r["path"] == "/api/v1/nodes"]
-    assert len(node_lists) == 3                     # 1208 nodes, 500 a page
-    assert all(r["query"].get("limit") == "500" for r in node_lists)
-    assert [bool(r["query"].get("continue")) for r in node_lists] == [False, True, True]
     assert {r["path"] for r in reqs} == {"/api/v1/nodes", "/api/v1/pods",
                                          "/api/v1/namespaces/kube-system/configmaps"}
+    # One answer per collection, from the watch cache (resourceVersion=0).
+    assert len(reqs) == 3
+    assert all(r["query"].get("resourceVersion") == "0" for r in reqs)
+    # The pods on a connection of their own, read beside the nodes.
+    conn = {r["path"]: r["conn"] for r in reqs}
+    assert conn["/api/v1/pods"] != conn["/api/v1/nodes"]
+    assert conn["/api/v1/namespaces/kube-system/configmaps"] == conn["/api/v1/nodes"]
+
+
+def test_cache_false_pages_consistent_reads(api, kubeconfig):
+    bulk_nodes(api, 1203)
+    cached = run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig)
+    api.clear_requests()
+    proc = run(GPUPOOL, ["inspect", "-o", "json", "--cache=false"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == cached.stdout
+    node_lists = [r for r in api.requests() if r["path"] == "/api/v1/nodes"]
+    assert len(node_lists) == 3                     # 1208 nodes, 500 a page
+    assert all(r["query"].get("limit") == "500" for r in node_lists)
+    assert all("resourceVersion" not in r["query"] for r in api.requests())
+    assert [bool(r["query"].get("continue")) for r in node_lists] == [False, True, True]
+
+
+def test_without_a_watch_cache_lists_still_page(api, kubeconfig):
+    api.watch_cache = False
+    bulk_nodes(api, 1203)
+    proc = run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["cluster"]["nodes"] == 1207
+    node_lists = [r for r in api.requests() if r["path"] == "/api/v1/nodes"]
+    assert [r["query"].get("resourceVersion") for r in node_lists] == ["0", None, None]
+
+
+def test_pods_list_failure_is_reported(api, kubeconfig):
+    api.add_fault(method="GET", path="/api/v1/pods", status=403, reason="Forbidden",
+                  message='pods is forbidden: User "u" cannot list resource "pods"', count=-1)
+    proc = run(GPUPOOL, ["inspect"], kubeconfig)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == ('Error from server (Forbidden): pods is forbidden: User "u" cannot '
+                           'list resource "pods"\n'), proc.stderr
 
 
 def test_context_flag_and_unreachable_server(kubeconfig):

@@ -3,15 +3,25 @@
 The text is parsed with prometheus_client's own parser (Debian python3-prometheus-client), so a
 malformed exposition fails here as it would fail a real Prometheus."""
 
+import os
 import re
+import socket
+import sys
 import urllib.error
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import RESOURCE, scaled
+from conftest import RESOURCE, ROOT, scaled
+
+sys.path.insert(0, os.path.join(ROOT, "test", "sim"))
+from gpumem_kubelet import Kubelet as PodManager  # noqa: E402
 
 ADDR_RE = r"Serving Prometheus metrics on http://(\S+)/metrics"
+ALLOCATED = "gpupool_deviceplugin_devices_allocated"
+PR_UP = "gpupool_deviceplugin_pod_resources_up"
+PR_WARNING = "cannot count allocated devices from the kubelet's PodResources API"
 
 
 def start(plugin, inventory="4gpu.json", args=(), **kw):
@@ -124,3 +134,120 @@ def test_address_in_use_is_a_clear_error(plugin):
     p = plugin("4gpu.json", args=["--metrics-addr", addr], wait=None)
     assert p.wait_exit() != 0
     assert "cannot listen on metrics address %s" % addr in p.log()
+
+
+# ---------------------------------------------------------------- devices allocated (PodResources)
+
+@pytest.fixture
+def pod_resources(kubelet, sockdir):
+    """Factory: the kubelet's PodResources List server (gpumem_kubelet's pod manager, counting
+    nvidia.com/gpu) on <sockdir>/pod-resources/kubelet.sock."""
+    servers = []
+
+    def serve():
+        servers.append(PodManager(kubelet, None, sockdir, resource=RESOURCE))
+        return servers[-1]
+    yield serve
+    for s in servers:
+        s.stop()
+
+
+def pr_socket(sockdir):
+    return os.path.join(sockdir, "pod-resources", "kubelet.sock")
+
+
+def allocated_samples(samples):
+    return {k: v for k, v in samples.items() if k[0] == ALLOCATED}
+
+
+def test_devices_allocated_counts_pod_resources(plugin, pod_resources):
+    pr = pod_resources()
+    p = start(plugin, env={"GP_POD_RESOURCES_SOCKET": pr.socket})
+    fams, s = scrape(p)
+    assert fams[ALLOCATED].type == "gauge"
+    assert value(s, PR_UP) == 1
+    assert value(s, ALLOCATED, resource=RESOURCE) == 0  # advertised, held by nobody
+    uuids = [g.uuid for g in p.inventory.gpus]
+    pr.hold("default", "train", {"main": uuids[:2], "sidecar": uuids[2:3]})
+    _, s = scrape(p)
+    assert value(s, ALLOCATED, resource=RESOURCE) == 3
+    pr.hold("ml", "infer", {"main": uuids[3:4]})
+    _, s = scrape(p)
+    assert value(s, ALLOCATED, resource=RESOURCE) == 4
+    pr.remove("default", "train")
+    _, s = scrape(p)
+    assert value(s, ALLOCATED, resource=RESOURCE) == 1
+    assert allocated_samples(s) == {(ALLOCATED, (("resource", RESOURCE),)): 1}
+    assert pr.list_calls == 4  # one List per scrape, read at scrape time
+    assert PR_WARNING not in p.log()
+
+
+def test_devices_allocated_counts_time_slicing_replicas(plugin, kubelet, pod_resources):
+    pr = pod_resources()
+    cfg = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n" \
+          "    - name: nvidia.com/gpu\n      replicas: 4\n"
+    p = start(plugin, inventory="8gpu-nvlink.json", config=cfg,
+              env={"GP_POD_RESOURCES_SOCKET": pr.socket})
+    replicas = [d.ID for d in kubelet.devices(RESOURCE)]
+    assert len(replicas) == 32
+    # Three replicas of one GPU and two of another: five devices, two GPUs.
+    held = [r for r in replicas if r.startswith(replicas[0].split("::")[0])][:3] + \
+        [r for r in replicas if r.startswith(replicas[-1].split("::")[0])][:2]
+    pr.hold("default", "shared", {"a": held[:2], "b": held[2:]})
+    _, s = scrape(p)
+    assert value(s, "gpupool_deviceplugin_devices_advertised", resource=RESOURCE) == 32
+    assert value(s, ALLOCATED, resource=RESOURCE) == 5
+
+
+def test_without_pod_resources_up_is_0_until_it_answers(plugin, pod_resources, sockdir):
+    p = start(plugin, env={"GP_POD_RESOURCES_SOCKET": pr_socket(sockdir)})  # nothing there
+    for _ in range(3):
+        fams, s = scrape(p)
+        assert value(s, PR_UP) == 0
+        assert allocated_samples(s) == {}
+        # Everything else is still served.
+        assert value(s, "gpupool_deviceplugin_devices_advertised", resource=RESOURCE) == 4
+        assert value(s, "gpupool_gpu_healthy", **gpu_labels(p.inventory.gpus[0])) == 1
+        assert value(s, "gpupool_deviceplugin_registrations_total", resource=RESOURCE,
+                     result="success") == 1
+    assert p.log().count(PR_WARNING) == 1  # once per failure streak
+    assert pr_socket(sockdir) in p.log()
+    # The kubelet's API comes up: the next scrape connects afresh.
+    pr = pod_resources()
+    pr.hold("default", "train", {"main": [p.inventory.gpus[0].uuid]})
+    _, s = scrape(p)
+    assert value(s, PR_UP) == 1
+    assert value(s, ALLOCATED, resource=RESOURCE) == 1
+    assert "PodResources API on %s answers again" % pr_socket(sockdir) in p.log()
+    # It goes away again: a new streak, a new warning.
+    pr.stop()
+    _, s = scrape(p)
+    assert value(s, PR_UP) == 0 and allocated_samples(s) == {}
+    assert p.log().count(PR_WARNING) == 2
+    assert p.alive()
+
+
+def test_pod_resources_wrong_service_is_up_0(plugin, sockdir):
+    # The kubelet simulator's registration socket does not serve PodResourcesLister.
+    p = start(plugin, env={"GP_POD_RESOURCES_SOCKET": os.path.join(sockdir, "kubelet.sock")})
+    _, s = scrape(p)
+    assert value(s, PR_UP) == 0 and allocated_samples(s) == {}
+    assert "UNIMPLEMENTED" in p.log()
+
+
+def test_pod_resources_that_never_answers_cannot_hang_scrapes(plugin, sockdir):
+    # A socket that accepts connections (the kernel's backlog) and never speaks HTTP/2: the
+    # List's deadline ends it and the scrape answers.
+    os.makedirs(os.path.dirname(pr_socket(sockdir)), exist_ok=True)
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(pr_socket(sockdir))
+    mute.listen(16)
+    try:
+        p = start(plugin, env={"GP_POD_RESOURCES_SOCKET": pr_socket(sockdir)})
+        for _ in range(2):
+            _, s = scrape(p)
+            assert value(s, PR_UP) == 0 and allocated_samples(s) == {}
+            assert value(s, "gpupool_deviceplugin_devices_advertised", resource=RESOURCE) == 4
+        assert "DEADLINE_EXCEEDED" in p.log()
+    finally:
+        mute.close()

@@ -4,7 +4,7 @@
  * tests parse.
  *
  *   kubectl_min [options] get PATH
- *   kubectl_min [options] list PATH [LIMIT]
+ *   kubectl_min [options] list PATH [LIMIT [any]]  (any: resourceVersion=0)
  *   kubectl_min [options] watch PATH [RV]
  *   kubectl_min [options] reflect PATH [LIMIT]     (stops on "stop" or EOF on stdin)
  *   kubectl_min [options] patch PATH strategic|merge|json BODY
@@ -277,7 +277,9 @@ static int run_command(struct kube_client *client, char **args, int nargs)
     if (strcmp(verb, "list") == 0) {
         char rv[KUBE_RV_MAX];
         long limit = nargs > 2 ? atol(args[2]) : 0;
-        enum kube_result r = kube_list(client, path, limit, print_item, NULL, rv, &err);
+        unsigned flags = nargs > 3 && strcmp(args[3], "any") == 0 ? KUBE_LIST_ANY_VERSION
+                                                                   : KUBE_LIST_CONSISTENT;
+        enum kube_result r = kube_list(client, path, limit, flags, print_item, NULL, rv, &err);
         return report(r, r == KUBE_OK ? rv : NULL, &err);
     }
     if (strcmp(verb, "watch") == 0) {

@@ -208,6 +208,17 @@ class Kubelet:
         else:
             set_failed()
 
+    def hold(self, ns, name, devices):
+        """A pod that already holds devices, with no Allocate and no API object (for readers of
+        List, such as the metrics endpoint). devices: {container: [IDs of self.resource]}."""
+        obj = {"metadata": {"name": name, "namespace": ns},
+               "spec": {"containers": [{"name": c} for c in devices]}}
+        with self.lock:
+            entry = PodEntry(obj)
+            entry.devices = {c: list(ids) for c, ids in devices.items()}
+            self.pods[entry.key] = entry
+            return entry
+
     def remove(self, ns, name):
         with self.lock:
             self.pods.pop((ns, name), None)
