@@ -231,13 +231,13 @@ static double now_ms(void)
 static int list_collection(struct reader *r)
 {
     double start = now_ms();
-    enum kube_result res = kube_list(r->client, r->path, CLI_PAGE_LIMIT, r->flags, on_item, r,
-                                     NULL, &r->err);
+    enum kube_result res = kube_list(r->client, r->path, CLI_PAGE_LIMIT,
+                                     r->flags | KUBE_LIST_PROTOBUF, on_item, r, NULL, &r->err);
     if (res == KUBE_ERROR && r->flags != KUBE_LIST_CONSISTENT &&
         strcmp(r->err.reason, "TooLarge") == 0) {
         log_v(1, "%s: too large for one answer; listing again in pages", r->what);
-        res = kube_list(r->client, r->path, CLI_PAGE_LIMIT, KUBE_LIST_CONSISTENT, on_item, r,
-                        NULL, &r->err);
+        res = kube_list(r->client, r->path, CLI_PAGE_LIMIT,
+                        KUBE_LIST_CONSISTENT | KUBE_LIST_PROTOBUF, on_item, r, NULL, &r->err);
     }
     if (res == KUBE_OK)
         log_v(1, "listed %s in %.1f ms", r->what, now_ms() - start);

@@ -638,11 +638,38 @@ static int by_name(const void *a, const void *b)
     return strcmp((*(struct pool_node *const *)a)->name, (*(struct pool_node *const *)b)->name);
 }
 
+static int by_pod_name(const char *ns_a, const char *name_a, const char *ns_b,
+                       const char *name_b)
+{
+    int c = strcmp(ns_a, ns_b);
+    return c != 0 ? c : strcmp(name_a, name_b);
+}
+
+static int share_by_pod(const void *a, const void *b)
+{
+    const struct pool_share *x = a, *y = b;
+    return by_pod_name(x->ns, x->name, y->ns, y->name);
+}
+
+static int device_pod_by_pod(const void *a, const void *b)
+{
+    const struct pool_device_pod *x = a, *y = b;
+    return by_pod_name(x->ns, x->name, y->ns, y->name);
+}
+
 void pool_finish(struct pool *pool)
 {
     qsort(pool->nodes, pool->nnodes, sizeof *pool->nodes, by_name);
     for (size_t i = 0; i < pool->nnodes; i++) {
         struct pool_node *n = pool->nodes[i];
+        /* etcd lists in (namespace, name) order, the watch cache in no
+         * order at all: sorted, the output does not depend on which. */
+        if (n->nshares > 1) /* qsort's array may not be NULL, even when empty */
+            qsort(n->shares, n->nshares, sizeof *n->shares, share_by_pod);
+        for (size_t r = 0; r < n->nresources; r++)
+            if (n->resources[r].npods > 1)
+                qsort(n->resources[r].pods, n->resources[r].npods,
+                      sizeof *n->resources[r].pods, device_pod_by_pod);
         for (size_t u = 0; u < n->nunhealthy_cm; u++)
             if (n->unhealthy_cm[u] < n->ngpus)
                 n->gpus[n->unhealthy_cm[u]].unhealthy = true;

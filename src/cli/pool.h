@@ -91,7 +91,7 @@ struct pool_node {
     bool gpus_annotated;   /* per-GPU data came from gpupool.io/gpus */
     int ngpus;
     struct pool_gpu *gpus;
-    struct pool_share *shares; /* in LIST order (namespace, name) */
+    struct pool_share *shares; /* by (namespace, name) after pool_finish() */
     size_t nshares, shares_cap;
     int64_t pending;       /* memory of the pending shares */
     size_t npending;

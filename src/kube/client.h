@@ -64,6 +64,7 @@ struct call {
     size_t body_len;
     bool idempotent;          /* may be retried after the server could have acted */
     bool compressed;          /* ask for gzip (large GET answers: LISTs) */
+    const char *accept;       /* the Accept header's value; NULL: application/json */
     struct kube_cancel *cancel;
 };
 
@@ -72,6 +73,7 @@ struct kube_body {
     char *data;
     size_t len;
     long status;
+    bool protobuf; /* Content-Type: application/vnd.kubernetes.protobuf */
 };
 
 /* Performs call with the client's retry policy; on success *out holds
@@ -96,6 +98,20 @@ GP_MUST_USE enum kube_result kube_list_cancellable(struct kube_client *client, c
 GP_MUST_USE enum kube_result kube_list_walk(const char *body, size_t len, const char *what,
                                             kube_item_fn on_item, void *ctx, char *rv,
                                             char **next, struct kube_error *err);
+
+/* kube_list_walk for an answer in Kubernetes' protobuf encoding ("k8s\0" +
+ * runtime.Unknown holding a NodeList, PodList or ConfigMapList; another
+ * kind is a BadResponse): each item is decoded with proto/k8s_list.proto
+ * and handed to on_item as the JSON object holding those fields
+ * (list_protobuf.c). */
+GP_MUST_USE enum kube_result kube_list_walk_protobuf(const char *body, size_t len,
+                                                     const char *what, kube_item_fn on_item,
+                                                     void *ctx, char *rv, char **next,
+                                                     struct kube_error *err);
+
+/* An error answer's protobuf Status as the JSON Status object the JSON
+ * answer would hold (new reference), NULL when the body is not one. */
+GP_MUST_USE json_t *kube_protobuf_status(const char *body, size_t len);
 
 /* Sleeps ms, waking early when cancel fires; true when it has fired.
  * A NULL cancel sleeps the whole time. */

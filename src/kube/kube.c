@@ -152,8 +152,9 @@ static int auth_header(struct kube_client *c, struct curl_slist **headers, struc
     return rc;
 }
 
-int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const char *content_type,
-                      struct curl_slist **headers, struct kube_error *err)
+static int handle_setup(struct kube_client *c, CURL *h, const char *url, const char *accept,
+                        const char *content_type, struct curl_slist **headers,
+                        struct kube_error *err)
 {
     const struct kube_curl *curl = c->curl;
     curl->easy_setopt(h, CURLOPT_URL, url);
@@ -182,7 +183,9 @@ int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const cha
         curl->easy_setopt(h, CURLOPT_PASSWORD, c->cfg.password);
     }
     *headers = NULL;
-    if (add_header(c->curl, headers, "Accept: application/json", err) != 0 ||
+    char accept_line[128];
+    snprintf(accept_line, sizeof accept_line, "Accept: %s", accept ? accept : "application/json");
+    if (add_header(c->curl, headers, accept_line, err) != 0 ||
         add_header(c->curl, headers, "Expect:", err) != 0 || auth_header(c, headers, err) != 0)
         goto fail;
     if (content_type != NULL) {
@@ -197,6 +200,12 @@ fail:
     curl->slist_free_all(*headers);
     *headers = NULL;
     return -1;
+}
+
+int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const char *content_type,
+                      struct curl_slist **headers, struct kube_error *err)
+{
+    return handle_setup(c, h, url, NULL, content_type, headers, err);
 }
 
 void kube_error_from_curl(const struct kube_curl *curl, struct kube_error *err, CURLcode code,
@@ -238,6 +247,7 @@ struct response {
     bool too_large;
     long status;
     long retry_after_ms;
+    bool protobuf; /* the answer's Content-Type is Kubernetes' protobuf */
     struct kube_cancel *cancel;
 };
 
@@ -280,6 +290,15 @@ static size_t on_header(char *buffer, size_t size, size_t nitems, void *userdata
         value[strcspn(value, "\r\n")] = '\0';
         r->retry_after_ms = kube_retry_after_ms(value);
     }
+    static const char type_name[] = "content-type:";
+    static const char protobuf[] = "application/vnd.kubernetes.protobuf";
+    if (n > sizeof type_name && strncasecmp(buffer, type_name, sizeof type_name - 1) == 0) {
+        size_t at = sizeof type_name - 1;
+        while (at < n && (buffer[at] == ' ' || buffer[at] == '\t'))
+            at++;
+        r->protobuf = n - at >= sizeof protobuf - 1 &&
+                      strncasecmp(buffer + at, protobuf, sizeof protobuf - 1) == 0;
+    }
     return n;
 }
 
@@ -307,7 +326,7 @@ static CURLcode perform_once(struct kube_client *c, const struct call *call, str
     curl->easy_reset(h); /* keeps the connection cache: reuse survives */
     struct curl_slist *headers = NULL;
     CURLcode code = CURLE_OK;
-    if (kube_handle_setup(c, h, url, call->content_type, &headers, err) != 0) {
+    if (handle_setup(c, h, url, call->accept, call->content_type, &headers, err) != 0) {
         *setup_failed = true;
         code = CURLE_OUT_OF_MEMORY;
         goto out;
@@ -370,6 +389,21 @@ static int parse_body(const struct call *call, const struct kube_body *r, json_t
     return 0;
 }
 
+/* An error answer to a protobuf request holds a protobuf Status: read
+ * through its JSON form so that it reads like the JSON answer's. */
+static void error_from_protobuf(struct kube_error *err, int http_status, const char *what,
+                                const char *body, size_t len)
+{
+    json_t *status = kube_protobuf_status(body, len);
+    if (status == NULL) {
+        kube_error_from_response(err, http_status, what, body, len);
+        return;
+    }
+    kube_error_from_status(err, status);
+    err->http_status = http_status; /* authoritative, as for a JSON Status */
+    json_decref(status);
+}
+
 static bool retryable(enum kube_retry_class cls, bool idempotent)
 {
     return cls == KUBE_RETRY_ALWAYS || (cls == KUBE_RETRY_IDEMPOTENT && idempotent);
@@ -396,6 +430,7 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
             out->data = r.data;
             out->len = r.len;
             out->status = r.status;
+            out->protobuf = r.protobuf;
             return 0;
         }
         if (code == CURLE_WRITE_ERROR && r.too_large) {
@@ -405,6 +440,9 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
         } else if (code != CURLE_OK) {
             kube_error_from_curl(c->curl, err, code, what, curl_message);
             cls = kube_retry_class_of(0, (int)code);
+        } else if (r.protobuf) {
+            error_from_protobuf(err, (int)r.status, what, r.data, r.len);
+            cls = kube_retry_class_of((int)r.status, 0);
         } else {
             kube_error_from_response(err, (int)r.status, what, r.data, r.len);
             cls = kube_retry_class_of((int)r.status, 0);

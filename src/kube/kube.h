@@ -137,6 +137,23 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
  * the apiserver is on this host (127.x, [::1], localhost). */
 #define KUBE_LIST_CONSISTENT 0u
 #define KUBE_LIST_ANY_VERSION 1u
+/* KUBE_LIST_PROTOBUF (OR it with either of the above) asks for Kubernetes'
+ * protobuf encoding, then JSON: the apiserver encodes a big list several
+ * times faster that way and sends under half the bytes. Only for nodes,
+ * pods and configmaps (/api/v1): a protobuf answer of another kind is a
+ * "BadResponse" error; a JSON answer (CRDs, old servers) is walked as
+ * without the flag. A protobuf item reaches on_item as a JSON object that
+ * holds ONLY the fields of proto/k8s_list.proto, named as in JSON, with
+ * empty strings, empty lists and empty maps left out, Quantities as their
+ * strings:
+ *   Node:      metadata.{name, namespace, annotations},
+ *              status.allocatable, status.addresses[].{type, address}
+ *   Pod:       metadata.{name, namespace, annotations}, spec.nodeName,
+ *              spec.{containers, initContainers}[].{name, resources.{limits, requests}},
+ *              status.phase
+ *   ConfigMap: metadata.{name, namespace, annotations}, data
+ * Use it only where those fields are all the callback reads. */
+#define KUBE_LIST_PROTOBUF 2u
 typedef int (*kube_item_fn)(json_t *item, void *ctx);
 enum kube_result kube_list(struct kube_client *client, const char *path, long limit,
                            unsigned flags, kube_item_fn on_item, void *ctx, char *rv,

@@ -17,6 +17,8 @@
 #include <string.h>
 
 #define DEFAULT_PAGE_LIMIT 500
+/* KUBE_LIST_PROTOBUF's Accept: protobuf first, JSON where there is none. */
+#define PROTOBUF_OR_JSON "application/vnd.kubernetes.protobuf, application/json"
 
 /* ---- walking one answer ----------------------------------------------- */
 
@@ -209,7 +211,8 @@ enum kube_result kube_list_cancellable(struct kube_client *client, const char *p
             return KUBE_ERROR;
         }
         struct call call = {.method = "GET", .path = page_url, .idempotent = true,
-                            .compressed = true, .cancel = cancel};
+                            .compressed = true, .cancel = cancel,
+                            .accept = (flags & KUBE_LIST_PROTOBUF) ? PROTOBUF_OR_JSON : NULL};
         struct kube_body body = {0};
         int rc = kube_call(client, &call, &body, err);
         free(page_url);
@@ -218,8 +221,13 @@ enum kube_result kube_list_cancellable(struct kube_client *client, const char *p
                 return KUBE_CANCELLED;
             return err->http_status == 410 ? KUBE_GONE : KUBE_ERROR;
         }
-        enum kube_result res = kube_list_walk(body.data ? body.data : "", body.len, path,
-                                              on_item, ctx, rv, &cont, err);
+        /* The server answers JSON where it has no protobuf (CRDs,
+         * aggregated APIs): the JSON walk then runs as without the flag. */
+        enum kube_result res =
+            body.protobuf ? kube_list_walk_protobuf(body.data ? body.data : "", body.len, path,
+                                                    on_item, ctx, rv, &cont, err)
+                          : kube_list_walk(body.data ? body.data : "", body.len, path, on_item,
+                                           ctx, rv, &cont, err);
         free(body.data); /* one page at a time */
         if (res != KUBE_OK)
             return res;

@@ -29,10 +29,14 @@ import socket
 import socketserver
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
 import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8s_protobuf  # noqa: E402  (next to this file)
 
 CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes"}
 KIND_OF = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap",
@@ -338,7 +342,8 @@ class Fault:
         self.message = spec.get("message")
         self.delay_ms = int(spec.get("delay_ms", 0))
         self.retry_after = spec.get("retry_after")
-        self.body = spec.get("body")
+        self.body = spec.get("body")           # str, or bytes for action "malformed"
+        self.content_type = spec.get("content_type", "application/json")   # "malformed"
         self.hits = 0
         self.spec = spec
 
@@ -371,6 +376,10 @@ class FakeApiServer:
         # without a continue token is answered whole, ignoring limit. False:
         # such a list pages from "etcd" like any other.
         self.watch_cache = True
+        # Like an apiserver: LISTs of nodes, pods and configmaps (and error
+        # Statuses) in protobuf when the Accept header asks for it
+        # (k8s_protobuf.py). False: JSON whatever the client asks.
+        self.protobuf = True
         self.watchers = set()
         self.connections = 0
         self.stopping = threading.Event()
@@ -522,6 +531,18 @@ def _handler_class(server):
             self.end_headers()
             self.wfile.write(data)
             self._status = code
+            self._content_type = ctype
+
+        def _wants_protobuf(self):
+            return server.protobuf and k8s_protobuf.CONTENT_TYPE in self.headers.get("Accept", "")
+
+        def _send_status(self, code, status, extra_headers=None):
+            """An error Status, in protobuf when the client asked for it."""
+            if self._wants_protobuf():
+                self._send_raw(code, k8s_protobuf.encode_status(status),
+                               k8s_protobuf.CONTENT_TYPE, extra_headers)
+            else:
+                self._send_json(code, status, extra_headers)
 
         def _client_cn(self):
             try:
@@ -548,6 +569,7 @@ def _handler_class(server):
             query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
             body = self._body()
             self._status = None
+            self._content_type = None
             if path.startswith("/_fake/"):
                 return self._control(method, path, query, body)
             is_watch = query.get("watch", [""])[0] in ("1", "true")
@@ -566,11 +588,12 @@ def _handler_class(server):
                     return
                 self._api(method, path, query, body, is_watch, fault)
             except ApiError as e:
-                self._send_json(e.status["code"], e.status)
+                self._send_status(e.status["code"], e.status)
             except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
                 self.close_connection = True
             finally:
                 entry["status"] = self._status
+                entry["content_type"] = self._content_type
 
         do_GET = lambda self: self._dispatch("GET")          # noqa: E731
         do_POST = lambda self: self._dispatch("POST")        # noqa: E731
@@ -593,7 +616,9 @@ def _handler_class(server):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return True
             if f.action == "malformed":
-                self._send_raw(200, (f.body or '{"kind": "PodList", "items": [').encode())
+                body = f.body or '{"kind": "PodList", "items": ['
+                self._send_raw(200, body if isinstance(body, bytes) else body.encode(),
+                               f.content_type)
                 return True
             if f.action in ("watch_error", "watch_garbage"):
                 return False          # handled inside the watch stream
@@ -606,7 +631,7 @@ def _handler_class(server):
             reason = f.reason or {409: "Conflict", 410: "Expired", 429: "TooManyRequests",
                                   500: "InternalError", 503: "ServiceUnavailable"}.get(f.status, "InternalError")
             message = f.message or "fake fault: %d %s" % (f.status, reason)
-            self._send_json(f.status, status_object(f.status, reason, message), headers)
+            self._send_status(f.status, status_object(f.status, reason, message), headers)
             return True
 
         # -- the API
@@ -749,8 +774,13 @@ def _handler_class(server):
                     meta["continue"] = base64.urlsafe_b64encode(json.dumps(
                         {"after": [last[1] or "", last[2]], "rv": rv}).encode()).decode()
                 items = [json.dumps(o) for _, o in matched]
-            data = ('{"kind":"%sList","apiVersion":"v1","metadata":%s,"items":[%s]}\n'
-                    % (kind_of(resource), json.dumps(meta), ",".join(items))).encode()
+            list_kind = kind_of(resource) + "List"
+            if self._wants_protobuf() and list_kind in k8s_protobuf.ITEM_OF_LIST:
+                data = k8s_protobuf.encode_list(list_kind, [json.loads(i) for i in items], meta)
+                self._send_raw(200, data, k8s_protobuf.CONTENT_TYPE)
+                return
+            data = ('{"kind":"%s","apiVersion":"v1","metadata":%s,"items":[%s]}\n'
+                    % (list_kind, json.dumps(meta), ",".join(items))).encode()
             self._send_raw(200, data)
 
         # -- watch

@@ -391,3 +391,31 @@ def test_missing_node(kubeconfig):
     proc = run(GPUPOOL, ["inspect", "nope"], kubeconfig)
     assert proc.returncode == 1
     assert proc.stderr == 'Error from server (NotFound): nodes "nope" not found\n'
+
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+@pytest.mark.parametrize("args", [
+    ["inspect"], ["inspect", "-o", "wide"], ["inspect", "-o", "json"], ["inspect", "-d"],
+    ["inspect", "--cache=false", "-d"], ["inspect", "gpu-b", "-d"]])
+def test_protobuf_and_json_answers_print_the_same(api, kubeconfig, args):
+    """The node, pod and configmap LISTs ask for protobuf; a server that
+    answers JSON instead gives byte-identical output."""
+    as_protobuf = run(GPUPOOL, args, kubeconfig)
+    lists = [r for r in api.requests() if r["path"] != "/api/v1/nodes/gpu-b"]
+    assert lists and all(PROTOBUF in r["headers"]["Accept"] and r["content_type"] == PROTOBUF
+                         for r in lists)
+    api.clear_requests()
+    api.protobuf = False
+    as_json = run(GPUPOOL, args, kubeconfig)
+    assert all(r["content_type"] == "application/json" for r in api.requests())
+    assert as_protobuf.returncode == as_json.returncode == 0, as_protobuf.stderr
+    assert as_protobuf.stdout == as_json.stdout and as_protobuf.stdout
+
+
+def test_gpushare_tables_the_same_from_protobuf(api, kubeconfig):
+    summary, details = run(GPUSHARE, [], kubeconfig), run(GPUSHARE, ["-d"], kubeconfig)
+    api.protobuf = False
+    assert summary.stdout == run(GPUSHARE, [], kubeconfig).stdout == SUMMARY
+    assert details.stdout == run(GPUSHARE, ["-d"], kubeconfig).stdout

@@ -277,6 +277,176 @@ def test_expired_continue_token_is_gone(api):
     assert "too old" in out.field("message")
 
 
+# ------------------------------------------------- protobuf (KUBE_LIST_PROTOBUF)
+
+import k8s_protobuf  # noqa: E402  (test/fakeapi)
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+def item_dumps(out):
+    return [json.loads(l[len("ITEMJSON "):]) for l in out.lines if l.startswith("ITEMJSON ")]
+
+
+def subset(obj, descriptor):
+    """What a protobuf item must hold: the JSON object cut to the fields of
+    proto/k8s_list.proto, empty strings/lists/maps left out (empty messages
+    stay), Quantities as strings (kube.h, KUBE_LIST_PROTOBUF)."""
+    out = {}
+    for f in descriptor.fields:
+        v = obj.get(f.name)
+        is_map = f.message_type is not None and f.message_type.GetOptions().map_entry
+        if v is None or v == "" or v == [] or (is_map and v == {}):
+            continue   # an empty object that is a message stays: {} in both
+        if is_map:
+            vt = f.message_type.fields_by_name["value"].message_type
+            out[f.name] = {k: (str(x) if vt is not None else x) for k, x in v.items()}
+        elif f.label == f.LABEL_REPEATED:
+            out[f.name] = [subset(x, f.message_type) for x in v]
+        elif f.message_type is not None:
+            out[f.name] = subset(v, f.message_type)
+        else:
+            out[f.name] = v
+    return out
+
+
+def rich_objects(api):
+    api.put_object("nodes", {
+        "metadata": {"name": "n1", "labels": {"a": "b"},
+                     "annotations": {"gpupool.io/gpus": "[{\"index\":0}]", "x": ""}},
+        "spec": {"podCIDR": "10.0.0.0/24"},
+        "status": {"capacity": {"cpu": "8"},
+                   "allocatable": {"aliyun.com/gpu-mem": 32, "nvidia.com/gpu": "4", "cpu": "7500m"},
+                   "addresses": [{"type": "InternalIP", "address": "10.1.2.3"},
+                                 {"type": "Hostname", "address": "n1"}],
+                   "images": [{"names": ["busybox"], "sizeBytes": 1000}]}})
+    api.put_object("nodes", {"metadata": {"name": "n2"}, "status": {}})
+    api.put_object("pods", {
+        "metadata": {"name": "p", "namespace": "ml", "annotations": {"ALIYUN_COM_GPU_MEM_IDX": "1"}},
+        "spec": {"nodeName": "n1", "restartPolicy": "Never",
+                 "initContainers": [{"name": "init", "image": "i",
+                                     "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+                 "containers": [{"name": "main", "image": "m", "command": ["sh"],
+                                 "resources": {"limits": {"aliyun.com/gpu-mem": "8"},
+                                               "requests": {"cpu": "1"}}},
+                                {"name": "side", "image": "s"}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.9"}})
+    api.put_object("pods", {"metadata": {"name": "pending", "namespace": "ml"},
+                            "spec": {"nodeName": "", "containers": [{"name": "c"}]}})
+    api.put_object("configmaps", {"metadata": {"name": "unhealthy-gpu-n1", "namespace": "kube-system"},
+                                  "data": {"gpus": "0,1", "empty": ""}})
+
+
+@pytest.mark.parametrize("resource, path", [
+    ("nodes", "/api/v1/nodes"), ("pods", "/api/v1/pods"),
+    ("configmaps", "/api/v1/namespaces/kube-system/configmaps")])
+def test_protobuf_list_items_equal_json_items(api, resource, path):
+    rich_objects(api)
+    as_json = kubectl(api.kubeconfig, "list", path, "10", "dump")
+    as_protobuf = kubectl(api.kubeconfig, "list", path, "10", "protobuf", "dump")
+    assert as_json.rc == 0 and as_protobuf.rc == 0, as_protobuf.stdout
+    reqs = requests_to(api, path)
+    assert reqs[0]["headers"]["Accept"] == "application/json"
+    assert reqs[0]["content_type"] == "application/json"
+    assert reqs[1]["headers"]["Accept"] == PROTOBUF + ", application/json"
+    assert reqs[1]["content_type"] == PROTOBUF
+    assert as_protobuf.items == as_json.items and as_protobuf.items
+    assert as_protobuf.field("rv") == as_json.field("rv") == str(api.store.rv)
+    item_type = getattr(k8s_protobuf.pb2(), k8s_protobuf.ITEM_OF_LIST[
+        {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList"}[resource]])
+    for pb_item, json_item in zip(item_dumps(as_protobuf), item_dumps(as_json)):
+        assert pb_item == subset(json_item, item_type.DESCRIPTOR)
+
+
+def test_protobuf_pod_fields_spelled_out(api):
+    """The same check without the subset() helper, for one pod."""
+    rich_objects(api)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/namespaces/ml/pods", "10", "protobuf", "dump")
+    assert out.rc == 0, out.stdout
+    assert item_dumps(out) == [
+        {"metadata": {"name": "p", "namespace": "ml",
+                      "annotations": {"ALIYUN_COM_GPU_MEM_IDX": "1"}},
+         "spec": {"nodeName": "n1",
+                  "initContainers": [{"name": "init",
+                                      "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+                  "containers": [{"name": "main",
+                                  "resources": {"limits": {"aliyun.com/gpu-mem": "8"},
+                                                "requests": {"cpu": "1"}}},
+                                 {"name": "side"}]},
+         "status": {"phase": "Running"}},
+        {"metadata": {"name": "pending", "namespace": "ml"},
+         "spec": {"containers": [{"name": "c"}]}},
+    ]
+
+
+def test_protobuf_list_pages_with_continue(api):
+    pods_created(api, 120)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "50", "protobuf")
+    assert out.rc == 0, out.stdout
+    assert out.items == ["default/p-%03d" % i for i in range(120)]
+    assert out.field("rv") == str(api.store.rv)
+    pages = requests_to(api, "/api/v1/pods")
+    assert len(pages) == 3 and all(p["content_type"] == PROTOBUF for p in pages)
+    assert "continue" not in pages[0]["query"] and all("continue" in p["query"] for p in pages[1:])
+
+
+def test_protobuf_flag_walks_a_json_answer(api):
+    """An apiserver (or a CRD) without protobuf answers JSON: listed as usual."""
+    pods_created(api, 7)
+    api.protobuf = False
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "3", "protobuf")
+    assert out.rc == 0 and len(out.items) == 7, out.stdout
+    pages = requests_to(api, "/api/v1/pods")
+    assert all(PROTOBUF in p["headers"]["Accept"] and p["content_type"] == "application/json"
+               for p in pages)
+    api.protobuf = True
+    api.put_object("widgets", {"metadata": {"name": "w", "namespace": "default"}})
+    out = kubectl(api.kubeconfig, "list", "/api/v1/namespaces/default/widgets", "3", "protobuf")
+    assert out.rc == 0 and out.items == ["default/w"], out.stdout
+
+
+def protobuf_answer(kind="PodList"):
+    return k8s_protobuf.encode_list(kind, [{"metadata": {"name": "a", "namespace": "d"}}],
+                                    {"resourceVersion": "5"})
+
+
+@pytest.mark.parametrize("body, what", [
+    (protobuf_answer()[:-3], "the envelope (runtime.Unknown) does not decode"),
+    (b"k9s\x00" + protobuf_answer()[4:], "does not start with"),
+    (b"k8s", "does not start with"),
+    (protobuf_answer("NodeList").replace(b"NodeList", b"Foo_List"), 'unexpected kind "Foo_List"'),
+    (protobuf_answer().replace(b"PodList", b"PodLisX"), 'unexpected kind "PodLisX"'),
+    # the item's bytes say a 0x7f-byte field follows: not a valid Pod
+    (protobuf_answer().replace(b"\n\x01a", b"\n\x7fa"), "item 0 is not a valid Pod"),
+    (b"{\"kind\":\"PodList\"}", "does not start with"),
+])
+def test_malformed_protobuf_answer_is_a_clear_error(api, body, what):
+    api.add_fault(method="GET", path="/api/v1/pods", action="malformed", body=body,
+                  content_type=PROTOBUF, count=-1)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "10", "protobuf")
+    assert out.rc == 1 and out.items == []
+    assert out.field("reason") == "BadResponse", out.stdout
+    assert "malformed protobuf answer" in out.field("message"), out.stdout
+    assert what in out.field("message"), out.stdout
+
+
+def test_protobuf_error_status_is_read(api):
+    """Errors to a protobuf request come as protobuf Statuses: reason,
+    message and code read as from JSON, 410 still means GONE."""
+    pods_created(api, 10)
+    api.add_fault(method="GET", path="/api/v1/pods", query="continue=", status=410,
+                  reason="Expired", message="The provided continue parameter is too old")
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "3", "protobuf")
+    assert out.rc == 2 and out.result.startswith("RESULT GONE"), out.stdout
+    assert requests_to(api, "/api/v1/pods")[-1]["content_type"] == PROTOBUF
+    assert out.field("message") == "The provided continue parameter is too old"
+    api.add_fault(method="GET", path="/api/v1/pods", status=403, reason="Forbidden",
+                  message="pods is forbidden: no")
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "3", "protobuf")
+    assert out.rc == 1 and out.field("http") == "403" and out.field("reason") == "Forbidden"
+    assert out.field("message") == "pods is forbidden: no"
+
+
 # ------------------------------------------------------------------ retries
 
 def test_get_retried_on_500_with_backoff(api):

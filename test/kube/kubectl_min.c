@@ -4,7 +4,9 @@
  * tests parse.
  *
  *   kubectl_min [options] get PATH
- *   kubectl_min [options] list PATH [LIMIT [any]]  (any: resourceVersion=0)
+ *   kubectl_min [options] list PATH [LIMIT [any] [protobuf] [dump]]
+ *       (any: resourceVersion=0; protobuf: KUBE_LIST_PROTOBUF; dump: print
+ *       every item as ITEMJSON <json, sorted keys> too)
  *   kubectl_min [options] watch PATH [RV]
  *   kubectl_min [options] reflect PATH [LIMIT]     (stops on "stop" or EOF on stdin)
  *   kubectl_min [options] patch PATH strategic|merge|json BODY
@@ -130,6 +132,11 @@ static int print_item(json_t *item, void *ctx)
     const char *rv;
     object_id(item, id, sizeof id, &rv);
     say("ITEM %s %s", id, rv);
+    if (ctx != NULL) { /* "dump" */
+        char *text = json_dumps(item, JSON_COMPACT | JSON_SORT_KEYS);
+        say("ITEMJSON %s", text ? text : "(out of memory)");
+        counting_free(text); /* jansson's allocator: json_set_alloc_funcs */
+    }
     return 0;
 }
 
@@ -277,9 +284,15 @@ static int run_command(struct kube_client *client, char **args, int nargs)
     if (strcmp(verb, "list") == 0) {
         char rv[KUBE_RV_MAX];
         long limit = nargs > 2 ? atol(args[2]) : 0;
-        unsigned flags = nargs > 3 && strcmp(args[3], "any") == 0 ? KUBE_LIST_ANY_VERSION
-                                                                   : KUBE_LIST_CONSISTENT;
-        enum kube_result r = kube_list(client, path, limit, flags, print_item, NULL, rv, &err);
+        unsigned flags = KUBE_LIST_CONSISTENT;
+        bool dump = false;
+        for (int i = 3; i < nargs; i++) {
+            flags |= strcmp(args[i], "any") == 0 ? KUBE_LIST_ANY_VERSION : 0;
+            flags |= strcmp(args[i], "protobuf") == 0 ? KUBE_LIST_PROTOBUF : 0;
+            dump |= strcmp(args[i], "dump") == 0;
+        }
+        enum kube_result r = kube_list(client, path, limit, flags, print_item,
+                                       dump ? (void *)&dump : NULL, rv, &err);
         return report(r, r == KUBE_OK ? rv : NULL, &err);
     }
     if (strcmp(verb, "watch") == 0) {
