@@ -16,6 +16,7 @@ for f in "$E2E_RUN"/pids/plugin*.pid; do
 done
 stop_pid scheduler-extender 10   # extender.sh
 stop_pid kube-controller-manager 10   # deploy.sh (DaemonSets, Deployments)
+stop_pid kube-controller-manager-sa 10   # up.sh (service accounts, tokens)
 stop_pid kubelet 15
 stop_pid kube-scheduler 10
 

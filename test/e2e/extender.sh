@@ -70,13 +70,8 @@ ext_start() {  # ext_start LABEL
 ext_stop() {  # sets EXT_RC
   EXT_RC=
   [[ -n $EXT_PID ]] || return 0
-  kill -TERM "$EXT_PID" 2>/dev/null
-  (sleep 15; kill -KILL "$EXT_PID" 2>/dev/null) &
-  local dog=$!
-  wait "$EXT_PID"
-  EXT_RC=$?
-  kill "$dog" 2>/dev/null
-  wait "$dog" 2>/dev/null
+  stop_child "$EXT_PID" 15
+  EXT_RC=$STOP_RC
   rm -f "$(pidfile scheduler-extender)"
   e2e_log "extender pid $EXT_PID exited with status $EXT_RC"
   EXT_PID=

@@ -79,13 +79,8 @@ gm_start_plugin() {  # gm_start_plugin LABEL
 gm_stop_plugin() {  # sets GM_PLUGIN_RC (137: had to be killed)
   GM_PLUGIN_RC=
   [[ -n $GM_PLUGIN_PID ]] || return 0
-  kill -TERM "$GM_PLUGIN_PID" 2>/dev/null
-  (sleep 15; kill -KILL "$GM_PLUGIN_PID" 2>/dev/null) &
-  local dog=$!
-  wait "$GM_PLUGIN_PID"
-  GM_PLUGIN_RC=$?
-  kill "$dog" 2>/dev/null
-  wait "$dog" 2>/dev/null
+  stop_child "$GM_PLUGIN_PID" 15
+  GM_PLUGIN_RC=$STOP_RC
   rm -f "$(pidfile plugin-gpumem)"
   e2e_log "gpu-mem plugin pid $GM_PLUGIN_PID exited with status $GM_PLUGIN_RC"
   GM_PLUGIN_PID=

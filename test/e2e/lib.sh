@@ -111,6 +111,22 @@ stop_pid() {
   rm -f "$f"
 }
 
+# stop_child PID [TIMEOUT_S]  -- TERM a child of this shell, KILL it after
+# TIMEOUT_S (15), reap it; STOP_RC = its exit status (137 if killed). Polls
+# instead of forking a watchdog subshell: a `(sleep; kill) &` killed right
+# after its fork can still run this shell's traps (EXIT: the teardown).
+stop_child() {
+  local pid=$1 timeout=${2:-15} i
+  kill -TERM "$pid" 2>/dev/null
+  for ((i = 0; i < timeout * 10; i++)); do
+    alive "$pid" || break
+    sleep 0.1
+  done
+  alive "$pid" && kill -KILL "$pid" 2>/dev/null
+  wait "$pid"
+  STOP_RC=$?
+}
+
 # --- the kubelet (started by up.sh and restarted by the scenarios) ---------
 kubelet_cmd() {
   KUBELET_CMD=("$K8S_BIN/kubelet"

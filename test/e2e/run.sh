@@ -112,13 +112,8 @@ start_plugin() {
 stop_plugin() {
   PLUGIN_RC=
   [[ -n $PLUGIN_PID ]] || return 0
-  kill -TERM "$PLUGIN_PID" 2>/dev/null
-  (sleep 15; kill -KILL "$PLUGIN_PID" 2>/dev/null) &
-  local dog=$!
-  wait "$PLUGIN_PID"
-  PLUGIN_RC=$?
-  kill "$dog" 2>/dev/null
-  wait "$dog" 2>/dev/null
+  stop_child "$PLUGIN_PID" 15
+  PLUGIN_RC=$STOP_RC
   rm -f "$(pidfile plugin)"
   e2e_log "plugin pid $PLUGIN_PID exited with status $PLUGIN_RC"
   PLUGIN_PID=

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Starts a real one-node Kubernetes v1.20.2 cluster on this machine:
 #   etcd -> kube-apiserver -> containerd (own config/root/socket, CNI bridge)
+#   -> kube-controller-manager (service accounts and their tokens only)
 #   -> kube-scheduler -> kubelet (node "localhost", root /var/lib/kubelet)
-# then waits for the node to be Ready and removes the not-ready taint (no
-# controller-manager runs). Binaries come from build-k8s.sh ($K8S_BIN), images
+# then waits for the node to be Ready and removes the not-ready taint (the
+# controller-manager runs no node lifecycle controller). Authorization is
+# Node,RBAC: the suite's own components use the admin token (system:masters);
+# pods get their ServiceAccount's token, so deployed components are held to
+# the rules of their (Cluster)Roles. Binaries come from build-k8s.sh ($K8S_BIN), images
 # from images.sh. Logs go to $E2E_LOGS. Stop with down.sh.
 # Recipe and pitfalls: docs/e2e.md.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 [[ $(id -u) -eq 0 ]] || e2e_die "must run as root"
-for c in kubelet kube-apiserver kube-scheduler kubectl; do
+for c in kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   [[ -x $K8S_BIN/$c ]] || e2e_die "$K8S_BIN/$c missing: run test/e2e/build-k8s.sh"
 done
 for c in etcd containerd containerd-shim-runc-v2 runc ctr openssl curl ip; do
@@ -61,8 +65,23 @@ EOF
 chmod 600 "$KUBECONFIG" "$E2E_STATE/pki/tokens.csv"
 
 # The apiserver refuses a loopback advertise address; nothing connects to it.
-ADVERTISE=$(ip -4 -o addr show scope global 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')
+ADVERTISE=$(ip -4 -o addr show scope global 2>/dev/null | awk 'NR == 1 {split($4, a, "/"); print a[1]}')
 ADVERTISE=${ADVERTISE:-192.0.2.1}
+
+# A CA and the apiserver's serving certificate. The token controller puts
+# ca.crt into every service-account token secret, and in-cluster clients
+# verify the server with it: 127.0.0.1 (how this cluster's host-network pods
+# reach the apiserver, docs/e2e.md) and the `kubernetes` Service's names.
+pki=$E2E_STATE/pki
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=gpupool-e2e-ca \
+  -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver \
+  -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:%s,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' \
+  "$ADVERTISE" >"$pki/apiserver.ext"
+openssl x509 -req -days 2 -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+  -CAcreateserial -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt" 2>/dev/null ||
+  e2e_die "openssl: cannot make the apiserver's certificate"
 
 # --- etcd ------------------------------------------------------------------
 e2e_log "starting etcd"
@@ -79,13 +98,13 @@ start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver"
   --etcd-servers=http://127.0.0.1:2379 \
   --bind-address=127.0.0.1 --secure-port=6443 --insecure-port=0 \
   --advertise-address="$ADVERTISE" \
-  --cert-dir="$E2E_STATE/pki/apiserver" \
+  --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
   --token-auth-file="$E2E_STATE/pki/tokens.csv" \
-  --authorization-mode=AlwaysAllow \
+  --anonymous-auth=false \
+  --authorization-mode=Node,RBAC \
   --service-account-key-file="$E2E_STATE/pki/sa.pub" \
   --service-account-signing-key-file="$E2E_STATE/pki/sa.key" \
   --service-account-issuer=https://kubernetes.default.svc \
-  --disable-admission-plugins=ServiceAccount \
   --service-cluster-ip-range=10.96.0.0/24 \
   --kubelet-preferred-address-types=Hostname,InternalIP \
   --allow-privileged=true \
@@ -94,6 +113,29 @@ start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver"
 apiserver_ok() { curl -fsSk --max-time 2 -H "Authorization: Bearer $TOKEN" https://127.0.0.1:6443/healthz; }
 wait_for 90 "kube-apiserver healthz" apiserver_ok ||
   e2e_die "kube-apiserver did not become healthy; see $E2E_LOGS/kube-apiserver.log"
+
+# --- kube-controller-manager: service accounts -------------------------------
+# The ServiceAccount admission plugin (on) refuses pods whose ServiceAccount
+# does not exist and mounts its token secret: the serviceaccount controller
+# makes every namespace's `default`, the token controller signs the tokens
+# (sa.key; the apiserver checks them with sa.pub). Nothing else: no node
+# lifecycle (the suite's kubelet-less Nodes would be evicted), and deploy.sh
+# starts the rollout controllers separately.
+e2e_log "starting kube-controller-manager (serviceaccount, serviceaccount-token)"
+start_bg kube-controller-manager-sa "$E2E_LOGS/kube-controller-manager-sa.log" \
+  "$K8S_BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" --leader-elect=false \
+  --controllers=serviceaccount,serviceaccount-token \
+  --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
+  --port=0 --secure-port=0 --v=1
+sa_token_ready() {  # sa_token_ready NAMESPACE: `default` exists with its token secret
+  local s t
+  s=$(kc -n "$1" get serviceaccount default -o jsonpath='{.secrets[0].name}' 2>/dev/null) && [[ -n $s ]] &&
+    t=$(kc -n "$1" get secret "$s" -o jsonpath='{.data.token}' 2>/dev/null) && [[ -n $t ]]
+}
+for ns in default kube-system; do
+  wait_for 60 "ServiceAccount $ns/default with its token" sa_token_ready "$ns" ||
+    e2e_die "no $ns/default token; see $E2E_LOGS/kube-controller-manager-sa.log"
+done
 
 # --- containerd ------------------------------------------------------------
 cat >"$E2E_STATE/cni/net.d/10-gpupool-e2e.conflist" <<EOF
