@@ -155,18 +155,101 @@ def now_rfc3339():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def node_object(name):
+def node_object(name, shape="lean"):
+    """shape "lean": what the extender reads (~2.5 KB of JSON). "kubelet": also
+    what a real kubelet reports (~40 images, node info, five conditions,
+    addresses, cloud labels; ~12 KB), the shape of a production node."""
     res = {"cpu": "64", "memory": "512Gi", "pods": "110",
            "aliyun.com/gpu-mem": str(GPUS_PER_NODE * GIB_PER_GPU),
            "aliyun.com/gpu-count": str(GPUS_PER_NODE)}
     t = now_rfc3339()
-    return {"apiVersion": "v1", "kind": "Node",
+    node = {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                   "gpushare": "true", "gpupool-bench": "node"}},
             "status": {"capacity": res, "allocatable": dict(res),
                        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                        "message": "fake node (extender bench)",
                                        "lastHeartbeatTime": t, "lastTransitionTime": t}]}}
+    if shape == "kubelet":
+        kubelet_shape(node, name, t)
+    return node
+
+
+def kubelet_shape(node, name, t):
+    rng = random.Random(name)
+    hexid = lambda n: "".join(rng.choice("0123456789abcdef") for _ in range(n))  # noqa: E731
+    node["metadata"]["labels"].update({
+        "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "gn7i-c32g1.8xlarge",
+        "beta.kubernetes.io/instance-type": "gn7i-c32g1.8xlarge",
+        "topology.kubernetes.io/region": "cn-beijing", "topology.kubernetes.io/zone": "cn-beijing-h",
+        "failure-domain.beta.kubernetes.io/region": "cn-beijing",
+        "failure-domain.beta.kubernetes.io/zone": "cn-beijing-h",
+        "nvidia.com/gpu.product": "NVIDIA-A10", "nvidia.com/gpu.count": str(GPUS_PER_NODE),
+        "nvidia.com/gpu.memory": "23028", "nvidia.com/gpu.family": "ampere"})
+    node["metadata"]["annotations"] = {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "kubeadm.alpha.kubernetes.io/cri-socket": "/run/containerd/containerd.sock",
+        "csi.volume.kubernetes.io/nodeid": json.dumps({"diskplugin.csi.alibabacloud.com": name})}
+    node["spec"] = {"podCIDR": "10.%d.%d.0/24" % (rng.randrange(256), rng.randrange(256)),
+                    "providerID": "cn-beijing.i-" + hexid(20)}
+    st = node["status"]
+    st["addresses"] = [{"type": "InternalIP", "address": "192.168.%d.%d" % (rng.randrange(256),
+                                                                           rng.randrange(256))},
+                       {"type": "Hostname", "address": name}]
+    st["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
+    st["nodeInfo"] = {"machineID": hexid(32), "systemUUID": hexid(32), "bootID": hexid(32),
+                      "kernelVersion": "5.10.134-16.al8.x86_64", "osImage": "Alibaba Cloud Linux 3",
+                      "containerRuntimeVersion": "containerd://1.6.28",
+                      "kubeletVersion": "v1.20.2", "kubeProxyVersion": "v1.20.2",
+                      "operatingSystem": "linux", "architecture": "amd64"}
+    for ctype, reason in [("MemoryPressure", "KubeletHasSufficientMemory"),
+                          ("DiskPressure", "KubeletHasNoDiskPressure"),
+                          ("PIDPressure", "KubeletHasSufficientPID"),
+                          ("NetworkUnavailable", "RouteCreated")]:
+        st["conditions"].insert(0, {"type": ctype, "status": "False", "reason": reason,
+                                    "message": "kubelet has no " + ctype,
+                                    "lastHeartbeatTime": t, "lastTransitionTime": t})
+    st["images"] = [{"names": ["registry.cn-beijing.aliyuncs.com/team-%d/app-%d@sha256:%s"
+                               % (i % 7, i, hexid(64)),
+                               "registry.cn-beijing.aliyuncs.com/team-%d/app-%d:v1.%d.%d"
+                               % (i % 7, i, rng.randrange(30), rng.randrange(10))],
+                     "sizeBytes": rng.randrange(10 ** 7, 6 * 10 ** 9)} for i in range(40)]
+
+
+def system_pod_object(name, node, app):
+    """A DaemonSet pod as on every real node (no GPU): what the inspect LIST of
+    all pods also has to read and skip."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE,
+                         "labels": {"app": app, "controller-revision-hash": "5d8f7c9b4",
+                                    "pod-template-generation": "3", "gpupool-bench": "system"},
+                         "annotations": {"prometheus.io/scrape": "true",
+                                         "prometheus.io/port": "9100"}},
+            "spec": {"nodeName": node, "schedulerName": "gpupool-bench-none",
+                     "hostNetwork": True, "priorityClassName": "system-node-critical",
+                     "serviceAccountName": app, "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": app, "image": "registry.k8s.io/%s:v1.20.2" % app,
+                                     "command": ["/usr/local/bin/" + app, "--v=2",
+                                                 "--config=/var/lib/%s/config.conf" % app,
+                                                 "--hostname-override=$(NODE_NAME)"],
+                                     "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {
+                                         "apiVersion": "v1", "fieldPath": "spec.nodeName"}}}],
+                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                                   "limits": {"cpu": "500m", "memory": "256Mi"}},
+                                     "volumeMounts": [{"name": "config", "mountPath": "/var/lib/" + app},
+                                                      {"name": "xtables-lock",
+                                                       "mountPath": "/run/xtables.lock"},
+                                                      {"name": "lib-modules", "readOnly": True,
+                                                       "mountPath": "/lib/modules"}],
+                                     "securityContext": {"readOnlyRootFilesystem": True,
+                                                         "capabilities": {"add": ["NET_ADMIN"]}}}],
+                     "volumes": [{"name": "config", "configMap": {"name": app}},
+                                 {"name": "xtables-lock", "hostPath": {
+                                     "path": "/run/xtables.lock", "type": "FileOrCreate"}},
+                                 {"name": "lib-modules", "hostPath": {"path": "/lib/modules"}}]}}
 
 
 def pod_object(name, gib, node=None, gpu=None, role="bound"):
@@ -194,7 +277,9 @@ def pod_object(name, gib, node=None, gpu=None, role="bound"):
 class Cluster:
     """What the bench created, so that later steps know where there is room."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, shape="lean", system_pods=0):
+        self.shape = shape              # node_object's shape
+        self.system_pods = system_pods  # non-GPU DaemonSet pods per node
         self.rng = random.Random(seed)
         self.nodes = []                 # names, in creation order
         self.used = {}                  # node -> [GiB used per GPU]
@@ -204,7 +289,12 @@ class Cluster:
         start = len(self.nodes)
         new = [NODE_FMT.format(i) for i in range(start, n_nodes)]
         t = time.monotonic()
-        parallel(api, [lambda a, nm=nm: a.must("POST", "/api/v1/nodes", node_object(nm)) for nm in new])
+        parallel(api, [lambda a, nm=nm: a.must("POST", "/api/v1/nodes", node_object(nm, self.shape))
+                       for nm in new])
+        apps = ["kube-proxy", "node-exporter", "csi-plugin", "terway"][:self.system_pods]
+        parallel(api, [lambda a, b=system_pod_object(f"{app}-{nm}", nm, app):
+                       a.must("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", b)
+                       for nm in new for app in apps])
         t_nodes = time.monotonic() - t
         self.nodes += new
         for nm in new:

@@ -5,7 +5,9 @@
 # table on stdout. The etcd + apiserver start-up is extender_bench.sh's, on
 # ports of its own (etcd 23791/23801, apiserver 16444); the nodes and pods
 # are made by extender_bench.py's Cluster. Environment: SIZES (default
-# 1000,5000), RUNS (default 5), K8S_CACHE.
+# 1000,5000), RUNS (default 5), SHAPE (lean: what the extender reads;
+# kubelet: ~12 KB nodes as a real kubelet reports them), SYSTEM_PODS (0-4
+# non-GPU DaemonSet pods per node), K8S_CACHE.
 set -euo pipefail
 
 if [[ $# -ne 1 || ! -d $1 ]]; then
@@ -53,7 +55,8 @@ echo
 echo "$(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -n 1); $(date -u '+%Y-%m-%d %H:%M UTC'); logs $E2E_LOGS"
 echo
 "$PYTHON" "$SRC/bench/inspect_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
-  --kubeconfig "$KUBECONFIG" --bin-dir "$BUILD/bin" --sizes "${SIZES:-1000,5000}" --runs "${RUNS:-5}"
+  --kubeconfig "$KUBECONFIG" --bin-dir "$BUILD/bin" --sizes "${SIZES:-1000,5000}" --runs "${RUNS:-5}" \
+  --shape "${SHAPE:-lean}" --system-pods "${SYSTEM_PODS:-0}"
 # HOLD=N keeps the populated cluster up N seconds for profiling (perf record
 # ... kubectl-gpupool inspect, with the KUBECONFIG printed here).
 if [[ -n ${HOLD:-} ]]; then

@@ -19,7 +19,7 @@ build_pkgs=(
 e2e_pkgs=(
   golang-go rsync containerd runc etcd-server containernetworking-plugins
   busybox-static openssl iptables iproute2 curl dpkg-dev
-  golang-github-modern-go-reflect2-dev wrk
+  golang-github-modern-go-reflect2-dev wrk time  # time: peak RSS in bench/inspect_bench.py
   chromium  # headless check of the extender's /ui (test/integration/test_extender_ui.py)
 )
 # OCI images without a Docker daemon: a Debian rootfs (mmdebstrap) packed by umoci.
