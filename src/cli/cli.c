@@ -431,9 +431,10 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
     pool_init(&pool, inv->node, ns);
     r.pool = &pool;
     int read = read_cluster(&r, pods_client, inv, errout);
-    if (read != 0 && r.err.http_status == 410) {
-        /* A continue token expired mid-list: start over, part of the pool
-         * was already read. */
+    if (read != 0 && (r.err.http_status == 410 || strcmp(r.err.reason, "Interrupted") == 0)) {
+        /* A continue token expired mid-list, or an answer broke off after
+         * some of its items: start over once, part of the pool was read. */
+        log_v(1, "starting over: %s", r.err.message);
         pool_free(&pool);
         pool_init(&pool, inv->node, ns);
         read = read_cluster(&r, pods_client, inv, errout);

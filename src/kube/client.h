@@ -55,6 +55,26 @@ void kube_error_from_curl(const struct kube_curl *curl, struct kube_error *err, 
 void kube_stats_count(struct kube_client *c, bool retry, size_t body_bytes);
 double kube_random01(struct kube_client *c);
 
+/* A 2xx answer in Kubernetes' protobuf (Content-Type
+ * application/vnd.kubernetes.protobuf) consumed while it arrives instead
+ * of buffered: a protobuf LIST (list.c, list_protobuf.c). Other answers
+ * (JSON, errors) are buffered as usual. kube_call resets it before
+ * each attempt, feeds it every chunk from libcurl's write callback, and
+ * finishes it when the transfer completed. Once it has handed anything to
+ * its caller (delivered() > 0) a broken transfer is not retried: what was
+ * handed over would be handed over twice. */
+struct kube_stream {
+    void (*reset)(void *ctx);
+    /* 0, or -1 with err filled: the transfer is aborted, not retried. */
+    int (*feed)(void *ctx, const char *data, size_t len, struct kube_error *err);
+    /* At the end of a complete transfer: 0, or -1 (err filled) when the
+     * answer stopped short of a clean boundary. */
+    int (*finish)(void *ctx, struct kube_error *err);
+    size_t (*delivered)(const void *ctx); /* items handed on in this attempt */
+    size_t (*peak)(const void *ctx);      /* largest buffer held, for the stats */
+    void *ctx;
+};
+
 /* One request/response call (kube.c). */
 struct call {
     const char *method;       /* GET, POST, PATCH */
@@ -66,6 +86,7 @@ struct call {
     bool compressed;          /* ask for gzip (large GET answers: LISTs) */
     const char *accept;       /* the Accept header's value; NULL: application/json */
     struct kube_cancel *cancel;
+    struct kube_stream *stream; /* NULL: every answer is buffered */
 };
 
 /* A 2xx answer's body, NUL-terminated; data is the caller's to free(). */
@@ -74,6 +95,7 @@ struct kube_body {
     size_t len;
     long status;
     bool protobuf; /* Content-Type: application/vnd.kubernetes.protobuf */
+    bool streamed; /* call->stream consumed it (data NULL) and finished cleanly */
 };
 
 /* Performs call with the client's retry policy; on success *out holds
@@ -99,15 +121,30 @@ GP_MUST_USE enum kube_result kube_list_walk(const char *body, size_t len, const 
                                             kube_item_fn on_item, void *ctx, char *rv,
                                             char **next, struct kube_error *err);
 
-/* kube_list_walk for an answer in Kubernetes' protobuf encoding ("k8s\0" +
- * runtime.Unknown holding a NodeList, PodList or ConfigMapList; another
- * kind is a BadResponse): each item is decoded with proto/k8s_list.proto
- * and handed to on_item as the JSON object holding those fields
- * (list_protobuf.c). */
-GP_MUST_USE enum kube_result kube_list_walk_protobuf(const char *body, size_t len,
-                                                     const char *what, kube_item_fn on_item,
-                                                     void *ctx, char *rv, char **next,
-                                                     struct kube_error *err);
+/* The streaming decoder of a LIST answer in Kubernetes' protobuf encoding
+ * ("k8s\0" + runtime.Unknown holding a NodeList, PodList or ConfigMapList;
+ * another kind is a BadResponse), list_protobuf.c. Bytes are fed as they
+ * arrive; each item is decoded with proto/k8s_list.proto and handed to
+ * on_item as the JSON object holding those fields as soon as its last byte
+ * is in. Memory: one item (at most max_field bytes, else "BadResponse").
+ * Owner: the caller (kube_pb_list_free); `what` must outlive it. */
+struct kube_pb_list;
+GP_MUST_USE struct kube_pb_list *kube_pb_list_new(const char *what, kube_item_fn on_item,
+                                                  void *ctx, size_t max_field);
+void kube_pb_list_reset(struct kube_pb_list *pb); /* before each attempt */
+/* 0, or -1 with err filled: malformed ("BadResponse"), on_item's stop
+ * ("CallbackError"), out of memory. */
+GP_MUST_USE int kube_pb_list_feed(struct kube_pb_list *pb, const char *data, size_t len,
+                                  struct kube_error *err);
+/* At the end of the answer: KUBE_OK when it ended at a clean boundary with
+ * a kind and a List (rv, KUBE_RV_MAX or NULL, gets ListMeta's version;
+ * *next the continue token, malloc'ed, NULL when none), else KUBE_ERROR
+ * ("BadResponse", "truncated ..."). */
+GP_MUST_USE enum kube_result kube_pb_list_finish(struct kube_pb_list *pb, char *rv, char **next,
+                                                 struct kube_error *err);
+size_t kube_pb_list_items(const struct kube_pb_list *pb); /* handed to on_item */
+size_t kube_pb_list_peak(const struct kube_pb_list *pb);  /* largest buffer held */
+void kube_pb_list_free(struct kube_pb_list *pb);
 
 /* An error answer's protobuf Status as the JSON Status object the JSON
  * answer would hold (new reference), NULL when the body is not one. */

@@ -241,6 +241,9 @@ void kube_error_from_curl(const struct kube_curl *curl, struct kube_error *err, 
 
 /* ---- request/response ------------------------------------------------- */
 
+/* Where a body goes, decided at its first byte. */
+enum body_mode { BODY_UNDECIDED, BODY_BUFFERED, BODY_STREAMED };
+
 struct response {
     char *data;
     size_t len, cap, max;
@@ -249,12 +252,37 @@ struct response {
     long retry_after_ms;
     bool protobuf; /* the answer's Content-Type is Kubernetes' protobuf */
     struct kube_cancel *cancel;
+    /* Streaming (call->stream): a 2xx protobuf answer goes to the stream. */
+    const struct kube_stream *stream;
+    const struct kube_curl *curl;
+    CURL *handle;
+    enum body_mode mode;
+    bool stream_failed;      /* the stream refused a chunk; err says why */
+    struct kube_error *err;  /* the call's, for the stream's errors */
 };
+
+static enum body_mode body_mode(struct response *r)
+{
+    if (r->stream == NULL || !r->protobuf)
+        return BODY_BUFFERED;
+    long status = 0;
+    r->curl->easy_getinfo(r->handle, CURLINFO_RESPONSE_CODE, &status);
+    return status >= 200 && status < 300 ? BODY_STREAMED : BODY_BUFFERED;
+}
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     struct response *r = userdata;
     size_t n = size * nmemb;
+    if (r->mode == BODY_UNDECIDED)
+        r->mode = body_mode(r);
+    if (r->mode == BODY_STREAMED) {
+        if (r->stream->feed(r->stream->ctx, ptr, n, r->err) != 0) {
+            r->stream_failed = true;
+            return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
+        }
+        return n;
+    }
     if (r->len + n > r->max) {
         r->too_large = true;
         return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
@@ -323,6 +351,7 @@ static CURLcode perform_once(struct kube_client *c, const struct call *call, str
     const struct kube_curl *curl = c->curl;
     pthread_mutex_lock(&c->request_lock);
     CURL *h = c->handle;
+    r->handle = h;
     curl->easy_reset(h); /* keeps the connection cache: reuse survives */
     struct curl_slist *headers = NULL;
     CURLcode code = CURLE_OK;
@@ -409,21 +438,60 @@ static bool retryable(enum kube_retry_class cls, bool idempotent)
     return cls == KUBE_RETRY_ALWAYS || (cls == KUBE_RETRY_IDEMPOTENT && idempotent);
 }
 
+/* The end of a streamed answer: 0 when it finished cleanly, -1 (err
+ * filled) for a failure that must not be retried, 1 for a broken transfer
+ * that handed nothing on yet and may be retried like any other. */
+static int stream_end(struct kube_client *c, const struct call *call, const struct response *r,
+                      CURLcode code, const char *what, const char *curl_message,
+                      struct kube_body *out, struct kube_error *err)
+{
+    const struct kube_stream *stream = call->stream;
+    if (r->stream_failed) /* malformed, or the item callback stopped it */
+        return -1;
+    if (code == CURLE_OK) {
+        if (stream->finish(stream->ctx, err) != 0)
+            return -1;
+        *out = (struct kube_body){.status = r->status, .protobuf = true, .streamed = true};
+        return 0;
+    }
+    size_t delivered = stream->delivered(stream->ctx);
+    if (delivered == 0 || code == CURLE_ABORTED_BY_CALLBACK)
+        return 1; /* the usual handling: retried, or "Cancelled" */
+    /* The caller has these items: a retry would hand them over again. */
+    kube_fail(err, (int)r->status, "Interrupted", "%s broke off after %zu items: %s", what,
+              delivered, curl_message[0] ? curl_message : c->curl->easy_strerror(code));
+    return -1;
+}
+
 int kube_call(struct kube_client *c, const struct call *call, struct kube_body *out,
               struct kube_error *err)
 {
     char what[512];
     snprintf(what, sizeof what, "%s %s", call->method, call->path);
     bool reread_token = false;
+    const struct kube_stream *stream = call->stream;
     for (int attempt = 1;; attempt++) {
-        struct response r = {.max = c->max_body, .cancel = call->cancel};
+        struct response r = {.max = c->max_body, .cancel = call->cancel, .stream = stream,
+                             .curl = c->curl, .err = err};
         char curl_message[CURL_ERROR_SIZE] = "";
         bool setup_failed = false;
+        if (stream != NULL)
+            stream->reset(stream->ctx);
         CURLcode code = perform_once(c, call, &r, curl_message, err, &setup_failed);
-        kube_stats_count(c, attempt > 1, r.cap);
+        if (r.mode == BODY_UNDECIDED && stream != NULL && r.protobuf && r.status >= 200 &&
+            r.status < 300)
+            r.mode = BODY_STREAMED; /* an empty answer: the stream says what it lacks */
+        bool streamed = r.mode == BODY_STREAMED;
+        kube_stats_count(c, attempt > 1, streamed ? stream->peak(stream->ctx) : r.cap);
         if (setup_failed) {
             free(r.data);
             return -1;
+        }
+        if (streamed) {
+            int rc = stream_end(c, call, &r, code, what, curl_message, out, err);
+            if (rc <= 0)
+                return rc; /* done, or a failure that must not be retried */
+            /* else broken off before anything was handed on: retried below */
         }
         enum kube_retry_class cls;
         if (code == CURLE_OK && r.status >= 200 && r.status < 300) {

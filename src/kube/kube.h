@@ -30,7 +30,8 @@
  * copied verbatim (message "pods \"x\" not found", reason "NotFound"); other
  * failures get http_status 0 (or the HTTP status) and a reason of our own:
  * "ConnectError", "Timeout", "TLSError", "BadResponse", "TooLarge",
- * "Cancelled", "CallbackError", "InvalidArgument".
+ * "Cancelled", "CallbackError", "InvalidArgument", "Interrupted" (a protobuf
+ * LIST page broke off after items were handed over: not retried).
  *
  * Retries (see docs/kube.md): connect failures and 429 (honouring
  * Retry-After) are retried for every verb, since the server did not act on
@@ -145,7 +146,10 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
  * without the flag. A protobuf item reaches on_item as a JSON object that
  * holds ONLY the fields of proto/k8s_list.proto, named as in JSON, with
  * empty strings, empty lists and empty maps left out, Quantities as their
- * strings:
+ * strings. A protobuf answer is decoded while it arrives: on_item runs as
+ * each item's last byte comes in, memory holds one item, and a page whose
+ * transfer breaks off after its first item is not retried (reason
+ * "Interrupted"; the caller lists again). Items:
  *   Node:      metadata.{name, namespace, annotations},
  *              status.allocatable, status.addresses[].{type, address}
  *   Pod:       metadata.{name, namespace, annotations}, spec.nodeName,

@@ -167,6 +167,49 @@ end:
     return res;
 }
 
+/* ---- protobuf answers, decoded while they arrive ----------------------- */
+
+/* A kube_stream (client.h) over the protobuf decoder: kube_call feeds it
+ * a 2xx protobuf answer chunk by chunk; a JSON answer is buffered and
+ * walked as above. */
+struct protobuf_page {
+    struct kube_pb_list *decoder;
+    char *rv;   /* the caller's (may be NULL) */
+    char *next; /* the page's continue token, malloc'ed */
+};
+
+static void page_reset(void *ctx)
+{
+    struct protobuf_page *page = ctx;
+    kube_pb_list_reset(page->decoder);
+    free(page->next);
+    page->next = NULL;
+}
+
+static int page_feed(void *ctx, const char *data, size_t len, struct kube_error *err)
+{
+    struct protobuf_page *page = ctx;
+    return kube_pb_list_feed(page->decoder, data, len, err);
+}
+
+static int page_finish(void *ctx, struct kube_error *err)
+{
+    struct protobuf_page *page = ctx;
+    return kube_pb_list_finish(page->decoder, page->rv, &page->next, err) == KUBE_OK ? 0 : -1;
+}
+
+static size_t page_delivered(const void *ctx)
+{
+    const struct protobuf_page *page = ctx;
+    return kube_pb_list_items(page->decoder);
+}
+
+static size_t page_peak(const void *ctx)
+{
+    const struct protobuf_page *page = ctx;
+    return kube_pb_list_peak(page->decoder);
+}
+
 /* ---- pages ------------------------------------------------------------ */
 
 /* path + "limit=N", and "resourceVersion=0" on the first page of an
@@ -188,6 +231,32 @@ static char *page_path(const char *path, long limit, unsigned flags, const char 
     return full;
 }
 
+/* One page: kube_call, then the walk of a buffered (JSON) answer; a
+ * protobuf answer was decoded by `stream` while it arrived. */
+static enum kube_result list_page(struct kube_client *client, const char *path,
+                                  const struct call *call, kube_item_fn on_item, void *ctx,
+                                  char *rv, struct protobuf_page *page, char **cont,
+                                  struct kube_error *err)
+{
+    struct kube_body body = {0};
+    if (kube_call(client, call, &body, err) != 0) {
+        if (call->cancel != NULL && kube_cancel_fired(call->cancel))
+            return KUBE_CANCELLED;
+        return err->http_status == 410 ? KUBE_GONE : KUBE_ERROR;
+    }
+    if (body.streamed) {
+        *cont = page->next;
+        page->next = NULL;
+        return KUBE_OK;
+    }
+    /* The server answers JSON where it has no protobuf (CRDs, aggregated
+     * APIs): walked as without the flag. */
+    enum kube_result res = kube_list_walk(body.data ? body.data : "", body.len, path, on_item,
+                                          ctx, rv, cont, err);
+    free(body.data); /* one page at a time */
+    return res;
+}
+
 enum kube_result kube_list_cancellable(struct kube_client *client, const char *path, long limit,
                                        unsigned flags, kube_item_fn on_item, void *ctx, char *rv,
                                        struct kube_cancel *cancel, struct kube_error *err)
@@ -196,43 +265,43 @@ enum kube_result kube_list_cancellable(struct kube_client *client, const char *p
         limit = DEFAULT_PAGE_LIMIT;
     if (rv != NULL)
         rv[0] = '\0';
+    struct protobuf_page page = {.rv = rv};
+    struct kube_stream stream = {.reset = page_reset, .feed = page_feed, .finish = page_finish,
+                                 .delivered = page_delivered, .peak = page_peak, .ctx = &page};
+    if (flags & KUBE_LIST_PROTOBUF) {
+        page.decoder = kube_pb_list_new(path, on_item, ctx, client->max_body);
+        if (page.decoder == NULL) {
+            kube_fail(err, 0, "InternalError", "out of memory");
+            return KUBE_ERROR;
+        }
+    }
+    enum kube_result res = KUBE_OK;
     char *cont = NULL;
     do {
         if (cancel != NULL && kube_cancel_fired(cancel)) {
-            free(cont);
             kube_fail(err, 0, "Cancelled", "LIST %s: cancelled", path);
-            return KUBE_CANCELLED;
+            res = KUBE_CANCELLED;
+            break;
         }
         char *page_url = page_path(path, limit, flags, cont);
         free(cont);
         cont = NULL;
         if (page_url == NULL) {
             kube_fail(err, 0, "InternalError", "out of memory");
-            return KUBE_ERROR;
+            res = KUBE_ERROR;
+            break;
         }
         struct call call = {.method = "GET", .path = page_url, .idempotent = true,
                             .compressed = true, .cancel = cancel,
-                            .accept = (flags & KUBE_LIST_PROTOBUF) ? PROTOBUF_OR_JSON : NULL};
-        struct kube_body body = {0};
-        int rc = kube_call(client, &call, &body, err);
+                            .accept = page.decoder ? PROTOBUF_OR_JSON : NULL,
+                            .stream = page.decoder ? &stream : NULL};
+        res = list_page(client, path, &call, on_item, ctx, rv, &page, &cont, err);
         free(page_url);
-        if (rc != 0) {
-            if (cancel != NULL && kube_cancel_fired(cancel))
-                return KUBE_CANCELLED;
-            return err->http_status == 410 ? KUBE_GONE : KUBE_ERROR;
-        }
-        /* The server answers JSON where it has no protobuf (CRDs,
-         * aggregated APIs): the JSON walk then runs as without the flag. */
-        enum kube_result res =
-            body.protobuf ? kube_list_walk_protobuf(body.data ? body.data : "", body.len, path,
-                                                    on_item, ctx, rv, &cont, err)
-                          : kube_list_walk(body.data ? body.data : "", body.len, path, on_item,
-                                           ctx, rv, &cont, err);
-        free(body.data); /* one page at a time */
-        if (res != KUBE_OK)
-            return res;
-    } while (cont != NULL);
-    return KUBE_OK;
+    } while (res == KUBE_OK && cont != NULL);
+    free(cont);
+    free(page.next);
+    kube_pb_list_free(page.decoder);
+    return res;
 }
 
 enum kube_result kube_list(struct kube_client *client, const char *path, long limit,

@@ -9,9 +9,15 @@
  * turned into json_t by walking the protobuf-c descriptors, so callers
  * keep one item format whatever the server answered.
  *
- * The answer is "k8s\0" + runtime.Unknown whose raw bytes are the List.
- * The List's items are declared as bytes: each is unpacked alone, turned
- * into JSON, handed on and freed before the next, as the JSON walk does. */
+ * The answer is "k8s\0" + runtime.Unknown whose raw bytes (field 2) are
+ * the List. It is decoded as it arrives, from libcurl's write callback
+ * (kube_pb_list_feed): a small machine reads tags and lengths of the two
+ * enclosing messages by hand (protobuf-c has no streaming API), enters the
+ * envelope's field 2 and walks the List's fields without buffering them;
+ * every other field, and each item, is collected only until complete, then
+ * unpacked with protobuf-c, turned into JSON, handed on and dropped. So
+ * memory holds one item and one network chunk whatever the list's size,
+ * and decoding overlaps the apiserver's sending. */
 #include "client.h"
 #include "wire.h"
 
@@ -224,12 +230,47 @@ static json_t *message_to_json(const ProtobufCMessage *msg, struct convert *cv)
     return out;
 }
 
-/* ---- the list --------------------------------------------------------- */
+/* ---- the list, decoded while it arrives ------------------------------ */
 
-static enum kube_result bad(struct kube_error *err, const char *what, const char *why)
+/* Protobuf wire types (the low 3 bits of a tag). */
+enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_BYTES = 2, WIRE_FIXED32 = 5 };
+
+/* Where the machine is: reading the magic, a tag, a length, skipping a
+ * scalar, or collecting the bytes of a length-delimited field. */
+enum pb_state { PB_MAGIC, PB_TAG, PB_LENGTH, PB_SKIP_VARINT, PB_SKIP, PB_FIELD };
+
+/* Nesting: the envelope (runtime.Unknown), or inside its field 2, the List. */
+enum pb_level { PB_ENVELOPE, PB_LIST };
+
+struct kube_pb_list {
+    const char *what;
+    kube_item_fn on_item;
+    void *ctx;
+    size_t max_field; /* largest field (an item) buffered */
+
+    enum pb_state state;
+    enum pb_level level;
+    uint64_t offset;   /* bytes consumed after the magic */
+    uint64_t list_end; /* offset where the List (envelope field 2) ends */
+    uint64_t varint;   /* the varint being read */
+    unsigned varint_shift;
+    uint32_t field;    /* field number of the current element */
+    uint64_t remaining; /* bytes left to skip or collect */
+
+    char *buf; /* the field being collected; owned */
+    size_t buf_len, buf_cap, peak;
+
+    const ProtobufCMessageDescriptor *item_type; /* from TypeMeta.kind */
+    bool saw_list;
+    size_t items; /* handed to on_item */
+    char rv[KUBE_RV_MAX];
+    char *cont; /* ListMeta.continue, malloc'ed; NULL when none */
+};
+
+static int bad(struct kube_error *err, const char *what, const char *why)
 {
     kube_fail(err, 200, "BadResponse", "LIST %s: malformed protobuf answer: %s", what, why);
-    return KUBE_ERROR;
+    return -1;
 }
 
 /* The item message for a list kind; NULL for kinds this client has no
@@ -247,81 +288,338 @@ static const ProtobufCMessageDescriptor *item_descriptor(const char *kind)
     return NULL;
 }
 
-static enum kube_result walk_items(const Gpupool__K8s__List *list,
-                                   const ProtobufCMessageDescriptor *item_type, const char *what,
-                                   kube_item_fn on_item, void *ctx, struct kube_error *err)
+struct kube_pb_list *kube_pb_list_new(const char *what, kube_item_fn on_item, void *ctx,
+                                      size_t max_field)
 {
-    for (size_t i = 0; i < list->n_items; i++) {
-        ProtobufCMessage *msg =
-            protobuf_c_message_unpack(item_type, NULL, list->items[i].len, list->items[i].data);
-        if (msg == NULL) {
-            char why[96];
-            snprintf(why, sizeof why, "item %zu is not a valid %.40s", i, item_type->short_name);
-            return bad(err, what, why);
-        }
-        struct convert cv = {NULL};
-        json_t *item = message_to_json(msg, &cv);
-        protobuf_c_message_free_unpacked(msg, NULL);
-        if (item == NULL) {
-            char why[128];
-            snprintf(why, sizeof why, "item %zu: %.80s", i, cv.why);
-            return bad(err, what, why);
-        }
-        int stop = on_item(item, ctx);
-        json_decref(item);
-        if (stop != 0) {
-            kube_fail(err, 0, "CallbackError", "LIST %s: the item callback stopped the list",
-                      what);
-            return KUBE_ERROR;
-        }
-    }
-    return KUBE_OK;
+    struct kube_pb_list *pb = calloc(1, sizeof *pb);
+    if (pb == NULL)
+        return NULL;
+    pb->what = what;
+    pb->on_item = on_item;
+    pb->ctx = ctx;
+    pb->max_field = max_field;
+    return pb;
 }
 
-static enum kube_result copy_list_meta(const Gpupool__K8s__ListMeta *meta, char *rv, char **next,
-                                       struct kube_error *err, const char *what)
+void kube_pb_list_reset(struct kube_pb_list *pb)
 {
-    const char *version = meta ? meta->resourceversion : NULL;
-    const char *cont = meta ? meta->continue_ : NULL;
-    if (rv != NULL && version != NULL)
-        snprintf(rv, KUBE_RV_MAX, "%s", version);
-    if (cont != NULL && cont[0] != '\0' && (*next = strdup(cont)) == NULL) {
-        kube_fail(err, 0, "InternalError", "LIST %s: out of memory", what);
-        return KUBE_ERROR;
-    }
-    return KUBE_OK;
+    free(pb->cont);
+    pb->cont = NULL;
+    pb->state = PB_MAGIC;
+    pb->level = PB_ENVELOPE;
+    pb->offset = pb->list_end = pb->varint = pb->remaining = 0;
+    pb->varint_shift = 0;
+    pb->field = 0;
+    pb->buf_len = 0;
+    pb->item_type = NULL;
+    pb->saw_list = false;
+    pb->items = 0;
+    pb->rv[0] = '\0';
 }
 
-enum kube_result kube_list_walk_protobuf(const char *body, size_t len, const char *what,
-                                         kube_item_fn on_item, void *ctx, char *rv, char **next,
-                                         struct kube_error *err)
+void kube_pb_list_free(struct kube_pb_list *pb)
 {
-    *next = NULL;
-    if (!has_magic(body, len))
-        return bad(err, what, "it does not start with \"k8s\\0\"");
-    Gpupool__K8s__ListEnvelope *env = gpupool__k8s__list_envelope__unpack(
-        NULL, len - sizeof magic, (const uint8_t *)body + sizeof magic);
-    if (env == NULL)
-        return bad(err, what, "the envelope (runtime.Unknown) does not decode");
-    const char *kind = env->typemeta ? env->typemeta->kind : NULL;
-    const ProtobufCMessageDescriptor *item_type = item_descriptor(kind);
-    enum kube_result res;
-    if (env->contentencoding != NULL && env->contentencoding[0] != '\0') {
-        res = bad(err, what, "the envelope has a contentEncoding");
-    } else if (item_type == NULL) {
+    if (pb == NULL)
+        return;
+    free(pb->cont);
+    free(pb->buf);
+    free(pb);
+}
+
+size_t kube_pb_list_items(const struct kube_pb_list *pb)
+{
+    return pb->items;
+}
+
+size_t kube_pb_list_peak(const struct kube_pb_list *pb)
+{
+    return pb->peak;
+}
+
+/* ---- handling one complete field ---- */
+
+static int handle_type_meta(struct kube_pb_list *pb, const uint8_t *data, size_t len,
+                            struct kube_error *err)
+{
+    Gpupool__K8s__TypeMeta *tm = gpupool__k8s__type_meta__unpack(NULL, len, data);
+    if (tm == NULL)
+        return bad(err, pb->what, "the envelope's TypeMeta does not decode");
+    pb->item_type = item_descriptor(tm->kind);
+    int rc = 0;
+    if (pb->item_type == NULL) {
         char why[192];
         snprintf(why, sizeof why, "unexpected kind \"%.100s\" (expected NodeList, PodList or "
-                 "ConfigMapList)", kind ? kind : "");
-        res = bad(err, what, why);
-    } else if (env->raw == NULL) {
-        res = bad(err, what, "the envelope holds no list");
-    } else {
-        res = walk_items(env->raw, item_type, what, on_item, ctx, err);
-        if (res == KUBE_OK)
-            res = copy_list_meta(env->raw->metadata, rv, next, err, what);
+                 "ConfigMapList)", tm->kind ? tm->kind : "");
+        rc = bad(err, pb->what, why);
     }
-    gpupool__k8s__list_envelope__free_unpacked(env, NULL);
-    return res;
+    gpupool__k8s__type_meta__free_unpacked(tm, NULL);
+    return rc;
+}
+
+static int handle_list_meta(struct kube_pb_list *pb, const uint8_t *data, size_t len,
+                            struct kube_error *err)
+{
+    Gpupool__K8s__ListMeta *meta = gpupool__k8s__list_meta__unpack(NULL, len, data);
+    if (meta == NULL)
+        return bad(err, pb->what, "the List's metadata does not decode");
+    int rc = 0;
+    if (meta->resourceversion != NULL)
+        snprintf(pb->rv, sizeof pb->rv, "%s", meta->resourceversion);
+    free(pb->cont);
+    pb->cont = NULL;
+    if (meta->continue_ != NULL && meta->continue_[0] != '\0' &&
+        (pb->cont = strdup(meta->continue_)) == NULL)
+        rc = kube_fail(err, 0, "InternalError", "LIST %s: out of memory", pb->what);
+    gpupool__k8s__list_meta__free_unpacked(meta, NULL);
+    return rc;
+}
+
+static int handle_item(struct kube_pb_list *pb, const uint8_t *data, size_t len,
+                       struct kube_error *err)
+{
+    ProtobufCMessage *msg = protobuf_c_message_unpack(pb->item_type, NULL, len, data);
+    if (msg == NULL) {
+        char why[96];
+        snprintf(why, sizeof why, "item %zu is not a valid %.40s", pb->items,
+                 pb->item_type->short_name);
+        return bad(err, pb->what, why);
+    }
+    struct convert cv = {NULL};
+    json_t *item = message_to_json(msg, &cv);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    if (item == NULL) {
+        char why[128];
+        snprintf(why, sizeof why, "item %zu: %.80s", pb->items, cv.why);
+        return bad(err, pb->what, why);
+    }
+    pb->items++; /* handed over: from here a broken transfer is not retried */
+    int stop = pb->on_item(item, pb->ctx);
+    json_decref(item);
+    if (stop != 0)
+        return kube_fail(err, 0, "CallbackError",
+                         "LIST %s: the item callback stopped the list", pb->what);
+    return 0;
+}
+
+/* A complete length-delimited field of the envelope (1, 3; others are
+ * dropped) or of the List (1, 2). */
+static int handle_field(struct kube_pb_list *pb, const uint8_t *data, size_t len,
+                        struct kube_error *err)
+{
+    if (pb->level == PB_LIST) {
+        if (pb->field == 1)
+            return handle_list_meta(pb, data, len, err);
+        return pb->field == 2 ? handle_item(pb, data, len, err) : 0;
+    }
+    if (pb->field == 1)
+        return handle_type_meta(pb, data, len, err);
+    if (pb->field == 3 && len > 0)
+        return bad(err, pb->what, "the envelope has a contentEncoding");
+    return 0;
+}
+
+/* ---- the machine ---- */
+
+/* After an element of the List: back to the envelope at the List's end. */
+static void element_done(struct kube_pb_list *pb)
+{
+    pb->state = PB_TAG;
+    if (pb->level == PB_LIST && pb->offset == pb->list_end)
+        pb->level = PB_ENVELOPE;
+}
+
+/* Bytes an element may still take: the rest of the List inside it. */
+static bool fits(const struct kube_pb_list *pb, uint64_t len)
+{
+    return pb->level != PB_LIST || len <= pb->list_end - pb->offset;
+}
+
+/* A tag was read: decide how its value is consumed. */
+static int on_tag(struct kube_pb_list *pb, struct kube_error *err)
+{
+    uint64_t tag = pb->varint;
+    pb->field = (uint32_t)(tag >> 3);
+    if (pb->field == 0 || tag >> 3 > 0x1fffffff)
+        return bad(err, pb->what, "a field number is out of range");
+    switch (tag & 7) {
+    case WIRE_VARINT:
+        pb->state = PB_SKIP_VARINT;
+        return 0;
+    case WIRE_FIXED64:
+    case WIRE_FIXED32:
+        pb->remaining = (tag & 7) == WIRE_FIXED64 ? 8 : 4;
+        pb->state = PB_SKIP;
+        return fits(pb, pb->remaining) ? 0 : bad(err, pb->what, "a field overruns the list");
+    case WIRE_BYTES:
+        pb->state = PB_LENGTH;
+        return 0;
+    default:
+        return bad(err, pb->what, "a field has an unsupported wire type");
+    }
+}
+
+/* A length was read: enter the List, or skip or collect the field. */
+static int on_length(struct kube_pb_list *pb, struct kube_error *err)
+{
+    uint64_t len = pb->varint;
+    if (!fits(pb, len))
+        return bad(err, pb->what, "a field overruns the list");
+    if (pb->level == PB_ENVELOPE && pb->field == 2) {
+        /* The List itself: entered, never buffered. Go writes the kind
+         * first, and the items cannot be decoded without it. */
+        if (pb->item_type == NULL)
+            return bad(err, pb->what, "the list comes before its kind (TypeMeta)");
+        pb->saw_list = true;
+        pb->level = PB_LIST;
+        pb->list_end = pb->offset + len;
+        element_done(pb); /* an empty List ends at once */
+        return 0;
+    }
+    bool wanted = pb->level == PB_LIST ? pb->field <= 2 : pb->field == 1 || pb->field == 3;
+    pb->remaining = len;
+    if (!wanted) {
+        pb->state = PB_SKIP;
+    } else if (len > pb->max_field) {
+        /* Not "TooLarge": callers read that as "nothing was delivered,
+         * ask again in pages", and items may have been handed on. */
+        char why[128];
+        snprintf(why, sizeof why, "a field of %llu bytes is over the bound of %zu bytes",
+                 (unsigned long long)len, pb->max_field);
+        return bad(err, pb->what, why);
+    } else {
+        pb->state = PB_FIELD;
+        pb->buf_len = 0;
+    }
+    if (len > 0)
+        return 0;
+    int rc = pb->state == PB_FIELD ? handle_field(pb, (const uint8_t *)"", 0, err) : 0;
+    element_done(pb);
+    return rc;
+}
+
+/* One varint byte; *done when the varint is complete. */
+static int varint_byte(struct kube_pb_list *pb, uint8_t byte, bool *done,
+                       struct kube_error *err)
+{
+    if (pb->varint_shift >= 64 || (pb->varint_shift == 63 && (byte & 0x7e) != 0))
+        return bad(err, pb->what, "a varint is too long");
+    pb->varint |= (uint64_t)(byte & 0x7f) << pb->varint_shift;
+    pb->varint_shift += 7;
+    *done = (byte & 0x80) == 0;
+    return 0;
+}
+
+/* Collects (part of) a field from the chunk; handles it once complete.
+ * A field lying whole in the chunk is handled in place, without a copy. */
+static int collect(struct kube_pb_list *pb, const uint8_t *p, size_t n, size_t *used,
+                   struct kube_error *err)
+{
+    size_t take = n < pb->remaining ? n : (size_t)pb->remaining;
+    *used = take;
+    pb->offset += take;
+    if (pb->buf_len == 0 && take == pb->remaining) {
+        pb->remaining = 0;
+        int rc = handle_field(pb, p, take, err);
+        element_done(pb);
+        return rc;
+    }
+    if (pb->buf_len + pb->remaining > pb->buf_cap) {
+        size_t cap = pb->buf_len + (size_t)pb->remaining; /* the field's exact size */
+        char *grown = realloc(pb->buf, cap);
+        if (grown == NULL)
+            return kube_fail(err, 0, "InternalError", "LIST %s: out of memory", pb->what);
+        pb->buf = grown;
+        pb->buf_cap = cap;
+        if (cap > pb->peak)
+            pb->peak = cap;
+    }
+    memcpy(pb->buf + pb->buf_len, p, take);
+    pb->buf_len += take;
+    pb->remaining -= take;
+    if (pb->remaining > 0)
+        return 0;
+    size_t len = pb->buf_len;
+    pb->buf_len = 0;
+    int rc = handle_field(pb, (const uint8_t *)pb->buf, len, err);
+    element_done(pb);
+    return rc;
+}
+
+int kube_pb_list_feed(struct kube_pb_list *pb, const char *data, size_t n,
+                      struct kube_error *err)
+{
+    const uint8_t *p = (const uint8_t *)data;
+    while (n > 0) {
+        size_t used = 1;
+        bool done = false;
+        switch (pb->state) {
+        case PB_MAGIC:
+            if (p[0] != magic[pb->offset])
+                return bad(err, pb->what, "it does not start with \"k8s\\0\"");
+            if (++pb->offset == sizeof magic) {
+                pb->offset = 0;
+                pb->state = PB_TAG;
+            }
+            break;
+        case PB_TAG:
+        case PB_LENGTH:
+        case PB_SKIP_VARINT:
+            if (pb->level == PB_LIST && pb->offset >= pb->list_end)
+                return bad(err, pb->what, "a field overruns the list");
+            if (varint_byte(pb, p[0], &done, err) != 0)
+                return -1;
+            pb->offset++;
+            if (!done)
+                break;
+            enum pb_state was = pb->state;
+            pb->varint_shift = 0;
+            int rc = was == PB_TAG      ? on_tag(pb, err)
+                     : was == PB_LENGTH ? on_length(pb, err)
+                                        : (element_done(pb), 0);
+            pb->varint = 0;
+            if (rc != 0)
+                return -1;
+            break;
+        case PB_SKIP:
+            used = n < pb->remaining ? n : (size_t)pb->remaining;
+            pb->remaining -= used;
+            pb->offset += used;
+            if (pb->remaining == 0)
+                element_done(pb);
+            break;
+        case PB_FIELD:
+            if (collect(pb, p, n, &used, err) != 0)
+                return -1;
+            break;
+        }
+        p += used;
+        n -= used;
+    }
+    return 0;
+}
+
+enum kube_result kube_pb_list_finish(struct kube_pb_list *pb, char *rv, char **next,
+                                     struct kube_error *err)
+{
+    *next = NULL;
+    if (pb->state == PB_MAGIC)
+        return bad(err, pb->what, "it does not start with \"k8s\\0\""), KUBE_ERROR;
+    if (pb->state != PB_TAG || pb->varint_shift != 0 || pb->level != PB_ENVELOPE) {
+        char why[128];
+        snprintf(why, sizeof why, "truncated after %zu items (%llu bytes)", pb->items,
+                 (unsigned long long)pb->offset + sizeof magic);
+        return bad(err, pb->what, why), KUBE_ERROR;
+    }
+    if (pb->item_type == NULL)
+        return bad(err, pb->what, "unexpected kind \"\" (expected NodeList, PodList or "
+                   "ConfigMapList)"), KUBE_ERROR;
+    if (!pb->saw_list)
+        return bad(err, pb->what, "the envelope holds no list"), KUBE_ERROR;
+    if (rv != NULL && pb->rv[0] != '\0')
+        snprintf(rv, KUBE_RV_MAX, "%s", pb->rv);
+    *next = pb->cont; /* handed over */
+    pb->cont = NULL;
+    return KUBE_OK;
 }
 
 json_t *kube_protobuf_status(const char *body, size_t len)

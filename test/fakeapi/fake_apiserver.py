@@ -368,7 +368,9 @@ class FakeApiServer:
         self.tls_dir = tls_dir
         self.tokens = set(tokens)
         self.client_cert_auth = client_cert_auth
-        self.chunk_bytes = chunk_bytes     # >0: watch events written in pieces of this size
+        # >0: watch events written in pieces of this size, LIST answers
+        # chunked in pieces of 1, 2, ... chunk_bytes bytes, round and round
+        self.chunk_bytes = chunk_bytes
         self.lock = threading.Lock()
         self.recorded = []
         self.faults = []
@@ -522,7 +524,15 @@ def _handler_class(server):
             data = (json.dumps(obj) + "\n").encode()
             self._send_raw(code, data, "application/json", extra_headers)
 
+        def _answering(self, code, ctype):
+            """Records the answer before its first byte goes out: a client that
+            has read it all may ask /_fake/requests at once."""
+            self._status, self._content_type = code, ctype
+            if self._entry is not None:
+                self._entry["status"], self._entry["content_type"] = code, ctype
+
         def _send_raw(self, code, data, ctype="application/json", extra_headers=None):
+            self._answering(code, ctype)
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
@@ -530,8 +540,6 @@ def _handler_class(server):
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
-            self._status = code
-            self._content_type = ctype
 
         def _wants_protobuf(self):
             return server.protobuf and k8s_protobuf.CONTENT_TYPE in self.headers.get("Accept", "")
@@ -570,13 +578,16 @@ def _handler_class(server):
             body = self._body()
             self._status = None
             self._content_type = None
+            self._entry = None
             if path.startswith("/_fake/"):
                 return self._control(method, path, query, body)
             is_watch = query.get("watch", [""])[0] in ("1", "true")
             entry = {"method": method, "path": path, "query": {k: v[-1] for k, v in query.items()},
                      "raw_query": url.query, "headers": {k: v for k, v in self.headers.items()},
                      "body": body.decode("utf-8", "replace"), "conn": self.conn_id,
-                     "client_cn": self._client_cn(), "time": time.time(), "status": None}
+                     "client_cn": self._client_cn(), "time": time.time(), "status": None,
+                     "content_type": None}
+            self._entry = entry
             with server.lock:
                 entry["seq"] = len(server.recorded)
                 server.recorded.append(entry)
@@ -620,8 +631,8 @@ def _handler_class(server):
                 self._send_raw(200, body if isinstance(body, bytes) else body.encode(),
                                f.content_type)
                 return True
-            if f.action in ("watch_error", "watch_garbage"):
-                return False          # handled inside the watch stream
+            if f.action in ("watch_error", "watch_garbage", "cut"):
+                return False          # handled inside the watch stream / the list
             headers = {}
             if f.retry_after is not None:
                 headers["Retry-After"] = str(f.retry_after)
@@ -668,7 +679,7 @@ def _handler_class(server):
                 if method == "GET" and is_watch:
                     return self._watch(resource, ns, q, fault)
                 if method == "GET":
-                    return self._list(resource, ns, q)
+                    return self._list(resource, ns, q, fault)
                 if method == "POST":
                     obj = self._json(body)
                     if resource in CLUSTER_SCOPED:
@@ -740,7 +751,7 @@ def _handler_class(server):
             store.update("pods", ns, name, assign)
             return self._send_json(201, status_object(201, "", ""))
 
-        def _list(self, resource, ns, q):
+        def _list(self, resource, ns, q, fault=None):
             fields = parse_selector(q.get("fieldSelector"))
             labels = parse_selector(q.get("labelSelector"))
             limit = int(q.get("limit") or 0)
@@ -777,11 +788,42 @@ def _handler_class(server):
             list_kind = kind_of(resource) + "List"
             if self._wants_protobuf() and list_kind in k8s_protobuf.ITEM_OF_LIST:
                 data = k8s_protobuf.encode_list(list_kind, [json.loads(i) for i in items], meta)
-                self._send_raw(200, data, k8s_protobuf.CONTENT_TYPE)
-                return
+                return self._send_list(data, k8s_protobuf.CONTENT_TYPE, fault)
             data = ('{"kind":"%s","apiVersion":"v1","metadata":%s,"items":[%s]}\n'
                     % (list_kind, json.dumps(meta), ",".join(items))).encode()
-            self._send_raw(200, data)
+            self._send_list(data, "application/json", fault)
+
+        def _send_list(self, data, ctype, fault):
+            """A LIST answer: whole; chunked in small pieces (chunk_bytes); or,
+            for a "cut" fault, its first cut_at bytes (negative: all but the
+            last -cut_at) and then the connection closed."""
+            if fault is not None and fault.action == "cut":
+                cut = int(fault.spec.get("cut_at", len(data) // 2))
+                self._answering(200, ctype)
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if server.chunk_bytes <= 0:
+                return self._send_raw(200, data, ctype)
+            self._answering(200, ctype)
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            at, size = 0, 1
+            while at < len(data):
+                piece = data[at:at + size]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+                at += size
+                size = size % server.chunk_bytes + 1
+            self._end_stream()
 
         # -- watch
         def _write_chunk(self, data):
@@ -818,11 +860,11 @@ def _handler_class(server):
                     since_rv = store.rv
                     initial = [copy.deepcopy(o) for _, o in store.select(resource, ns, fields, labels)]
                 server.watchers.add(watcher)
+            self._answering(200, "application/json")
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            self._status = 200
             pos = since_rv
             try:
                 for obj in initial:

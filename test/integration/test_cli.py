@@ -331,6 +331,23 @@ def test_pods_list_failure_is_reported(api, kubeconfig):
                            'list resource "pods"\n'), proc.stderr
 
 
+def test_list_broken_off_mid_items_starts_over_once(api, kubeconfig):
+    whole = run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig)
+    assert whole.returncode == 0, whole.stderr
+    api.clear_requests()
+    api.add_fault(method="GET", path="/api/v1/pods", action="cut", count=1)  # half of it
+    again = run(GPUPOOL, ["inspect", "-o", "json", "-v", "1"], kubeconfig)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == whole.stdout
+    assert "starting over: GET /api/v1/pods" in again.stderr and "broke off after" in again.stderr
+    paths = [r["path"] for r in api.requests()]
+    assert paths.count("/api/v1/pods") == 2 and paths.count("/api/v1/nodes") == 2
+    # Twice in a row: reported, not looped.
+    api.add_fault(method="GET", path="/api/v1/pods", action="cut", count=2)
+    proc = run(GPUPOOL, ["inspect"], kubeconfig)
+    assert proc.returncode == 1 and "broke off after" in proc.stderr, proc.stderr
+
+
 def test_context_flag_and_unreachable_server(kubeconfig):
     proc = run(GPUPOOL, ["inspect", "--context", "broken"], kubeconfig)
     assert proc.returncode == 1

@@ -411,7 +411,17 @@ def protobuf_answer(kind="PodList"):
 
 
 @pytest.mark.parametrize("body, what", [
-    (protobuf_answer()[:-3], "the envelope (runtime.Unknown) does not decode"),
+    (protobuf_answer()[:-3], "truncated after 0 items"),
+    (protobuf_answer()[:-1], "truncated after 0 items"),
+    (k8s_protobuf.MAGIC, "unexpected kind \"\""),
+    (k8s_protobuf.MAGIC + b"\x0a\x09\x12\x07PodList", "the envelope holds no list"),
+    # Go writes the kind (field 1) first: without it the items cannot be read
+    (k8s_protobuf.MAGIC + b"\x12\x04\x12\x02\x0a\x00\x0a\x09\x12\x07PodList",
+     "the list comes before its kind"),
+    # the List says 3 bytes, its item 4
+    (k8s_protobuf.MAGIC + b"\x0a\x09\x12\x07PodList\x12\x03\x12\x02\x0a\x00",
+     "overruns the list"),
+    (k8s_protobuf.MAGIC + b"\x0a\x09\x12\x07PodList\x13", "unsupported wire type"),
     (b"k9s\x00" + protobuf_answer()[4:], "does not start with"),
     (b"k8s", "does not start with"),
     (protobuf_answer("NodeList").replace(b"NodeList", b"Foo_List"), 'unexpected kind "Foo_List"'),
@@ -445,6 +455,126 @@ def test_protobuf_error_status_is_read(api):
     out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "3", "protobuf")
     assert out.rc == 1 and out.field("http") == "403" and out.field("reason") == "Forbidden"
     assert out.field("message") == "pods is forbidden: no"
+
+
+# The protobuf answer is decoded while it arrives (list_protobuf.c): items
+# are handed on as their last byte comes in, nothing grows with the list,
+# and a transfer that broke off after handing items on is not retried.
+
+def pod_names(count, prefix="p-"):
+    return ["default/%s%0*d" % (prefix, len(str(count)), i) for i in range(count)]
+
+
+@pytest.mark.parametrize("chunk", [1, 7])
+def test_protobuf_list_in_tiny_chunks(api, chunk):
+    rich_objects(api)
+    pods_created(api, 40)
+    whole = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf", "dump")
+    api.chunk_bytes = chunk   # pieces of 1 byte, or of 1, 2, ... 7 bytes
+    pieces = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf", "dump")
+    assert whole.rc == 0 and pieces.rc == 0, pieces.stdout
+    assert len(pieces.items) == 42 and pieces.items == whole.items
+    assert item_dumps(pieces) == item_dumps(whole)
+    assert pieces.field("rv") == whole.field("rv") == str(api.store.rv)
+    last = requests_to(api, "/api/v1/pods")[-1]
+    assert last["content_type"] == PROTOBUF and pieces.stats["requests"] == 1
+    assert pieces.stats["peak_body"] > 0   # items were collected across pieces
+
+
+def test_protobuf_list_meta_read_where_it_comes(api):
+    """ListMeta after the items (Go writes it first) is read all the same."""
+    m = k8s_protobuf.pb2()
+    item = m.Pod()
+    item.metadata.name, item.metadata.namespace = "a", "d"
+    lst = m.List()
+    lst.items.append(item.SerializeToString())
+    meta = m.List()
+    meta.metadata.resourceVersion = "77"
+    raw = lst.SerializeToString() + meta.SerializeToString()
+    body = k8s_protobuf.MAGIC + b"\x0a\x09\x12\x07PodList\x12" + bytes([len(raw)]) + raw
+    api.add_fault(method="GET", path="/api/v1/pods", action="malformed", body=body,
+                  content_type=PROTOBUF)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "10", "protobuf")
+    assert out.rc == 0 and out.items == ["d/a"] and out.field("rv") == "77", out.stdout
+
+
+def test_protobuf_list_memory_does_not_grow_with_the_list(api):
+    """One item and one network chunk: the high-water mark of the body
+    buffer is the same for a 50-item page and a 2,000-item one (the JSON
+    answer's shows the measurement can tell)."""
+    total = 2000
+    pods_created(api, total, padding=400)
+    small = kubectl(api.kubeconfig, "list", "/api/v1/pods", "50", "protobuf")
+    whole = kubectl(api.kubeconfig, "list", "/api/v1/pods", str(total), "protobuf")
+    as_json = kubectl(api.kubeconfig, "list", "/api/v1/pods", str(total))
+    assert small.rc == whole.rc == as_json.rc == 0, whole.stdout
+    assert small.items == whole.items == as_json.items == pod_names(total)
+    assert 0 < whole.stats["peak_body"] < 4096, whole.stats   # a ~0.5 KB item
+    assert whole.stats["peak_body"] <= 2 * small.stats["peak_body"], (small.stats, whole.stats)
+    assert whole.stats["peak_body"] * 200 < as_json.stats["peak_body"], as_json.stats
+    assert whole.stats["json_peak"] < 16384 and whole.stats["json_live"] == 0, whole.stats
+
+
+def test_protobuf_list_broken_off_after_items_is_not_retried(api):
+    pods_created(api, 200, padding=200)
+    api.add_fault(method="GET", path="/api/v1/pods", action="cut", count=1)  # half of it
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf",
+                  options=["--backoff-ms", "1"])
+    assert out.rc == 1 and out.field("reason") == "Interrupted", out.stdout
+    n = len(out.items)
+    assert 0 < n < 200 and out.items == pod_names(200)[:n]
+    assert ("broke off after %d items" % n) in out.field("message"), out.stdout
+    assert len(requests_to(api, "/api/v1/pods")) == 1 and out.stats["retries"] == 0
+
+
+def test_protobuf_list_broken_off_before_the_first_item_is_retried(api):
+    pods_created(api, 200, padding=200)
+    api.add_fault(method="GET", path="/api/v1/pods", action="cut", cut_at=12, count=1)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf",
+                  options=["--backoff-ms", "1"])
+    assert out.rc == 0 and out.items == pod_names(200), out.stdout
+    assert out.field("rv") == str(api.store.rv)
+    assert len(requests_to(api, "/api/v1/pods")) == 2 and out.stats["retries"] == 1
+
+
+def test_protobuf_list_truncated_answer_is_not_retried(api):
+    """A complete transfer that ends mid-item is the server's error."""
+    pods_created(api, 20)
+    api.add_fault(method="GET", path="/api/v1/pods", action="malformed", count=-1,
+                  body=k8s_protobuf.encode_list("PodList", [{"metadata": {"name": "p-%d" % i}}
+                                                            for i in range(5)],
+                                                {"resourceVersion": "3"})[:-2],
+                  content_type=PROTOBUF)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf")
+    assert out.rc == 1 and out.field("reason") == "BadResponse", out.stdout
+    assert "truncated after 4 items" in out.field("message")
+    assert len(out.items) == 4 and len(requests_to(api, "/api/v1/pods")) == 1
+
+
+def test_protobuf_list_bound_is_per_item(api):
+    """max_body bounds what is held: one item of a streamed answer, not the
+    answer (a JSON answer still is bounded as a whole)."""
+    pods_created(api, 100, padding=300)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf",
+                  options=["--max-body", "4096"])
+    assert out.rc == 0 and out.items == pod_names(100), out.stdout
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", options=["--max-body", "4096"])
+    assert out.rc == 1 and out.field("reason") == "TooLarge", out.stdout
+    api.put_object("pods", {"metadata": {"name": "zz-big", "namespace": "default",
+                                         "annotations": {"pad": "x" * 5000}}})
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf",
+                  options=["--max-body", "4096"])
+    assert out.rc == 1 and out.field("reason") == "BadResponse", out.stdout
+    assert "over the bound of 4096 bytes" in out.field("message")
+    assert out.items == pod_names(100)
+
+
+def test_protobuf_list_callback_stop_aborts_the_transfer(api):
+    pods_created(api, 300, padding=200)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/pods", "500", "protobuf",
+                  options=["--stop-after", "3"])
+    assert out.rc == 1 and out.field("reason") == "CallbackError", out.stdout
+    assert len(out.items) == 3 and len(requests_to(api, "/api/v1/pods")) == 1
 
 
 # ------------------------------------------------------------------ retries

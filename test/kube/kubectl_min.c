@@ -16,7 +16,7 @@
  *
  * Options: --kubeconfig P --context C --in-cluster --sa-dir D --timeout-ms N
  *   --connect-timeout-ms N --attempts N --backoff-ms N --max-backoff-ms N
- *   --watch-timeout-s N --max-body N --stop-after N (watch: stop after N events)
+ *   --watch-timeout-s N --max-body N --stop-after N (watch, list: stop after N events, items)
  *
  * Output lines: OBJECT <json>, ITEM <ns/name> <rv>, LIST_BEGIN, LIST_END <rv>,
  * EVENT <TYPE> <ns/name> <rv>, RETRY <http> <reason> <message>,
@@ -123,7 +123,7 @@ static int report(enum kube_result r, const char *rv, const struct kube_error *e
 
 /* ---- callbacks -------------------------------------------------------------- */
 
-static long stop_after; /* watch: stop after this many events (0: never) */
+static long stop_after; /* watch/list: stop after this many events or items (0: never) */
 static long events_seen;
 
 static int print_item(json_t *item, void *ctx)
@@ -137,7 +137,7 @@ static int print_item(json_t *item, void *ctx)
         say("ITEMJSON %s", text ? text : "(out of memory)");
         counting_free(text); /* jansson's allocator: json_set_alloc_funcs */
     }
-    return 0;
+    return stop_after > 0 && ++events_seen >= stop_after ? 1 : 0;
 }
 
 static int print_event(enum kube_event_type type, json_t *object, void *ctx)
