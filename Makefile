@@ -64,6 +64,9 @@ VALGRIND_TESTS ?= \
   $(IT)/test_kube_client.py::test_paginated_list_keeps_one_page_in_memory \
   $(IT)/test_kube_client.py::test_watch_events_split_across_chunks \
   $(IT)/test_kube_client.py::test_reflector_relists_on_410 \
+  $(IT)/test_kube_client.py::test_protobuf_list_pages_with_continue \
+  $(IT)/test_kube_client.py::test_protobuf_list_in_tiny_chunks \
+  $(IT)/test_kube_client.py::test_protobuf_list_broken_off_after_items_is_not_retried \
   $(IT)/test_kube_client.py::test_https_bearer_token \
   $(IT)/test_kube_client.py::test_bad_kubeconfig_is_reported \
   $(IT)/test_extender.py::test_filter_both_modes_and_gpushare_paths \
@@ -73,8 +76,10 @@ VALGRIND_TESTS ?= \
   $(IT)/test_extender.py::test_bad_flags_are_refused \
   $(IT)/test_sim.py::test_json_lines_contract $(IT)/test_sim.py::test_bad_csv \
   $(IT)/test_sim.py::test_bad_flags \
+  $(IT)/test_plugin_metrics.py::test_devices_allocated_counts_pod_resources \
   $(IT)/test_cli.py::test_gpushare_summary_byte_exact $(IT)/test_cli.py::test_gpupool_json \
-  $(IT)/test_cli.py::test_pagination_and_no_per_node_requests \
+  $(IT)/test_cli.py::test_watch_cache_lists_in_parallel_and_no_per_node_requests \
+  $(IT)/test_cli.py::test_list_broken_off_mid_items_starts_over_once \
   $(IT)/test_cli.py::test_bad_kubeconfig $(IT)/test_cli.py::test_usage_errors
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
