@@ -283,6 +283,31 @@ dep_log_has() {
   log=$(kc logs "$1" 2>/dev/null) && grep -q -- "$2" <<<"$log"
 }
 dep_pod_up() { pod_phase_is "$1" Running && dep_log_has "$1" '^READY$'; }
+# The plugin pod's Prometheus endpoint (the base's GP_METRICS_ADDR :9401),
+# reached through `kubectl port-forward` (this cluster's host has no route
+# into the pod network); dep_metrics_forward POD starts it.
+dep_metrics_forward() {
+  mf_port=$((42000 + RANDOM % 2000))
+  printf '  $ kubectl -n %s port-forward pod/%s %s:9401; curl 127.0.0.1:%s/metrics\n' \
+    "$DEP_NS" "$1" "$mf_port" "$mf_port"
+  "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" -n "$DEP_NS" port-forward "pod/$1" \
+    "$mf_port:9401" >"$E2E_LOGS/port-forward-metrics.log" 2>&1 &
+  mf_pid=$!
+  mf_ok() { dep_metrics >/dev/null; }
+  wait_for 30 "port-forward to the plugin's /metrics" mf_ok
+}
+dep_metrics_stop() { kill "$mf_pid" 2>/dev/null; wait "$mf_pid" 2>/dev/null; }
+dep_metrics() { curl -fsS --max-time 5 "http://127.0.0.1:$mf_port/metrics"; }
+dep_metric_is() {  # dep_metric_is 'NAME{LABELS}' VALUE
+  local text
+  text=$(dep_metrics) || return 1
+  grep -qxF -- "$1 $2" <<<"$text"
+}
+dep_metric_count_is() {  # dep_metric_count_is NAME N  -- N samples of NAME at value 1
+  local text
+  text=$(dep_metrics) || return 1
+  (( $(grep -c -- "^$1{.*} 1\$" <<<"$text") == $2 ))
+}
 dep_uuids() {
   kc logs "$1" 2>/dev/null | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p' | head -n1 | tr ',' '\n' | sed '/^$/d'
 }
@@ -378,6 +403,16 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
   wait_for 90 "pod dep-two Running" dep_pod_up dep-two
   kshow logs dep-two
   check "[whole-gpu] dep-two sees 2 distinct fake GPUs" dep_n_fake_uuids dep-two 2
+  dep_metrics_forward "$dp"
+  metrics_text=$(dep_metrics)
+  grep -E '^gpupool_(gpu_healthy|deviceplugin_devices_(advertised|allocated)|deviceplugin_pod_resources_up)' \
+    <<<"$metrics_text" | sed 's/^/    /'
+  check "[whole-gpu] metrics: 4 GPUs healthy" dep_metric_count_is gpupool_gpu_healthy 4
+  check "[whole-gpu] metrics: the real kubelet's PodResources answered" \
+    dep_metric_is gpupool_deviceplugin_pod_resources_up 1
+  check "[whole-gpu] metrics: devices_allocated nvidia.com/gpu = 2 (dep-two)" \
+    dep_metric_is 'gpupool_deviceplugin_devices_allocated{resource="nvidia.com/gpu"}' 2
+  dep_metrics_stop
   dep_gpu_pod dep-three 3
   wait_for 60 "dep-three Unschedulable" dep_unschedulable_for dep-three "Insufficient nvidia.com/gpu"
   check "[whole-gpu] a pod asking for 3 of the 2 left stays Pending (Insufficient nvidia.com/gpu)" \
