@@ -219,6 +219,15 @@ static int on_item(json_t *item, void *ctx)
     return r->pods ? pool_pods_add(r->pods, item) : r->add(r->pool, item);
 }
 
+/* A local failure: no HTTP status or reason of the server's. */
+static void out_of_memory(struct kube_error *err, const char *reading)
+{
+    snprintf(err->message, sizeof err->message, "out of memory%s%s",
+             reading ? " while reading " : "", reading ? reading : "");
+    err->http_status = 0;
+    err->reason[0] = '\0';
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -242,8 +251,7 @@ static int list_collection(struct reader *r)
     if (res == KUBE_OK)
         log_v(1, "listed %s in %.1f ms", r->what, now_ms() - start);
     if (res == KUBE_ERROR && strcmp(r->err.reason, "CallbackError") == 0)
-        snprintf(r->err.message, sizeof r->err.message, "out of memory while reading %s",
-                 r->what);
+        out_of_memory(&r->err, r->what); /* the pool's callbacks fail only for memory */
     if (res == KUBE_GONE) /* a continue token expired: run() starts over */
         r->err.http_status = 410;
     return res == KUBE_OK ? 0 : -1;
@@ -327,9 +335,7 @@ static int read_node(struct reader *r, const char *node, FILE *errout, bool quie
         rc = 0;
     goto out;
 oom:
-    snprintf(r->err.message, sizeof r->err.message, "out of memory");
-    r->err.http_status = 0;
-    r->err.reason[0] = '\0';
+    out_of_memory(&r->err, NULL);
 out:
     free(nodes_path);
     free(cm_path);
@@ -362,9 +368,7 @@ static int read_all(struct reader *r, struct kube_client *pods_client, FILE *err
         rc = -1;
     }
     if (rc == 0 && pool_add_pods(r->pool, &pods) != 0) {
-        snprintf(r->err.message, sizeof r->err.message, "out of memory while reading pods");
-        r->err.http_status = 0;
-        r->err.reason[0] = '\0';
+        out_of_memory(&r->err, "pods");
         rc = -1;
     }
     pool_pods_free(&pods);

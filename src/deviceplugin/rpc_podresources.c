@@ -66,16 +66,24 @@ static int copy_pod(const V1__PodResources *in, const char *resource, struct pr_
     return 0;
 }
 
+/* The response, or NULL with err naming the problem. */
+static V1__ListPodResourcesResponse *unpack_response(const unsigned char *data, size_t len,
+                                                    char *err, size_t errlen)
+{
+    V1__ListPodResourcesResponse *resp = v1__list_pod_resources_response__unpack(NULL, len, data);
+    if (resp == NULL)
+        snprintf(err, errlen, "cannot decode the kubelet's ListPodResourcesResponse (%zu bytes)",
+                 len);
+    return resp;
+}
+
 int podresources_decode(const unsigned char *data, size_t len, const char *resource,
                         struct pr_list *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    V1__ListPodResourcesResponse *resp = v1__list_pod_resources_response__unpack(NULL, len, data);
-    if (resp == NULL) {
-        snprintf(err, errlen, "cannot decode the kubelet's ListPodResourcesResponse (%zu bytes)",
-                 len);
+    V1__ListPodResourcesResponse *resp = unpack_response(data, len, err, errlen);
+    if (resp == NULL)
         return -1;
-    }
     out->pods = calloc(resp->n_pod_resources ? resp->n_pod_resources : 1, sizeof *out->pods);
     int rc = out->pods ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < resp->n_pod_resources; i++) {
@@ -119,35 +127,19 @@ int podresources_list(struct podresources_client *c, const char *resource, int t
     return rc;
 }
 
-/* Adds the IDs of one container's devices to the counts of their names. */
-static void count_container(const V1__ContainerResources *cr, const char *const names[],
-                            size_t n, size_t counts[])
-{
-    for (size_t d = 0; d < cr->n_devices; d++) {
-        const V1__ContainerDevices *dev = cr->devices[d];
-        if (dev->resource_name == NULL)
-            continue;
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(dev->resource_name, names[i]) == 0)
-                counts[i] += dev->n_device_ids;
-    }
-}
-
 int podresources_count_decode(const unsigned char *data, size_t len, const char *const names[],
                               size_t n, size_t counts[], char *err, size_t errlen)
 {
-    V1__ListPodResourcesResponse *resp = v1__list_pod_resources_response__unpack(NULL, len, data);
-    if (resp == NULL) {
-        snprintf(err, errlen, "cannot decode the kubelet's ListPodResourcesResponse (%zu bytes)",
-                 len);
+    V1__ListPodResourcesResponse *resp = unpack_response(data, len, err, errlen);
+    if (resp == NULL)
         return -1;
-    }
     for (size_t i = 0; i < n; i++)
         counts[i] = 0;
     for (size_t p = 0; p < resp->n_pod_resources; p++) {
         const V1__PodResources *pod = resp->pod_resources[p];
         for (size_t c = 0; c < pod->n_containers; c++)
-            count_container(pod->containers[c], names, n, counts);
+            for (size_t i = 0; i < n; i++)
+                counts[i] += units_of(pod->containers[c], names[i]);
     }
     v1__list_pod_resources_response__free_unpacked(resp, NULL);
     return 0;

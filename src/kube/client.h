@@ -94,7 +94,6 @@ struct kube_body {
     char *data;
     size_t len;
     long status;
-    bool protobuf; /* Content-Type: application/vnd.kubernetes.protobuf */
     bool streamed; /* call->stream consumed it (data NULL) and finished cleanly */
 };
 

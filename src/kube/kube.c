@@ -451,7 +451,7 @@ static int stream_end(struct kube_client *c, const struct call *call, const stru
     if (code == CURLE_OK) {
         if (stream->finish(stream->ctx, err) != 0)
             return -1;
-        *out = (struct kube_body){.status = r->status, .protobuf = true, .streamed = true};
+        *out = (struct kube_body){.status = r->status, .streamed = true};
         return 0;
     }
     size_t delivered = stream->delivered(stream->ctx);
@@ -498,7 +498,6 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
             out->data = r.data;
             out->len = r.len;
             out->status = r.status;
-            out->protobuf = r.protobuf;
             return 0;
         }
         if (code == CURLE_WRITE_ERROR && r.too_large) {
