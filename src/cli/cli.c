@@ -4,7 +4,7 @@
 #include "kube.h"
 #include "log.h"
 #include "options.h"
-#include "pool.h"
+#include "pool_model.h"
 #include "render.h"
 
 #include <pthread.h>

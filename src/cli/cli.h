@@ -11,7 +11,7 @@
  *
  * Reads the cluster with one paginated LIST per collection (nodes,
  * kube-system ConfigMaps, pods; 500 items a page) -- never a request per
- * node -- and keeps only the compact pool of pool.h. */
+ * node -- and keeps only the compact pool of pool_model.h. */
 #ifndef GP_CLI_H
 #define GP_CLI_H
 

@@ -1,4 +1,4 @@
-/* render.h -- the inspect outputs of a finished pool (see pool.h).
+/* render.h -- the inspect outputs of a finished pool (see pool_model.h).
  *
  * gpushare_*: kubectl-inspect-gpushare's tables, byte for byte (column
  * names, cell formats, Go tabwriter alignment, separator lengths, the
@@ -14,7 +14,7 @@
 #ifndef GP_CLI_RENDER_H
 #define GP_CLI_RENDER_H
 
-#include "pool.h"
+#include "pool_model.h"
 
 #include <stdio.h>
 

@@ -27,7 +27,7 @@
 #include "config_file.h"
 #include "errmsg.h"
 #include "log.h"
-#include "metrics.h"
+#include "plugin_metrics.h"
 #include "options.h"
 
 #ifndef GP_VERSION

@@ -124,7 +124,7 @@ struct gp_config {
     char *state_dir;                /* gpu-mem allocation ledger directory */
     int allocate_wait_ms;           /* longest wait of one gpu-mem Allocate for its pod */
 
-    /* Observability (metrics.h, nodelabels.h) */
+    /* Observability (plugin_metrics.h, nodelabels.h) */
     char *metrics_addr;             /* --metrics-addr HOST:PORT; "" = no metrics server */
     bool node_labels;               /* --node-labels: write GFD-compatible node labels */
 

@@ -22,7 +22,7 @@
 #include "gpumem_service.h"
 #include "health.h"
 #include "log.h"
-#include "metrics.h"
+#include "plugin_metrics.h"
 #include "nodelabels.h"
 #include "nvml.h"
 #include "plugin.h"

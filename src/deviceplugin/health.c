@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "log.h"
-#include "metrics.h"
+#include "plugin_metrics.h"
 
 /* How long one EventSetWait (or pause) blocks: also the worst-case delay
  * of a stop. */

@@ -12,7 +12,7 @@
 #include "gpumem.h"
 #include "gpumem_service.h"
 #include "log.h"
-#include "metrics.h"
+#include "plugin_metrics.h"
 #include "preferred.h"
 
 /* ---- setup --------------------------------------------------------------- */

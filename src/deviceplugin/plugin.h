@@ -45,7 +45,7 @@ struct plugin_node {
      * and health changes are published through it (gpumem_service.h).
      * Set by the daemon before serving; NULL in whole-GPU mode. */
     struct gpumem_service *gpumem;
-    /* --metrics-addr: Allocate latency and XID counters (metrics.h); set
+    /* --metrics-addr: Allocate latency and XID counters (plugin_metrics.h); set
      * by the daemon before serving, NULL when metrics are off. */
     struct plugin_metrics *metrics;
 };

@@ -16,10 +16,10 @@
 #include "cache.h"
 #include "kube.h"
 #include "log.h"
-#include "metrics.h"
+#include "extender_metrics.h"
 #include "options.h"
 #include "placement.h"
-#include "pool.h"
+#include "pool_view.h"
 #include "protocol.h"
 #include "ui.h"
 
@@ -636,7 +636,7 @@ static void metrics_handle(void *ctx, const char *method, const char *path, cons
     }
     char err[256];
     size_t n = 0;
-    char *text = metrics_render(&ext->metrics, ext->cache, (uint64_t)1 << ext->cfg->gpu_memory_unit,
+    char *text = extender_metrics_render(&ext->metrics, ext->cache, (uint64_t)1 << ext->cfg->gpu_memory_unit,
                                 &n, err, sizeof(err));
     if (!text)
         log_warn("/metrics: %s", err);

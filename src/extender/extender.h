@@ -15,8 +15,8 @@
  *        /gpushare-scheduler (gpushare's scheduler configs work unchanged)
  *   GET  /healthz (200 "ok" once synced), /version,
  *        /inspect[/<node>], <prefix>/inspect[/<node>], /gpushare-scheduler/inspect[/<node>]
- *   GET  /ui (the live web view, ui.h), /ui/pool.json (pool.h)
- *   GET  /metrics on its own port, --metrics-port (metrics.h)
+ *   GET  /ui (the live web view, ui.h), /ui/pool.json (pool_view.h)
+ *   GET  /metrics on its own port, --metrics-port (extender_metrics.h)
  * docs/extender.md documents every flag, path and JSON shape. */
 #ifndef GP_EXTENDER_EXTENDER_H
 #define GP_EXTENDER_EXTENDER_H

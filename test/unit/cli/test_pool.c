@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "pool.h"
+#include "pool_model.h"
 #include "render.h"
 
 #include <string.h>

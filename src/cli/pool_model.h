@@ -1,4 +1,4 @@
-/* pool.h -- the GPU pool as the inspect commands see it.
+/* pool_model.h -- the GPU pool as the inspect commands see it.
  *
  * Built from the API server's objects, one at a time, as the paginated
  * LISTs deliver them: nodes first, then the kube-system ConfigMaps (the

@@ -1,4 +1,4 @@
-/* metrics.h -- the device plugin's Prometheus endpoint (--metrics-addr).
+/* plugin_metrics.h -- the device plugin's Prometheus endpoint (--metrics-addr).
  *
  * A struct plugin_metrics holds the counters the hot paths bump (Allocate
  * latency histogram, registrations, XIDs) and one HTTP server answering
@@ -23,8 +23,8 @@
  * freed is safe. The PodResources client is only used under its mutex, by
  * one scrape at a time.
  * Names and labels: docs/metrics.md. */
-#ifndef GP_METRICS_H
-#define GP_METRICS_H
+#ifndef GP_PLUGIN_METRICS_H
+#define GP_PLUGIN_METRICS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -78,6 +78,6 @@ void metrics_count_registration(struct plugin_metrics *m, const char *resource, 
 
 /* The exposition text a scrape would return, malloc'd (free()); NULL when
  * out of memory. For tests and the HTTP handler. */
-GP_MUST_USE char *metrics_render(struct plugin_metrics *m);
+GP_MUST_USE char *plugin_metrics_render(struct plugin_metrics *m);
 
 #endif

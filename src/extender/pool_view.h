@@ -1,4 +1,4 @@
-/* pool.h -- the whole pool at a glance: what /ui/pool.json and /metrics show.
+/* pool_view.h -- the whole pool at a glance: what /ui/pool.json and /metrics show.
  *
  * Both views walk the cache once under state_lock (like /inspect): every
  * GPU-sharing node, its GPUs (capacity, charge, health) and the pods charged

@@ -1,5 +1,5 @@
-/* pool.c -- builds the pool view from API objects (see pool.h). */
-#include "pool.h"
+/* pool_model.c -- builds the pool view from API objects (see pool_model.h). */
+#include "pool_model.h"
 
 #include "quantity.h"
 

@@ -1,12 +1,12 @@
-/* metrics.c -- counters on the hot path, exposition text on scrape (see metrics.h). */
-#include "metrics.h"
+/* extender_metrics.c -- counters on the hot path, exposition text on scrape (see extender_metrics.h). */
+#include "extender_metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "pool.h"
+#include "pool_view.h"
 #include "textbuf.h"
 
 /* Upper bounds in nanoseconds: filter over 5,000 nodes takes 1-5 ms, a
@@ -164,7 +164,7 @@ static void cache_gauges(struct textbuf *out, struct cache *cache, const struct 
           t->fragmentation);
 }
 
-char *metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
+char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
                      char *err, size_t errlen)
 {
     struct textbuf text = {0}, *out = &text;

@@ -1,4 +1,4 @@
-/* metrics.h -- the extender's Prometheus metrics (text exposition format 0.0.4).
+/* extender_metrics.h -- the extender's Prometheus metrics (text exposition format 0.0.4).
  *
  * The hot paths (filter, prioritize, bind) only add to relaxed atomics:
  * no lock, no allocation. Everything else (cache sizes, per-GPU charges,
@@ -65,7 +65,7 @@ static inline void metrics_count(atomic_uint_fast64_t *counter, uint64_t n)
 
 /* The whole exposition text (NUL-terminated, *len without it), or NULL with
  * a message. unit_bytes: bytes per unit of aliyun.com/gpu-mem. */
-char *metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
+char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
                      char *err, size_t errlen) GP_MUST_USE;
 
 #endif

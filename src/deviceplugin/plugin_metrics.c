@@ -1,5 +1,5 @@
-/* metrics.c -- the device plugin's Prometheus endpoint (see metrics.h). */
-#include "metrics.h"
+/* plugin_metrics.c -- the device plugin's Prometheus endpoint (see plugin_metrics.h). */
+#include "plugin_metrics.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -99,7 +99,7 @@ struct plugin_metrics {
 
     /* The kubelet's PodResources API, for devices_allocated. Held by a
      * scrape for its whole List, so the client is used by one thread at a
-     * time (the HTTP thread, or a test calling metrics_render). */
+     * time (the HTTP thread, or a test calling plugin_metrics_render). */
     pthread_mutex_t pr_lock;
     struct rpc_runtime *pr_runtime;  /* borrowed; outlives m */
     char *pr_socket;                 /* owned; NULL = not configured */
@@ -479,7 +479,7 @@ out:
     free(tel);
 }
 
-char *metrics_render(struct plugin_metrics *m)
+char *plugin_metrics_render(struct plugin_metrics *m)
 {
     char *text = NULL;
     size_t len = 0;
@@ -582,7 +582,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply(m, conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8",
                      (char *)"405 method not allowed: use GET\n", false);
-    char *text = metrics_render(m);
+    char *text = plugin_metrics_render(m);
     if (text == NULL)
         return reply(m, conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8",
                      (char *)"500 out of memory\n", false);

@@ -1,5 +1,5 @@
-/* pool.c -- the pool at a glance for /ui/pool.json and /metrics (see pool.h). */
-#include "pool.h"
+/* pool_view.c -- the pool at a glance for /ui/pool.json and /metrics (see pool_view.h). */
+#include "pool_view.h"
 
 #include <stdio.h>
 #include <stdlib.h>
