@@ -30,6 +30,14 @@ def load_codemodel(build):
     reply = os.path.join(build, ".cmake", "api", "v1", "reply")
     indexes = sorted(glob.glob(os.path.join(reply, "index-*.json")))
     if not indexes:
+        # CMake answers a query at the next configure: the first configure of
+        # a fresh build directory only wrote it.
+        query = os.path.join(build, ".cmake", "api", "v1", "query")
+        os.makedirs(query, exist_ok=True)
+        open(os.path.join(query, "codemodel-v2"), "a").close()
+        subprocess.run(["cmake", build], check=True, stdout=subprocess.DEVNULL)
+        indexes = sorted(glob.glob(os.path.join(reply, "index-*.json")))
+    if not indexes:
         raise SystemExit(f"check-layout: no CMake file-API reply in {reply} (configure first)")
     with open(indexes[-1]) as f:
         index = json.load(f)
