@@ -17,6 +17,7 @@
 
 #include <microhttpd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "plugin.h"
 #include "podresources.h"
@@ -378,13 +379,6 @@ static void render_allocated(struct plugin_metrics *m, const char *const names[]
     free(counts);
 }
 
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* NVML values of one GPU; a call that fails leaves its gauge out. */
 struct gpu_telemetry {
     bool have_memory, have_util, have_temp, have_power;
@@ -430,12 +424,12 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
     }
     pthread_mutex_unlock(&node->lock);
 
-    long long start = now_ns();
+    int64_t start = clock_now_ns();
     bool complete = true;
     for (size_t i = 0; i < n; i++) {
         if (lost[i])
             continue; /* its calls would only answer GPU_IS_LOST, or hang */
-        if (now_ns() - start > METRICS_NVML_BUDGET_NS) {
+        if (clock_now_ns() - start > METRICS_NVML_BUDGET_NS) {
             complete = false;
             break;
         }

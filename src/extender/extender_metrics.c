@@ -32,13 +32,6 @@ void metrics_init(struct metrics *m)
     atomic_init(&m->filter_nodes_failed, 0);
 }
 
-uint64_t metrics_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void metrics_observe(struct metrics_histogram *h, uint64_t elapsed_ns)
 {
     int b = 0;
