@@ -29,7 +29,7 @@ int dl_open(struct dl_library *lib, const char *const *names, size_t n, int flag
     memset(lib, 0, sizeof *lib);
     snprintf(lib->error, sizeof lib->error, "no library name to try");
     for (size_t i = 0; i < n; i++) {
-        if (strchr(names[i], '/') != NULL && access(names[i], F_OK) != 0)
+        if (i + 1 < n && strchr(names[i], '/') != NULL && access(names[i], F_OK) != 0)
             continue;
         append_tried(lib->tried, sizeof lib->tried, names[i]);
         dlerror(); /* a stale message must not be taken for this call's */

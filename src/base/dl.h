@@ -42,9 +42,9 @@ struct dl_library {
 };
 
 /* Tries names[0..n) in order and keeps the first that loads. A name with a
- * '/' whose file does not exist is skipped (and not listed in tried), so
- * lib->error is about a file that exists but fails (wrong architecture, a
- * missing dependency). -1: err = "cannot load <tried>: <dlerror>". */
+ * '/' whose file does not exist is skipped (and not listed in tried),
+ * unless it is the last, so lib->error is about a file that exists but
+ * fails (wrong architecture, a missing dependency). -1: err = "cannot load <tried>: <dlerror>". */
 GP_MUST_USE int dl_open(struct dl_library *lib, const char *const *names, size_t n, int flags,
                         char *err, size_t errlen);
 
