@@ -13,6 +13,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+/* The size of an error buffer (`char err[GP_ERR_LEN]`): room for a path,
+ * a dlerror() text or a kube reason with its context. */
+#define GP_ERR_LEN 512
+
 /* Formats the message into err; returns -1. */
 int gp_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

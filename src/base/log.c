@@ -9,9 +9,18 @@
 #include <unistd.h>
 
 /* The only process-wide logging knob; atomic so any thread may read it. */
+/* The sink is set once at start (log.h), then only read. */
 static struct {
     atomic_int verbosity;
+    log_sink_fn sink;
+    void *sink_ctx;
 } log_state = {0};
+
+void log_set_sink(log_sink_fn sink, void *ctx)
+{
+    log_state.sink = sink;
+    log_state.sink_ctx = ctx;
+}
 
 void log_set_verbosity(int verbosity) { atomic_store(&log_state.verbosity, verbosity); }
 int log_get_verbosity(void) { return atomic_load(&log_state.verbosity); }
@@ -22,6 +31,14 @@ void log_writev(enum log_severity severity, const char *file, int line,
                 const char *fmt, va_list ap)
 {
     char buf[4096];
+    if (log_state.sink != NULL) {
+        int m = vsnprintf(buf, sizeof buf, fmt, ap);
+        if (m < 0)
+            return;
+        size_t len = (size_t)m < sizeof buf ? (size_t)m : sizeof buf - 1;
+        log_state.sink(log_state.sink_ctx, severity, file, line, buf, len);
+        return;
+    }
     struct timeval tv;
     struct tm tm;
 

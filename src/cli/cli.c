@@ -1,6 +1,7 @@
 /* cli.c -- arguments, the three LISTs, and the choice of view (cli.h). */
 #include "cli.h"
 
+#include "clock.h"
 #include "kube.h"
 #include "log.h"
 #include "options.h"
@@ -230,9 +231,7 @@ static void out_of_memory(struct kube_error *err, const char *reading)
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return (double)clock_now_ns() / 1e6;
 }
 
 /* LISTs r->path. A watch-cache answer too big for the client's body limit

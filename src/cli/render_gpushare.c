@@ -48,7 +48,7 @@ static void dashes(struct tabwriter *tw, size_t count)
 {
     char *line = malloc(count + 1);
     if (!line) {
-        tw->failed = 1;
+        tw->text.failed = true;
         return;
     }
     memset(line, '-', count);
@@ -68,7 +68,7 @@ static int finish(struct tabwriter *tw, FILE *out)
 static size_t summary_row(struct tabwriter *tw, const struct pool_node *n, int max_gpus,
                           bool pending_column, int64_t *used_out)
 {
-    size_t start = tw->len;
+    size_t start = tw->text.len;
     int64_t used = 0;
     tabwriter_printf(tw, "%s\t%s\t", n->name, n->address);
     for (int i = 0; i < max_gpus; i++) {
@@ -90,7 +90,7 @@ static size_t summary_row(struct tabwriter *tw, const struct pool_node *n, int m
     }
     tabwriter_printf(tw, "%" PRId64 "/%" PRId64 "\n", used, n->mem_total);
     *used_out = used;
-    return tw->failed ? 0 : tw->len - start;
+    return tw->text.failed ? 0 : tw->text.len - start;
 }
 
 int render_gpushare_summary(const struct pool *pool, FILE *out)
@@ -166,7 +166,7 @@ static void detail_row(struct tabwriter *tw, const struct pool_node *n, const st
 /* The pod rows of one node, GPU by GPU, pending last; returns their length. */
 static size_t detail_rows(struct tabwriter *tw, const struct pool_node *n)
 {
-    size_t start = tw->len;
+    size_t start = tw->text.len;
     for (int gpu = 0; gpu < n->ngpus; gpu++)
         for (size_t i = 0; i < n->nshares; i++)
             if (share_home(&n->shares[i]) == gpu)
@@ -174,7 +174,7 @@ static size_t detail_rows(struct tabwriter *tw, const struct pool_node *n)
     for (size_t i = 0; i < n->nshares; i++)
         if (n->shares[i].nparts == 0)
             detail_row(tw, n, &n->shares[i]);
-    return tw->failed ? 0 : tw->len - start;
+    return tw->text.failed ? 0 : tw->text.len - start;
 }
 
 int render_gpushare_details(const struct pool *pool, FILE *out)

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
+
 struct cell {
     size_t start, len;
     size_t width; /* UTF-8 characters */
@@ -31,52 +33,23 @@ void tabwriter_init(struct tabwriter *tw, int padding)
 
 void tabwriter_free(struct tabwriter *tw)
 {
-    free(tw->text);
+    buf_free(&tw->text);
     memset(tw, 0, sizeof *tw);
-}
-
-static bool reserve(struct tabwriter *tw, size_t extra)
-{
-    if (tw->failed)
-        return false;
-    if (tw->len + extra + 1 <= tw->cap)
-        return true;
-    size_t cap = tw->cap ? tw->cap : 4096;
-    while (cap < tw->len + extra + 1)
-        cap *= 2;
-    char *text = realloc(tw->text, cap);
-    if (!text) {
-        tw->failed = 1;
-        return false;
-    }
-    tw->text = text;
-    tw->cap = cap;
-    return true;
 }
 
 void tabwriter_write(struct tabwriter *tw, const char *text, size_t len)
 {
-    if (!reserve(tw, len))
-        return;
-    memcpy(tw->text + tw->len, text, len);
-    tw->len += len;
-    tw->text[tw->len] = '\0';
+    /* A failure stays in the buf (sticky); the flush reports it. */
+    (void)buf_add(&tw->text, text, len);
 }
 
 void tabwriter_printf(struct tabwriter *tw, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    if (!buf_vprintf(&tw->text, fmt, ap))
+        tw->text.failed = true; /* a format error, too, fails the flush */
     va_end(ap);
-    if (n < 0 || !reserve(tw, (size_t)n)) {
-        tw->failed = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(tw->text + tw->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    tw->len += (size_t)n;
 }
 
 static size_t utf8_width(const char *s, size_t len)
@@ -93,9 +66,9 @@ static int split(const struct tabwriter *tw, struct line **lines_out, size_t *nl
                  struct cell **cells_out)
 {
     size_t nlines = 1, ncells = 1;
-    for (size_t i = 0; i < tw->len; i++) {
-        nlines += tw->text[i] == '\n';
-        ncells += tw->text[i] == '\n' || tw->text[i] == '\t';
+    for (size_t i = 0; i < tw->text.len; i++) {
+        nlines += tw->text.data[i] == '\n';
+        ncells += tw->text.data[i] == '\n' || tw->text.data[i] == '\t';
     }
     struct line *lines = calloc(nlines, sizeof *lines);
     struct cell *cells = calloc(ncells, sizeof *cells);
@@ -106,15 +79,15 @@ static int split(const struct tabwriter *tw, struct line **lines_out, size_t *nl
     }
     size_t l = 0, c = 0, start = 0;
     lines[0].first = 0;
-    for (size_t i = 0; i <= tw->len; i++) {
-        char ch = i < tw->len ? tw->text[i] : '\n';
+    for (size_t i = 0; i <= tw->text.len; i++) {
+        char ch = i < tw->text.len ? tw->text.data[i] : '\n';
         if (ch != '\t' && ch != '\n')
             continue;
-        cells[c] = (struct cell){start, i - start, utf8_width(tw->text + start, i - start), 0};
+        cells[c] = (struct cell){start, i - start, utf8_width(tw->text.data + start, i - start), 0};
         c++;
         lines[l].ncells++;
         start = i + 1;
-        if (ch == '\n' && i < tw->len) {
+        if (ch == '\n' && i < tw->text.len) {
             lines[++l].first = c;
         }
     }
@@ -157,7 +130,7 @@ static int emit(const struct tabwriter *tw, const struct line *lines, size_t nli
     for (size_t l = 0; l < nlines; l++) {
         for (size_t j = 0; j < lines[l].ncells; j++) {
             const struct cell *c = &cells[lines[l].first + j];
-            if (fwrite(tw->text + c->start, 1, c->len, out) != c->len)
+            if (fwrite(tw->text.data + c->start, 1, c->len, out) != c->len)
                 return -1;
             bool last = j + 1 == lines[l].ncells;
             for (size_t pad = c->width; !last && pad < c->column_width; pad++)
@@ -176,15 +149,15 @@ int tabwriter_flush(struct tabwriter *tw, FILE *out)
     struct line *lines = NULL;
     struct cell *cells = NULL;
     size_t nlines = 0;
-    if (!tw->failed && split(tw, &lines, &nlines, &cells) == 0) {
+    if (!tw->text.failed && split(tw, &lines, &nlines, &cells) == 0) {
         measure(lines, nlines, cells, tw->padding);
         rc = emit(tw, lines, nlines, cells, out);
     }
     free(lines);
     free(cells);
-    tw->len = 0;
-    tw->failed = 0;
-    if (tw->text)
-        tw->text[0] = '\0';
+    tw->text.len = 0;
+    tw->text.failed = false;
+    if (tw->text.data)
+        tw->text.data[0] = '\0';
     return rc;
 }

@@ -20,11 +20,11 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "buf.h"
+
 struct tabwriter {
-    char *text;
-    size_t len, cap;
+    struct buf text; /* its failed flag: tabwriter_flush reports it */
     int padding;
-    int failed; /* an allocation failed: tabwriter_flush reports it */
 };
 
 void tabwriter_init(struct tabwriter *tw, int padding);

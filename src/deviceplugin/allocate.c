@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "clock.h"
+
 /* Growable pointer arrays inside the arena. Capacities are known up front
  * (bounded by the device count), so each array is sized once. */
 struct reply_builder {
@@ -164,9 +166,8 @@ static void random_uuid4(char out[37])
     if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
         /* Kernel without getrandom: the key only needs to be unique per
          * reply, which the monotonic clock gives. */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        memcpy(b, &ts, sizeof ts < sizeof b ? sizeof ts : sizeof b);
+        int64_t ns = clock_now_ns();
+        memcpy(b, &ns, sizeof ns);
     }
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);

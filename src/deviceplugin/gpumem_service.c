@@ -14,6 +14,7 @@
 
 #include "api.pb-c.h"
 #include "arena.h"
+#include "clock.h"
 #include "gpumem.h"
 #include "gpumem_ledger.h"
 #include "kube.h"
@@ -112,7 +113,7 @@ static void queue_assign(struct gpumem_service *s, const char *ns, const char *n
             return;
         }
     }
-    t->due_ms = podview_now_ms();
+    t->due_ms = clock_now_ms();
     t->next = s->assigns;
     s->assigns = t;
     pthread_cond_broadcast(&s->wake);
@@ -198,10 +199,10 @@ static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *i
             return FIND_STOPPED;
         struct pr_list list = {0};
         char lerr[512];
-        long long t0 = podview_now_us();
+        long long t0 = clock_now_us();
         bool listed = podresources_list(s->pr, GPUMEM_RESOURCE, LIST_TIMEOUT_MS, &list, lerr,
                                         sizeof lerr) == 0;
-        it->list_us += podview_now_us() - t0;
+        it->list_us += clock_now_us() - t0;
         struct identity_decision dec;
         enum identity_result r = IDENTITY_WAIT;
         podview_lock(s->view);
@@ -219,7 +220,7 @@ static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *i
             else
                 snprintf(why, whylen, "%s", dec.why);
         }
-        long long now = podview_now_ms();
+        long long now = clock_now_ms();
         if (r == IDENTITY_WAIT && now < deadline) {
             long long until = now + RELIST_MS < deadline ? now + RELIST_MS : deadline;
             (void)podview_wait(s->view, gen, until); /* woken by a change or the next re-list */
@@ -230,7 +231,7 @@ static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *i
             return FIND_OK;
         if (r == IDENTITY_FAIL)
             return FIND_FAILED;
-        if (podview_now_ms() >= deadline)
+        if (clock_now_ms() >= deadline)
             return FIND_TIMEOUT;
         log_v(2, "Allocate %zu units: waiting: %s", it->units, why);
     }
@@ -337,7 +338,7 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
              GPUMEM_RESOURCE, it->units, f.ns, f.name, f.uid, f.repeat ? done : done + 1,
              f.calls, as.idx, f.repeat ? " (repeated by the kubelet)" : "");
     log_v(4, "Allocate %zu units answered in %lld us, of which %lld us in PodResources List",
-          it->units, podview_now_us() - it->arrived_us, it->list_us);
+          it->units, clock_now_us() - it->arrived_us, it->list_us);
     if (!f.assigned)
         queue_assign(s, f.ns, f.name, f.uid);
 }
@@ -376,11 +377,11 @@ static void maintenance(struct gpumem_service *s)
 static void *allocator_main(void *arg)
 {
     struct gpumem_service *s = arg;
-    long long next_maintenance = podview_now_ms() + MAINTENANCE_MS;
+    long long next_maintenance = clock_now_ms() + MAINTENANCE_MS;
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!atomic_load(&s->stopping) && s->head == NULL &&
-               podview_now_ms() < next_maintenance)
+               clock_now_ms() < next_maintenance)
             wait_until(s, next_maintenance);
         struct alloc_item *it = s->head;
         if (it != NULL) {
@@ -401,7 +402,7 @@ static void *allocator_main(void *arg)
         if (stopping)
             return NULL;
         maintenance(s);
-        next_maintenance = podview_now_ms() + MAINTENANCE_MS;
+        next_maintenance = clock_now_ms() + MAINTENANCE_MS;
     }
 }
 
@@ -543,7 +544,7 @@ static void *writer_main(void *arg)
     struct gpumem_service *s = arg;
     pthread_mutex_lock(&s->lock);
     while (!atomic_load(&s->stopping)) {
-        long long now = podview_now_ms();
+        long long now = clock_now_ms();
         long long next_due = s->publish_due_ms;
         bool publish = s->publish_due_ms <= now;
         struct assign_task *t = publish ? NULL : take_due_assign(s, now, &next_due);
@@ -559,9 +560,9 @@ static void *writer_main(void *arg)
                 s->publish_backoff_ms = RETRY_MIN_MS;
                 /* a health change meanwhile set an earlier due time */
                 if (!s->publish_dirty)
-                    s->publish_due_ms = podview_now_ms() + REPUBLISH_MS;
+                    s->publish_due_ms = clock_now_ms() + REPUBLISH_MS;
             } else {
-                s->publish_due_ms = podview_now_ms() + s->publish_backoff_ms;
+                s->publish_due_ms = clock_now_ms() + s->publish_backoff_ms;
                 s->publish_backoff_ms = backoff(s->publish_backoff_ms);
             }
             s->publish_dirty = false;
@@ -571,7 +572,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&s->lock);
         if (o == ASSIGN_RETRY && ++t->attempts < ASSIGN_MAX_ATTEMPTS) {
             int delay = RETRY_MIN_MS << (t->attempts < 6 ? t->attempts : 6);
-            t->due_ms = podview_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay);
+            t->due_ms = clock_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay);
             t->next = s->assigns;
             s->assigns = t;
         } else {
@@ -597,8 +598,8 @@ enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_cal
         return RPC_RESOURCE_EXHAUSTED;
     }
     it->units = units;
-    it->arrived_ms = podview_now_ms();
-    it->arrived_us = podview_now_us();
+    it->arrived_ms = clock_now_ms();
+    it->arrived_us = clock_now_us();
     it->deferred = rpc_call_defer(call);
     if (it->deferred == NULL) {
         free(it);
@@ -620,7 +621,7 @@ void gpumem_service_health_changed(struct gpumem_service *s)
 {
     pthread_mutex_lock(&s->lock);
     s->publish_dirty = true;
-    s->publish_due_ms = podview_now_ms();
+    s->publish_due_ms = clock_now_ms();
     s->publish_backoff_ms = RETRY_MIN_MS;
     pthread_cond_broadcast(&s->wake);
     pthread_mutex_unlock(&s->lock);

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 #include "plugin_metrics.h"
 
@@ -140,13 +141,6 @@ bool health_xid_is_critical(const struct health_policy *p, unsigned long long xi
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void mark_gpu(struct health_monitor *m, size_t gpu, int mig, const char *why)
 {
     struct gpu_state *s = &m->gpus[gpu];
@@ -222,7 +216,7 @@ static bool all_registered(const struct health_monitor *m)
 static int schedule_retry(struct health_monitor *m)
 {
     int delay = m->retry_ms;
-    m->next_retry = now_ms() + (uint64_t)delay;
+    m->next_retry = (uint64_t)clock_now_ms() + (uint64_t)delay;
     m->retry_ms = delay * 2 < HEALTH_RETRY_MAX_MS ? delay * 2 : HEALTH_RETRY_MAX_MS;
     return delay;
 }
@@ -310,7 +304,7 @@ static bool set_up_monitoring(struct health_monitor *m, char *why, size_t whylen
 static void retry_set_up(struct health_monitor *m)
 {
     char why[HEALTH_WHY_LEN * 2];
-    if (all_registered(m) || now_ms() < m->next_retry)
+    if (all_registered(m) || (uint64_t)clock_now_ms() < m->next_retry)
         return;
     if (set_up_monitoring(m, why, sizeof why)) {
         m->retry_ms = HEALTH_RETRY_MIN_MS;
@@ -564,7 +558,7 @@ static void pause_ms(unsigned ms)
 /* One wait for an event, or a pause while there is no working event set. */
 static void wait_once(struct health_monitor *m, unsigned timeout)
 {
-    bool retry_due = now_ms() >= m->next_retry;
+    bool retry_due = (uint64_t)clock_now_ms() >= m->next_retry;
     if (m->set == NULL || (m->wait_failing && !retry_due)) {
         pause_ms(timeout);
         return;
@@ -583,10 +577,10 @@ static void wait_once(struct health_monitor *m, unsigned timeout)
 static void *health_thread(void *arg)
 {
     struct health_monitor *m = arg;
-    uint64_t next_probe = now_ms() + (uint64_t)m->probe_interval_ms;
+    uint64_t next_probe = (uint64_t)clock_now_ms() + (uint64_t)m->probe_interval_ms;
     while (!atomic_load(&m->stop)) {
         retry_set_up(m);
-        uint64_t now = now_ms();
+        uint64_t now = (uint64_t)clock_now_ms();
         unsigned timeout = HEALTH_WAIT_MS;
         bool pending = recovery_pending(m);
         if (pending)
@@ -594,7 +588,7 @@ static void *health_thread(void *arg)
         if (!all_registered(m) || m->wait_failing)
             timeout = until(m->next_retry, now, timeout);
         wait_once(m, timeout);
-        now = now_ms();
+        now = (uint64_t)clock_now_ms();
         if (!pending) {
             next_probe = now + (uint64_t)m->probe_interval_ms;
         } else if (now >= next_probe) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kube.h"
 #include "log.h"
 
@@ -354,14 +355,7 @@ static int write_labels(struct node_labeler *l, struct kube_error *kerr)
 /* Sleeps ms unless stopped meanwhile; true when stopping. */
 static bool wait_or_stop(struct node_labeler *l, long ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = clock_deadline(CLOCK_MONOTONIC, ms);
     pthread_mutex_lock(&l->lock);
     while (!l->stopping && pthread_cond_timedwait(&l->wake, &l->lock, &until) == 0)
         ;

@@ -9,6 +9,7 @@
 #include "allocate.h"
 #include "api.pb-c.h"
 #include "arena.h"
+#include "clock.h"
 #include "gpumem.h"
 #include "gpumem_service.h"
 #include "log.h"
@@ -465,15 +466,12 @@ static enum rpc_status timed_allocate(struct plugin_endpoint *ep, struct rpc_cal
                                       char *msg, size_t msglen)
 {
     struct plugin_metrics *m = ep->node->metrics;
-    struct timespec t0, t1;
-    if (m != NULL)
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = m != NULL ? clock_now_ns() : 0;
     enum rpc_status st = ep->node->gpumem != NULL
                              ? handle_gpumem_allocate(ep, call, req, len, msg, msglen)
                              : handle_allocate(ep, req, len, resp, msg, msglen);
     if (m != NULL) {
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        double seconds = (double)(clock_now_ns() - t0) / 1e9;
         metrics_observe_allocate(m, endpoint_resource(ep)->name, seconds,
                                  st == RPC_OK || st == RPC_DEFERRED);
     }

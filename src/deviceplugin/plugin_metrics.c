@@ -17,6 +17,9 @@
 
 #include <microhttpd.h>
 
+#include "clock.h"
+#include "dl.h"
+#include "errmsg.h"
 #include "log.h"
 #include "plugin.h"
 #include "podresources.h"
@@ -378,13 +381,6 @@ static void render_allocated(struct plugin_metrics *m, const char *const names[]
     free(counts);
 }
 
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* NVML values of one GPU; a call that fails leaves its gauge out. */
 struct gpu_telemetry {
     bool have_memory, have_util, have_temp, have_power;
@@ -430,12 +426,12 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
     }
     pthread_mutex_unlock(&node->lock);
 
-    long long start = now_ns();
+    int64_t start = clock_now_ns();
     bool complete = true;
     for (size_t i = 0; i < n; i++) {
         if (lost[i])
             continue; /* its calls would only answer GPU_IS_LOST, or hang */
-        if (now_ns() - start > METRICS_NVML_BUDGET_NS) {
+        if (clock_now_ns() - start > METRICS_NVML_BUDGET_NS) {
             complete = false;
             break;
         }
@@ -591,25 +587,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static int load_mhd(struct mhd_api *api, char *err, size_t errlen)
 {
-    api->library = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (api->library == NULL) {
-        snprintf(err, errlen, "cannot load %s (Debian package libmicrohttpd12): %s", MHD_SONAME,
-                 dlerror());
-        return -1;
-    }
-    /* POSIX guarantees data and function pointers convert through dlsym. */
-    *(void **)&api->start_daemon = dlsym(api->library, "MHD_start_daemon");
-    *(void **)&api->stop_daemon = dlsym(api->library, "MHD_stop_daemon");
-    *(void **)&api->create_response_from_buffer =
-        dlsym(api->library, "MHD_create_response_from_buffer");
-    *(void **)&api->add_response_header = dlsym(api->library, "MHD_add_response_header");
-    *(void **)&api->queue_response = dlsym(api->library, "MHD_queue_response");
-    *(void **)&api->destroy_response = dlsym(api->library, "MHD_destroy_response");
-    if (!api->start_daemon || !api->stop_daemon || !api->create_response_from_buffer ||
-        !api->add_response_header || !api->queue_response || !api->destroy_response) {
-        snprintf(err, errlen, "%s lacks a function gpupool needs", MHD_SONAME);
-        return -1;
-    }
+    static const char *const soname[] = {MHD_SONAME};
+    struct dl_library lib;
+    char why[GP_ERR_LEN];
+    if (dl_open(&lib, soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) != 0)
+        return gp_errf(err, errlen, "cannot load %s (Debian package libmicrohttpd12): %s",
+                       MHD_SONAME, lib.error);
+    api->library = lib.handle;
+    static const char *const start[] = {"MHD_start_daemon", NULL};
+    static const char *const stop[] = {"MHD_stop_daemon", NULL};
+    static const char *const create[] = {"MHD_create_response_from_buffer", NULL};
+    static const char *const header[] = {"MHD_add_response_header", NULL};
+    static const char *const queue[] = {"MHD_queue_response", NULL};
+    static const char *const destroy[] = {"MHD_destroy_response", NULL};
+    const struct dl_symbol table[] = {
+        {start, &api->start_daemon, NULL, true},
+        {stop, &api->stop_daemon, NULL, true},
+        {create, &api->create_response_from_buffer, NULL, true},
+        {header, &api->add_response_header, NULL, true},
+        {queue, &api->queue_response, NULL, true},
+        {destroy, &api->destroy_response, NULL, true},
+    };
+    if (dl_bind(&lib, table, sizeof table / sizeof table[0], NULL, why, sizeof why) != 0)
+        return gp_errf(err, errlen, "%s lacks a function gpupool needs (%s)", MHD_SONAME, why);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "gpumem.h"
 #include "log.h"
 
@@ -35,20 +36,6 @@ struct podview {
     pthread_t thread;
     bool thread_started;
 };
-
-long long podview_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-long long podview_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* ---- parsing --------------------------------------------------------------- */
 
@@ -241,7 +228,7 @@ static int apply(struct podview *v, enum kube_event_type type, json_t *obj)
     }
     int rc = 0;
     pthread_mutex_lock(&v->lock);
-    long long now = podview_now_ms();
+    long long now = clock_now_ms();
     struct view_entry *e = find_entry(v, pod.ns, pod.name);
     if (type == KUBE_EVENT_DELETED && e != NULL && strcmp(e->pod.uid, pod.uid) != 0) {
         /* a newer pod of the same name replaced it already */
@@ -282,7 +269,7 @@ static int on_list_end(const char *rv, void *ctx)
     struct podview *v = ctx;
     (void)rv;
     pthread_mutex_lock(&v->lock);
-    long long now = podview_now_ms();
+    long long now = clock_now_ms();
     for (size_t i = 0; i < v->count; i++)
         if (!v->entries[i]->seen)
             tombstone(v->entries[i], now);

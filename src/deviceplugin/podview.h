@@ -57,7 +57,5 @@ GP_MUST_USE int gpumem_pod_parse(const json_t *pod, struct gpumem_pod *out, char
                                  size_t errlen);
 void gpumem_pod_clear(struct gpumem_pod *pod);
 
-long long podview_now_ms(void);
-long long podview_now_us(void); /* CLOCK_MONOTONIC */
 
 #endif

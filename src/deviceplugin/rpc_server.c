@@ -23,6 +23,7 @@
 
 #include <grpc/grpc_security.h>
 
+#include "clock.h"
 #include "log.h"
 #include "rpc_internal.h"
 
@@ -724,15 +725,7 @@ static void server_end_calls(struct rpc_server *srv)
 
 static struct timespec grace_deadline(void)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += RPC_STOP_GRACE_MS / 1000;
-    deadline.tv_nsec += (long)(RPC_STOP_GRACE_MS % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    return deadline;
+    return clock_deadline(CLOCK_REALTIME, RPC_STOP_GRACE_MS);
 }
 
 void rpc_server_stop(struct rpc_server *srv)

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 json_t *bind_annotations(const struct cache_assumption *as, long long assume_time_ns)
@@ -25,13 +26,6 @@ static json_t *annotations_removal(void)
     return json_pack("{s:{s:{s:n, s:n, s:n, s:n, s:n}}}", "metadata", "annotations",
                      ANN_GPU_MEM_IDX, ANN_GPU_MEM_POD, ANN_GPU_MEM_DEV, ANN_GPU_MEM_ASSIGNED,
                      ANN_GPU_MEM_ASSUME_TIME);
-}
-
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* GETs the pod the cache does not know; *pod_json is the caller's. */
@@ -69,7 +63,7 @@ static enum bind_result annotate_and_bind(struct cache *cache, const struct bind
 {
     struct kube_error kerr = {0};
     if (as->gpu_mask) {
-        json_t *patch = bind_annotations(as, now_ns());
+        json_t *patch = bind_annotations(as, clock_wall_ns());
         int rc = patch ? api->patch_pod(api->ctx, args->pod_namespace, args->pod_name, patch, &kerr)
                        : -1;
         json_decref(patch);

@@ -1,5 +1,6 @@
 /* extender.c -- the extender's context: flags, API clients, reflector
  * threads, start-up order, routes (see extender.h). */
+#include "clock.h"
 #include "extender.h"
 
 #include <ctype.h>
@@ -363,14 +364,7 @@ int extender_start_sync(struct extender *ext, char *err, size_t errlen)
 
 bool extender_wait_synced(struct extender *ext, int timeout_ms)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = clock_deadline(CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&ext->sync_lock);
     while (ext->synced != SYNC_ALL)
         if (pthread_cond_timedwait(&ext->sync_cond, &ext->sync_lock, &deadline) != 0)
@@ -597,7 +591,7 @@ void extender_handle(void *ctx, const char *method, const char *path, const char
     bool is_verb = verb && (strcmp(verb, "filter") == 0 || strcmp(verb, "prioritize") == 0 ||
                             strcmp(verb, "bind") == 0);
     if (strcmp(method, "POST") == 0 && is_verb) {
-        uint64_t start = metrics_now_ns();
+        uint64_t start = (uint64_t)clock_now_ns();
         enum metrics_verb which;
         if (strcmp(verb, "filter") == 0) {
             which = METRICS_FILTER;
@@ -609,7 +603,7 @@ void extender_handle(void *ctx, const char *method, const char *path, const char
             which = METRICS_BIND;
             handle_bind(ext, body, len, resp);
         }
-        metrics_observe(&ext->metrics.duration[which], metrics_now_ns() - start);
+        metrics_observe(&ext->metrics.duration[which], (uint64_t)clock_now_ns() - start);
     } else if (is_verb) {
         reply_error(resp, 405, "use POST");
     } else if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {

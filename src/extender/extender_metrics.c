@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "pool_view.h"
-#include "textbuf.h"
+#include "buf.h"
 
 /* Upper bounds in nanoseconds: filter over 5,000 nodes takes 1-5 ms, a
  * bind one or two API round trips, so 100 us .. 10 s covers both. */
@@ -32,13 +32,6 @@ void metrics_init(struct metrics *m)
     atomic_init(&m->filter_nodes_failed, 0);
 }
 
-uint64_t metrics_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void metrics_observe(struct metrics_histogram *h, uint64_t elapsed_ns)
 {
     int b = 0;
@@ -55,25 +48,25 @@ static uint64_t load(const atomic_uint_fast64_t *counter)
 
 /* ---- rendering ------------------------------------------------------------- */
 
-static void header(struct textbuf *out, const char *name, const char *type, const char *help)
+static void header(struct buf *out, const char *name, const char *type, const char *help)
 {
-    textbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* A label value: backslash, double quote and newline escaped (0.0.4). */
-static void label_value(struct textbuf *out, const char *value)
+static void label_value(struct buf *out, const char *value)
 {
     for (const char *c = value; *c; c++) {
         if (*c == '\\' || *c == '"')
-            textbuf_add(out, "\\", 1);
+            buf_add(out, "\\", 1);
         if (*c == '\n')
-            textbuf_add(out, "\\n", 2);
+            buf_add(out, "\\n", 2);
         else
-            textbuf_add(out, c, 1);
+            buf_add(out, c, 1);
     }
 }
 
-static void histogram(struct textbuf *out, const struct metrics_histogram *h, const char *verb)
+static void histogram(struct buf *out, const struct metrics_histogram *h, const char *verb)
 {
     char name[96];
     snprintf(name, sizeof(name), "gpupool_extender_%s_duration_seconds", verb);
@@ -84,44 +77,44 @@ static void histogram(struct textbuf *out, const struct metrics_histogram *h, co
     uint64_t cumulative = 0;
     for (int b = 0; b < METRICS_BUCKETS; b++) {
         cumulative += load(&h->counts[b]);
-        textbuf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bucket_ns[b] / 1e9,
+        buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bucket_ns[b] / 1e9,
                 (unsigned long long)cumulative);
     }
     cumulative += load(&h->counts[METRICS_BUCKETS]);
-    textbuf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
-    textbuf_printf(out, "%s_sum %.9f\n", name, (double)load(&h->sum_ns) / 1e9);
-    textbuf_printf(out, "%s_count %llu\n", name, (unsigned long long)cumulative);
+    buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
+    buf_printf(out, "%s_sum %.9f\n", name, (double)load(&h->sum_ns) / 1e9);
+    buf_printf(out, "%s_count %llu\n", name, (unsigned long long)cumulative);
 }
 
-static void counters(struct textbuf *out, const struct metrics *m)
+static void counters(struct buf *out, const struct metrics *m)
 {
     header(out, "gpupool_extender_binds_total", "counter",
            "Bind requests by result: bound, or the step that failed.");
     for (int r = 0; r < METRICS_BIND_RESULTS; r++)
-        textbuf_printf(out, "gpupool_extender_binds_total{result=\"%s\"} %llu\n",
+        buf_printf(out, "gpupool_extender_binds_total{result=\"%s\"} %llu\n",
                 r == METRICS_BIND_BAD_REQUEST ? "bad_request" : bind_result_name((enum bind_result)r),
                 (unsigned long long)load(&m->binds[r]));
     header(out, "gpupool_extender_bad_requests_total", "counter",
            "Requests refused with 400 because their body could not be read.");
     for (int v = 0; v < METRICS_VERBS; v++)
-        textbuf_printf(out, "gpupool_extender_bad_requests_total{verb=\"%s\"} %llu\n", verb_names[v],
+        buf_printf(out, "gpupool_extender_bad_requests_total{verb=\"%s\"} %llu\n", verb_names[v],
                 (unsigned long long)load(&m->bad_requests[v]));
     header(out, "gpupool_extender_filter_nodes_total", "counter",
            "Nodes evaluated by filter requests, by verdict.");
-    textbuf_printf(out, "gpupool_extender_filter_nodes_total{result=\"passed\"} %llu\n",
+    buf_printf(out, "gpupool_extender_filter_nodes_total{result=\"passed\"} %llu\n",
             (unsigned long long)load(&m->filter_nodes_passed));
-    textbuf_printf(out, "gpupool_extender_filter_nodes_total{result=\"failed\"} %llu\n",
+    buf_printf(out, "gpupool_extender_filter_nodes_total{result=\"failed\"} %llu\n",
             (unsigned long long)load(&m->filter_nodes_failed));
 }
 
-static void gauge(struct textbuf *out, const char *name, const char *help, double value)
+static void gauge(struct buf *out, const char *name, const char *help, double value)
 {
     header(out, name, "gauge", help);
-    textbuf_printf(out, "%s %.17g\n", name, value);
+    buf_printf(out, "%s %.17g\n", name, value);
 }
 
 struct gpu_lines {
-    struct textbuf *out;
+    struct buf *out;
     uint64_t unit_bytes;
 };
 
@@ -129,16 +122,16 @@ static void gpu_line(void *ctx, const struct pool_gpu *gpu)
 {
     struct gpu_lines *g = ctx;
     static const char name[] = "gpupool_extender_gpu_memory_allocated_bytes{node=\"";
-    textbuf_add(g->out, name, sizeof(name) - 1);
+    buf_add(g->out, name, sizeof(name) - 1);
     label_value(g->out, gpu->node);
-    textbuf_add(g->out, "\",gpu=\"", 7);
-    textbuf_u64(g->out, gpu->index);
-    textbuf_add(g->out, "\"} ", 3);
-    textbuf_u64(g->out, gpu->used * g->unit_bytes);
-    textbuf_add(g->out, "\n", 1);
+    buf_add(g->out, "\",gpu=\"", 7);
+    buf_u64(g->out, gpu->index);
+    buf_add(g->out, "\"} ", 3);
+    buf_u64(g->out, gpu->used * g->unit_bytes);
+    buf_add(g->out, "\n", 1);
 }
 
-static void cache_gauges(struct textbuf *out, struct cache *cache, const struct pool_totals *t,
+static void cache_gauges(struct buf *out, struct cache *cache, const struct pool_totals *t,
                          uint64_t unit_bytes)
 {
     struct cache_stats s;
@@ -167,7 +160,7 @@ static void cache_gauges(struct textbuf *out, struct cache *cache, const struct 
 char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
                      char *err, size_t errlen)
 {
-    struct textbuf text = {0}, *out = &text;
+    struct buf text = {0}, *out = &text;
     for (int v = 0; v < METRICS_VERBS; v++)
         histogram(out, &m->duration[v], verb_names[v]);
     counters(out, m);
@@ -178,7 +171,7 @@ char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint
     int rc = pool_walk(cache, gpu_line, &lines, &totals, err, errlen);
     if (rc == 0)
         cache_gauges(out, cache, &totals, unit_bytes);
-    char *body = textbuf_take(&text, len);
+    char *body = buf_take(&text, len);
     if (rc < 0 || !body) {
         if (rc == 0)
             snprintf(err, errlen, "out of memory");

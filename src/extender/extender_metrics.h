@@ -55,8 +55,7 @@ struct metrics {
 /* Zeroes m (a plain memset is not enough for atomics in theory). */
 void metrics_init(struct metrics *m);
 
-/* Monotonic nanoseconds, for the durations. */
-uint64_t metrics_now_ns(void);
+/* Durations: clock_now_ns() (clock.h) differences. */
 void metrics_observe(struct metrics_histogram *h, uint64_t elapsed_ns);
 static inline void metrics_count(atomic_uint_fast64_t *counter, uint64_t n)
 {

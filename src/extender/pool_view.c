@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cache_internal.h"
-#include "textbuf.h"
+#include "buf.h"
 
 static int compare_u64(const void *a, const void *b)
 {
@@ -125,34 +125,34 @@ static int compare_placed(const void *a, const void *b)
 
 static void emit_gpu(void *ctx, const struct pool_gpu *gpu)
 {
-    struct textbuf *out = ctx;
-    textbuf_add(out, gpu->index ? ",[" : "[", gpu->index ? 2 : 1);
-    textbuf_u64(out, gpu->total);
-    textbuf_add(out, ",", 1);
-    textbuf_u64(out, gpu->used);
-    textbuf_str(out, gpu->healthy ? ",true,[" : ",false,[");
+    struct buf *out = ctx;
+    buf_add(out, gpu->index ? ",[" : "[", gpu->index ? 2 : 1);
+    buf_u64(out, gpu->total);
+    buf_add(out, ",", 1);
+    buf_u64(out, gpu->used);
+    buf_str(out, gpu->healthy ? ",true,[" : ",false,[");
     /* the pods follow (emit_node), then "]]" */
 }
 
 /* One node: {"name":..,"model":..,"gpus":[[total,used,healthy,[[ns,name,amount],..]],..]}.
  * pods[0..npods-1] are this node's GPU pods. */
 static void emit_node(struct cache *cache, struct cache_node *node, const struct placed_pod *pods,
-                      size_t npods, struct pool_totals *t, struct textbuf *out)
+                      size_t npods, struct pool_totals *t, struct buf *out)
 {
     struct placement_node pn;
     node_copy(node, &pn);
-    textbuf_str(out, "{\"name\":");
-    textbuf_json_string(out, node->name);
+    buf_str(out, "{\"name\":");
+    buf_json_string(out, node->name);
     pthread_mutex_lock(&cache->model_lock);
     const char *model = pn.model == PLACEMENT_MODEL_NONE
                             ? NULL : placement_model_name(&cache->ctx, pn.model);
-    textbuf_str(out, ",\"model\":");
+    buf_str(out, ",\"model\":");
     if (model)
-        textbuf_json_string(out, model);
+        buf_json_string(out, model);
     else
-        textbuf_str(out, "null");
+        buf_str(out, "null");
     pthread_mutex_unlock(&cache->model_lock);
-    textbuf_str(out, ",\"gpus\":[");
+    buf_str(out, ",\"gpus\":[");
     t->nodes++;
     for (uint32_t g = 0; g < pn.gpu_count && g < PLACEMENT_MAX_GPUS; g++) {
         struct pool_gpu gpu = {node->name, g, pn.gpu_total[g], pn.gpu_used[g],
@@ -164,23 +164,23 @@ static void emit_node(struct cache *cache, struct cache_node *node, const struct
             const struct cache_pod *pod = pods[k].pod;
             if (!(pod->charge.gpu_mask & (1u << g)))
                 continue;
-            textbuf_add(out, first ? "[" : ",[", first ? 1 : 2);
-            textbuf_json_string(out, pod->ns);
-            textbuf_add(out, ",", 1);
-            textbuf_json_string(out, pod->name);
-            textbuf_add(out, ",", 1);
-            textbuf_u64(out, pod->charge.gpu_units);
-            textbuf_add(out, "]", 1);
+            buf_add(out, first ? "[" : ",[", first ? 1 : 2);
+            buf_json_string(out, pod->ns);
+            buf_add(out, ",", 1);
+            buf_json_string(out, pod->name);
+            buf_add(out, ",", 1);
+            buf_u64(out, pod->charge.gpu_units);
+            buf_add(out, "]", 1);
             first = false;
         }
-        textbuf_add(out, "]]", 2);
+        buf_add(out, "]]", 2);
     }
-    textbuf_add(out, "]}", 2);
+    buf_add(out, "]}", 2);
 }
 
-static void emit_totals(const struct pool_totals *t, struct textbuf *out)
+static void emit_totals(const struct pool_totals *t, struct buf *out)
 {
-    textbuf_printf(out,
+    buf_printf(out,
                    "\"totals\":{\"nodes\":%llu,\"gpus\":%llu,\"unhealthy_gpus\":%llu,"
                    "\"gpus_in_use\":%llu,\"gpus_full\":%llu,\"memory_total\":%llu,"
                    "\"memory_used\":%llu,\"memory_free\":%llu,\"memory_free_fragmented\":%llu,",
@@ -189,7 +189,7 @@ static void emit_totals(const struct pool_totals *t, struct textbuf *out)
                    (unsigned long long)t->gpus_full, (unsigned long long)t->memory_total,
                    (unsigned long long)t->memory_used, (unsigned long long)t->memory_free,
                    (unsigned long long)t->memory_free_fragmented);
-    textbuf_printf(out, "\"gpu_pods\":%llu,\"fragmentation_threshold\":%llu,"
+    buf_printf(out, "\"gpu_pods\":%llu,\"fragmentation_threshold\":%llu,"
                         "\"fragmentation_percent\":%.10g}",
                    (unsigned long long)t->gpu_pods, (unsigned long long)t->threshold,
                    100.0 * t->fragmentation);
@@ -234,20 +234,20 @@ static int collect(struct cache *cache, struct cache_node ***nodes_out, size_t *
 char *pool_json(struct cache *cache, const char *unit, size_t *len)
 {
     struct pool_totals t = {0};
-    struct textbuf out = {0};
+    struct buf out = {0};
     struct cache_node **nodes;
     struct placed_pod *pods;
     size_t n, np;
-    textbuf_str(&out, "{\"unit\":");
-    textbuf_json_string(&out, unit);
-    textbuf_str(&out, ",\"policy\":");
-    textbuf_json_string(&out, placement_policy_name(cache->policy));
-    textbuf_str(&out, ",\"nodes\":[");
+    buf_str(&out, "{\"unit\":");
+    buf_json_string(&out, unit);
+    buf_str(&out, ",\"policy\":");
+    buf_json_string(&out, placement_policy_name(cache->policy));
+    buf_str(&out, ",\"nodes\":[");
     pthread_mutex_lock(&cache->state_lock);
     if (median_share(cache, &t.threshold, &t.gpu_pods) < 0 ||
         collect(cache, &nodes, &n, &pods, &np) < 0) {
         pthread_mutex_unlock(&cache->state_lock);
-        free(textbuf_take(&out, len));
+        free(buf_take(&out, len));
         return NULL;
     }
     size_t k = 0;
@@ -256,15 +256,15 @@ char *pool_json(struct cache *cache, const char *unit, size_t *len)
         while (k < np && pods[k].node == i)
             k++;
         if (i)
-            textbuf_add(&out, ",", 1);
+            buf_add(&out, ",", 1);
         emit_node(cache, nodes[i], pods + first, k - first, &t, &out);
     }
     pthread_mutex_unlock(&cache->state_lock);
     free(nodes);
     free(pods);
     t.fragmentation = t.memory_free ? (double)t.memory_free_fragmented / (double)t.memory_free : 0.0;
-    textbuf_add(&out, "],", 2);
+    buf_add(&out, "],", 2);
     emit_totals(&t, &out);
-    textbuf_add(&out, "}", 1);
-    return textbuf_take(&out, len);
+    buf_add(&out, "}", 1);
+    return buf_take(&out, len);
 }

@@ -476,7 +476,7 @@ char *protocol_dump(const json_t *value, size_t *len)
 }
 
 /* Appends the compact encoding of v (jansson does the escaping). */
-static void text_append_json(struct textbuf *b, const json_t *v)
+static void text_append_json(struct buf *b, const json_t *v)
 {
     const size_t flags = JSON_COMPACT | JSON_ENCODE_ANY;
     if (!v || b->failed) {
@@ -490,7 +490,7 @@ static void text_append_json(struct textbuf *b, const json_t *v)
         return;
     }
     if (n > room) {
-        if (!textbuf_reserve(b, n))
+        if (!buf_reserve(b, n))
             return;
         n = json_dumpb(v, b->data + b->len, n, flags);
     }
@@ -498,22 +498,22 @@ static void text_append_json(struct textbuf *b, const json_t *v)
     b->data[b->len] = '\0';
 }
 
-static void text_separator(struct textbuf *b)
+static void text_separator(struct buf *b)
 {
     if (b->len)
-        textbuf_add(b, ",", 1);
+        buf_add(b, ",", 1);
 }
 
 /* A node name as a JSON string: fast-path names are plain (no escaping). */
-static void append_name(struct textbuf *b, const struct extender_args *args, size_t i)
+static void append_name(struct buf *b, const struct extender_args *args, size_t i)
 {
     if (args->name_json) {
         text_append_json(b, args->name_json[i]);
         return;
     }
-    textbuf_add(b, "\"", 1);
-    textbuf_str(b, args->names[i]);
-    textbuf_add(b, "\"", 1);
+    buf_add(b, "\"", 1);
+    buf_str(b, args->names[i]);
+    buf_add(b, "\"", 1);
 }
 
 void protocol_filter_begin(struct filter_result *r, const struct extender_args *args)
@@ -525,8 +525,8 @@ void protocol_filter_begin(struct filter_result *r, const struct extender_args *
     size_t need = 64;
     for (size_t i = 0; i < args->count; i++)
         need += strlen(args->names[i]) + 3;
-    textbuf_reserve(&r->names, need);
-    textbuf_str(&r->names, args->node_cache_capable ? "{\"Nodes\":null,\"NodeNames\":[" : "");
+    buf_reserve(&r->names, need);
+    buf_str(&r->names, args->node_cache_capable ? "{\"Nodes\":null,\"NodeNames\":[" : "");
     r->names_start = r->names.len;
 }
 
@@ -536,7 +536,7 @@ void protocol_filter_add(void *ctx, size_t i, bool fits, const char *reason)
     const struct extender_args *args = r->args;
     if (fits) {
         if (r->names.len > r->names_start)
-            textbuf_add(&r->names, ",", 1);
+            buf_add(&r->names, ",", 1);
         append_name(&r->names, args, i);
         if (!args->node_cache_capable) {
             text_separator(&r->items);
@@ -547,30 +547,30 @@ void protocol_filter_add(void *ctx, size_t i, bool fits, const char *reason)
     json_t *why = message_string(reason);
     text_separator(&r->failed);
     append_name(&r->failed, args, i);
-    textbuf_add(&r->failed, ":", 1);
+    buf_add(&r->failed, ":", 1);
     text_append_json(&r->failed, why);
     json_decref(why);
 }
 
 char *protocol_filter_finish(struct filter_result *r, size_t *len)
 {
-    struct textbuf out = {0};
+    struct buf out = {0};
     bool oom = r->names.failed || r->items.failed || r->failed.failed;
     if (!oom && r->args->node_cache_capable) {
         out = r->names; /* already holds the head and the names */
-        r->names = (struct textbuf){0};
+        r->names = (struct buf){0};
     } else if (!oom) {
-        textbuf_reserve(&out, r->items.len + r->names.len + r->failed.len + 160);
-        textbuf_str(&out, "{\"Nodes\":{\"metadata\":{},\"items\":[");
-        textbuf_add(&out, r->items.data ? r->items.data : "", r->items.len);
-        textbuf_str(&out, "]},\"NodeNames\":[");
-        textbuf_add(&out, r->names.data ? r->names.data : "", r->names.len);
+        buf_reserve(&out, r->items.len + r->names.len + r->failed.len + 160);
+        buf_str(&out, "{\"Nodes\":{\"metadata\":{},\"items\":[");
+        buf_add(&out, r->items.data ? r->items.data : "", r->items.len);
+        buf_str(&out, "]},\"NodeNames\":[");
+        buf_add(&out, r->names.data ? r->names.data : "", r->names.len);
     }
     if (!oom) {
-        textbuf_reserve(&out, r->failed.len + 96);
-        textbuf_str(&out, "],\"FailedNodes\":{");
-        textbuf_add(&out, r->failed.data ? r->failed.data : "", r->failed.len);
-        textbuf_str(&out, "},\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
+        buf_reserve(&out, r->failed.len + 96);
+        buf_str(&out, "],\"FailedNodes\":{");
+        buf_add(&out, r->failed.data ? r->failed.data : "", r->failed.len);
+        buf_str(&out, "},\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
     }
     free(r->names.data);
     free(r->items.data);
@@ -596,20 +596,20 @@ char *protocol_filter_error(const char *message, size_t *len)
 
 char *protocol_priorities(const struct extender_args *args, const int *priorities, size_t *len)
 {
-    struct textbuf out = {0};
+    struct buf out = {0};
     size_t need = 8;
     for (size_t i = 0; i < args->count; i++)
         need += strlen(args->names[i]) + 32;
-    textbuf_reserve(&out, need);
-    textbuf_str(&out, "[");
+    buf_reserve(&out, need);
+    buf_str(&out, "[");
     for (size_t i = 0; i < args->count; i++) {
         char score[40];
-        textbuf_str(&out, i ? ",{\"Host\":" : "{\"Host\":");
+        buf_str(&out, i ? ",{\"Host\":" : "{\"Host\":");
         append_name(&out, args, i);
         snprintf(score, sizeof(score), ",\"Score\":%d}", priorities[i]);
-        textbuf_str(&out, score);
+        buf_str(&out, score);
     }
-    textbuf_str(&out, "]");
+    buf_str(&out, "]");
     if (out.failed) {
         free(out.data);
         *len = 0;

@@ -22,7 +22,7 @@
 
 #include "objects.h"
 #include "compiler.h"
-#include "textbuf.h"
+#include "buf.h"
 
 
 /* Deepest nesting accepted. A v1.Pod or v1.Node (managedFields included)
@@ -69,10 +69,10 @@ void protocol_binding_free(struct binding_args *args);
  * reply allocates no JSON value per node. */
 struct filter_result {
     const struct extender_args *args;
-    struct textbuf names;  /* (node_cache_capable: the reply's head, then) NodeNames elements */
+    struct buf names;  /* (node_cache_capable: the reply's head, then) NodeNames elements */
     size_t names_start;        /* where the elements begin in names */
-    struct textbuf items;  /* Nodes.items elements (node_cache_capable false) */
-    struct textbuf failed; /* FailedNodes members */
+    struct buf items;  /* Nodes.items elements (node_cache_capable false) */
+    struct buf failed; /* FailedNodes members */
 };
 void protocol_filter_begin(struct filter_result *r, const struct extender_args *args);
 void protocol_filter_add(void *r, size_t i, bool fits, const char *reason);

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dl.h"
+#include "errmsg.h"
+
 int kube_curl_open(const char *soname, struct kube_curl *api, void **library, char *err,
                    size_t errlen)
 {
@@ -14,30 +17,29 @@ int kube_curl_open(const char *soname, struct kube_curl *api, void **library, ch
     /* RTLD_LOCAL: curl's symbols (and OpenSSL's) stay out of the global
      * namespace, where they could interpose on another copy a program
      * loads. RTLD_NOW: a broken install fails here, not mid-request. */
-    void *handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        snprintf(err, errlen, "%s (install libcurl4)", why ? why : soname);
-        return -1;
+    struct dl_library lib;
+    char why[GP_ERR_LEN];
+    if (dl_open(&lib, &soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) != 0)
+        return gp_errf(err, errlen, "%s (install libcurl4)", lib.error);
+#define KUBE_CURL_NAMES(name) static const char *const name##_names[] = {"curl_" #name, NULL};
+    KUBE_CURL_FUNCTIONS(KUBE_CURL_NAMES)
+#undef KUBE_CURL_NAMES
+    const struct dl_symbol table[] = {
+#define KUBE_CURL_SYMBOL(name) {name##_names, &api->name, NULL, true},
+        KUBE_CURL_FUNCTIONS(KUBE_CURL_SYMBOL)
+#undef KUBE_CURL_SYMBOL
+    };
+    const char *missing = NULL;
+    if (dl_bind(&lib, table, sizeof table / sizeof table[0], &missing, why, sizeof why) != 0) {
+        /* Nothing to say beyond the missing symbol if dlclose fails too. */
+        if (dl_close(&lib, why, sizeof why) != 0)
+            why[0] = '\0';
+        memset(api, 0, sizeof *api);
+        return gp_errf(err, errlen,
+                       "%s has no %s: it is not libcurl, or older than 7.68 (install libcurl4)",
+                       soname, missing);
     }
-#define KUBE_CURL_BIND(name)                                                                       \
-    do {                                                                                           \
-        void *fn = dlsym(handle, "curl_" #name);                                                   \
-        if (fn == NULL) {                                                                          \
-            snprintf(err, errlen,                                                                  \
-                     "%s has no curl_" #name ": it is not libcurl, or older than 7.68 "            \
-                     "(install libcurl4)",                                                         \
-                     soname);                                                                      \
-            dlclose(handle);                                                                       \
-            memset(api, 0, sizeof *api);                                                           \
-            return -1;                                                                             \
-        }                                                                                          \
-        /* POSIX guarantees that object and function pointers convert. */                         \
-        memcpy(&api->name, &fn, sizeof fn);                                                        \
-    } while (0);
-    KUBE_CURL_FUNCTIONS(KUBE_CURL_BIND)
-#undef KUBE_CURL_BIND
-    *library = handle;
+    *library = lib.handle;
     return 0;
 }
 
@@ -46,7 +48,7 @@ static struct {
     pthread_once_t once;
     struct kube_curl api;
     void *library; /* never dlclose'd: see curl_api.h */
-    char error[512];
+    char error[GP_ERR_LEN];
 } libcurl = {.once = PTHREAD_ONCE_INIT};
 
 static void load_libcurl(void)

@@ -1,5 +1,6 @@
 /* kube.c -- the client, its request/response calls and their retries.
  * See kube.h for the contract and docs/kube.md for the design. */
+#include "buf.h"
 #include "client.h"
 #include "wire.h"
 
@@ -245,8 +246,8 @@ void kube_error_from_curl(const struct kube_curl *curl, struct kube_error *err, 
 enum body_mode { BODY_UNDECIDED, BODY_BUFFERED, BODY_STREAMED };
 
 struct response {
-    char *data;
-    size_t len, cap, max;
+    struct buf body; /* first_cap 16 KiB: most answers fit the first allocation */
+    size_t max;
     bool too_large;
     long status;
     long retry_after_ms;
@@ -283,23 +284,12 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
         }
         return n;
     }
-    if (r->len + n > r->max) {
+    if (r->body.len + n > r->max) {
         r->too_large = true;
         return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
     }
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap ? r->cap : 16384;
-        while (cap < r->len + n + 1)
-            cap *= 2;
-        char *grown = realloc(r->data, cap);
-        if (grown == NULL)
-            return 0;
-        r->data = grown;
-        r->cap = cap;
-    }
-    memcpy(r->data + r->len, ptr, n);
-    r->len += n;
-    r->data[r->len] = '\0';
+    if (!buf_add(&r->body, ptr, n))
+        return 0; /* out of memory: aborts the transfer */
     return n;
 }
 
@@ -471,7 +461,8 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
     bool reread_token = false;
     const struct kube_stream *stream = call->stream;
     for (int attempt = 1;; attempt++) {
-        struct response r = {.max = c->max_body, .cancel = call->cancel, .stream = stream,
+        struct response r = {.body = {.first_cap = 16384}, .max = c->max_body,
+                             .cancel = call->cancel, .stream = stream,
                              .curl = c->curl, .err = err};
         char curl_message[CURL_ERROR_SIZE] = "";
         bool setup_failed = false;
@@ -482,9 +473,9 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
             r.status < 300)
             r.mode = BODY_STREAMED; /* an empty answer: the stream says what it lacks */
         bool streamed = r.mode == BODY_STREAMED;
-        kube_stats_count(c, attempt > 1, streamed ? stream->peak(stream->ctx) : r.cap);
+        kube_stats_count(c, attempt > 1, streamed ? stream->peak(stream->ctx) : r.body.cap);
         if (setup_failed) {
-            free(r.data);
+            free(r.body.data);
             return -1;
         }
         if (streamed) {
@@ -495,8 +486,8 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
         }
         enum kube_retry_class cls;
         if (code == CURLE_OK && r.status >= 200 && r.status < 300) {
-            out->data = r.data;
-            out->len = r.len;
+            out->data = r.body.data;
+            out->len = r.body.len;
             out->status = r.status;
             return 0;
         }
@@ -508,13 +499,13 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
             kube_error_from_curl(c->curl, err, code, what, curl_message);
             cls = kube_retry_class_of(0, (int)code);
         } else if (r.protobuf) {
-            error_from_protobuf(err, (int)r.status, what, r.data, r.len);
+            error_from_protobuf(err, (int)r.status, what, r.body.data, r.body.len);
             cls = kube_retry_class_of((int)r.status, 0);
         } else {
-            kube_error_from_response(err, (int)r.status, what, r.data, r.len);
+            kube_error_from_response(err, (int)r.status, what, r.body.data, r.body.len);
             cls = kube_retry_class_of((int)r.status, 0);
         }
-        free(r.data);
+        free(r.body.data);
         if (code == CURLE_ABORTED_BY_CALLBACK)
             return -1;
         /* A bound service-account token may have rotated under us. */

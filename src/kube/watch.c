@@ -5,6 +5,7 @@
  * kube_cancel_fire() in another thread: cancellation is immediate instead of
  * waiting for the next byte or a progress tick. */
 #include "client.h"
+#include "clock.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -74,14 +75,7 @@ bool kube_cancel_fired(struct kube_cancel *cancel)
 
 bool kube_cancel_sleep(struct kube_cancel *cancel, long ms)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += ms / 1000;
-    deadline.tv_nsec += (ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = clock_deadline(CLOCK_MONOTONIC, ms);
     if (cancel == NULL) {
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR)
             ;

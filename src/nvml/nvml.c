@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dl.h"
+#include "errmsg.h"
 #include "log.h"
 
 /* Where a driver root keeps its libraries, in the order NVIDIA's plugin
@@ -110,98 +112,70 @@ const char *nvml_strerror(const struct nvml *nvml, nvmlReturn_t rc)
 
 /* ---- loading ------------------------------------------------------------- */
 
-/* Appends to a "tried: a; b" list, truncating quietly: the list is only
- * there to help a human, never parsed. */
-static void append_tried(char *tried, size_t triedlen, const char *what)
-{
-    size_t used = strlen(tried);
-    const char *separator = used ? "; " : "";
-    size_t room = triedlen - used - 1;
-    size_t separator_len = strlen(separator);
-    size_t what_len = strlen(what);
-    if (used + 1 >= triedlen || separator_len + what_len > room)
-        return;
-    memcpy(tried + used, separator, separator_len);
-    memcpy(tried + used + separator_len, what, what_len + 1);
-}
-
 static bool driver_root_is_set(const char *driver_root)
 {
     return driver_root != NULL && driver_root[0] != '\0' && strcmp(driver_root, "/") != 0;
 }
 
-/* Tries <root><dir>/libnvidia-ml.so.1 for every library dir, then the bare
- * soname. Returns the handle or NULL with the attempts in `tried` and the
- * last dlerror() in `last_error`. */
-static void *load_library(const char *driver_root, char *path, size_t pathlen, char *tried,
-                          size_t triedlen, char *last_error, size_t errorlen)
+/* Tries <root><dir>/libnvidia-ml.so.1 for every library dir (dl_open skips
+ * the absent ones, so dlerror() is about one that exists but fails), then
+ * the bare soname. -1 with what was tried and the last dlerror() in err. */
+static int load_library(const char *driver_root, struct dl_library *lib, char *err,
+                        size_t errlen)
 {
+    enum { DIRS = sizeof driver_library_dirs / sizeof driver_library_dirs[0] };
+    char paths[DIRS][4096];
+    const char *names[DIRS + 1];
+    size_t n = 0;
     if (driver_root_is_set(driver_root)) {
-        for (size_t i = 0; i < sizeof driver_library_dirs / sizeof driver_library_dirs[0]; i++) {
-            int n = snprintf(path, pathlen, "%s%s/%s", driver_root, driver_library_dirs[i],
-                             NVML_LIBRARY_SONAME);
-            if (n < 0 || (size_t)n >= pathlen)
-                continue;
-            /* Skipping absent files keeps dlerror() about the one that
-             * exists but fails (wrong architecture, missing dependency). */
-            if (access(path, F_OK) != 0)
-                continue;
-            append_tried(tried, triedlen, path);
-            void *library = dlopen(path, RTLD_LAZY | RTLD_GLOBAL);
-            if (library != NULL)
-                return library;
-            const char *why = dlerror();
-            snprintf(last_error, errorlen, "%s", why ? why : "unknown error");
+        for (size_t i = 0; i < DIRS; i++) {
+            int len = snprintf(paths[n], sizeof paths[n], "%s%s/%s", driver_root,
+                               driver_library_dirs[i], NVML_LIBRARY_SONAME);
+            if (len >= 0 && (size_t)len < sizeof paths[n]) {
+                names[n] = paths[n];
+                n++;
+            }
         }
-        char note[4200];
-        snprintf(note, sizeof note, "%s/{usr/lib64,usr/lib/*-linux-gnu,lib64,lib/*-linux-gnu}",
+    }
+    names[n++] = NVML_LIBRARY_SONAME;
+    char why[GP_ERR_LEN];
+    if (dl_open(lib, names, n, RTLD_LAZY | RTLD_GLOBAL, why, sizeof why) == 0)
+        return 0;
+    /* "tried:" in people's words: the bare soname is the loader's search,
+     * and a driver root without the library names the dirs searched. */
+    char tried[2048 + 256];
+    size_t soname_at = strlen(lib->tried) >= strlen(NVML_LIBRARY_SONAME)
+                           ? strlen(lib->tried) - strlen(NVML_LIBRARY_SONAME) : 0;
+    snprintf(tried, sizeof tried, "%.*s", (int)soname_at, lib->tried);
+    if (driver_root_is_set(driver_root) && tried[0] == '\0')
+        snprintf(tried, sizeof tried, "%s/{usr/lib64,usr/lib/*-linux-gnu,lib64,lib/*-linux-gnu}; ",
                  driver_root);
-        if (tried[0] == '\0')
-            append_tried(tried, triedlen, note);
-    }
-    snprintf(path, pathlen, "%s", NVML_LIBRARY_SONAME);
-    append_tried(tried, triedlen, "default loader path");
-    void *library = dlopen(path, RTLD_LAZY | RTLD_GLOBAL);
-    if (library == NULL) {
-        const char *why = dlerror();
-        snprintf(last_error, errorlen, "%s", why ? why : "unknown error");
-    }
-    return library;
+    return gp_errf(err, errlen,
+                   "could not load NVML library %s (tried: %sdefault loader path; dlerror: %s): "
+                   "is the NVIDIA driver installed, is --driver-root / NVIDIA_DRIVER_ROOT right, "
+                   "and is the container runtime configured to expose the driver?",
+                   NVML_LIBRARY_SONAME, tried, lib->error);
 }
 
-/* Binds the first symbol of `candidates` (newest first) that the library
- * exports. */
-static void *bind_symbol(void *library, const char *const *candidates, const char **bound)
+static int bind_symbols(struct nvml *nvml, struct dl_library *lib, char *err, size_t errlen)
 {
-    for (size_t i = 0; candidates[i] != NULL; i++) {
-        void *fn = dlsym(library, candidates[i]);
-        if (fn != NULL) {
-            *bound = candidates[i];
-            return fn;
-        }
-    }
-    *bound = NULL;
-    return NULL;
-}
-
-static int bind_symbols(struct nvml *nvml, char *err, size_t errlen)
-{
-#define NVML_BIND(required, ret, name, params, ...)                                         \
-    do {                                                                                    \
-        static const char *const candidates[] = {__VA_ARGS__, NULL};                        \
-        void *fn = bind_symbol(nvml->library, candidates, &nvml->symbols.name);             \
-        /* POSIX guarantees that object and function pointers convert. */                   \
-        memcpy(&nvml->name, &fn, sizeof fn);                                                \
-        if (fn == NULL && (required)) {                                                     \
-            snprintf(err, errlen,                                                           \
-                     "NVML library %s has no %s: the NVIDIA driver is too old or the "      \
-                     "library is not NVML",                                                 \
-                     nvml->library_path, candidates[0]);                                    \
-            return -1;                                                                      \
-        }                                                                                   \
-    } while (0);
-    NVML_FUNCTIONS(NVML_BIND)
-#undef NVML_BIND
+#define NVML_NAMES(required, ret, name, params, ...)                                       \
+    static const char *const name##_names[] = {__VA_ARGS__, NULL};
+    NVML_FUNCTIONS(NVML_NAMES)
+#undef NVML_NAMES
+    const struct dl_symbol table[] = {
+#define NVML_SYMBOL(required, ret, name, params, ...)                                      \
+    {name##_names, &nvml->name, &nvml->symbols.name, required},
+        NVML_FUNCTIONS(NVML_SYMBOL)
+#undef NVML_SYMBOL
+    };
+    const char *missing = NULL;
+    char why[GP_ERR_LEN];
+    if (dl_bind(lib, table, sizeof table / sizeof table[0], &missing, why, sizeof why) != 0)
+        return gp_errf(err, errlen,
+                       "NVML library %s has no %s: the NVIDIA driver is too old or the "
+                       "library is not NVML",
+                       nvml->library_path, missing);
     return 0;
 }
 
@@ -213,20 +187,14 @@ int nvml_open(const char *driver_root, struct nvml **out, char *err, size_t errl
         snprintf(err, errlen, "out of memory loading NVML");
         return -1;
     }
-    char tried[2048] = "";
-    char last_error[1024] = "";
-    nvml->library = load_library(driver_root, nvml->library_path, sizeof nvml->library_path,
-                                 tried, sizeof tried, last_error, sizeof last_error);
-    if (nvml->library == NULL) {
-        snprintf(err, errlen,
-                 "could not load NVML library %s (tried: %s; dlerror: %s): is the NVIDIA driver "
-                 "installed, is --driver-root / NVIDIA_DRIVER_ROOT right, and is the container "
-                 "runtime configured to expose the driver?",
-                 NVML_LIBRARY_SONAME, tried, last_error);
+    struct dl_library lib;
+    if (load_library(driver_root, &lib, err, errlen) != 0) {
         free(nvml);
         return -1;
     }
-    if (bind_symbols(nvml, err, errlen) != 0) {
+    nvml->library = lib.handle;
+    snprintf(nvml->library_path, sizeof nvml->library_path, "%s", lib.path);
+    if (bind_symbols(nvml, &lib, err, errlen) != 0) {
         dlclose(nvml->library);
         free(nvml);
         return -1;
