@@ -375,6 +375,15 @@ static void test_pod_parse(void **state)
     assert_non_null(p.bad);
     gpumem_pod_clear(&p);
     json_decref(obj);
+    /* "1k" is a quantity like any other (the view refused it before poolapi). */
+    obj = json_loads("{\"metadata\":{\"name\":\"k\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+                     "\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":\"1k\"}}}]}}", 0, &jerr);
+    assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), 0);
+    assert_null(p.bad);
+    assert_int_equal(p.n_containers, 1);
+    assert_int_equal(p.containers[0].units, 1000);
+    gpumem_pod_clear(&p);
+    json_decref(obj);
     obj = json_loads("[1]", 0, &jerr);
     assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), -1);
     json_decref(obj);
