@@ -323,7 +323,7 @@ static int read_node(struct reader *r, const char *node, FILE *errout, bool quie
     if (added != 0)
         goto oom;
     char cm_name[300];
-    snprintf(cm_name, sizeof cm_name, POOL_UNHEALTHY_CM_PREFIX "%s", node);
+    snprintf(cm_name, sizeof cm_name, POOL_CM_UNHEALTHY_PREFIX "%s", node);
     cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name",
                             cm_name);
     pods_path = selector_path("/api/v1/pods", "spec.nodeName", node);

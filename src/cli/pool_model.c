@@ -1,7 +1,10 @@
 /* pool_model.c -- builds the pool view from API objects (see pool_model.h). */
 #include "pool_model.h"
 
-#include "quantity.h"
+#include "poolapi_demand.h"
+#include "poolapi_gpus.h"
+#include "poolapi_index.h"
+#include "poolapi_quantity.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +25,12 @@ static int64_t jquantity(const json_t *obj, const char *key)
     int64_t out = 0;
     if (json_is_integer(v))
         return json_integer_value(v) > 0 ? json_integer_value(v) : 0;
-    if (json_is_string(v) && quantity_parse(json_string_value(v), &out) == 0)
-        return out;
-    return 0;
+    uint64_t u;
+    /* The contract's parser (err not wanted: malformed reads as none). */
+    if (json_is_string(v) && poolapi_quantity_parse(json_string_value(v), 1, &u, NULL, 0) == 0 &&
+        u <= INT64_MAX)
+        out = (int64_t)u;
+    return out;
 }
 
 static void warn_once(struct pool *pool, const char *what, const char *name)
@@ -119,50 +125,35 @@ static const char *node_address(struct pool *pool, const json_t *status)
     return "unknown";
 }
 
-/* gpupool.io/gpus: [{"index":0,"memory":16,"model":"...","healthy":true},...].
+/* gpupool.io/gpus through the contract's reader (poolapi_gpus.h).
  * Returns the GPU count (0: malformed, use the fallback; -1: out of memory). */
 static int node_gpus_from_annotation(struct pool *pool, struct pool_node *n,
                                      const char *text)
 {
-    /* The extender's rules (docs/extender.md): indices 0..n-1 each once,
-     * memory a non-negative integer, healthy a boolean when present; any
-     * defect discards the whole annotation. */
-    json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
-    size_t i, count = json_array_size(doc);
-    json_t *g;
-    char seen[POOL_MAX_GPUS] = {0};
-    if (count == 0 || count > POOL_MAX_GPUS)
-        goto malformed;
-    json_array_foreach(doc, i, g) {
-        const json_t *index = json_object_get(g, "index"), *memory = json_object_get(g, "memory");
-        const json_t *healthy = json_object_get(g, "healthy");
-        if (!json_is_integer(index) || json_integer_value(index) < 0 ||
-            json_integer_value(index) >= (json_int_t)count || seen[json_integer_value(index)]++ ||
-            !json_is_integer(memory) || json_integer_value(memory) < 0 ||
-            (healthy && !json_is_boolean(healthy)))
-            goto malformed;
+    struct poolapi_gpu *gpus;
+    size_t count;
+    char why[96];
+    if (poolapi_gpus_parse(text, POOL_MODEL_MAX_GPUS, &gpus, &count, why, sizeof why) != 0) {
+        if (strcmp(why, "out of memory") == 0)
+            return -1;
+        warn_once(pool, "ignoring a malformed " POOL_ANN_NODE_GPUS " annotation on node", n->name);
+        return 0;
     }
     int ngpus = (int)count;
-    n->gpus = arena_calloc(&pool->arena, (size_t)ngpus, sizeof *n->gpus);
-    if (!n->gpus) {
-        json_decref(doc);
+    n->gpus = arena_calloc(&pool->arena, count, sizeof *n->gpus);
+    for (size_t i = 0; n->gpus && i < count; i++) {
+        struct pool_gpu *gpu = &n->gpus[i];
+        gpu->total = (int64_t)gpus[i].memory; /* a JSON integer: <= INT64_MAX */
+        gpu->model = gpus[i].has_model ? arena_strdup(&pool->arena, gpus[i].model) : NULL;
+        gpu->unhealthy = !gpus[i].healthy;
+        if (gpus[i].has_model && !gpu->model)
+            n->gpus = NULL;
+    }
+    free(gpus);
+    if (!n->gpus)
         return -1;
-    }
-    json_array_foreach(doc, i, g) {
-        struct pool_gpu *gpu = &n->gpus[json_integer_value(json_object_get(g, "index"))];
-        json_int_t memory = json_integer_value(json_object_get(g, "memory"));
-        const char *model = jstr(g, "model");
-        gpu->total = memory > 0 ? memory : 0;
-        gpu->model = model ? arena_strdup(&pool->arena, model) : NULL;
-        gpu->unhealthy = json_is_false(json_object_get(g, "healthy"));
-    }
-    json_decref(doc);
     n->gpus_annotated = true;
     return ngpus;
-malformed:
-    warn_once(pool, "ignoring a malformed " POOL_ANN_NODE_GPUS " annotation on node", n->name);
-    json_decref(doc);
-    return 0;
 }
 
 static int node_gpus(struct pool *pool, struct pool_node *n, const json_t *annotations)
@@ -176,7 +167,7 @@ static int node_gpus(struct pool *pool, struct pool_node *n, const json_t *annot
         }
     }
     /* gpushare's rule: gpu-count GPUs of equal size, total / count each. */
-    int64_t count = n->gpu_count < POOL_MAX_GPUS ? n->gpu_count : POOL_MAX_GPUS;
+    int64_t count = n->gpu_count < POOL_MODEL_MAX_GPUS ? n->gpu_count : POOL_MODEL_MAX_GPUS;
     if (count <= 0)
         return 0;
     n->gpus = arena_calloc(&pool->arena, (size_t)count, sizeof *n->gpus);
@@ -194,7 +185,7 @@ static int node_resources(struct pool *pool, struct pool_node *n, const json_t *
     const json_t *v;
     size_t count = 0;
     json_object_foreach((json_t *)allocatable, key, v) {
-        if (has_prefix(key, POOL_NVIDIA_PREFIX) && jquantity(allocatable, key) > 0)
+        if (has_prefix(key, POOL_RES_NVIDIA_PREFIX) && jquantity(allocatable, key) > 0)
             count++;
     }
     if (!count)
@@ -204,7 +195,7 @@ static int node_resources(struct pool *pool, struct pool_node *n, const json_t *
         return -1;
     json_object_foreach((json_t *)allocatable, key, v) {
         int64_t amount = jquantity(allocatable, key);
-        if (!has_prefix(key, POOL_NVIDIA_PREFIX) || amount <= 0)
+        if (!has_prefix(key, POOL_RES_NVIDIA_PREFIX) || amount <= 0)
             continue;
         struct pool_resource *r = &n->resources[n->nresources++];
         r->name = arena_strdup(&pool->arena, key);
@@ -276,9 +267,9 @@ int pool_add_configmap(struct pool *pool, const json_t *configmap)
 {
     const json_t *meta = json_object_get(configmap, "metadata");
     const char *name = jstr(meta, "name"), *ns = jstr(meta, "namespace");
-    if (!name || !has_prefix(name, POOL_UNHEALTHY_CM_PREFIX) || (ns && strcmp(ns, "kube-system")))
+    if (!name || !has_prefix(name, POOL_CM_UNHEALTHY_PREFIX) || (ns && strcmp(ns, "kube-system")))
         return 0;
-    struct pool_node *n = pool_find(pool, name + strlen(POOL_UNHEALTHY_CM_PREFIX));
+    struct pool_node *n = pool_find(pool, name + strlen(POOL_CM_UNHEALTHY_PREFIX));
     const char *gpus = jstr(json_object_get(configmap, "data"), "gpus");
     if (!n || !gpus)
         return 0;
@@ -286,7 +277,7 @@ int pool_add_configmap(struct pool *pool, const json_t *configmap)
     for (const char *p = gpus; *p;) {
         char *end;
         long index = strtol(p, &end, 10);
-        if (end != p && (*end == ',' || *end == '\0') && index >= 0 && index < POOL_MAX_GPUS) {
+        if (end != p && (*end == ',' || *end == '\0') && index >= 0 && index < POOL_MODEL_MAX_GPUS) {
             int *list = realloc(n->unhealthy_cm, (n->nunhealthy_cm + 1) * sizeof *list);
             if (!list)
                 return -1;
@@ -307,12 +298,12 @@ int pool_add_configmap(struct pool *pool, const json_t *configmap)
 
 #define POD_RESOURCES_MAX 16
 
-/* The nvidia.com/... requests of one pod: per resource, the sum over its
- * containers and the largest single init container. */
+/* The nvidia.com/... requests of one pod: per resource, the walk of the
+ * contract's effective-request rule (poolapi_demand.h). */
 struct pod_requests {
     struct {
         const char *name;
-        int64_t sum, init_max;
+        struct poolapi_demand demand;
     } r[POD_RESOURCES_MAX];
     size_t n;
 };
@@ -324,11 +315,12 @@ static void container_requests(const json_t *container, bool init, struct pod_re
     const json_t *resources = json_object_get(container, "resources");
     const json_t *lists[2] = {json_object_get(resources, "limits"),
                               json_object_get(resources, "requests")};
+    bool sidecar = init && poolapi_container_is_sidecar(container);
     for (int l = 0; l < 2; l++) {
         const char *key;
         const json_t *v;
         json_object_foreach((json_t *)lists[l], key, v) {
-            if (!has_prefix(key, POOL_NVIDIA_PREFIX))
+            if (!has_prefix(key, POOL_RES_NVIDIA_PREFIX))
                 continue;
             if (l == 1 && json_object_get(lists[0], key))
                 continue; /* the limit already counted */
@@ -342,26 +334,21 @@ static void container_requests(const json_t *container, bool init, struct pod_re
                 req->r[req->n++].name = key;
             }
             if (init)
-                req->r[i].init_max = amount > req->r[i].init_max ? amount : req->r[i].init_max;
+                poolapi_demand_add_init(&req->r[i].demand, (uint64_t)amount, sidecar);
             else
-                req->r[i].sum += amount;
+                poolapi_demand_add_app(&req->r[i].demand, (uint64_t)amount);
         }
     }
 }
 
+/* The pod's aliyun.com/gpu-mem by the contract's rule; 0 when the spec
+ * does not read (the extender refuses such a pod; inspect shows none). */
 static int64_t pod_gpu_mem(const json_t *spec)
 {
-    int64_t total = 0;
-    size_t i;
-    const json_t *c;
-    json_array_foreach(json_object_get(spec, "containers"), i, c) {
-        int64_t v = jquantity(json_object_get(json_object_get(c, "resources"), "limits"),
-                              POOL_RES_GPU_MEM);
-        if (v > INT64_MAX - total)
-            return INT64_MAX;
-        total += v;
-    }
-    return total;
+    uint64_t total;
+    if (poolapi_pod_demand(spec, POOL_RES_GPU_MEM, 1, &total, NULL, 0) != 0)
+        return 0;
+    return total > INT64_MAX ? INT64_MAX : (int64_t)total;
 }
 
 static struct pool_resource *node_resource(struct pool *pool, struct pool_node *n,
@@ -457,27 +444,25 @@ static bool parts_from_allocation(struct pool *pool, const struct pool_node *n,
 
 /* ALIYUN_COM_GPU_MEM_IDX: "2", or "0,1" for a share split evenly over
  * several GPUs (the extender only writes amounts that divide evenly; a
- * remainder would go to the first GPUs). Any bad index makes it pending. */
+ * remainder would go to the first GPUs). The contract's grammar
+ * (poolapi_index.h); a list it refuses, or an index this node does not
+ * have, makes the share pending. */
 static int parts_from_index(struct pool *pool, const struct pool_node *n, struct pool_share *s,
                             const char *text)
 {
-    int idx[64], count = 0;
-    for (const char *p = text;; p++) {
-        char *end;
-        long gpu = strtol(p, &end, 10);
-        if (end == p || gpu < 0 || gpu >= n->ngpus || count == 64 || (*end && *end != ','))
-            return 0; /* unusable: the share is pending */
-        idx[count++] = (int)gpu;
-        if (!*end)
-            break;
-        p = end;
-    }
+    struct poolapi_index_list list;
+    if (poolapi_index_parse(text, &list, NULL, 0) != 0)
+        return 0; /* unusable: the share is pending */
+    int count = (int)list.count;
+    for (int i = 0; i < count; i++)
+        if (list.gpu[i] >= n->ngpus)
+            return 0;
     s->gpu = arena_calloc(&pool->arena, (size_t)count, sizeof *s->gpu);
     s->part = arena_calloc(&pool->arena, (size_t)count, sizeof *s->part);
     if (!s->gpu || !s->part)
         return -1;
     for (int i = 0; i < count; i++) {
-        s->gpu[i] = idx[i];
+        s->gpu[i] = list.gpu[i];
         s->part[i] = s->amount / count + (i < s->amount % count);
     }
     s->nparts = count;
@@ -544,11 +529,13 @@ static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *o
     json_array_foreach(json_object_get(spec, "initContainers"), i, c)
         container_requests(c, true, &req);
     size_t nrequests = 0;
+    int64_t counts[POD_RESOURCES_MAX];
     for (i = 0; i < req.n; i++) {
-        int64_t count = req.r[i].sum > req.r[i].init_max ? req.r[i].sum : req.r[i].init_max;
+        uint64_t total = poolapi_demand_total(&req.r[i].demand);
+        int64_t count = total > INT64_MAX ? INT64_MAX : (int64_t)total;
         if (count > 0) {
             req.r[nrequests].name = req.r[i].name;
-            req.r[nrequests++].sum = count; /* compacted in place: nrequests <= i */
+            counts[nrequests++] = count; /* compacted in place: nrequests <= i */
         }
     }
     if (mem <= 0 && nrequests == 0)
@@ -561,9 +548,9 @@ static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *o
         .name = arena_copy(arena, name ? name : "", &oom),
         .node = arena_copy(arena, node, &oom),
         .gpu_mem = mem > 0 ? mem : 0,
-        .allocation = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_ALLOCATION), &oom)
+        .allocation = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_GPUSHARE_ALLOCATION), &oom)
                               : NULL,
-        .index = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_GPU_IDX), &oom) : NULL,
+        .index = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_GPU_MEM_IDX), &oom) : NULL,
         .nrequests = nrequests,
         .requests = nrequests ? arena_calloc(arena, nrequests, sizeof *out->requests) : NULL,
     };
@@ -571,7 +558,7 @@ static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *o
         return -1;
     for (i = 0; i < nrequests; i++)
         out->requests[i] = (struct pool_pod_request){arena_copy(arena, req.r[i].name, &oom),
-                                                     req.r[i].sum};
+                                                     counts[i]};
     return oom ? -1 : 1;
 }
 
@@ -676,12 +663,13 @@ void pool_finish(struct pool *pool)
     }
 }
 
-bool pool_node_is_mib(const struct pool_node *node)
+enum pool_mem_unit pool_node_unit(const struct pool_node *node)
 {
+    int64_t largest = 0;
     for (int i = 0; i < node->ngpus; i++)
-        if (node->gpus[i].total > 100)
-            return true;
-    return false;
+        if (node->gpus[i].total > largest)
+            largest = node->gpus[i].total;
+    return poolapi_unit_guess(largest);
 }
 
 int64_t pool_percent(int64_t part, int64_t whole)

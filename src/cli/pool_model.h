@@ -13,14 +13,14 @@
  *    health) when present and valid, else aliyun.com/gpu-count GPUs of
  *    aliyun.com/gpu-mem / gpu-count each;
  *  - a GPU-memory share is a pod with spec.nodeName on a pool node, phase
- *    not Succeeded/Failed, and a sum of container limits aliyun.com/gpu-mem
- *    > 0; it is charged to the GPUs of its annotation
+ *    not Succeeded/Failed, and an effective aliyun.com/gpu-mem request > 0
+ *    (the contract's rule, poolapi_demand.h: app containers, init
+ *    containers and sidecars); it is charged to the GPUs of its annotation
  *    scheduler.framework.gpushare.allocation (gpushare 2.0) or
  *    ALIYUN_COM_GPU_MEM_IDX ("1", or "0,1" for a multi-GPU share, split
  *    evenly); without a usable index it is pending;
  *  - whole-GPU / replica / MIG use: per node and nvidia.com/... resource, the
- *    pods' effective requests (max of the containers' sum and any init
- *    container) against the node's allocatable;
+ *    pods' effective requests (the same rule) against the node's allocatable;
  *  - unhealthy GPUs: ConfigMap kube-system/unhealthy-gpu-<node> key "gpus"
  *    (comma-separated indices, gpushare's) and "healthy": false in
  *    gpupool.io/gpus.
@@ -31,6 +31,8 @@
 #define GP_CLI_POOL_H
 
 #include "arena.h"
+#include "poolapi_names.h"
+#include "poolapi_unit.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -39,18 +41,12 @@
 
 #define POOL_WUR __attribute__((warn_unused_result))
 
-/* Names shared with the extender and gpushare. */
-#define POOL_RES_GPU_MEM "aliyun.com/gpu-mem"
-#define POOL_RES_GPU_COUNT "aliyun.com/gpu-count"
-#define POOL_ANN_GPU_IDX "ALIYUN_COM_GPU_MEM_IDX"
-#define POOL_ANN_ALLOCATION "scheduler.framework.gpushare.allocation"
-#define POOL_ANN_NODE_GPUS "gpupool.io/gpus"
-#define POOL_NVIDIA_PREFIX "nvidia.com/"
-#define POOL_UNHEALTHY_CM_PREFIX "unhealthy-gpu-"
-
-/* The most GPUs one node may have; more in an annotation or a count is
- * treated as malformed (keeps a bad object from costing gigabytes). */
-#define POOL_MAX_GPUS 1024
+/* The names shared with the extender, the device plugin and gpushare are
+ * the contract's (poolapi_names.h). The most GPUs one node may have for
+ * the CLI; more in an annotation or a count is treated as malformed (keeps
+ * a bad object from costing gigabytes). It is larger than the scheduler's
+ * POOL_MAX_GPUS on purpose: inspect shows what is there. */
+#define POOL_MODEL_MAX_GPUS 1024
 
 struct pool_gpu {
     int64_t total;     /* memory, in the node's unit */
@@ -63,7 +59,7 @@ struct pool_gpu {
 /* A GPU-memory share: one pod, and how much of which GPUs it holds. */
 struct pool_share {
     const char *ns, *name;
-    int64_t amount;   /* the pod's aliyun.com/gpu-mem limits */
+    int64_t amount;   /* the pod's aliyun.com/gpu-mem (effective request) */
     int nparts;       /* 0: pending (no usable index) */
     int *gpu;         /* nparts GPU indices */
     int64_t *part;    /* nparts amounts, summing to amount */
@@ -134,7 +130,7 @@ struct pool_pod_request {
 
 struct pool_pod {
     const char *ns, *name, *node;
-    int64_t gpu_mem;                 /* sum of the containers' aliyun.com/gpu-mem limits */
+    int64_t gpu_mem;                 /* effective aliyun.com/gpu-mem request (poolapi_demand.h) */
     const char *allocation, *index;  /* the two gpushare annotations, NULL when absent */
     struct pool_pod_request *requests;
     size_t nrequests;
@@ -163,9 +159,9 @@ void pool_finish(struct pool *pool);
 
 struct pool_node *pool_find(const struct pool *pool, const char *name);
 
-/* Whether the node's numbers are MiB (its largest GPU > 100 units, the
- * heuristic of gpushare's CLI) or GiB. */
-bool pool_node_is_mib(const struct pool_node *node);
+/* The unit of the node's numbers: gpushare's CLI heuristic through the
+ * contract's unit type (poolapi_unit_guess: largest GPU > 100 units: MiB). */
+enum pool_mem_unit pool_node_unit(const struct pool_node *node);
 /* Share of `part` in `whole` in percent, truncated the way gpushare's Go
  * code does it: int64(float64(part)/float64(whole)*100); 0 when whole <= 0. */
 int64_t pool_percent(int64_t part, int64_t whole);

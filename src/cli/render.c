@@ -13,7 +13,7 @@
 
 static const char *node_unit(const struct pool_node *n)
 {
-    return pool_node_is_mib(n) ? "MiB" : "GiB";
+    return poolapi_unit_name(pool_node_unit(n));
 }
 
 /* Cluster-wide sums, in one unit. */
@@ -69,12 +69,12 @@ static void compute_totals(const struct pool *pool, struct totals *t)
         const struct pool_node *n = pool->nodes[i];
         if (n->mem_total <= 0 && n->ngpus == 0)
             continue;
-        any_mib |= pool_node_is_mib(n);
+        any_mib |= pool_node_unit(n) == POOL_UNIT_MIB;
     }
     t->mib = any_mib; /* all GiB: GiB; any MiB: everything in MiB */
     for (size_t i = 0; i < pool->nnodes; i++) {
         const struct pool_node *n = pool->nodes[i];
-        int64_t scale = (t->mib && !pool_node_is_mib(n)) ? 1024 : 1;
+        int64_t scale = (t->mib && pool_node_unit(n) != POOL_UNIT_MIB) ? 1024 : 1;
         t->nodes++;
         t->gpus += (size_t)n->ngpus;
         t->unhealthy += node_unhealthy(n);
@@ -109,7 +109,7 @@ static void resources_cell(struct tabwriter *tw, const struct pool_node *n)
 {
     for (size_t r = 0; r < n->nresources; r++)
         tabwriter_printf(tw, "%s%s %" PRId64 "/%" PRId64, r ? ", " : "",
-                         n->resources[r].name + strlen(POOL_NVIDIA_PREFIX),
+                         n->resources[r].name + strlen(POOL_RES_NVIDIA_PREFIX),
                          n->resources[r].requested, n->resources[r].allocatable);
     if (!n->nresources)
         tabwriter_printf(tw, "-");

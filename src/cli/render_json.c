@@ -69,7 +69,7 @@ static json_t *node_json(const struct pool_node *n, bool *failed)
     for (int g = 0; g < n->ngpus; g++)
         allocated += n->gpus[g].allocated;
     json_t *node = json_pack("{s:s, s:s, s:s, s:{s:I, s:I, s:I}}", "name", n->name, "address",
-                             n->address, "unit", pool_node_is_mib(n) ? "MiB" : "GiB", "memory",
+                             n->address, "unit", poolapi_unit_name(pool_node_unit(n)), "memory",
                              "allocated", (json_int_t)allocated, "total",
                              (json_int_t)n->mem_total, "pending", (json_int_t)n->pending);
     json_t *gpus = json_array(), *pending = json_array(), *resources = json_array();
@@ -99,7 +99,7 @@ static json_t *cluster_json(const struct pool *pool, bool mib, bool *failed)
     json_t *resources = json_array();
     for (size_t i = 0; i < pool->nnodes; i++) {
         const struct pool_node *n = pool->nodes[i];
-        json_int_t scale = mib && !pool_node_is_mib(n) ? 1024 : 1;
+        json_int_t scale = mib && pool_node_unit(n) != POOL_UNIT_MIB ? 1024 : 1;
         for (int g = 0; g < n->ngpus; g++) {
             allocated += n->gpus[g].allocated * scale;
             unhealthy += n->gpus[g].unhealthy;
@@ -154,7 +154,7 @@ int render_json(const struct pool *pool, FILE *out)
 {
     bool failed = false, mib = false;
     for (size_t i = 0; i < pool->nnodes; i++)
-        mib |= pool_node_is_mib(pool->nodes[i]);
+        mib |= pool_node_unit(pool->nodes[i]) == POOL_UNIT_MIB;
     if (fprintf(out, "{\n  \"kind\": \"GPUPool\",\n  \"unit\": \"%s\",\n", mib ? "MiB" : "GiB") < 0 ||
         dump_line("  \"cluster\": ", cluster_json(pool, mib, &failed), ",\n", out) != 0 ||
         fputs("  \"nodes\": [", out) == EOF)

@@ -43,7 +43,7 @@ static_assert(sizeof(enum device_id_strategy) == sizeof(int), "enum size");
 static_assert(sizeof(enum shared_alloc_policy) == sizeof(int), "enum size");
 static_assert(sizeof(enum device_discovery_strategy) == sizeof(int), "enum size");
 static_assert(sizeof(enum resource_mode) == sizeof(int), "enum size");
-static_assert(sizeof(enum memory_unit) == sizeof(int), "enum size");
+static_assert(sizeof(enum pool_mem_unit) == sizeof(int), "enum size");
 
 /* ------------------------------------------------------------------ */
 /* imex.channelIDs: NVIDIA only supports the empty list and [0].        */
@@ -131,8 +131,8 @@ static const struct option_value resource_mode_values[] = {
     {NULL, 0, NULL},
 };
 static const struct option_value memory_unit_values[] = {
-    {"GiB", MEMORY_UNIT_GIB, NULL},
-    {"MiB", MEMORY_UNIT_MIB, NULL},
+    {"GiB", POOL_UNIT_GIB, NULL},
+    {"MiB", POOL_UNIT_MIB, NULL},
     {NULL, 0, NULL},
 };
 /* nvidia-ctk's hook names; the spec writer (cdi.c) emits these hooks. */

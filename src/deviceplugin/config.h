@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "poolapi_unit.h"
 #include "compiler.h"
 
 #define CONFIG_NAME_LEN 64      /* resource names: "nvidia.com/" + 52 */
@@ -35,7 +36,6 @@ enum device_discovery_strategy { DEVICE_DISCOVERY_AUTO, DEVICE_DISCOVERY_NVML };
 /* --resource-mode: whole GPUs (NVIDIA's resources) or GPU-memory units
  * (gpushare's aliyun.com/gpu-mem, see gpumem.h). */
 enum resource_mode { RESOURCE_MODE_GPU, RESOURCE_MODE_GPU_MEM };
-enum memory_unit { MEMORY_UNIT_GIB, MEMORY_UNIT_MIB };
 
 /* --cdi-disable-hooks is a set of the hooks the CDI spec would carry
  * (cdi.c); `all` is every bit. */
@@ -117,7 +117,7 @@ struct gp_config {
 
     /* GPU-memory mode (gpumem.h, docs/gpumem.md) */
     enum resource_mode resource_mode; /* default RESOURCE_MODE_GPU */
-    enum memory_unit memory_unit;   /* default GiB */
+    enum pool_mem_unit memory_unit; /* default GiB (poolapi_unit.h) */
     char *kubeconfig;               /* "" = $KUBECONFIG handling of kube.h / in-cluster */
     char *node_name;                /* NODE_NAME; required in gpu-mem mode */
     char *pod_resources_socket;     /* the kubelet's PodResources socket */

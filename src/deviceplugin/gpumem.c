@@ -7,17 +7,18 @@
 #include <string.h>
 
 #include "allocate.h"
+#include "poolapi_index.h"
 
 #define GPUMEM_SOCKET_NAME "gpupool-aliyun-gpu-mem.sock"
 
-unsigned long long gpumem_units(const struct gpu_device *gpu, enum memory_unit unit)
+unsigned long long gpumem_units(const struct gpu_device *gpu, enum pool_mem_unit unit)
 {
-    return gpu->memory_bytes >> (unit == MEMORY_UNIT_MIB ? 20 : 30);
+    return poolapi_unit_from_bytes(gpu->memory_bytes, unit);
 }
 
-const char *gpumem_unit_name(enum memory_unit unit)
+const char *gpumem_unit_name(enum pool_mem_unit unit)
 {
-    return unit == MEMORY_UNIT_MIB ? "MiB" : "GiB";
+    return poolapi_unit_name(unit);
 }
 
 /* ---- the encoded size of a snapshot ------------------------------------ */
@@ -51,7 +52,7 @@ static size_t decimal_digits(unsigned long long v)
 /* Mirrors plugin_snapshot(): Device{id, health, topology{nodes[{ID}]}}
  * inside the repeated field 1 of ListAndWatchResponse. Checked against
  * protobuf-c's own count in the unit test. */
-size_t gpumem_snapshot_size(const struct gpu_inventory *inv, enum memory_unit unit)
+size_t gpumem_snapshot_size(const struct gpu_inventory *inv, enum pool_mem_unit unit)
 {
     size_t total = 0;
     for (size_t g = 0; g < inv->count; g++) {
@@ -100,7 +101,7 @@ static int refuse_whole_gpu_features(const struct gpu_inventory *inv, const stru
     return 0;
 }
 
-static int check_message_size(const struct gpu_inventory *inv, enum memory_unit unit,
+static int check_message_size(const struct gpu_inventory *inv, enum pool_mem_unit unit,
                               char *err, size_t errlen)
 {
     size_t size = gpumem_snapshot_size(inv, unit);
@@ -173,47 +174,25 @@ int gpumem_parse_idx(const char *idx, const struct gpu_inventory *inv,
         return -1;
     }
     snprintf(out->idx, sizeof out->idx, "%s", idx);
-    const char *p = idx;
-    for (;;) {
-        char *end;
-        errno = 0;
-        if (*p < '0' || *p > '9') {
-            snprintf(err, errlen, "annotation %s=\"%s\" is not a comma-separated list of GPU "
-                     "indices", GPUMEM_ANN_IDX, idx);
-            return -1;
-        }
-        unsigned long v = strtoul(p, &end, 10);
-        size_t pos = inv->count;
-        for (size_t g = 0; g < inv->count && errno == 0; g++)
-            if (inv->gpus[g].index == v)
-                pos = g;
-        if (errno != 0 || pos == inv->count) {
-            snprintf(err, errlen, "annotation %s=\"%s\" names GPU %lu, which this node does "
-                     "not have (%zu GPUs)", GPUMEM_ANN_IDX, idx, v, inv->count);
-            return -1;
-        }
-        for (size_t i = 0; i < out->gpu_count; i++) {
-            if (out->gpus[i] == pos) {
-                snprintf(err, errlen, "annotation %s=\"%s\" names GPU %lu twice",
-                         GPUMEM_ANN_IDX, idx, v);
-                return -1;
-            }
-        }
-        if (out->gpu_count == GPUMEM_MAX_GPUS) {
-            snprintf(err, errlen, "annotation %s=\"%s\" names more than %d GPUs",
-                     GPUMEM_ANN_IDX, idx, GPUMEM_MAX_GPUS);
-            return -1;
-        }
-        out->gpus[out->gpu_count++] = pos;
-        if (*end == '\0')
-            return 0;
-        if (*end != ',') {
-            snprintf(err, errlen, "annotation %s=\"%s\" is not a comma-separated list of GPU "
-                     "indices", GPUMEM_ANN_IDX, idx);
-            return -1;
-        }
-        p = end + 1;
+    struct poolapi_index_list list;
+    char why[160];
+    if (poolapi_index_parse(idx, &list, why, sizeof why) != 0) {
+        snprintf(err, errlen, "annotation %s", why);
+        return -1;
     }
+    for (unsigned i = 0; i < list.count; i++) {
+        size_t pos = inv->count;
+        for (size_t g = 0; g < inv->count; g++)
+            if (inv->gpus[g].index == list.gpu[i])
+                pos = g;
+        if (pos == inv->count) {
+            snprintf(err, errlen, "annotation %s=\"%s\" names GPU %u, which this node does "
+                     "not have (%zu GPUs)", GPUMEM_ANN_IDX, idx, list.gpu[i], inv->count);
+            return -1;
+        }
+        out->gpus[out->gpu_count++] = pos; /* in annotation order */
+    }
+    return 0;
 }
 
 /* ---- the reply --------------------------------------------------------------------- */
@@ -277,10 +256,10 @@ int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
     snprintf(pod, sizeof pod, "%llu", as->pod_units);
     snprintf(container, sizeof container, "%zu", container_units);
     snprintf(dev, sizeof dev, "%llu", gpumem_units(&inv->gpus[as->gpus[0]], cfg->memory_unit));
-    if (append_env(a, out, envs, GPUMEM_ANN_IDX, as->idx) != 0 ||
-        append_env(a, out, envs, GPUMEM_ANN_POD, pod) != 0 ||
-        append_env(a, out, envs, "ALIYUN_COM_GPU_MEM_CONTAINER", container) != 0 ||
-        append_env(a, out, envs, GPUMEM_ANN_DEV, dev) != 0)
+    if (append_env(a, out, envs, POOL_ENV_GPU_MEM_IDX, as->idx) != 0 ||
+        append_env(a, out, envs, POOL_ENV_GPU_MEM_POD, pod) != 0 ||
+        append_env(a, out, envs, POOL_ENV_GPU_MEM_CONTAINER, container) != 0 ||
+        append_env(a, out, envs, POOL_ENV_GPU_MEM_DEV, dev) != 0)
         goto oom;
     return 0;
 oom:

@@ -22,32 +22,36 @@
 #include "gpu.h"
 #include "resource.h"
 #include "compiler.h"
+#include "poolapi_names.h"
+#include "poolapi_unit.h"
 
-#define GPUMEM_RESOURCE "aliyun.com/gpu-mem"
-#define GPUMEM_COUNT_RESOURCE "aliyun.com/gpu-count"
-#define GPUMEM_ID_SEPARATOR "-_-"
+/* The names are the pool contract's (poolapi_names.h); these aliases keep
+ * the device plugin's spelling until its files move. */
+#define GPUMEM_RESOURCE POOL_RES_GPU_MEM
+#define GPUMEM_COUNT_RESOURCE POOL_RES_GPU_COUNT
+#define GPUMEM_ID_SEPARATOR POOL_DEVICE_ID_SEPARATOR
 /* The kubelet's gRPC client keeps grpc-go's default receive limit: a larger
  * ListAndWatchResponse is dropped ("received message larger than max"). */
 #define GPUMEM_KUBELET_MAX_MESSAGE ((size_t)4 << 20)
-/* The extender schedules at most this many GPUs per node (placement.h). */
-#define GPUMEM_MAX_GPUS 16
+/* The extender schedules at most this many GPUs per node. */
+#define GPUMEM_MAX_GPUS POOL_MAX_GPUS
 
 /* gpushare's pod annotations (written by the extender at bind, ASSIGNED by us). */
-#define GPUMEM_ANN_IDX "ALIYUN_COM_GPU_MEM_IDX"
-#define GPUMEM_ANN_POD "ALIYUN_COM_GPU_MEM_POD"
-#define GPUMEM_ANN_DEV "ALIYUN_COM_GPU_MEM_DEV"
-#define GPUMEM_ANN_ASSIGNED "ALIYUN_COM_GPU_MEM_ASSIGNED"
-#define GPUMEM_ANN_ASSUME_TIME "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
-/* Ours, on the node: per-GPU memory, model and health (docs/extender.md). */
-#define GPUMEM_ANN_NODE_GPUS "gpupool.io/gpus"
+#define GPUMEM_ANN_IDX POOL_ANN_GPU_MEM_IDX
+#define GPUMEM_ANN_POD POOL_ANN_GPU_MEM_POD
+#define GPUMEM_ANN_DEV POOL_ANN_GPU_MEM_DEV
+#define GPUMEM_ANN_ASSIGNED POOL_ANN_GPU_MEM_ASSIGNED
+#define GPUMEM_ANN_ASSUME_TIME POOL_ANN_GPU_MEM_ASSUME_TIME
+/* Ours, on the node: per-GPU memory, model and health (poolapi_gpus.h). */
+#define GPUMEM_ANN_NODE_GPUS POOL_ANN_NODE_GPUS
 
 /* Units of GPU memory of one GPU (truncated, as gpushare). */
-unsigned long long gpumem_units(const struct gpu_device *gpu, enum memory_unit unit);
-const char *gpumem_unit_name(enum memory_unit unit);
+unsigned long long gpumem_units(const struct gpu_device *gpu, enum pool_mem_unit unit);
+const char *gpumem_unit_name(enum pool_mem_unit unit);
 
 /* The encoded size of the largest ListAndWatchResponse this inventory can
  * produce in `unit` (every device "Unhealthy", the longer health string). */
-size_t gpumem_snapshot_size(const struct gpu_inventory *inv, enum memory_unit unit);
+size_t gpumem_snapshot_size(const struct gpu_inventory *inv, enum pool_mem_unit unit);
 
 /* Builds the one resource aliyun.com/gpu-mem. Fails with a message naming
  * the remedy when the configuration asks for whole-GPU features (MIG
@@ -64,9 +68,10 @@ struct gpumem_assignment {
     unsigned long long pod_units;      /* ALIYUN_COM_GPU_MEM_POD */
 };
 
-/* Parses ALIYUN_COM_GPU_MEM_IDX ("1" or "0,1": GPU indices) against the
- * inventory. -1 + err when malformed, repeated, or naming a GPU this node
- * does not have (an extender working from a stale inventory). */
+/* Parses ALIYUN_COM_GPU_MEM_IDX ("1" or "0,1": GPU indices; the contract's
+ * grammar, poolapi_index.h) against the inventory. -1 + err when malformed,
+ * repeated, or naming a GPU this node does not have (an extender working
+ * from a stale inventory). */
 GP_MUST_USE int gpumem_parse_idx(const char *idx, const struct gpu_inventory *inv,
                                  struct gpumem_assignment *out, char *err, size_t errlen);
 

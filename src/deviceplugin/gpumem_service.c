@@ -23,6 +23,8 @@
 #include "podidentity.h"
 #include "podresources.h"
 #include "podview.h"
+#include "poolapi_demand.h"
+#include "poolapi_gpus.h"
 
 #define MAINTENANCE_MS (30 * 1000LL)      /* ledger pruning, lost ASSIGNED patches */
 #define REPUBLISH_MS (5 * 60 * 1000LL)    /* node status/annotation refresh */
@@ -156,16 +158,16 @@ static void copy_found(const struct gpumem_pod *p, bool repeat, struct found_pod
     f->assigned = p->assigned;
     f->repeat = repeat;
     f->calls = gpumem_pod_calls(p);
-    /* The pod's demand as the scheduler counts it: max(sum of app
-     * containers, largest init container). */
-    unsigned long long app = 0, init = 0;
+    /* The pod's demand as the scheduler counts it: the contract's rule
+     * (poolapi_demand.h), init containers in spec order. */
+    struct poolapi_demand d = {0};
     for (size_t c = 0; c < p->n_containers; c++) {
         if (p->containers[c].init)
-            init = p->containers[c].units > init ? p->containers[c].units : init;
+            poolapi_demand_add_init(&d, p->containers[c].units, p->containers[c].sidecar);
         else
-            app += p->containers[c].units;
+            poolapi_demand_add_app(&d, p->containers[c].units);
     }
-    f->demand = app > init ? app : init;
+    f->demand = poolapi_demand_total(&d);
 }
 
 /* ---- the allocator ------------------------------------------------------------ */
@@ -428,24 +430,23 @@ static bool gpu_healthy(struct gpumem_service *s, size_t g)
     return healthy;
 }
 
-/* gpupool.io/gpus, the format the extender reads (docs/extender.md). */
+/* gpupool.io/gpus, written by the contract's writer (poolapi_gpus.h). */
 static char *gpus_annotation(struct gpumem_service *s)
 {
-    json_t *arr = json_array();
-    if (arr == NULL)
+    struct poolapi_gpu *gpus = calloc(s->inv->count ? s->inv->count : 1, sizeof *gpus);
+    if (gpus == NULL)
         return NULL;
     pthread_mutex_lock(&s->node->lock);
     for (size_t g = 0; g < s->inv->count; g++) {
         const struct gpu_device *gpu = &s->inv->gpus[g];
-        char model[GPU_NAME_LEN];
-        model_name(gpu->name, model, sizeof model);
-        json_array_append_new(arr, json_pack("{s:I,s:I,s:s,s:b}", "index", (json_int_t)gpu->index,
-                                             "memory", (json_int_t)gpumem_units(gpu, s->cfg->memory_unit),
-                                             "model", model, "healthy", gpu_healthy(s, g)));
+        gpus[g].index = gpu->index;
+        gpus[g].memory = gpumem_units(gpu, s->cfg->memory_unit);
+        gpus[g].healthy = gpu_healthy(s, g);
+        model_name(gpu->name, gpus[g].model, sizeof gpus[g].model);
     }
     pthread_mutex_unlock(&s->node->lock);
-    char *text = json_array_size(arr) == s->inv->count ? json_dumps(arr, JSON_COMPACT) : NULL;
-    json_decref(arr);
+    char *text = poolapi_gpus_format(gpus, s->inv->count);
+    free(gpus);
     return text;
 }
 

@@ -28,6 +28,7 @@ struct gpumem_container {
     char *name;
     unsigned long long units;   /* its limit */
     bool init;
+    bool sidecar;               /* an init container with restartPolicy Always */
 };
 
 /* One pod of the watched view (pods with spec.nodeName = this node). */

@@ -10,6 +10,8 @@
 
 #include "clock.h"
 #include "gpumem.h"
+#include "poolapi_demand.h"
+#include "poolapi_quantity.h"
 #include "log.h"
 
 /* How long a deleted pod is remembered: the kubelet drops it from its pod
@@ -58,7 +60,8 @@ static char *dup_string(const json_t *v)
     return strdup(s ? s : "");
 }
 
-/* A limit is a whole number of units: a JSON integer or a decimal string. */
+/* ALIYUN_COM_GPU_MEM_POD, as the extender writes it: a decimal string (a
+ * JSON integer, written by hand, is taken too). */
 static int parse_units(const json_t *v, unsigned long long *out)
 {
     if (json_is_integer(v)) {
@@ -86,11 +89,13 @@ static int add_containers(struct gpumem_pod *pod, const json_t *list, bool init)
         if (limit == NULL)
             continue;
         const char *name = json_string_value(json_object_get(c, "name"));
-        unsigned long long units;
-        if (parse_units(limit, &units) != 0) {
-            char why[256];
-            snprintf(why, sizeof why, "the %s limit of container \"%.63s\" is not a whole "
-                     "number of units", GPUMEM_RESOURCE, name ? name : "");
+        uint64_t units;
+        char what[128], why[256];
+        /* The contract's quantity ("4", "1k", "2e3"); a fraction is refused. */
+        snprintf(what, sizeof what, "the %s limit of container \"%.63s\"", GPUMEM_RESOURCE,
+                 name ? name : "");
+        if (poolapi_quantity_whole(limit, what, &units, why, sizeof why) != 0) {
+            snprintf(why + strlen(why), sizeof why - strlen(why), ": not a whole number of units");
             free(pod->bad);
             pod->bad = strdup(why);
             continue;
@@ -106,6 +111,7 @@ static int add_containers(struct gpumem_pod *pod, const json_t *list, bool init)
         gc->name = strdup(name ? name : "");
         gc->units = units;
         gc->init = init;
+        gc->sidecar = init && poolapi_container_is_sidecar(c);
         if (gc->name == NULL)
             return -1;
         pod->n_containers++;

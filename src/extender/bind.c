@@ -11,21 +11,21 @@
 json_t *bind_annotations(const struct cache_assumption *as, long long assume_time_ns)
 {
     char idx[64], pod[32], dev[32], when[32];
-    objects_format_index_list(as->gpu_mask, idx, sizeof(idx));
+    poolapi_index_format(as->gpu_mask, idx, sizeof(idx));
     snprintf(pod, sizeof(pod), "%llu", (unsigned long long)as->pod_memory);
     snprintf(dev, sizeof(dev), "%llu", (unsigned long long)as->device_memory);
     snprintf(when, sizeof(when), "%lld", assume_time_ns);
     return json_pack("{s:{s:{s:s, s:s, s:s, s:s, s:s}}}", "metadata", "annotations",
-                     ANN_GPU_MEM_IDX, idx, ANN_GPU_MEM_POD, pod, ANN_GPU_MEM_DEV, dev,
-                     ANN_GPU_MEM_ASSIGNED, "false", ANN_GPU_MEM_ASSUME_TIME, when);
+                     POOL_ANN_GPU_MEM_IDX, idx, POOL_ANN_GPU_MEM_POD, pod, POOL_ANN_GPU_MEM_DEV, dev,
+                     POOL_ANN_GPU_MEM_ASSIGNED, "false", POOL_ANN_GPU_MEM_ASSUME_TIME, when);
 }
 
 /* Removing the annotations again: null deletes a key in a merge patch. */
 static json_t *annotations_removal(void)
 {
     return json_pack("{s:{s:{s:n, s:n, s:n, s:n, s:n}}}", "metadata", "annotations",
-                     ANN_GPU_MEM_IDX, ANN_GPU_MEM_POD, ANN_GPU_MEM_DEV, ANN_GPU_MEM_ASSIGNED,
-                     ANN_GPU_MEM_ASSUME_TIME);
+                     POOL_ANN_GPU_MEM_IDX, POOL_ANN_GPU_MEM_POD, POOL_ANN_GPU_MEM_DEV, POOL_ANN_GPU_MEM_ASSIGNED,
+                     POOL_ANN_GPU_MEM_ASSUME_TIME);
 }
 
 /* GETs the pod the cache does not know; *pod_json is the caller's. */
@@ -43,7 +43,7 @@ static int fetch_pod(const struct bind_api *api, const struct binding_args *args
         return -1;
     }
     char why[256];
-    if (objects_pod_facts(*pod_json, facts, why, sizeof(why)) < 0) {
+    if (poolapi_pod_facts(*pod_json, facts, why, sizeof(why)) < 0) {
         snprintf(err, errlen, "pod %s/%s: %s", args->pod_namespace, args->pod_name, why);
         return -1;
     }
@@ -139,7 +139,7 @@ enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api
     if (result == BIND_OK) {
         char idx[64];
         log_v(2, "bound pod %s/%s to %s (GPUs %s, %llu each)", args->pod_namespace,
-              args->pod_name, args->node, as.gpu_mask ? objects_format_index_list(as.gpu_mask, idx, sizeof(idx)) : "none",
+              args->pod_name, args->node, as.gpu_mask ? poolapi_index_format(as.gpu_mask, idx, sizeof(idx)) : "none",
               (unsigned long long)as.gpu_units);
     }
 out:

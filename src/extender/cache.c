@@ -153,7 +153,7 @@ static void node_set_unhealthy_locked(struct cache_node *node)
 int cache_node_upsert(struct cache *cache, const json_t *json, char *err, size_t errlen)
 {
     struct node_facts f;
-    if (objects_node_facts(json, &f, err, errlen) < 0)
+    if (poolapi_node_facts(json, &f, err, errlen) < 0)
         return -1;
     if (!f.name[0]) {
         snprintf(err, errlen, "node without metadata.name");
@@ -259,6 +259,23 @@ static void cm_set_locked(struct cache_node *node, bool has, uint32_t mask)
     pthread_mutex_unlock(&node->lock);
 }
 
+/* data.gpus: the contract's index list, except that people write this
+ * ConfigMap by hand, so blanks around the items are allowed ("0, 3"). */
+static int unhealthy_list_parse(const char *text, uint32_t *mask)
+{
+    char compact[128];
+    size_t n = 0;
+    for (const char *p = text; *p && n + 1 < sizeof(compact); p++)
+        if (*p != ' ')
+            compact[n++] = *p;
+    compact[n] = '\0';
+    struct poolapi_index_list list;
+    if (strlen(text) >= sizeof(compact) || poolapi_index_parse(compact, &list, NULL, 0) < 0)
+        return -1;
+    *mask = list.mask;
+    return 0;
+}
+
 int cache_configmap_upsert(struct cache *cache, const json_t *cm, char *err, size_t errlen)
 {
     const char *node_name = cm_node_name(cm);
@@ -269,7 +286,7 @@ int cache_configmap_upsert(struct cache *cache, const json_t *cm, char *err, siz
     json_t *data = json_object_get(cm, "data");
     const char *gpus = json_string_value(json_object_get(data, "gpus"));
     uint32_t mask = 0;
-    if (gpus && *gpus && objects_parse_index_list(gpus, &mask) < 0) {
+    if (gpus && *gpus && unhealthy_list_parse(gpus, &mask) < 0) {
         snprintf(err, errlen, "ConfigMap %s%s: data.gpus \"%.60s\" is not a list of GPU indices",
                  CACHE_UNHEALTHY_CM_PREFIX, node_name, gpus);
         return -1;
@@ -437,7 +454,7 @@ static void charge_of_facts(const struct pod_facts *f, struct charge *c)
 int cache_pod_upsert(struct cache *cache, const json_t *json, char *err, size_t errlen)
 {
     struct pod_facts f;
-    if (objects_pod_facts(json, &f, err, errlen) < 0)
+    if (poolapi_pod_facts(json, &f, err, errlen) < 0)
         return -1;
     if (!f.uid[0]) {
         snprintf(err, errlen, "pod %s/%s has no metadata.uid", f.ns, f.name);
@@ -572,7 +589,7 @@ int cache_query_init(struct cache *cache, const struct pod_facts *pod, bool obse
         if (q->req.models == 0)
             snprintf(q->pod_reason, sizeof(q->pod_reason),
                      "no node has a GPU model matching \"%.80s\" (%s)", pod->gpu_model,
-                     ANN_POD_GPU_MODEL);
+                     POOL_ANN_POD_GPU_MODEL);
     }
     if (observe && q->gpu && !q->pod_reason[0]) {
         bool first = true;
@@ -629,7 +646,7 @@ static void explain(const struct placement_node *pn, const struct placement_requ
     }
     if (req->models && (pn->model < 0 || !((req->models >> pn->model) & 1))) {
         snprintf(out, len, "the node's GPU model is not one the pod allows (%s)",
-                 ANN_POD_GPU_MODEL);
+                 POOL_ANN_POD_GPU_MODEL);
         return;
     }
     uint32_t gpus = pn->gpu_count < PLACEMENT_MAX_GPUS ? pn->gpu_count : PLACEMENT_MAX_GPUS;
@@ -677,7 +694,7 @@ void cache_evaluate(struct cache *cache, const struct cache_query *q, const char
             snprintf(reason, sizeof(reason), "%s", q->pod_reason);
         } else if (q->gpu && !node->gpu_node) {
             snprintf(reason, sizeof(reason),
-                     "The node %.100s is not for GPU share (no %s capacity)", names[i], RES_GPU_MEM);
+                     "The node %.100s is not for GPU share (no %s capacity)", names[i], POOL_RES_GPU_MEM);
         } else if (!(fits = placement_fits(&node->pn, &q->req))) {
             explain(&node->pn, &q->req, reason, sizeof(reason));
         } else if (scores) {
@@ -775,7 +792,7 @@ enum cache_assume_result cache_assume(struct cache *cache, const char *uid, cons
     if (chosen < 0) {
         char why[CACHE_REASON_LEN];
         if (q.gpu && !node->gpu_node)
-            snprintf(why, sizeof(why), "no %s capacity", RES_GPU_MEM);
+            snprintf(why, sizeof(why), "no %s capacity", POOL_RES_GPU_MEM);
         else
             explain(&node->pn, &q.req, why, sizeof(why));
         pthread_mutex_unlock(&node->lock);

@@ -62,7 +62,7 @@ void cache_pod_delete(struct cache *cache, const json_t *pod);
 
 /* ConfigMaps of kube-system; only gpushare's unhealthy-gpu-<node> are used
  * (data.gpus: "0,2"). */
-#define CACHE_UNHEALTHY_CM_PREFIX "unhealthy-gpu-"
+#define CACHE_UNHEALTHY_CM_PREFIX POOL_CM_UNHEALTHY_PREFIX
 void cache_configmaps_list_begin(struct cache *cache);
 void cache_configmaps_list_end(struct cache *cache);
 int cache_configmap_upsert(struct cache *cache, const json_t *cm, char *err, size_t errlen)

@@ -3,6 +3,7 @@
 #include "clock.h"
 #include "extender.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
@@ -69,9 +70,11 @@ static const struct option_value policy_values[] = {
     {.name = NULL},
 };
 
+/* The option engine stores an OPT_ENUM as an int. */
+static_assert(sizeof(enum pool_mem_unit) == sizeof(int), "enum size");
 static const struct option_value unit_values[] = {
-    {.name = "GiB", .value = 30},
-    {.name = "MiB", .value = 20},
+    {.name = "GiB", .value = POOL_UNIT_GIB},
+    {.name = "MiB", .value = POOL_UNIT_MIB},
     {.name = NULL},
 };
 
@@ -537,7 +540,7 @@ static void handle_inspect(struct extender *ext, const char *node, struct http_r
 static void handle_pool(struct extender *ext, struct http_response *resp)
 {
     size_t n = 0;
-    char *out = pool_json(ext->cache, ext->cfg->gpu_memory_unit == 20 ? "MiB" : "GiB", &n);
+    char *out = pool_json(ext->cache, poolapi_unit_name(ext->cfg->gpu_memory_unit), &n);
     reply(resp, 200, "application/json", out, n);
 }
 
@@ -630,7 +633,7 @@ static void metrics_handle(void *ctx, const char *method, const char *path, cons
     }
     char err[256];
     size_t n = 0;
-    char *text = extender_metrics_render(&ext->metrics, ext->cache, (uint64_t)1 << ext->cfg->gpu_memory_unit,
+    char *text = extender_metrics_render(&ext->metrics, ext->cache, poolapi_unit_bytes(ext->cfg->gpu_memory_unit),
                                 &n, err, sizeof(err));
     if (!text)
         log_warn("/metrics: %s", err);

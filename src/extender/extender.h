@@ -25,6 +25,7 @@
 #include <stddef.h>
 
 #include "http.h"
+#include "poolapi_unit.h"
 #include "compiler.h"
 
 #define EXTENDER_DEFAULT_PREFIX "/gpupool-scheduler"
@@ -42,7 +43,7 @@ struct extender_config {
     int list_page_size;
     int api_timeout_ms;
     int metrics_port;      /* 0: no metrics server */
-    int gpu_memory_unit;   /* log2 of the bytes in one unit of aliyun.com/gpu-mem: 30 GiB, 20 MiB */
+    enum pool_mem_unit gpu_memory_unit; /* the unit of aliyun.com/gpu-mem (poolapi_unit.h) */
 };
 
 enum extender_config_result { EXTENDER_CONFIG_OK = 0, EXTENDER_CONFIG_EXIT = 1, EXTENDER_CONFIG_ERROR = -1 };

@@ -354,7 +354,7 @@ int protocol_parse_args(const char *body, size_t len, struct extender_args *out,
     }
 read_pod:;
     char why[240];
-    if (objects_pod_facts(out->pod, &out->facts, why, sizeof(why)) < 0) {
+    if (poolapi_pod_facts(out->pod, &out->facts, why, sizeof(why)) < 0) {
         snprintf(err, errlen, "ExtenderArgs.Pod: %s", why);
         goto fail;
     }

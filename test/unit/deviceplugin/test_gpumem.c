@@ -24,7 +24,7 @@
 
 /* ---- units and the kubelet's message limit ---------------------------------------- */
 
-static void gpumem_config(struct gp_config *cfg, enum memory_unit unit)
+static void gpumem_config(struct gp_config *cfg, enum pool_mem_unit unit)
 {
     fixture_config(cfg);
     cfg->resource_mode = RESOURCE_MODE_GPU_MEM;
@@ -45,7 +45,7 @@ static void test_snapshot_size_is_exact(void **state)
             inv.gpus[g].memory_bytes = (unsigned long long)(g + 1) * 3 << 30;
             inv.gpus[g].numa_node = numa_case == 0 ? GPU_NUMA_UNKNOWN : numa_case == 1 ? 0 : 200;
         }
-        gpumem_config(&cfg, MEMORY_UNIT_GIB);
+        gpumem_config(&cfg, POOL_UNIT_GIB);
         assert_int_equal(plugin_node_init(&node, &cfg, &inv, err, sizeof err), 0);
         assert_int_equal(node.resources.resources[0].device_count, 3 + 6 + 9 + 12);
         assert_string_equal(node.resources.resources[0].name, "aliyun.com/gpu-mem");
@@ -54,7 +54,7 @@ static void test_snapshot_size_is_exact(void **state)
         struct rpc_buf buf;
         uint64_t gen;
         assert_int_equal(h.snapshot(h.ctx, &buf, &gen), 0);
-        assert_int_equal(buf.len, gpumem_snapshot_size(&inv, MEMORY_UNIT_GIB));
+        assert_int_equal(buf.len, gpumem_snapshot_size(&inv, POOL_UNIT_GIB));
         free(buf.data);
         plugin_node_free(&node);
         fixture_inventory_free(&inv);
@@ -71,7 +71,7 @@ static void test_unit_ids_and_mib_limit(void **state)
     fixture_inventory(&inv, 8, 0);
     for (size_t g = 0; g < inv.count; g++)
         inv.gpus[g].memory_bytes = 80ull << 30;
-    gpumem_config(&cfg, MEMORY_UNIT_GIB);
+    gpumem_config(&cfg, POOL_UNIT_GIB);
     assert_int_equal(gpumem_resource_build(&inv, &cfg, &set, err, sizeof err), 0);
     assert_int_equal(set.resources[0].device_count, 640);
     char want[160];
@@ -80,7 +80,7 @@ static void test_unit_ids_and_mib_limit(void **state)
     assert_int_equal(set.resources[0].devices[639].gpu, 7);
     resource_set_free(&set);
 
-    cfg.memory_unit = MEMORY_UNIT_MIB;
+    cfg.memory_unit = POOL_UNIT_MIB;
     assert_int_equal(gpumem_resource_build(&inv, &cfg, &set, err, sizeof err), -1);
     assert_non_null(strstr(err, "655360 MiB devices"));
     assert_non_null(strstr(err, "use --memory-unit=GiB"));
@@ -95,7 +95,7 @@ static void test_whole_gpu_features_refused(void **state)
     struct resource_set set;
     char err[512];
     fixture_inventory(&inv, 2, 0);
-    gpumem_config(&cfg, MEMORY_UNIT_GIB);
+    gpumem_config(&cfg, POOL_UNIT_GIB);
     inv.gpus[1].mig_enabled = true;
     assert_int_equal(gpumem_resource_build(&inv, &cfg, &set, err, sizeof err), -1);
     assert_non_null(strstr(err, "has MIG enabled"));
@@ -148,7 +148,7 @@ static void test_container_reply(void **state)
     V1beta1__ContainerAllocateResponse out;
     char err[256];
     fixture_inventory(&inv, 4, 0);
-    gpumem_config(&cfg, MEMORY_UNIT_GIB);
+    gpumem_config(&cfg, POOL_UNIT_GIB);
     assert_int_equal(gpumem_resource_build(&inv, &cfg, &set, err, sizeof err), 0);
     assert_int_equal(gpumem_parse_idx("1,3", &inv, &as, err, sizeof err), 0);
     as.pod_units = 8;
@@ -197,9 +197,9 @@ static unsigned w_progress(void *ctx, const char *uid)
     return 0;
 }
 
-static struct gpumem_container ctr_a[] = {{"main", 4, false}};
-static struct gpumem_container ctr_init_app[] = {{"init", 2, true}, {"main", 4, false}};
-static struct gpumem_container ctr_init_only[] = {{"init", 3, true}};
+static struct gpumem_container ctr_a[] = {{"main", 4, false, false}};
+static struct gpumem_container ctr_init_app[] = {{"init", 2, true, false}, {"main", 4, false, false}};
+static struct gpumem_container ctr_init_only[] = {{"init", 3, true, false}};
 
 static struct gpumem_pod *w_add(struct world *w, const char *name, struct gpumem_container *c,
                                 size_t nc)
@@ -309,7 +309,7 @@ static void test_identity_init_containers(void **state)
     struct identity_source src2 = {&w2, w_lookup, w_progress};
     w_add(&w2, "io", ctr_init_only, 1);
     w2.progress[0] = 1;
-    w_add(&w2, "eq", (struct gpumem_container[]){{"main", 3, false}}, 1);
+    w_add(&w2, "eq", (struct gpumem_container[]){{"main", 3, false, false}}, 1);
     struct pr_pod l2[] = {{.ns = "default", .name = "io", .n_containers = 0},
                           {.ns = "default", .name = "eq", .n_containers = 0}};
     struct pr_list list2 = {2, l2};
@@ -373,6 +373,15 @@ static void test_pod_parse(void **state)
     assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), 0);
     assert_true(p.terminal);
     assert_non_null(p.bad);
+    gpumem_pod_clear(&p);
+    json_decref(obj);
+    /* "1k" is a quantity like any other (the view refused it before poolapi). */
+    obj = json_loads("{\"metadata\":{\"name\":\"k\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+                     "\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":\"1k\"}}}]}}", 0, &jerr);
+    assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), 0);
+    assert_null(p.bad);
+    assert_int_equal(p.n_containers, 1);
+    assert_int_equal(p.containers[0].units, 1000);
     gpumem_pod_clear(&p);
     json_decref(obj);
     obj = json_loads("[1]", 0, &jerr);

@@ -59,7 +59,7 @@ static int filter(struct cache *c, int memory, const char *const *names, size_t 
     struct cache_query q;
     char err[256];
     memset(v, 0, sizeof *v);
-    assert_int_equal(objects_pod_facts(pod, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
     assert_int_equal(cache_query_init(c, &f, true, false, &q, err, sizeof err), 0);
     cache_evaluate(c, &q, names, n, collect, v, NULL);
     cache_query_free(&q);
@@ -198,7 +198,7 @@ static void test_assume_confirm_rollback(void **state)
     assert_int_equal(cache_assume(c, "u9", "n1", NULL, &h, &as, err, sizeof err), CACHE_NEED_POD);
     json_t *p9 = fx_pod("u9", "z", 8, NULL, NULL);
     struct pod_facts f;
-    assert_int_equal(objects_pod_facts(p9, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_pod_facts(p9, &f, err, sizeof err), 0);
     assert_int_equal(cache_assume(c, "u9", "n1", &f, &h, &as, err, sizeof err), CACHE_ASSUMED);
     json_decref(p9);
     cache_confirm(c, h);
@@ -265,7 +265,7 @@ static void *racer(void *arg)
         struct cache_pod *h;
         struct cache_assumption as;
         char err[256];
-        if (objects_pod_facts(pod, &f, err, sizeof err) == 0 &&
+        if (poolapi_pod_facts(pod, &f, err, sizeof err) == 0 &&
             cache_assume(r->c, uid, "n1", &f, &h, &as, err, sizeof err) == CACHE_ASSUMED) {
             r->assumed++;
             cache_confirm(r->c, h);
@@ -321,7 +321,7 @@ static void test_model_constraint(void **state)
         struct cache_query q;
         struct verdicts v = {0};
         char err[256];
-        assert_int_equal(objects_pod_facts(pod, &f, err, sizeof err), 0);
+        assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
         assert_int_equal(cache_query_init(c, &f, false, false, &q, err, sizeof err), 0);
         cache_evaluate(c, &q, names, 2, collect, &v, NULL);
         assert_int_equal(v.fits, cases[i].fits);

@@ -1,12 +1,22 @@
 /* Kubernetes quantities as Go's Quantity.Value() reads them: whole numbers,
- * rounded up. */
+ * rounded up (the contract's parser, poolapi_quantity.h, at scale 1 and
+ * bounded to int64 as kubectl-gpupool reads it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "quantity.h"
+#include "poolapi_quantity.h"
+
+static int quantity_parse(const char *text, int64_t *out)
+{
+    uint64_t v;
+    if (poolapi_quantity_parse(text, 1, &v, NULL, 0) != 0 || v > INT64_MAX)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
 
 static int64_t q(const char *text)
 {

@@ -1,4 +1,4 @@
-/* Unit tests: quantities, pod requests, node GPUs, index lists (objects.c). */
+/* Unit tests: quantities, pod requests, node GPUs, index lists (src/poolapi). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,13 +7,16 @@
 #include <string.h>
 
 #include "ext_fixtures.h"
+#include "poolapi_facts.h"
+#include "poolapi_index.h"
+#include "poolapi_quantity.h"
 #include "objects.h"
 
 static uint64_t q(const char *text, uint64_t scale)
 {
     uint64_t v = 12345;
     char err[128];
-    assert_int_equal(quantity_parse(text, scale, &v, err, sizeof err), 0);
+    assert_int_equal(poolapi_quantity_parse(text, scale, &v, err, sizeof err), 0);
     return v;
 }
 
@@ -21,7 +24,7 @@ static void q_bad(const char *text, const char *want)
 {
     uint64_t v;
     char err[128] = "";
-    assert_int_equal(quantity_parse(text, 1, &v, err, sizeof err), -1);
+    assert_int_equal(poolapi_quantity_parse(text, 1, &v, err, sizeof err), -1);
     if (!strstr(err, want))
         fail_msg("%s: \"%s\" lacks \"%s\"", text, err, want);
 }
@@ -73,7 +76,7 @@ static void test_pod_requests_sum_and_init_max(void **state)
         "\"status\":{\"phase\":\"Pending\"}}");
     struct pod_facts f;
     char err[256];
-    assert_int_equal(objects_pod_facts(pod, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
     assert_string_equal(f.name, "p");
     assert_string_equal(f.ns, "ns");
     assert_string_equal(f.uid, "u1");
@@ -95,7 +98,7 @@ static void test_pod_multi_gpu_and_request(void **state)
     struct pod_facts f;
     struct placement_request req;
     char err[256];
-    assert_int_equal(objects_pod_facts(pod, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
     assert_int_equal(f.gpu_count, 2);
     assert_string_equal(f.gpu_model, "V100|A100");
     assert_int_equal(objects_pod_request(&f, &req, err, sizeof err), 0);
@@ -117,7 +120,7 @@ static void test_pod_assignment_and_states(void **state)
     json_t *pod = fx_pod("u", "p", 6, "n1", "0,2");
     struct pod_facts f;
     char err[256];
-    assert_int_equal(objects_pod_facts(pod, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
     assert_string_equal(f.node_name, "n1");
     assert_true(f.assigned.present);
     assert_int_equal(f.assigned.gpu_mask, 0x5);
@@ -128,7 +131,7 @@ static void test_pod_assignment_and_states(void **state)
     json_object_set_new(json_object_get(pod, "metadata"), "deletionTimestamp", json_string("x"));
     json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "annotations"),
                         "ALIYUN_COM_GPU_MEM_IDX", json_string("99"));
-    assert_int_equal(objects_pod_facts(pod, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
     assert_true(f.terminated);
     assert_true(f.deleting);
     assert_false(f.assigned.present); /* index out of range: ignored */
@@ -152,13 +155,13 @@ static void test_pod_mistyped(void **state)
         json_t *pod = fx_json(bad[i]);
         struct pod_facts f;
         char err[256] = "";
-        assert_int_equal(objects_pod_facts(pod, &f, err, sizeof err), -1);
+        assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), -1);
         assert_true(strlen(err) > 0);
         json_decref(pod);
     }
     struct pod_facts f;
     char err[64];
-    assert_int_equal(objects_pod_facts(NULL, &f, err, sizeof err), -1);
+    assert_int_equal(poolapi_pod_facts(NULL, &f, err, sizeof err), -1);
 }
 
 static void test_node_uniform_and_annotation(void **state)
@@ -167,7 +170,7 @@ static void test_node_uniform_and_annotation(void **state)
     json_t *node = fx_node("n1", 32, 4);
     struct node_facts f;
     char err[256];
-    assert_int_equal(objects_node_facts(node, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), 0);
     assert_string_equal(f.name, "n1");
     assert_int_equal(f.cpu_milli, 8000);
     assert_int_equal(f.memory_bytes, 32ull << 30);
@@ -180,7 +183,7 @@ static void test_node_uniform_and_annotation(void **state)
     json_object_set_new(meta, "annotations", json_pack("{s:s}", "gpupool.io/gpus",
         "[{\"index\":1,\"memory\":24,\"model\":\"A10\",\"healthy\":false},"
         "{\"index\":0,\"memory\":8,\"model\":\"T4\"}]"));
-    assert_int_equal(objects_node_facts(node, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), 0);
     assert_true(f.from_annotation);
     assert_int_equal(f.gpu_count, 2);
     assert_int_equal(f.gpu_memory[0], 8);
@@ -192,7 +195,7 @@ static void test_node_uniform_and_annotation(void **state)
     json_object_set_new(meta, "annotations", json_pack("{s:s}", "gpupool.io/gpus",
         "[{\"index\":0,\"memory\":8},{\"index\":0,\"memory\":8}]"));
     json_object_set_new(meta, "labels", json_pack("{s:s}", "nvidia.com/gpu.product", "Tesla-V100"));
-    assert_int_equal(objects_node_facts(node, &f, err, sizeof err), 0);
+    assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), 0);
     assert_false(f.from_annotation);
     assert_int_equal(f.gpu_count, 4);
     assert_non_null(strstr(f.warning, "ignored"));
@@ -200,26 +203,32 @@ static void test_node_uniform_and_annotation(void **state)
     json_decref(node);
 
     node = fx_json("{\"metadata\":{\"name\":\"x\"},\"status\":{\"allocatable\":{\"cpu\":[]}}}");
-    assert_int_equal(objects_node_facts(node, &f, err, sizeof err), -1);
+    assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), -1);
     json_decref(node);
 }
 
 static void test_index_lists(void **state)
 {
     (void)state;
-    uint32_t m;
-    char buf[64];
-    assert_int_equal(objects_parse_index_list("1", &m), 0);
-    assert_int_equal(m, 0x2);
-    assert_int_equal(objects_parse_index_list("0, 3,15", &m), 0);
-    assert_int_equal(m, 0x8009);
-    assert_string_equal(objects_format_index_list(m, buf, sizeof buf), "0,3,15");
-    assert_int_equal(objects_parse_index_list("", &m), -1);
-    assert_int_equal(objects_parse_index_list("16", &m), -1);
-    assert_int_equal(objects_parse_index_list("1,1", &m), -1);
-    assert_int_equal(objects_parse_index_list("1,", &m), -1);
-    assert_int_equal(objects_parse_index_list("-1", &m), -1);
-    assert_int_equal(objects_parse_index_list("a", &m), -1);
+    struct poolapi_index_list l;
+    char buf[64], err[128];
+    assert_int_equal(poolapi_index_parse("1", &l, err, sizeof err), 0);
+    assert_int_equal(l.mask, 0x2);
+    assert_int_equal(poolapi_index_parse("15,0,3", &l, err, sizeof err), 0);
+    assert_int_equal(l.mask, 0x8009);
+    assert_int_equal(l.count, 3);
+    assert_int_equal(l.gpu[0], 15); /* the order written is kept */
+    assert_int_equal(l.gpu[2], 3);
+    assert_string_equal(poolapi_index_format(l.mask, buf, sizeof buf), "0,3,15");
+    /* The one grammar: blanks (the extender took "0, 3"), signs, repeats,
+     * empty items and indices >= 16 are refused. */
+    const char *bad[] = {"", "16", "1,1", "1,", ",1", "-1", "+1", "a", "0, 3", " 1", "1 ",
+                         "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (poolapi_index_parse(bad[i], &l, err, sizeof err) != -1)
+            fail_msg("accepted \"%s\"", bad[i]);
+    assert_int_equal(poolapi_index_parse(NULL, &l, err, sizeof err), -1);
+    assert_non_null(strstr(err, "ALIYUN_COM_GPU_MEM_IDX"));
 }
 
 int main(void)

@@ -1,0 +1,53 @@
+/* poolapi_names.h -- every name the gpupool programs exchange through the API server.
+ *
+ * Resources, annotations, labels and the container environment that the
+ * device plugin, the scheduler extender, kubectl-gpupool (and next the CUDA
+ * interception library and the DRA driver) must spell the same way. One
+ * prefix, POOL_. Header-only and dependency-free on purpose: a library
+ * loaded into users' containers includes it without jansson or gp_base.
+ * docs/poolapi.md says who writes and who reads each name. */
+#ifndef GP_POOLAPI_NAMES_H
+#define GP_POOLAPI_NAMES_H
+
+#include <stdint.h>
+
+/* ---- extended resources ---- */
+#define POOL_RES_GPU_MEM "aliyun.com/gpu-mem"     /* GPU memory in the node's unit (poolapi_unit.h) */
+#define POOL_RES_GPU_COUNT "aliyun.com/gpu-count" /* node: its GPUs; pod: GPUs to split gpu-mem over */
+#define POOL_RES_NVIDIA_GPU "nvidia.com/gpu"      /* whole GPUs (the NVIDIA-compatible mode) */
+#define POOL_RES_NVIDIA_PREFIX "nvidia.com/"      /* every whole-GPU / MIG / replica resource */
+
+/* ---- gpushare's pod annotations: written by the extender at bind
+ * (ASSIGNED "false"), ASSIGNED set "true" by the device plugin ---- */
+#define POOL_ANN_GPU_MEM_IDX "ALIYUN_COM_GPU_MEM_IDX"   /* GPU index list "1" or "0,1" */
+#define POOL_ANN_GPU_MEM_POD "ALIYUN_COM_GPU_MEM_POD"   /* the pod's gpu-mem, decimal */
+#define POOL_ANN_GPU_MEM_DEV "ALIYUN_COM_GPU_MEM_DEV"   /* memory of one assigned GPU */
+#define POOL_ANN_GPU_MEM_ASSIGNED "ALIYUN_COM_GPU_MEM_ASSIGNED"       /* "true"/"false" */
+#define POOL_ANN_GPU_MEM_ASSUME_TIME "ALIYUN_COM_GPU_MEM_ASSUME_TIME" /* ns since the epoch */
+/* gpushare 2.0's {"<container>": {"<gpu>": amount}}; read by the CLI only. */
+#define POOL_ANN_GPUSHARE_ALLOCATION "scheduler.framework.gpushare.allocation"
+
+/* ---- ours ---- */
+#define POOL_ANN_NODE_GPUS "gpupool.io/gpus"           /* node: poolapi_gpus.h */
+#define POOL_ANN_POD_GPU_MODEL "gpupool.io/gpu-model"  /* pod annotation or label: "V100|A100" */
+#define POOL_ANN_POD_GPU_COUNT "gpupool.io/gpu-count"  /* pod annotation: GPUs to split over */
+#define POOL_LABEL_NODE_GPU_PRODUCT "nvidia.com/gpu.product" /* GPU feature discovery's label */
+/* kube-system ConfigMap unhealthy-gpu-<node>, key "gpus": gpushare's list. */
+#define POOL_CM_UNHEALTHY_PREFIX "unhealthy-gpu-"
+
+/* ---- the environment Allocate gives a gpu-mem container (gpushare's) ---- */
+#define POOL_ENV_GPU_MEM_IDX "ALIYUN_COM_GPU_MEM_IDX"             /* the pod's index list */
+#define POOL_ENV_GPU_MEM_POD "ALIYUN_COM_GPU_MEM_POD"             /* the pod's units */
+#define POOL_ENV_GPU_MEM_CONTAINER "ALIYUN_COM_GPU_MEM_CONTAINER" /* this container's units */
+#define POOL_ENV_GPU_MEM_DEV "ALIYUN_COM_GPU_MEM_DEV"             /* units of its first GPU */
+
+/* gpushare's device IDs in gpu-mem mode: "<GPU-UUID>-_-<j>". */
+#define POOL_DEVICE_ID_SEPARATOR "-_-"
+
+/* The most GPUs one node schedules (index lists, gpupool.io/gpus, masks in
+ * a uint32_t); the extender's placement engine has the same limit. */
+#define POOL_MAX_GPUS 16
+/* A GPU model name, NUL included ("Tesla-V100-SXM2-16GB"). */
+#define POOL_MODEL_LEN 64
+
+#endif
