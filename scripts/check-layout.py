@@ -65,7 +65,8 @@ def main(argv):
     libs = {}  # name -> {"deps": set(names), "sources": [paths], "archive": path}
     by_id = {tid: t["name"] for tid, t in targets.items()}
     for t in targets.values():
-        if t["type"] != "STATIC_LIBRARY":
+        # Defined under src/: a test's PIC copy of a library is not a layer.
+        if t["type"] != "STATIC_LIBRARY" or not t["paths"]["source"].startswith("src"):
             continue
         srcs = [s["path"] for s in t.get("sources", [])
                 if s["path"].startswith("src/") and s["path"].endswith(".c")]
