@@ -1,5 +1,6 @@
-/* client.h -- internals shared by kube.c (request/response) and watch.c
- * (watch, reflector, cancellation). Not for consumers: use kube.h. */
+/* client.h -- internals shared by the API client's files: kube.c
+ * (request/response), list.c, cancel.c, watch.c and reflector.c. The files
+ * call down this list, never back up it. Not for consumers: use kube.h. */
 #ifndef GP_KUBE_CLIENT_H
 #define GP_KUBE_CLIENT_H
 
@@ -149,8 +150,30 @@ void kube_pb_list_free(struct kube_pb_list *pb);
  * answer would hold (new reference), NULL when the body is not one. */
 GP_MUST_USE json_t *kube_protobuf_status(const char *body, size_t len);
 
+/* ---- cancel.c ---- */
+
 /* Sleeps ms, waking early when cancel fires; true when it has fired.
  * A NULL cancel sleeps the whole time. */
 bool kube_cancel_sleep(struct kube_cancel *cancel, long ms);
+
+/* A watch's multi handle, woken by kube_cancel_fire() while attached. The
+ * registration is the watch's (on its stack); attach and detach bracket
+ * the transfer, from the watch's own thread. */
+struct cancel_reg {
+    const struct kube_curl *curl;
+    CURLM *multi;
+    struct cancel_reg *next;
+};
+void kube_cancel_attach(struct kube_cancel *cancel, struct cancel_reg *reg);
+void kube_cancel_detach(struct kube_cancel *cancel, struct cancel_reg *reg);
+
+/* ---- watch.c ---- */
+
+/* kube_watch(), also counting the events delivered (*events): the
+ * reflector tells a healthy watch that the server ended from a dead one. */
+GP_MUST_USE enum kube_result kube_watch_counted(struct kube_client *c, const char *path,
+                                                char *rv, kube_event_fn on_event, void *ctx,
+                                                struct kube_cancel *cancel,
+                                                struct kube_error *err, size_t *events);
 
 #endif

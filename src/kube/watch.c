@@ -1,14 +1,12 @@
-/* watch.c -- WATCH streams, the reflector and cancellation tokens.
+/* watch.c -- WATCH streams.
  *
  * A watch runs its own easy handle inside its own multi handle so that
  * curl_multi_poll() can be interrupted by curl_multi_wakeup() from
  * kube_cancel_fire() in another thread: cancellation is immediate instead of
  * waiting for the next byte or a progress tick. */
 #include "client.h"
-#include "clock.h"
 #include "wire.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,99 +14,6 @@
  * connection dead (the server ends a healthy watch at timeoutSeconds). */
 #define WATCH_DEAD_SLACK_S 30
 #define ERROR_BODY_MAX 65536
-
-/* ---- cancellation ----------------------------------------------------- */
-
-struct cancel_reg {
-    const struct kube_curl *curl;
-    CURLM *multi;
-    struct cancel_reg *next;
-};
-
-struct kube_cancel {
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC, for kube_cancel_sleep */
-    bool fired;
-    struct cancel_reg *watches; /* multi handles of the watches to wake */
-};
-
-struct kube_cancel *kube_cancel_new(void)
-{
-    struct kube_cancel *cancel = calloc(1, sizeof *cancel);
-    if (cancel == NULL)
-        return NULL;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_mutex_init(&cancel->lock, NULL);
-    pthread_cond_init(&cancel->cond, &attr);
-    pthread_condattr_destroy(&attr);
-    return cancel;
-}
-
-void kube_cancel_free(struct kube_cancel *cancel)
-{
-    if (cancel == NULL)
-        return;
-    pthread_mutex_destroy(&cancel->lock);
-    pthread_cond_destroy(&cancel->cond);
-    free(cancel);
-}
-
-void kube_cancel_fire(struct kube_cancel *cancel)
-{
-    pthread_mutex_lock(&cancel->lock);
-    cancel->fired = true;
-    for (struct cancel_reg *r = cancel->watches; r != NULL; r = r->next)
-        r->curl->multi_wakeup(r->multi);
-    pthread_cond_broadcast(&cancel->cond);
-    pthread_mutex_unlock(&cancel->lock);
-}
-
-bool kube_cancel_fired(struct kube_cancel *cancel)
-{
-    pthread_mutex_lock(&cancel->lock);
-    bool fired = cancel->fired;
-    pthread_mutex_unlock(&cancel->lock);
-    return fired;
-}
-
-bool kube_cancel_sleep(struct kube_cancel *cancel, long ms)
-{
-    struct timespec deadline = clock_deadline(CLOCK_MONOTONIC, ms);
-    if (cancel == NULL) {
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR)
-            ;
-        return false;
-    }
-    pthread_mutex_lock(&cancel->lock);
-    while (!cancel->fired &&
-           pthread_cond_timedwait(&cancel->cond, &cancel->lock, &deadline) != ETIMEDOUT)
-        ;
-    bool fired = cancel->fired;
-    pthread_mutex_unlock(&cancel->lock);
-    return fired;
-}
-
-static void cancel_attach(struct kube_cancel *cancel, struct cancel_reg *reg)
-{
-    pthread_mutex_lock(&cancel->lock);
-    reg->next = cancel->watches;
-    cancel->watches = reg;
-    pthread_mutex_unlock(&cancel->lock);
-}
-
-static void cancel_detach(struct kube_cancel *cancel, struct cancel_reg *reg)
-{
-    pthread_mutex_lock(&cancel->lock);
-    for (struct cancel_reg **p = &cancel->watches; *p != NULL; p = &(*p)->next) {
-        if (*p == reg) {
-            *p = reg->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&cancel->lock);
-}
 
 /* ---- one watch -------------------------------------------------------- */
 
@@ -295,7 +200,7 @@ static enum kube_result finish(struct watch *w, int code, const char *curl_messa
     return KUBE_OK;
 }
 
-static enum kube_result watch_run(struct kube_client *c, const char *path, char *rv,
+enum kube_result kube_watch_counted(struct kube_client *c, const char *path, char *rv,
                                   kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
                                   struct kube_error *err, size_t *events)
 {
@@ -330,10 +235,10 @@ static enum kube_result watch_run(struct kube_client *c, const char *path, char 
     curl->multi_add_handle(multi, w.h);
     struct cancel_reg reg = {.curl = curl, .multi = multi};
     if (cancel != NULL)
-        cancel_attach(cancel, &reg);
+        kube_cancel_attach(cancel, &reg);
     int code = drive(curl, multi, w.h, cancel);
     if (cancel != NULL)
-        cancel_detach(cancel, &reg);
+        kube_cancel_detach(cancel, &reg);
     curl->multi_remove_handle(multi, w.h);
     result = finish(&w, code, curl_message, cancel);
     kube_stats_count(c, false, w.lines.peak);
@@ -353,92 +258,5 @@ enum kube_result kube_watch(struct kube_client *client, const char *path, char *
                             struct kube_error *err)
 {
     size_t events;
-    return watch_run(client, path, rv, on_event, ctx, cancel, err, &events);
-}
-
-/* ---- reflector -------------------------------------------------------- */
-
-static bool callback_failed(const struct kube_error *err)
-{
-    return strcmp(err->reason, "CallbackError") == 0;
-}
-
-/* Backs off after the failures-th consecutive failure; true when cancelled. */
-static bool reflector_backoff(struct kube_client *c, int failures, struct kube_cancel *cancel)
-{
-    long wait = kube_backoff_ms(&c->retry, failures, kube_random01(c), 0);
-    return kube_cancel_sleep(cancel, wait);
-}
-
-static enum kube_result reflector_list(struct kube_client *c, const char *path, long page_limit,
-                                       const struct kube_reflector_ops *ops, void *ctx, char *rv,
-                                       struct kube_cancel *cancel, struct kube_error *err)
-{
-    if (ops->list_begin != NULL && ops->list_begin(ctx) != 0) {
-        kube_fail(err, 0, "CallbackError", "LIST %s: list_begin failed", path);
-        return KUBE_ERROR;
-    }
-    enum kube_result res = kube_list_cancellable(c, path, page_limit, KUBE_LIST_CONSISTENT,
-                                                 ops->list_item, ctx, rv, cancel, err);
-    if (res != KUBE_OK)
-        return res;
-    if (ops->list_end != NULL && ops->list_end(rv, ctx) != 0) {
-        kube_fail(err, 0, "CallbackError", "LIST %s: list_end failed", path);
-        return KUBE_ERROR;
-    }
-    return KUBE_OK;
-}
-
-enum kube_result kube_reflector_run(struct kube_client *client, const char *path,
-                                    long page_limit, const struct kube_reflector_ops *ops,
-                                    void *ctx, struct kube_cancel *cancel,
-                                    struct kube_error *err)
-{
-    if (ops == NULL || ops->list_item == NULL || ops->event == NULL) {
-        kube_fail(err, 0, "InvalidArgument", "reflector %s: list_item and event are required",
-                  path);
-        return KUBE_ERROR;
-    }
-    char rv[KUBE_RV_MAX] = "";
-    bool need_list = true;
-    int failures = 0;
-    for (;;) {
-        enum kube_result res;
-        size_t events = 0;
-        if (need_list)
-            res = reflector_list(client, path, page_limit, ops, ctx, rv, cancel, err);
-        else
-            res = watch_run(client, path, rv, ops->event, ctx, cancel, err, &events);
-        if (res == KUBE_CANCELLED || (cancel != NULL && kube_cancel_fired(cancel))) {
-            kube_fail(err, 0, "Cancelled", "reflector %s: cancelled", path);
-            return KUBE_CANCELLED;
-        }
-        if (res == KUBE_ERROR && callback_failed(err))
-            return KUBE_ERROR;
-        if (res == KUBE_OK && need_list) {
-            need_list = false;
-            failures = 0;
-            continue;
-        }
-        if (res == KUBE_OK && events > 0) { /* a healthy watch that the server ended */
-            failures = 0;
-            continue;
-        }
-        if (res == KUBE_GONE) { /* too old: re-list at once, nothing is broken */
-            if (ops->on_error != NULL)
-                ops->on_error(err, ctx);
-            need_list = true;
-            continue;
-        }
-        /* An error, or a watch that ended without a single event: do not
-         * hammer the server. */
-        if (res == KUBE_ERROR && ops->on_error != NULL)
-            ops->on_error(err, ctx);
-        if (failures < 30)
-            failures++;
-        if (reflector_backoff(client, failures, cancel)) {
-            kube_fail(err, 0, "Cancelled", "reflector %s: cancelled", path);
-            return KUBE_CANCELLED;
-        }
-    }
+    return kube_watch_counted(client, path, rv, on_event, ctx, cancel, err, &events);
 }
