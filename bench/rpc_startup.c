@@ -62,12 +62,19 @@ static int plugin_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
     return pack_message(&list.base, out);
 }
 
-static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, enum rpc_method method,
+/* Only what registration needs: the kubelet calls GetDevicePluginOptions. */
+enum { BENCH_OPTIONS, BENCH_LIST_AND_WATCH };
+static const struct rpc_method BENCH_METHODS[] = {
+    [BENCH_OPTIONS] = {"/v1beta1.DevicePlugin/GetDevicePluginOptions", RPC_METHOD_UNARY},
+    [BENCH_LIST_AND_WATCH] = {"/v1beta1.DevicePlugin/ListAndWatch", RPC_METHOD_STREAM},
+};
+
+static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, size_t method,
                                     const uint8_t *req, size_t len, struct rpc_buf *resp,
                                     char *msg, size_t msglen)
 {
     V1beta1__DevicePluginOptions options = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
-    if (method != RPC_GET_DEVICE_PLUGIN_OPTIONS) {
+    if (method != BENCH_OPTIONS) {
         snprintf(msg, msglen, "not in this benchmark");
         return RPC_UNIMPLEMENTED;
     }
@@ -95,7 +102,8 @@ static int plugin_main(const char *kubelet_socket, const char *plugin_socket, in
     char err[256];
     struct rpc_runtime *rt = NULL;
     struct rpc_server *srv = NULL;
-    struct rpc_handlers handlers = {.unary = plugin_unary, .snapshot = plugin_snapshot};
+    struct rpc_handlers handlers = {.methods = BENCH_METHODS, .method_count = 2,
+                                    .unary = plugin_unary, .snapshot = plugin_snapshot};
     struct rpc_buf req = {0};
     sigset_t all;
     sigfillset(&all);

@@ -48,9 +48,15 @@ struct daemon {
     bool have_node;
     /* Per resource: CLOCK_REALTIME of its registration; {0, 0} = not registered. */
     struct timespec *registered_at;
+    /* Per resource: its server (owned), NULL while not serving; allocated with
+     * registered_at. */
+    struct rpc_server **servers;
     struct rpc_runtime *rpc;
     struct rpc_client *kubelet;   /* pre-connected for the first registration, then NULL */
     struct health_monitor *health;
+    /* The services beside the node are the daemon's: it starts them, they
+     * (or the daemon) register with the node, and it stops them. */
+    struct gpumem_service *gpumem;   /* --resource-mode=gpu-mem; NULL otherwise */
     struct plugin_metrics *metrics;  /* --metrics-addr; NULL = off; lives across reloads */
     struct node_labeler *labeler;    /* --node-labels; NULL = off */
     char socket_dir[PATH_MAX];
@@ -109,7 +115,7 @@ static void watch_socket_dir(struct daemon *d)
 
 static void socket_path(const struct daemon *d, size_t resource, char *out, size_t len)
 {
-    snprintf(out, len, "%s/%s", d->socket_dir, d->node.resources.resources[resource].socket_name);
+    snprintf(out, len, "%s/%s", d->socket_dir, plugin_node_resource(&d->node, resource)->socket_name);
 }
 
 /* ---- registration ------------------------------------------------------- */
@@ -129,8 +135,8 @@ static int register_with_kubelet(struct daemon *d, const struct rpc_buf *req, ch
     if (client == NULL && rpc_client_open(d->rpc, d->cfg.kubelet_socket, &client, err,
                                           errlen) != 0)
         return -1;
-    int rc = rpc_client_register(client, req->data, req->len, DAEMON_REGISTER_TIMEOUT_MS, false,
-                                 err, errlen);
+    int rc = rpc_client_call(client, PLUGIN_REGISTER_METHOD, req->data, req->len,
+                             DAEMON_REGISTER_TIMEOUT_MS, false, NULL, err, errlen);
     if (client != d->kubelet)
         rpc_client_close(client);
     return rc;
@@ -138,7 +144,7 @@ static int register_with_kubelet(struct daemon *d, const struct rpc_buf *req, ch
 
 static void register_one(struct daemon *d, size_t i)
 {
-    const struct resource *res = &d->node.resources.resources[i];
+    const struct resource *res = plugin_node_resource(&d->node, i);
     char err[DAEMON_ERR_LEN];
     struct rpc_buf req = {0};
 
@@ -181,14 +187,15 @@ static void register_one(struct daemon *d, size_t i)
 
 static void stop_servers(struct daemon *d)
 {
-    if (!d->have_node)
+    if (!d->have_node || d->servers == NULL)
         return;
-    for (size_t i = 0; i < d->node.resources.count; i++) {
-        struct rpc_server *srv = d->node.endpoints[i].server;
+    for (size_t i = 0; i < plugin_node_resource_count(&d->node); i++) {
+        struct rpc_server *srv = d->servers[i];
         if (srv == NULL)
             continue;
         plugin_node_attach_server(&d->node, i, NULL);
         rpc_server_stop(srv);
+        d->servers[i] = NULL;
         d->registered_at[i] = (struct timespec){0, 0};
     }
 }
@@ -201,7 +208,7 @@ static void stop_servers(struct daemon *d)
 static int start_server(struct daemon *d, size_t i)
 {
     char err[DAEMON_ERR_LEN], path[PATH_MAX + RESOURCE_SOCKET_LEN];
-    if (d->node.endpoints[i].server != NULL)
+    if (d->servers[i] != NULL)
         return 0;
     struct rpc_handlers h = plugin_node_handlers(&d->node, i);
     struct rpc_server *srv = NULL;
@@ -212,12 +219,13 @@ static int start_server(struct daemon *d, size_t i)
             return -1;
         }
         log_error("Could not start device plugin for '%s' on %s: %s; retrying in %d ms",
-                  d->node.resources.resources[i].name, path, err, d->retry_ms);
+                  plugin_node_resource(&d->node, i)->name, path, err, d->retry_ms);
         arm_retry(d);
         return 0;
     }
+    d->servers[i] = srv;
     plugin_node_attach_server(&d->node, i, srv);
-    log_info("Starting GRPC server for '%s' on %s", d->node.resources.resources[i].name, path);
+    log_info("Starting GRPC server for '%s' on %s", plugin_node_resource(&d->node, i)->name, path);
     return 0;
 }
 
@@ -225,10 +233,10 @@ static int start_server(struct daemon *d, size_t i)
  * sees the first resource without waiting for the others' servers. */
 static int start_servers(struct daemon *d)
 {
-    for (size_t i = 0; i < d->node.resources.count; i++) {
+    for (size_t i = 0; i < plugin_node_resource_count(&d->node); i++) {
         if (start_server(d, i) != 0)
             return -1;
-        if (!is_registered(d, i) && d->node.endpoints[i].server != NULL)
+        if (!is_registered(d, i) && d->servers[i] != NULL)
             register_one(d, i);
     }
     return 0;
@@ -245,6 +253,12 @@ static int restart_servers(struct daemon *d, const char *why)
 
 /* ---- setup / teardown ------------------------------------------------------ */
 
+/* The node's allocate observer when metrics are on (plugin.h). */
+static void observe_allocate(void *ctx, const char *resource, double seconds, bool ok)
+{
+    metrics_observe_allocate(ctx, resource, seconds, ok);
+}
+
 static void teardown(struct daemon *d)
 {
     /* Scrapes stop reading the node and NVML before they are freed. */
@@ -254,14 +268,18 @@ static void teardown(struct daemon *d)
     health_monitor_stop(d->health);
     d->health = NULL;
     stop_servers(d);
+    gpumem_service_stop(d->gpumem); /* after the servers: parked calls are cancelled */
+    d->gpumem = NULL;
     if (d->have_node) {
-        gpumem_service_stop(d->node.gpumem); /* after the servers: parked calls are cancelled */
-        d->node.gpumem = NULL;
+        if (d->metrics != NULL)
+            plugin_node_remove_allocate_observer(&d->node, d->metrics, observe_allocate);
         plugin_node_free(&d->node);
     }
     d->have_node = false;
     free(d->registered_at);
     d->registered_at = NULL;
+    free(d->servers);
+    d->servers = NULL;
     if (d->have_inventory)
         gpu_inventory_free(&d->inv);
     d->have_inventory = false;
@@ -309,7 +327,8 @@ static enum build_result build_node(const struct gp_config *cfg, const struct gp
 {
     if (plugin_node_init(node, cfg, inv, err, errlen) != 0)
         return BUILD_DOES_NOT_APPLY;
-    if (config_uses_cdi(cfg) && cdi_write_spec(cfg, inv, &node->resources, err, errlen) != 0) {
+    if (config_uses_cdi(cfg) &&
+        cdi_write_spec(cfg, inv, plugin_node_resources(node), err, errlen) != 0) {
         plugin_node_free(node);
         return BUILD_NO_CDI_SPEC;
     }
@@ -322,22 +341,28 @@ static enum setup_result serve(struct daemon *d)
 {
     char err[DAEMON_ERR_LEN];
 
-    if (!d->have_node || d->node.resources.count == 0) {
+    if (!d->have_node || plugin_node_resource_count(&d->node) == 0) {
         log_info("No devices found. Waiting indefinitely.");
         return SETUP_IDLE;
     }
     if (d->cfg.resource_mode == RESOURCE_MODE_GPU_MEM &&
-        gpumem_service_start(&d->cfg, &d->inv, &d->node, d->rpc, &d->node.gpumem, err,
+        gpumem_service_start(&d->cfg, &d->inv, &d->node, d->rpc, &d->gpumem, err,
                              sizeof err) != 0) {
         log_error("Cannot serve GPU memory (--resource-mode=gpu-mem): %s", err);
         return SETUP_FATAL;
     }
-    d->registered_at = calloc(d->node.resources.count, sizeof *d->registered_at);
-    if (d->registered_at == NULL) {
+    size_t n = plugin_node_resource_count(&d->node);
+    d->registered_at = calloc(n, sizeof *d->registered_at);
+    d->servers = calloc(n, sizeof *d->servers);
+    if (d->registered_at == NULL || d->servers == NULL) {
         log_error("out of memory");
         return SETUP_FATAL;
     }
-    d->node.metrics = d->metrics;
+    if (d->metrics != NULL &&
+        plugin_node_add_allocate_observer(&d->node, d->metrics, observe_allocate) != 0) {
+        log_error("cannot observe Allocate for the metrics: too many observers");
+        return SETUP_FATAL;
+    }
     metrics_attach(d->metrics, d->nvml, &d->inv, &d->node);
     metrics_set_pod_resources(d->metrics, d->rpc, d->cfg.pod_resources_socket);
     /* Labels are written on their own thread: the API server never
@@ -347,7 +372,7 @@ static enum setup_result serve(struct daemon *d)
         log_error("Cannot write node labels (--node-labels): %s", err);
     /* Health first: an XID between registration and the event set's
      * creation would otherwise be lost. */
-    if (health_monitor_start(d->nvml, &d->inv, &d->node, &d->cfg, &d->health, err,
+    if (health_monitor_start(d->nvml, &d->inv, &d->node, d->metrics, &d->cfg, &d->health, err,
                              sizeof err) != 0)
         log_warn("Failed to start health checks: %s", err);
     watch_socket_dir(d);
@@ -500,8 +525,8 @@ static bool is_our_socket_gone(const struct daemon *d, const char *name)
 {
     if (!d->have_node)
         return false;
-    for (size_t i = 0; i < d->node.resources.count; i++) {
-        if (strcmp(name, d->node.resources.resources[i].socket_name) != 0)
+    for (size_t i = 0; i < plugin_node_resource_count(&d->node); i++) {
+        if (strcmp(name, plugin_node_resource(&d->node, i)->socket_name) != 0)
             continue;
         char path[PATH_MAX + RESOURCE_SOCKET_LEN];
         struct stat st;
@@ -522,7 +547,7 @@ static bool registered_since_kubelet_start(const struct daemon *d)
     struct stat st;
     if (!d->have_node || d->registered_at == NULL || stat(d->cfg.kubelet_socket, &st) != 0)
         return false;
-    for (size_t i = 0; i < d->node.resources.count; i++) {
+    for (size_t i = 0; i < plugin_node_resource_count(&d->node); i++) {
         const struct timespec *t = &d->registered_at[i];
         if (!is_registered(d, i) || t->tv_sec < st.st_ctim.tv_sec ||
             (t->tv_sec == st.st_ctim.tv_sec && t->tv_nsec <= st.st_ctim.tv_nsec))

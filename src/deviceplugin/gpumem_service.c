@@ -36,7 +36,8 @@
 #define API_TIMEOUT_MS 10000
 
 struct alloc_item {
-    struct rpc_deferred *deferred;
+    struct plugin_allocation *job;  /* parked; answered through plugin.h */
+    size_t resource;
     size_t units;
     long long arrived_ms;
     long long arrived_us;     /* for the -v 4 timing line */
@@ -54,7 +55,7 @@ struct assign_task {
 struct gpumem_service {
     const struct gp_config *cfg;
     const struct gpu_inventory *inv;
-    struct plugin_node *node;
+    struct plugin_node *node;               /* borrowed; we are its allocator */
     struct kube_client *kc;
     struct podview *view;
     struct gpumem_ledger *ledger;           /* allocator thread only */
@@ -72,6 +73,7 @@ struct gpumem_service {
     pthread_t allocator, writer;
     bool allocator_started, writer_started;
     bool have_lock;
+    bool observing, allocating;             /* registered with the node */
 };
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -183,8 +185,8 @@ static void answer_error(struct alloc_item *it, enum rpc_status st, const char *
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
     log_error("Allocate %zu units of %s failed: %s", it->units, GPUMEM_RESOURCE, msg);
-    rpc_call_complete(it->deferred, st, NULL, msg);
-    it->deferred = NULL;
+    plugin_allocation_fail(it->job, st, msg);
+    it->job = NULL;
 }
 
 enum find_outcome { FIND_OK, FIND_FAILED, FIND_TIMEOUT, FIND_STOPPED };
@@ -243,16 +245,14 @@ static int check_gpus_usable(struct gpumem_service *s, const struct gpumem_assig
                              char *why, size_t whylen)
 {
     int rc = 0;
-    pthread_mutex_lock(&s->node->lock);
     for (size_t i = 0; i < as->gpu_count && rc == 0; i++) {
-        if (!s->node->gpu_lost[as->gpus[i]])
+        if (!plugin_node_gpu_lost(s->node, as->gpus[i]))
             continue;
         const struct gpu_device *g = &s->inv->gpus[as->gpus[i]];
         snprintf(why, whylen, "its GPU %u (%s) is lost (fallen off the bus or not identified by "
                  "NVML)", g->index, g->uuid);
         rc = -1;
     }
-    pthread_mutex_unlock(&s->node->lock);
     return rc;
 }
 
@@ -261,29 +261,18 @@ static int reply(struct gpumem_service *s, struct alloc_item *it,
 {
     struct arena a = ARENA_INIT;
     int rc = -1;
-    V1beta1__AllocateResponse out = V1BETA1__ALLOCATE_RESPONSE__INIT;
     V1beta1__ContainerAllocateResponse *cresp = arena_alloc(&a, sizeof *cresp);
-    V1beta1__ContainerAllocateResponse **list = arena_calloc(&a, 1, sizeof *list);
-    if (cresp == NULL || list == NULL) {
+    if (cresp == NULL) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    if (gpumem_container_reply(&a, s->cfg, s->inv, &s->node->resources.resources[0], as,
-                               it->units, cresp, err, errlen) != 0)
+    if (gpumem_container_reply(&a, s->cfg, s->inv, plugin_node_resource(s->node, it->resource),
+                               as, it->units, cresp, err, errlen) != 0)
         goto out;
-    list[0] = cresp;
-    out.n_container_responses = 1;
-    out.container_responses = list;
-    struct rpc_buf buf;
-    buf.len = protobuf_c_message_get_packed_size(&out.base);
-    buf.data = malloc(buf.len ? buf.len : 1);
-    if (buf.data == NULL) {
-        snprintf(err, errlen, "out of memory");
+    /* plugin.c packs the AllocateResponse, as for every other reply. */
+    if (plugin_allocation_reply(it->job, cresp, err, errlen) != 0)
         goto out;
-    }
-    protobuf_c_message_pack(&out.base, buf.data);
-    rpc_call_complete(it->deferred, RPC_OK, &buf, NULL);
-    it->deferred = NULL;
+    it->job = NULL;
     rc = 0;
 out:
     arena_free(&a);
@@ -418,33 +407,21 @@ static void model_name(const char *name, char *out, size_t len)
     out[i] = '\0';
 }
 
-static bool gpu_healthy(struct gpumem_service *s, size_t g)
-{
-    const struct resource *res = &s->node->resources.resources[0];
-    bool healthy = !s->node->gpu_lost[g];
-    for (size_t i = 0; i < res->device_count && healthy; i++)
-        if (res->devices[i].gpu == g) {
-            healthy = res->devices[i].healthy;
-            break;
-        }
-    return healthy;
-}
-
 /* gpupool.io/gpus, written by the contract's writer (poolapi_gpus.h). */
 static char *gpus_annotation(struct gpumem_service *s)
 {
     struct poolapi_gpu *gpus = calloc(s->inv->count ? s->inv->count : 1, sizeof *gpus);
     if (gpus == NULL)
         return NULL;
-    pthread_mutex_lock(&s->node->lock);
+    struct plugin_gpu_state states[s->inv->count + 1];
+    plugin_node_gpu_states(s->node, states, s->inv->count);
     for (size_t g = 0; g < s->inv->count; g++) {
         const struct gpu_device *gpu = &s->inv->gpus[g];
         gpus[g].index = gpu->index;
         gpus[g].memory = gpumem_units(gpu, s->cfg->memory_unit);
-        gpus[g].healthy = gpu_healthy(s, g);
+        gpus[g].healthy = states[g].healthy;
         model_name(gpu->name, gpus[g].model, sizeof gpus[g].model);
     }
-    pthread_mutex_unlock(&s->node->lock);
     char *text = poolapi_gpus_format(gpus, s->inv->count);
     free(gpus);
     return text;
@@ -590,19 +567,22 @@ static void *writer_main(void *arg)
 
 /* ---- public -------------------------------------------------------------------------- */
 
-enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_call *call,
-                                        size_t units, char *msg, size_t msglen)
+/* The node's allocator (plugin.h): queues the call for the allocator thread. */
+static enum rpc_status service_allocate(void *ctx, struct plugin_allocation *job,
+                                        size_t resource, size_t units, char *msg, size_t msglen)
 {
+    struct gpumem_service *s = ctx;
     struct alloc_item *it = calloc(1, sizeof *it);
     if (it == NULL) {
         snprintf(msg, msglen, "out of memory answering Allocate");
         return RPC_RESOURCE_EXHAUSTED;
     }
+    it->resource = resource;
     it->units = units;
     it->arrived_ms = clock_now_ms();
     it->arrived_us = clock_now_us();
-    it->deferred = rpc_call_defer(call);
-    if (it->deferred == NULL) {
+    it->job = job;
+    if (plugin_allocation_park(job) != 0) {
         free(it);
         snprintf(msg, msglen, "out of memory answering Allocate");
         return RPC_RESOURCE_EXHAUSTED;
@@ -618,8 +598,11 @@ enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_cal
     return RPC_DEFERRED;
 }
 
-void gpumem_service_health_changed(struct gpumem_service *s)
+/* The node's health observer: republish gpupool.io/gpus at once. */
+static void service_health_changed(void *ctx, const struct plugin_health_change *change)
 {
+    struct gpumem_service *s = ctx;
+    (void)change;
     pthread_mutex_lock(&s->lock);
     s->publish_dirty = true;
     s->publish_due_ms = clock_now_ms();
@@ -685,9 +668,16 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
         snprintf(err, errlen, "cannot start the gpu-mem threads: %s", strerror(rc));
         goto fail;
     }
+    if (plugin_node_add_health_observer(node, s, service_health_changed) != 0) {
+        snprintf(err, errlen, "cannot observe device health: too many observers");
+        goto fail;
+    }
+    s->observing = true;
+    plugin_node_set_allocator(node, &(struct plugin_allocator){s, service_allocate});
+    s->allocating = true;
     log_info("gpu-mem mode: node %s, %zu GPUs, unit %s, %zu devices of %s, ledger in %s/gpumem, "
              "pod identity through %s", cfg->node_name, inv->count,
-             gpumem_unit_name(cfg->memory_unit), node->resources.resources[0].device_count,
+             gpumem_unit_name(cfg->memory_unit), plugin_node_resource(node, 0)->device_count,
              GPUMEM_RESOURCE, cfg->state_dir, cfg->pod_resources_socket);
     *out = s;
     return 0;
@@ -700,6 +690,11 @@ void gpumem_service_stop(struct gpumem_service *s)
 {
     if (s == NULL)
         return;
+    /* Nothing reaches us through the node from here on. */
+    if (s->allocating)
+        plugin_node_set_allocator(s->node, NULL);
+    if (s->observing)
+        plugin_node_remove_health_observer(s->node, s, service_health_changed);
     atomic_store(&s->stopping, true);
     if (s->have_lock) {
         pthread_mutex_lock(&s->lock);
@@ -714,7 +709,7 @@ void gpumem_service_stop(struct gpumem_service *s)
         pthread_join(s->writer, NULL);
     for (struct alloc_item *it = s->head, *next; it != NULL; it = next) {
         next = it->next;
-        rpc_call_complete(it->deferred, RPC_UNAVAILABLE, NULL, "the device plugin is stopping");
+        plugin_allocation_fail(it->job, RPC_UNAVAILABLE, "the device plugin is stopping");
         free(it);
     }
     for (struct assign_task *t = s->assigns, *next; t != NULL; t = next) {

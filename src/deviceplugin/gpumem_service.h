@@ -13,10 +13,16 @@
  *     gpupool.io/gpus (per-GPU memory, model, health) at start, on every
  *     health change and every few minutes; retried with backoff.
  *
- * Threads: gpumem_service_allocate() runs on the RPC thread;
- * gpumem_service_health_changed() on any thread. Start/stop on the main
- * thread; stop after the servers stopped (parked calls are then cancelled
- * and their answers dropped by rpc_call_complete).
+ * It reaches the node through plugin.h's seams only: it registers itself
+ * as the node's allocator (Allocate calls arrive parked, on the RPC
+ * thread, and are answered with plugin_allocation_reply/_fail) and as a
+ * health observer (a change republishes the node annotation), and reads
+ * GPU health through the node's locked accessors.
+ *
+ * Ownership and threads: the caller (the daemon) owns the service; start
+ * and stop on the main thread, stop after the servers stopped (parked
+ * calls are then cancelled and their answers dropped by
+ * rpc_call_complete) and before the node is freed: stop unregisters.
  * Errors: -1 + err. Design: docs/gpumem.md. */
 #ifndef GP_GPUMEM_SERVICE_H
 #define GP_GPUMEM_SERVICE_H
@@ -32,19 +38,14 @@ struct plugin_node;
 struct gpumem_service;
 
 /* NODE_NAME must be set; the API configuration must load; the state
- * directory must be writable. node->resources must be the gpu-mem set. */
+ * directory must be writable. The node's resources must be the gpu-mem
+ * set; on success the service is registered with node (borrowed: it must
+ * outlive the service). */
 GP_MUST_USE int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory *inv,
                                      struct plugin_node *node, struct rpc_runtime *rt,
                                      struct gpumem_service **out, char *err, size_t errlen);
+/* Unregisters from the node, answers queued calls UNAVAILABLE, joins the
+ * threads, frees. NULL ok. */
 void gpumem_service_stop(struct gpumem_service *s);
-
-/* An Allocate whose container request (one per call, as the kubelet sends)
- * holds `units` valid device IDs: parks the call and returns RPC_DEFERRED,
- * or answers at once with an error status and msg. */
-GP_MUST_USE enum rpc_status gpumem_service_allocate(struct gpumem_service *s, struct rpc_call *call,
-                                        size_t units, char *msg, size_t msglen);
-
-/* Device health changed: publish it for the extender. */
-void gpumem_service_health_changed(struct gpumem_service *s);
 
 #endif

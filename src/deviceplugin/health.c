@@ -46,6 +46,7 @@ struct health_monitor {
     struct nvml *nvml;
     const struct gpu_inventory *inv;
     struct plugin_node *node;
+    struct plugin_metrics *metrics; /* XID counters; NULL = off */
     struct health_policy policy;
     int recovery_probes;
     int probe_interval_ms;
@@ -360,7 +361,7 @@ static void handle_event(struct health_monitor *m, const nvmlEventData_t *ev)
         return;
     }
     const struct gpu_device *g = &m->inv->gpus[gpu];
-    metrics_count_xid(m->node->metrics, g, xid);
+    metrics_count_xid(m->metrics, g, xid);
     if (!health_xid_is_critical(&m->policy, xid)) {
         log_info("Skipping XID %llu on GPU %u (%s): application error, not a device failure",
                  xid, g->index, g->uuid);
@@ -602,8 +603,9 @@ static void *health_thread(void *arg)
 /* ---- lifecycle ---------------------------------------------------------------- */
 
 int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
-                         struct plugin_node *node, const struct gp_config *cfg,
-                         struct health_monitor **out, char *err, size_t errlen)
+                         struct plugin_node *node, struct plugin_metrics *metrics,
+                         const struct gp_config *cfg, struct health_monitor **out, char *err,
+                         size_t errlen)
 {
     *out = NULL;
     struct health_policy policy;
@@ -624,6 +626,7 @@ int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
     m->nvml = nvml;
     m->inv = inv;
     m->node = node;
+    m->metrics = metrics;
     m->policy = policy;
     m->recovery_probes = cfg->health_recovery_probes;
     m->probe_interval_ms = cfg->health_probe_interval_ms > 0 ? cfg->health_probe_interval_ms : 1;

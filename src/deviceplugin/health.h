@@ -47,6 +47,7 @@ void health_policy_init(struct health_policy *p, const char *disable, const char
 bool health_xid_is_critical(const struct health_policy *p, unsigned long long xid);
 
 struct health_monitor;
+struct plugin_metrics;
 
 /* Creates the event set, registers every GPU of inv and starts the thread.
  * With checking disabled returns 0 and *out = NULL. When the event set or
@@ -56,11 +57,12 @@ struct health_monitor;
  * Healthy again once their events flow. A failing nvmlEventSetWait is
  * handled the same way. GPUs the inventory marked lost are Unhealthy and
  * never registered. Returns -1 only when out of memory or when the thread
- * cannot start. nvml, inv and node are borrowed and must outlive the
- * monitor. */
+ * cannot start. nvml, inv, node and metrics (XID counters; NULL = off) are
+ * borrowed and must outlive the monitor. */
 GP_MUST_USE int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
-                         struct plugin_node *node, const struct gp_config *cfg,
-                         struct health_monitor **out, char *err, size_t errlen);
+                         struct plugin_node *node, struct plugin_metrics *metrics,
+                         const struct gp_config *cfg, struct health_monitor **out, char *err,
+                         size_t errlen);
 /* Stops and joins the thread (within one wait timeout), frees. NULL ok. */
 void health_monitor_stop(struct health_monitor *m);
 

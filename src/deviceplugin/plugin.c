@@ -11,10 +11,29 @@
 #include "arena.h"
 #include "clock.h"
 #include "gpumem.h"
-#include "gpumem_service.h"
 #include "log.h"
-#include "plugin_metrics.h"
 #include "preferred.h"
+
+/* A gpu-mem Allocate handed to the allocator; parked once it is taken. */
+struct plugin_allocation {
+    struct rpc_call *call;           /* while the handler runs */
+    struct rpc_deferred *deferred;   /* once parked */
+    struct plugin_node *node;        /* alive until the allocator unregistered */
+    const char *resource;            /* its name, for the allocate observers */
+    struct timespec arrived;         /* CLOCK_MONOTONIC */
+};
+
+static const struct rpc_method METHODS[PLUGIN_METHOD_COUNT] = {
+    [PLUGIN_GET_DEVICE_PLUGIN_OPTIONS] = {"/v1beta1.DevicePlugin/GetDevicePluginOptions",
+                                          RPC_METHOD_UNARY},
+    [PLUGIN_LIST_AND_WATCH] = {"/v1beta1.DevicePlugin/ListAndWatch", RPC_METHOD_STREAM},
+    [PLUGIN_GET_PREFERRED_ALLOCATION] = {"/v1beta1.DevicePlugin/GetPreferredAllocation",
+                                         RPC_METHOD_UNARY},
+    [PLUGIN_ALLOCATE] = {"/v1beta1.DevicePlugin/Allocate", RPC_METHOD_UNARY},
+    [PLUGIN_PRE_START_CONTAINER] = {"/v1beta1.DevicePlugin/PreStartContainer", RPC_METHOD_UNARY},
+};
+
+static void notify_servers(void *ctx, const struct plugin_health_change *change);
 
 /* ---- setup --------------------------------------------------------------- */
 
@@ -33,6 +52,28 @@ static int build_index(struct plugin_endpoint *ep, const struct resource *res)
         ep->by_id[i] = i;
     qsort_r(ep->by_id, res->device_count, sizeof *ep->by_id, compare_by_id, (void *)res);
     return 0;
+}
+
+/* The node's own health observer comes first: the kubelet hears of a
+ * change before anything else does. */
+static void init_locks_and_registrations(struct plugin_node *node)
+{
+    pthread_mutex_init(&node->lock, NULL);
+    pthread_mutex_init(&node->notify_lock, NULL);
+    pthread_mutex_init(&node->observer_lock, NULL);
+    pthread_mutex_init(&node->alloc_lock, NULL);
+    node->health_observers[0] = (struct plugin_health_observer){node, notify_servers};
+    node->health_observer_count = 1;
+    node->allocate_observer_count = 0;
+    node->allocator = (struct plugin_allocator){0};
+}
+
+static void destroy_locks(struct plugin_node *node)
+{
+    pthread_mutex_destroy(&node->lock);
+    pthread_mutex_destroy(&node->notify_lock);
+    pthread_mutex_destroy(&node->observer_lock);
+    pthread_mutex_destroy(&node->alloc_lock);
 }
 
 int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
@@ -60,8 +101,7 @@ int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
         if (build_index(&node->endpoints[i], &node->resources.resources[i]) != 0)
             goto oom;
     }
-    pthread_mutex_init(&node->lock, NULL);
-    pthread_mutex_init(&node->notify_lock, NULL);
+    init_locks_and_registrations(node);
     return 0;
 oom:
     snprintf(err, errlen, "out of memory setting up %zu resources", n);
@@ -86,8 +126,7 @@ void plugin_node_free(struct plugin_node *node)
     free(node->gpu_lost);
     node->gpu_lost = NULL;
     resource_set_free(&node->resources);
-    pthread_mutex_destroy(&node->lock);
-    pthread_mutex_destroy(&node->notify_lock);
+    destroy_locks(node);
     node->endpoints = NULL;
 }
 
@@ -95,21 +134,19 @@ void plugin_node_move(struct plugin_node *to, struct plugin_node *from,
                       const struct gp_config *cfg, const struct gpu_inventory *inv)
 {
     /* Mutexes are not copied (POSIX leaves a copy undefined): the new home
-     * gets fresh ones, the old ones are destroyed. */
+     * gets fresh ones, the old ones are destroyed. Nothing is registered
+     * yet but the node's own observer, whose context is the new home. */
     *to = (struct plugin_node){
         .cfg = cfg,
         .inv = inv,
         .resources = from->resources,
         .endpoints = from->endpoints,
         .gpu_lost = from->gpu_lost,
-        .gpumem = from->gpumem,
     };
     for (size_t i = 0; i < to->resources.count; i++)
         to->endpoints[i].node = to;
-    pthread_mutex_init(&to->lock, NULL);
-    pthread_mutex_init(&to->notify_lock, NULL);
-    pthread_mutex_destroy(&from->lock);
-    pthread_mutex_destroy(&from->notify_lock);
+    init_locks_and_registrations(to);
+    destroy_locks(from);
     memset(from, 0, sizeof *from);
 }
 
@@ -146,6 +183,7 @@ static const struct resource *endpoint_resource(const struct plugin_endpoint *ep
 
 /* ---- encoding helpers --------------------------------------------------------- */
 
+/* The one packer of every reply, the deferred AllocateResponse included. */
 static int pack(const ProtobufCMessage *msg, struct rpc_buf *out)
 {
     size_t len = protobuf_c_message_get_packed_size(msg);
@@ -278,9 +316,59 @@ out:
     return st;
 }
 
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Called with no lock of the node held: an answered Allocate, timed from
+ * its arrival. */
+static void observe_allocate(struct plugin_node *node, const char *resource,
+                             const struct timespec *arrived, bool ok)
+{
+    pthread_mutex_lock(&node->alloc_lock);
+    if (node->allocate_observer_count > 0) {
+        double seconds = seconds_since(arrived);
+        for (size_t i = 0; i < node->allocate_observer_count; i++)
+            node->allocate_observers[i].fn(node->allocate_observers[i].ctx, resource, seconds,
+                                           ok);
+    }
+    pthread_mutex_unlock(&node->alloc_lock);
+}
+
+/* Hands the call to the allocator (alloc_lock held). Unless it took the
+ * job (parked, RPC_DEFERRED), the job is still ours and the call is
+ * answered at once with the allocator's status. */
+static enum rpc_status defer_to_allocator(struct plugin_endpoint *ep, struct rpc_call *call,
+                                          const struct timespec *arrived, size_t units,
+                                          char *msg, size_t msglen)
+{
+    struct plugin_node *node = ep->node;
+    struct plugin_allocation *job = calloc(1, sizeof *job);
+    if (job == NULL) {
+        snprintf(msg, msglen, "out of memory answering Allocate");
+        return RPC_RESOURCE_EXHAUSTED;
+    }
+    job->call = call;
+    job->node = node;
+    job->resource = endpoint_resource(ep)->name;
+    job->arrived = *arrived;
+    enum rpc_status st =
+        node->allocator.allocate(node->allocator.ctx, job, ep->resource, units, msg, msglen);
+    if (st == RPC_DEFERRED)
+        return st; /* the allocator's now */
+    if (job->deferred != NULL)
+        log_error("the allocator parked an Allocate but returned %d", (int)st);
+    free(job);
+    return st;
+}
+
 /* gpu-mem mode: the IDs are checked here; which GPU the container gets is
- * the pod's (the extender's choice), found by the gpu-mem service. */
+ * the pod's (the extender's choice), found by the registered allocator. */
 static enum rpc_status handle_gpumem_allocate(struct plugin_endpoint *ep, struct rpc_call *call,
+                                              const struct timespec *arrived,
                                               const uint8_t *req, size_t len, char *msg,
                                               size_t msglen)
 {
@@ -312,7 +400,7 @@ static enum rpc_status handle_gpumem_allocate(struct plugin_endpoint *ep, struct
     v1beta1__allocate_request__free_unpacked(in, NULL);
     if (st != RPC_OK)
         return st;
-    return gpumem_service_allocate(ep->node->gpumem, call, units, msg, msglen);
+    return defer_to_allocator(ep, call, arrived, units, msg, msglen);
 }
 
 /* ---- GetPreferredAllocation ------------------------------------------------------------ */
@@ -460,40 +548,43 @@ static enum rpc_status handle_pre_start(const uint8_t *req, size_t len, struct r
     return pack(&out.base, resp) == 0 ? RPC_OK : RPC_RESOURCE_EXHAUSTED;
 }
 
-/* Allocate, timed for the latency histogram when metrics are on. */
+/* Allocate, timed from its arrival for the allocate observers: at once
+ * when answered here, at its answer when the allocator holds it. The
+ * allocator is read under alloc_lock, so unregistering waits for us. */
 static enum rpc_status timed_allocate(struct plugin_endpoint *ep, struct rpc_call *call,
                                       const uint8_t *req, size_t len, struct rpc_buf *resp,
                                       char *msg, size_t msglen)
 {
-    struct plugin_metrics *m = ep->node->metrics;
-    int64_t t0 = m != NULL ? clock_now_ns() : 0;
-    enum rpc_status st = ep->node->gpumem != NULL
-                             ? handle_gpumem_allocate(ep, call, req, len, msg, msglen)
+    struct plugin_node *node = ep->node;
+    struct timespec arrived;
+    clock_gettime(CLOCK_MONOTONIC, &arrived);
+    pthread_mutex_lock(&node->alloc_lock);
+    enum rpc_status st = node->allocator.allocate != NULL
+                             ? handle_gpumem_allocate(ep, call, &arrived, req, len, msg, msglen)
                              : handle_allocate(ep, req, len, resp, msg, msglen);
-    if (m != NULL) {
-        double seconds = (double)(clock_now_ns() - t0) / 1e9;
-        metrics_observe_allocate(m, endpoint_resource(ep)->name, seconds,
-                                 st == RPC_OK || st == RPC_DEFERRED);
-    }
+    pthread_mutex_unlock(&node->alloc_lock);
+    if (st != RPC_DEFERRED)
+        observe_allocate(node, endpoint_resource(ep)->name, &arrived, st == RPC_OK);
     return st;
 }
 
 /* Whole-GPU handlers answer at once; `call` is for rpc_call_defer(). */
-static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, enum rpc_method method,
+static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, size_t method,
                                     const uint8_t *req, size_t len, struct rpc_buf *resp,
                                     char *msg, size_t msglen)
 {
     struct plugin_endpoint *ep = ctx;
-    switch (method) {
-    case RPC_GET_DEVICE_PLUGIN_OPTIONS:
+    switch ((enum plugin_method)method) {
+    case PLUGIN_GET_DEVICE_PLUGIN_OPTIONS:
         return handle_options(ep, req, len, resp, msg, msglen);
-    case RPC_ALLOCATE:
+    case PLUGIN_ALLOCATE:
         return timed_allocate(ep, call, req, len, resp, msg, msglen);
-    case RPC_GET_PREFERRED_ALLOCATION:
+    case PLUGIN_GET_PREFERRED_ALLOCATION:
         return handle_preferred(ep, req, len, resp, msg, msglen);
-    case RPC_PRE_START_CONTAINER:
+    case PLUGIN_PRE_START_CONTAINER:
         return handle_pre_start(req, len, resp, msg, msglen);
-    case RPC_LIST_AND_WATCH:
+    case PLUGIN_LIST_AND_WATCH:
+    case PLUGIN_METHOD_COUNT:
         break;
     }
     snprintf(msg, msglen, "method not implemented");
@@ -551,6 +642,8 @@ struct rpc_handlers plugin_node_handlers(struct plugin_node *node, size_t resour
 {
     struct rpc_handlers h = {
         .ctx = &node->endpoints[resource],
+        .methods = METHODS,
+        .method_count = PLUGIN_METHOD_COUNT,
         .unary = plugin_unary,
         .snapshot = plugin_snapshot,
     };
@@ -572,11 +665,14 @@ int plugin_node_register_request(struct plugin_node *node, size_t resource, stru
 
 /* ---- health ---------------------------------------------------------------------------- */
 
-static void notify_changed(struct plugin_node *node, const bool *changed)
+/* The node's own health observer: every ListAndWatch stream of a changed
+ * resource sends the new snapshot. */
+static void notify_servers(void *ctx, const struct plugin_health_change *change)
 {
+    struct plugin_node *node = ctx;
     pthread_mutex_lock(&node->notify_lock);
-    for (size_t r = 0; r < node->resources.count; r++)
-        if (changed[r] && node->endpoints[r].server != NULL)
+    for (size_t r = 0; r < change->resource_count; r++)
+        if (change->changed[r] && node->endpoints[r].server != NULL)
             rpc_server_notify(node->endpoints[r].server);
     pthread_mutex_unlock(&node->notify_lock);
 }
@@ -609,10 +705,14 @@ static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool hea
     }
     pthread_mutex_unlock(&node->lock);
 
-    if (count > 0)
-        notify_changed(node, changed);
-    if (count > 0 && node->gpumem != NULL)
-        gpumem_service_health_changed(node->gpumem);
+    if (count == 0)
+        return 0;
+    struct plugin_health_change change = {
+        .changed = changed, .resource_count = node->resources.count, .devices = count};
+    pthread_mutex_lock(&node->observer_lock);
+    for (size_t i = 0; i < node->health_observer_count; i++)
+        node->health_observers[i].fn(node->health_observers[i].ctx, &change);
+    pthread_mutex_unlock(&node->observer_lock);
     return count;
 }
 
@@ -637,4 +737,151 @@ void plugin_node_set_gpu_lost(struct plugin_node *node, size_t gpu)
     if (gpu < node->inv->count)
         node->gpu_lost[gpu] = true;
     pthread_mutex_unlock(&node->lock);
+}
+
+/* ---- registrations ---------------------------------------------------------------- */
+
+void plugin_node_set_allocator(struct plugin_node *node, const struct plugin_allocator *a)
+{
+    pthread_mutex_lock(&node->alloc_lock);
+    node->allocator = a != NULL ? *a : (struct plugin_allocator){0};
+    pthread_mutex_unlock(&node->alloc_lock);
+}
+
+int plugin_node_add_health_observer(struct plugin_node *node, void *ctx, plugin_health_fn fn)
+{
+    int rc = -1;
+    pthread_mutex_lock(&node->observer_lock);
+    if (node->health_observer_count < PLUGIN_MAX_OBSERVERS) {
+        node->health_observers[node->health_observer_count++] =
+            (struct plugin_health_observer){ctx, fn};
+        rc = 0;
+    }
+    pthread_mutex_unlock(&node->observer_lock);
+    return rc;
+}
+
+void plugin_node_remove_health_observer(struct plugin_node *node, void *ctx, plugin_health_fn fn)
+{
+    pthread_mutex_lock(&node->observer_lock);
+    size_t k = 0;
+    for (size_t i = 0; i < node->health_observer_count; i++)
+        if (node->health_observers[i].ctx != ctx || node->health_observers[i].fn != fn)
+            node->health_observers[k++] = node->health_observers[i];
+    node->health_observer_count = k;
+    pthread_mutex_unlock(&node->observer_lock);
+}
+
+int plugin_node_add_allocate_observer(struct plugin_node *node, void *ctx, plugin_allocate_fn fn)
+{
+    int rc = -1;
+    pthread_mutex_lock(&node->alloc_lock);
+    if (node->allocate_observer_count < PLUGIN_MAX_OBSERVERS) {
+        node->allocate_observers[node->allocate_observer_count++] =
+            (struct plugin_allocate_observer){ctx, fn};
+        rc = 0;
+    }
+    pthread_mutex_unlock(&node->alloc_lock);
+    return rc;
+}
+
+void plugin_node_remove_allocate_observer(struct plugin_node *node, void *ctx,
+                                          plugin_allocate_fn fn)
+{
+    pthread_mutex_lock(&node->alloc_lock);
+    size_t k = 0;
+    for (size_t i = 0; i < node->allocate_observer_count; i++)
+        if (node->allocate_observers[i].ctx != ctx || node->allocate_observers[i].fn != fn)
+            node->allocate_observers[k++] = node->allocate_observers[i];
+    node->allocate_observer_count = k;
+    pthread_mutex_unlock(&node->alloc_lock);
+}
+
+/* ---- answering a parked Allocate ------------------------------------------------------ */
+
+int plugin_allocation_park(struct plugin_allocation *job)
+{
+    job->deferred = rpc_call_defer(job->call);
+    job->call = NULL;
+    return job->deferred != NULL ? 0 : -1;
+}
+
+int plugin_allocation_reply(struct plugin_allocation *job,
+                            const struct V1beta1__ContainerAllocateResponse *cresp, char *err,
+                            size_t errlen)
+{
+    V1beta1__AllocateResponse out = V1BETA1__ALLOCATE_RESPONSE__INIT;
+    V1beta1__ContainerAllocateResponse *list[1] = {(V1beta1__ContainerAllocateResponse *)cresp};
+    out.n_container_responses = 1;
+    out.container_responses = list;
+    struct rpc_buf buf;
+    if (pack(&out.base, &buf) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    rpc_call_complete(job->deferred, RPC_OK, &buf, NULL);
+    observe_allocate(job->node, job->resource, &job->arrived, true);
+    free(job);
+    return 0;
+}
+
+void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status status,
+                            const char *msg)
+{
+    rpc_call_complete(job->deferred, status, NULL, msg);
+    observe_allocate(job->node, job->resource, &job->arrived, false);
+    free(job);
+}
+
+/* ---- locked accessors -------------------------------------------------------------------- */
+
+size_t plugin_node_resource_count(const struct plugin_node *node)
+{
+    return node->resources.count;
+}
+
+const struct resource *plugin_node_resource(const struct plugin_node *node, size_t resource)
+{
+    return &node->resources.resources[resource];
+}
+
+const struct resource_set *plugin_node_resources(const struct plugin_node *node)
+{
+    return &node->resources;
+}
+
+bool plugin_node_gpu_lost(struct plugin_node *node, size_t gpu)
+{
+    pthread_mutex_lock(&node->lock);
+    bool lost = gpu < node->inv->count && node->gpu_lost[gpu];
+    pthread_mutex_unlock(&node->lock);
+    return lost;
+}
+
+void plugin_node_gpu_states(struct plugin_node *node, struct plugin_gpu_state *states, size_t n)
+{
+    if (n > node->inv->count)
+        n = node->inv->count;
+    pthread_mutex_lock(&node->lock);
+    for (size_t g = 0; g < n; g++)
+        states[g] = (struct plugin_gpu_state){.lost = node->gpu_lost[g], .healthy = !node->gpu_lost[g]};
+    /* A GPU is healthy when every device carved from it is. */
+    for (size_t r = 0; r < node->resources.count; r++) {
+        const struct resource *res = &node->resources.resources[r];
+        for (size_t i = 0; i < res->device_count; i++)
+            if (!res->devices[i].healthy && res->devices[i].gpu < n)
+                states[res->devices[i].gpu].healthy = false;
+    }
+    pthread_mutex_unlock(&node->lock);
+}
+
+size_t plugin_node_healthy_devices(struct plugin_node *node, size_t resource)
+{
+    const struct resource *res = &node->resources.resources[resource];
+    size_t healthy = 0;
+    pthread_mutex_lock(&node->lock);
+    for (size_t i = 0; i < res->device_count; i++)
+        healthy += res->devices[i].healthy;
+    pthread_mutex_unlock(&node->lock);
+    return healthy;
 }

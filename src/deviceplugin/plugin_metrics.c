@@ -286,20 +286,20 @@ static void render_resources(struct plugin_metrics *m, FILE *f)
     }
 }
 
-static void render_devices(const struct plugin_node *node, FILE *f)
+static void render_devices(struct plugin_node *node, FILE *f)
 {
+    size_t count = plugin_node_resource_count(node);
     put_header(f, "gpupool_deviceplugin_devices_advertised", "gauge",
                "Devices advertised to the kubelet per resource.");
-    for (size_t r = 0; r < node->resources.count; r++)
+    for (size_t r = 0; r < count; r++)
         fprintf(f, "gpupool_deviceplugin_devices_advertised{resource=\"%s\"} %zu\n",
-                node->resources.resources[r].name, node->resources.resources[r].device_count);
+                plugin_node_resource(node, r)->name, plugin_node_resource(node, r)->device_count);
     put_header(f, "gpupool_deviceplugin_devices_healthy", "gauge",
                "Devices advertised Healthy per resource.");
-    for (size_t r = 0; r < node->resources.count; r++) {
-        const struct resource *res = &node->resources.resources[r];
-        size_t healthy = 0;
-        for (size_t i = 0; i < res->device_count; i++)
-            healthy += res->devices[i].healthy;
+    for (size_t r = 0; r < count; r++) {
+        const struct resource *res = plugin_node_resource(node, r);
+        /* Read under the node's lock: the health thread writes it. */
+        size_t healthy = plugin_node_healthy_devices(node, r);
         fprintf(f, "gpupool_deviceplugin_devices_healthy{resource=\"%s\"} %zu\n", res->name,
                 healthy);
     }
@@ -309,14 +309,14 @@ static void render_devices(const struct plugin_node *node, FILE *f)
  * attach_lock. *names is one malloc'd block (free()); -1 when out of memory. */
 static int copy_resource_names(const struct plugin_node *node, const char ***names, size_t *n)
 {
-    size_t count = node->resources.count;
+    size_t count = plugin_node_resource_count(node);
     const char **ptrs = malloc(count * (sizeof *ptrs + CONFIG_NAME_LEN) + 1);
     if (ptrs == NULL)
         return -1;
     char *text = (char *)(ptrs + count);
     for (size_t r = 0; r < count; r++) {
         ptrs[r] = text + r * CONFIG_NAME_LEN;
-        memcpy(text + r * CONFIG_NAME_LEN, node->resources.resources[r].name, CONFIG_NAME_LEN);
+        memcpy(text + r * CONFIG_NAME_LEN, plugin_node_resource(node, r)->name, CONFIG_NAME_LEN);
     }
     *names = ptrs;
     *n = count;
@@ -408,28 +408,17 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
                         struct plugin_node *node, FILE *f)
 {
     size_t n = inv->count;
-    bool *healthy = calloc(n + 1, sizeof *healthy), *lost = calloc(n + 1, sizeof *lost);
+    struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
     struct gpu_telemetry *tel = calloc(n + 1, sizeof *tel);
-    if (healthy == NULL || lost == NULL || tel == NULL)
+    if (state == NULL || tel == NULL)
         goto out;
     /* A GPU is healthy when every device carved from it is. */
-    pthread_mutex_lock(&node->lock);
-    for (size_t i = 0; i < n; i++) {
-        lost[i] = node->gpu_lost[i];
-        healthy[i] = !lost[i];
-    }
-    for (size_t r = 0; r < node->resources.count; r++) {
-        const struct resource *res = &node->resources.resources[r];
-        for (size_t i = 0; i < res->device_count; i++)
-            if (!res->devices[i].healthy && res->devices[i].gpu < n)
-                healthy[res->devices[i].gpu] = false;
-    }
-    pthread_mutex_unlock(&node->lock);
+    plugin_node_gpu_states(node, state, n);
 
     int64_t start = clock_now_ns();
     bool complete = true;
     for (size_t i = 0; i < n; i++) {
-        if (lost[i])
+        if (state[i].lost)
             continue; /* its calls would only answer GPU_IS_LOST, or hang */
         if (clock_now_ns() - start > METRICS_NVML_BUDGET_NS) {
             complete = false;
@@ -441,7 +430,7 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
     put_header(f, "gpupool_gpu_healthy", "gauge",
                "1 when every device of the GPU is advertised Healthy, else 0.");
     for (size_t i = 0; i < n; i++)
-        put_gpu_sample(f, "gpupool_gpu_healthy", &inv->gpus[i], healthy[i]);
+        put_gpu_sample(f, "gpupool_gpu_healthy", &inv->gpus[i], state[i].healthy);
     put_header(f, "gpupool_gpu_memory_total_bytes", "gauge", "GPU memory size (NVML).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_memory)
@@ -470,8 +459,7 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
                "0 when NVML was too slow and some GPUs were left out of this scrape.");
     fprintf(f, "gpupool_gpu_telemetry_complete %d\n", complete);
 out:
-    free(healthy);
-    free(lost);
+    free(state);
     free(tel);
 }
 

@@ -14,8 +14,9 @@
  * --metrics-addr the library is never loaded, let alone initialised, and
  * every metrics_* call below takes a NULL context and does nothing.
  *
- * Threads: the counters are lock-free atomics (Allocate, on the RPC thread)
- * or take a short mutex (XIDs and registrations, which are rare). The HTTP
+ * Threads: the counters are lock-free atomics (Allocate: on the RPC
+ * thread, or on the gpu-mem allocator thread when a deferred call
+ * completes) or take a short mutex (XIDs and registrations, which are rare). The HTTP
  * server runs one internal thread (512 KiB stack), which makes the scrapes'
  * gRPC call. metrics_attach() and metrics_set_pod_resources() are called by
  * the main thread; they wait for a scrape in progress (the latter for at
@@ -69,8 +70,10 @@ void metrics_set_pod_resources(struct plugin_metrics *m, struct rpc_runtime *rt,
 /* An XID event reported by NVML for GPU g (critical or not). */
 void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g,
                        unsigned long long xid);
-/* One Allocate of `resource` took `seconds`; ok = answered (or parked)
- * without an error status. */
+/* One Allocate of `resource` took `seconds` from its arrival to its
+ * answer (a deferred gpu-mem call's included); ok = answered without an
+ * error status. The daemon registers it as the node's allocate observer
+ * (plugin.h); the node never calls the metrics itself. */
 void metrics_observe_allocate(struct plugin_metrics *m, const char *resource, double seconds,
                               bool ok);
 /* One registration attempt of `resource` with the kubelet. */

@@ -6,21 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void pr_list_free(struct pr_list *list)
-{
-    for (size_t i = 0; i < list->n_pods; i++) {
-        struct pr_pod *p = &list->pods[i];
-        for (size_t c = 0; c < p->n_containers; c++)
-            free(p->containers[c].name);
-        free(p->containers);
-        free(p->ns);
-        free(p->name);
-    }
-    free(list->pods);
-    list->pods = NULL;
-    list->n_pods = 0;
-}
-
 /* Pods named in a message; the first few are enough to act on. */
 #define NAMES_SHOWN 4
 

@@ -14,13 +14,15 @@
  * otherwise the caller waits for the view to change (a watch that lags, a
  * rejected pod whose Failed status is on its way) and finally fails.
  *
- * Pure: no I/O, no locks, no allocation. */
+ * Pure: no I/O, no locks, no allocation. The List's types are the
+ * PodResources client's (podresources.h). */
 #ifndef GP_PODIDENTITY_H
 #define GP_PODIDENTITY_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "podresources.h"
 #include "compiler.h"
 
 /* A container requesting aliyun.com/gpu-mem, in the kubelet's order. */
@@ -44,22 +46,6 @@ struct gpumem_pod {
     size_t n_containers;
     struct gpumem_container *containers; /* gpu-mem containers: init ones, then app ones */
 };
-
-/* PodResources List, reduced to what identity needs. */
-struct pr_container {
-    char *name;
-    size_t units;               /* device IDs of the gpu-mem resource */
-};
-struct pr_pod {
-    char *ns, *name;
-    size_t n_containers;
-    struct pr_container *containers;
-};
-struct pr_list {
-    size_t n_pods;
-    struct pr_pod *pods;
-};
-void pr_list_free(struct pr_list *list);
 
 struct identity_source {
     void *ctx;

@@ -2,7 +2,8 @@
  *
  * gpu-mem mode asks the kubelet, while an Allocate is in flight, which pods
  * its pod manager holds and which app containers already have devices of
- * our resource (podidentity.h); the metrics endpoint counts, per resource,
+ * our resource (for podidentity.h, which reads the types below; this
+ * client knows nothing of identity); the metrics endpoint counts, per resource,
  * the device IDs assigned to containers (podresources_count). Implemented in
  * rpc_podresources.c (the rpc_*.c files are the only ones that touch gRPC).
  *
@@ -12,9 +13,26 @@
 
 #include <stddef.h>
 
-#include "podidentity.h"
 #include "rpc.h"
 #include "compiler.h"
+
+/* A List reduced to what pod identity (podidentity.h) needs: per pod, its
+ * containers and how many device IDs of one resource each holds. */
+struct pr_container {
+    char *name;
+    size_t units;               /* device IDs of the listed resource */
+};
+struct pr_pod {
+    char *ns, *name;
+    size_t n_containers;
+    struct pr_container *containers;
+};
+struct pr_list {
+    size_t n_pods;
+    struct pr_pod *pods;
+};
+/* Frees what a List filled in and empties *list. */
+void pr_list_free(struct pr_list *list);
 
 struct podresources_client;
 

@@ -1,8 +1,9 @@
-/* rpc_client.c -- the Register client and the pre-connect (see rpc.h).
+/* rpc_client.c -- the unary client and the pre-connect (see rpc.h).
  *
  * Each call blocks its own thread on the client's pluck queue; nothing here
  * touches a runtime's lock or thread, so the kubelet's callbacks into our
- * servers are served while Register is in flight. */
+ * servers are served while Register is in flight. No method is known
+ * here: the caller names it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,6 @@
 #include <grpc/support/alloc.h>
 
 #include "rpc_internal.h"
-
-static const char REGISTER_PATH[] = "/v1beta1.Registration/Register";
 
 /* Reconnect backoff for wait-for-ready clients: the kubelet socket usually
  * appears within a second; the core's default first retry is after 1 s.
@@ -194,21 +193,27 @@ void rpc_client_connect(struct rpc_client *client)
     (void)state;
 }
 
-int rpc_client_register(struct rpc_client *client, const uint8_t *req, size_t req_len,
-                        int timeout_ms, bool wait_for_ready, char *err, size_t errlen)
+int rpc_client_call(struct rpc_client *client, const char *method, const uint8_t *req,
+                    size_t req_len, int timeout_ms, bool wait_for_ready, struct rpc_buf *resp,
+                    char *err, size_t errlen)
 {
-    struct rpc_buf resp = {0};
+    struct rpc_buf reply = {0};
     char msg[RPC_MSG_LEN];
     int status = RPC_INTERNAL;
 
     uint32_t flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
-    int rc = rpc_client_unary(client, REGISTER_PATH, req, req_len, timeout_ms, flags, &resp,
-                              &status, msg, sizeof msg);
-    free(resp.data);
+    int rc = rpc_client_unary(client, method, req, req_len, timeout_ms, flags, &reply, &status,
+                              msg, sizeof msg);
     if (rc != 0) {
-        snprintf(err, errlen, "Register failed: %s (%d): %s", rpc_status_name(status), status,
-                 msg);
+        /* "/v1beta1.Registration/Register" -> "Register failed: ..." */
+        const char *slash = strrchr(method, '/');
+        snprintf(err, errlen, "%s failed: %s (%d): %s", slash != NULL ? slash + 1 : method,
+                 rpc_status_name(status), status, msg);
         return -1;
     }
+    if (resp != NULL)
+        *resp = reply;
+    else
+        free(reply.data);
     return 0;
 }

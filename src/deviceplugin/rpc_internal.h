@@ -50,7 +50,7 @@ struct rpc_call {
     grpc_metadata_array request_metadata;
     struct rpc_tag new_call_tag, recv_tag, send_tag, status_tag, close_tag;
     enum rpc_route route;
-    enum rpc_method method;
+    size_t method;            /* position in srv->handlers.methods */
     int outstanding;          /* batches started and not yet completed, + 1 while parked */
     bool started;             /* the slot completed: a real call */
     bool closed;              /* RECV_CLOSE_ON_SERVER completed */

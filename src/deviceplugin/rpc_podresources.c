@@ -14,6 +14,21 @@ struct podresources_client {
     struct rpc_client *rpc;
 };
 
+void pr_list_free(struct pr_list *list)
+{
+    for (size_t i = 0; i < list->n_pods; i++) {
+        struct pr_pod *p = &list->pods[i];
+        for (size_t c = 0; c < p->n_containers; c++)
+            free(p->containers[c].name);
+        free(p->containers);
+        free(p->ns);
+        free(p->name);
+    }
+    free(list->pods);
+    list->pods = NULL;
+    list->n_pods = 0;
+}
+
 int podresources_open(struct rpc_runtime *rt, const char *socket_path,
                       struct podresources_client **out, char *err, size_t errlen)
 {

@@ -1,5 +1,5 @@
-/* rpc_server.c -- the runtime, the DevicePlugin servers and their call state
- * machine on one completion queue; deferred replies. Design: docs/rpc.md.
+/* rpc_server.c -- the runtime, the servers and their call state machine on
+ * one completion queue; deferred replies. Design: docs/rpc.md.
  *
  * One completion queue (cq) and one thread serve every rpc_server of a
  * runtime. Every event is handled with rt->lock held; other threads that
@@ -12,7 +12,9 @@
  * batch kind is never started twice at once (the core refuses that), the
  * number of started-but-not-completed batches is counted (a parked call
  * counts one more), and the call is freed only when that count is 0 and
- * RECV_CLOSE_ON_SERVER has completed. */
+ * RECV_CLOSE_ON_SERVER has completed. A call is routed by the server's
+ * method table (rpc_handlers.methods, the caller's): no service is
+ * known here. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -49,19 +51,6 @@ enum deferred_state { DEFERRED_PARKED, DEFERRED_COMPLETING, DEFERRED_DETACHED };
 struct rpc_deferred {
     _Atomic int state;
     struct rpc_call *call; /* valid while PARKED or COMPLETING: the park holds the call */
-};
-
-static const char LIST_AND_WATCH_PATH[] = "/v1beta1.DevicePlugin/ListAndWatch";
-
-static const struct {
-    const char *path;
-    enum rpc_method method;
-} METHODS[] = {
-    {"/v1beta1.DevicePlugin/GetDevicePluginOptions", RPC_GET_DEVICE_PLUGIN_OPTIONS},
-    {LIST_AND_WATCH_PATH, RPC_LIST_AND_WATCH},
-    {"/v1beta1.DevicePlugin/GetPreferredAllocation", RPC_GET_PREFERRED_ALLOCATION},
-    {"/v1beta1.DevicePlugin/Allocate", RPC_ALLOCATE},
-    {"/v1beta1.DevicePlugin/PreStartContainer", RPC_PRE_START_CONTAINER},
 };
 
 /* ---- call lists (streams, parked calls) ------------------------------------------ */
@@ -373,11 +362,12 @@ static void on_request_received(struct rpc_call *c, bool success)
 
 static void route_call(struct rpc_call *c)
 {
+    const struct rpc_handlers *h = &c->srv->handlers;
     c->route = ROUTE_UNKNOWN;
-    for (size_t i = 0; i < sizeof METHODS / sizeof METHODS[0]; i++) {
-        if (grpc_slice_str_cmp(c->details.method, METHODS[i].path) == 0) {
-            c->method = METHODS[i].method;
-            c->route = c->method == RPC_LIST_AND_WATCH ? ROUTE_STREAM : ROUTE_UNARY;
+    for (size_t i = 0; i < h->method_count; i++) {
+        if (grpc_slice_str_cmp(c->details.method, h->methods[i].name) == 0) {
+            c->method = i;
+            c->route = h->methods[i].kind == RPC_METHOD_STREAM ? ROUTE_STREAM : ROUTE_UNARY;
             return;
         }
     }
@@ -620,10 +610,31 @@ static int server_bind(struct rpc_server *srv, char *err, size_t errlen)
     return rpc_socket_install(&srv->socket, bind_path, err, errlen);
 }
 
+/* Every method has its handler: a call must never find a NULL one. */
+static int check_handlers(const struct rpc_handlers *h, char *err, size_t errlen)
+{
+    if (h->methods == NULL && h->method_count > 0) {
+        snprintf(err, errlen, "no method table");
+        return -1;
+    }
+    for (size_t i = 0; i < h->method_count; i++) {
+        bool stream = h->methods[i].kind == RPC_METHOD_STREAM;
+        if (h->methods[i].name == NULL || (stream ? h->snapshot == NULL : h->unary == NULL)) {
+            snprintf(err, errlen, "method %zu (%s) has no %s handler", i,
+                     h->methods[i].name ? h->methods[i].name : "unnamed",
+                     stream ? "stream" : "unary");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int rpc_server_start(struct rpc_runtime *rt, const char *socket_path,
                      const struct rpc_handlers *handlers, struct rpc_server **out,
                      char *err, size_t errlen)
 {
+    if (check_handlers(handlers, err, errlen) != 0)
+        return -1;
     if (rpc_socket_claim(socket_path, err, errlen) != 0)
         return -1;
     struct rpc_server *srv = calloc(1, sizeof *srv);

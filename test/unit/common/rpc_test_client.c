@@ -42,7 +42,8 @@ int rpc_test_register(struct rpc_runtime *rt, const char *kubelet_socket, const 
     struct rpc_client *client = NULL;
     if (rpc_client_open(rt, kubelet_socket, &client, err, errlen) != 0)
         return -1;
-    int rc = rpc_client_register(client, req, req_len, timeout_ms, true, err, errlen);
+    int rc = rpc_client_call(client, "/v1beta1.Registration/Register", req, req_len, timeout_ms,
+                             true, NULL, err, errlen);
     rpc_client_close(client);
     return rc;
 }

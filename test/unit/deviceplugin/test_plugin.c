@@ -43,7 +43,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static enum rpc_status call(struct world *w, enum rpc_method m, const ProtobufCMessage *req,
+static enum rpc_status call(struct world *w, enum plugin_method m, const ProtobufCMessage *req,
                             struct rpc_buf *resp, char *msg, size_t msglen)
 {
     uint8_t buf[65536];
@@ -64,7 +64,7 @@ static enum rpc_status allocate_ids(struct world *w, char **ids, size_t n,
     req.n_container_requests = 1;
     req.container_requests = &cp;
     struct rpc_buf resp;
-    enum rpc_status st = call(w, RPC_ALLOCATE, &req.base, &resp, msg, msglen);
+    enum rpc_status st = call(w, PLUGIN_ALLOCATE, &req.base, &resp, msg, msglen);
     *out = NULL;
     if (st == RPC_OK)
         *out = v1beta1__allocate_response__unpack(NULL, resp.len, resp.data);
@@ -79,7 +79,7 @@ static void test_options(void **state)
     V1beta1__Empty e = V1BETA1__EMPTY__INIT;
     struct rpc_buf resp;
     char msg[256];
-    assert_int_equal(call(w, RPC_GET_DEVICE_PLUGIN_OPTIONS, &e.base, &resp, msg, sizeof msg), RPC_OK);
+    assert_int_equal(call(w, PLUGIN_GET_DEVICE_PLUGIN_OPTIONS, &e.base, &resp, msg, sizeof msg), RPC_OK);
     V1beta1__DevicePluginOptions *o = v1beta1__device_plugin_options__unpack(NULL, resp.len, resp.data);
     assert_non_null(o);
     assert_true(o->get_preferred_allocation_available);
@@ -114,7 +114,7 @@ static void test_allocate_garbage(void **state)
     uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
     struct rpc_buf resp = {0};
     char msg[256];
-    assert_int_equal(w->h.unary(w->h.ctx, NULL, RPC_ALLOCATE, junk, sizeof junk, &resp, msg,
+    assert_int_equal(w->h.unary(w->h.ctx, NULL, PLUGIN_ALLOCATE, junk, sizeof junk, &resp, msg,
                                 sizeof msg),
                      RPC_INVALID_ARGUMENT);
     assert_non_null(strstr(msg, "cannot decode AllocateRequest"));
@@ -158,7 +158,7 @@ static void test_preferred(void **state)
     req.container_requests = &cp;
     struct rpc_buf resp;
     char msg[256];
-    assert_int_equal(call(w, RPC_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg), RPC_OK);
+    assert_int_equal(call(w, PLUGIN_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg), RPC_OK);
     V1beta1__PreferredAllocationResponse *r =
         v1beta1__preferred_allocation_response__unpack(NULL, resp.len, resp.data);
     assert_non_null(r);
@@ -169,11 +169,11 @@ static void test_preferred(void **state)
     free(resp.data);
 
     c.allocation_size = 0;
-    assert_int_equal(call(w, RPC_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg),
+    assert_int_equal(call(w, PLUGIN_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg),
                      RPC_INVALID_ARGUMENT);
     c.allocation_size = 2;
     avail[1] = "GPU-nope";
-    assert_int_equal(call(w, RPC_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg),
+    assert_int_equal(call(w, PLUGIN_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg),
                      RPC_INVALID_ARGUMENT);
     assert_non_null(strstr(msg, "GPU-nope"));
 }

@@ -23,6 +23,7 @@
 
 #define ALLOCATE "/v1beta1.DevicePlugin/Allocate"
 #define OPTIONS "/v1beta1.DevicePlugin/GetDevicePluginOptions"
+#define REGISTER "/v1beta1.Registration/Register"
 #define TIMEOUT_MS 5000
 
 /* ---- a scripted DevicePlugin ------------------------------------------------- */
@@ -40,7 +41,16 @@ struct fake_plugin {
 
 /* "fail...": NOT_FOUND; "park...": parked for the test to complete;
  * "lie...": claims RPC_DEFERRED without parking; anything else: echoed. */
-static enum rpc_status fake_unary(void *ctx, struct rpc_call *call, enum rpc_method method,
+/* The DevicePlugin's names, as the kubelet calls them; the transport
+ * knows none of them (plugin.c has the real table). */
+enum fake_method { FAKE_OPTIONS, FAKE_LIST_AND_WATCH, FAKE_ALLOCATE };
+static const struct rpc_method FAKE_METHODS[] = {
+    [FAKE_OPTIONS] = {OPTIONS, RPC_METHOD_UNARY},
+    [FAKE_LIST_AND_WATCH] = {"/v1beta1.DevicePlugin/ListAndWatch", RPC_METHOD_STREAM},
+    [FAKE_ALLOCATE] = {ALLOCATE, RPC_METHOD_UNARY},
+};
+
+static enum rpc_status fake_unary(void *ctx, struct rpc_call *call, size_t method,
                                   const uint8_t *req, size_t len, struct rpc_buf *resp,
                                   char *msg, size_t msglen)
 {
@@ -66,7 +76,7 @@ static enum rpc_status fake_unary(void *ctx, struct rpc_call *call, enum rpc_met
     if (len >= 3 && memcmp(req, "lie", 3) == 0)
         return RPC_DEFERRED;
 
-    if (method == RPC_ALLOCATE && len >= 4 && memcmp(req, "fail", 4) == 0) {
+    if (method == FAKE_ALLOCATE && len >= 4 && memcmp(req, "fail", 4) == 0) {
         snprintf(msg, msglen, "unknown device GPU-x");
         return RPC_NOT_FOUND;
     }
@@ -133,7 +143,9 @@ static int group_teardown(void **state)
 
 static struct rpc_handlers fake_handlers(struct fake_plugin *p)
 {
-    struct rpc_handlers h = {.ctx = p, .unary = fake_unary, .snapshot = fake_snapshot};
+    struct rpc_handlers h = {.ctx = p, .methods = FAKE_METHODS,
+                             .method_count = sizeof FAKE_METHODS / sizeof FAKE_METHODS[0],
+                             .unary = fake_unary, .snapshot = fake_snapshot};
     return h;
 }
 
@@ -816,8 +828,8 @@ static void test_register_with_callback(void **state)
     k.answer = RPC_OK;
     assert_int_equal(rpc_client_open(f->rt, kubelet_path, &client, err, sizeof err), 0);
     rpc_client_connect(client);
-    assert_int_equal(rpc_client_register(client, req, sizeof req, TIMEOUT_MS, true, err,
-                                         sizeof err), 0);
+    assert_int_equal(rpc_client_call(client, REGISTER, req, sizeof req, TIMEOUT_MS, true, NULL,
+                                     err, sizeof err), 0);
     assert_int_equal(k.registrations, 3);
     rpc_client_close(client);
     rpc_test_kubelet_stop(kubelet);
@@ -852,9 +864,10 @@ static void test_register_waits_for_kubelet(void **state)
     /* Without wait-for-ready the daemon's client fails at once instead. */
     struct rpc_client *client = NULL;
     assert_int_equal(rpc_client_open(f->rt, kubelet_path, &client, err, sizeof err), 0);
-    assert_int_equal(rpc_client_register(client, (const uint8_t *)"", 0, TIMEOUT_MS, false, err,
-                                         sizeof err), -1);
+    assert_int_equal(rpc_client_call(client, REGISTER, (const uint8_t *)"", 0, TIMEOUT_MS, false,
+                                     NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "UNAVAILABLE"));
+    assert_non_null(strstr(err, "Register failed: "));
     rpc_client_close(client);
 
     /* The socket appears while we wait: wait-for-ready picks it up. */
