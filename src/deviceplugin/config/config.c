@@ -27,7 +27,6 @@
 #include "config_file.h"
 #include "errmsg.h"
 #include "log.h"
-#include "plugin_metrics.h"
 #include "options.h"
 
 #ifndef GP_VERSION
@@ -449,4 +448,40 @@ char *config_to_json(const struct gp_config *cfg)
 void config_print_usage(FILE *out)
 {
     options_print_usage(&table, out);
+}
+
+int metrics_parse_addr(const char *addr, char *host, size_t hostlen, unsigned *port, char *err,
+                       size_t errlen)
+{
+    const char *colon = strrchr(addr, ':');
+    const char *h = addr;
+    size_t hlen = colon ? (size_t)(colon - addr) : 0;
+    if (colon == NULL || colon[1] == '\0') {
+        snprintf(err, errlen, "invalid metrics address \"%s\": want HOST:PORT, [IPv6]:PORT or "
+                 ":PORT", addr);
+        return -1;
+    }
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    } else if (memchr(h, ':', hlen) != NULL) {
+        snprintf(err, errlen, "invalid metrics address \"%s\": put an IPv6 host in brackets, "
+                 "[::1]:9400", addr);
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || p > 65535 || colon[1] < '0' || colon[1] > '9') {
+        snprintf(err, errlen, "invalid metrics address \"%s\": the port must be 0-65535", addr);
+        return -1;
+    }
+    if (hlen >= hostlen) {
+        snprintf(err, errlen, "invalid metrics address \"%s\": host too long", addr);
+        return -1;
+    }
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (unsigned)p;
+    return 0;
 }

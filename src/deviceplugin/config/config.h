@@ -180,4 +180,9 @@ bool config_uses_cdi(const struct gp_config *cfg);
 int config_check_host(struct gp_config *cfg, char *err, size_t errlen)
     GP_MUST_USE;
 
+/* Splits "HOST:PORT", "[IPv6]:PORT" or ":PORT" (all interfaces). The
+ * port must be 0-65535 (0 = any free port). -1 + err naming the problem. */
+GP_MUST_USE int metrics_parse_addr(const char *addr, char *host, size_t hostlen,
+                                   unsigned *port, char *err, size_t errlen);
+
 #endif

@@ -38,11 +38,6 @@ struct plugin_node;
 struct plugin_metrics;
 struct rpc_runtime;
 
-/* Splits "HOST:PORT", "[IPv6]:PORT" or ":PORT" (all interfaces). The
- * port must be 0-65535 (0 = any free port). -1 + err naming the problem. */
-GP_MUST_USE int metrics_parse_addr(const char *addr, char *host, size_t hostlen,
-                                   unsigned *port, char *err, size_t errlen);
-
 /* Loads libmicrohttpd, binds addr and starts serving. -1 + err (the
  * address, the bind error, a missing library). *out owned by the caller. */
 GP_MUST_USE int metrics_start(const char *addr, struct plugin_metrics **out, char *err,
