@@ -32,6 +32,8 @@
 #define POOL_ANN_POD_GPU_MODEL "gpupool.io/gpu-model"  /* pod annotation or label: "V100|A100" */
 #define POOL_ANN_POD_GPU_COUNT "gpupool.io/gpu-count"  /* pod annotation: GPUs to split over */
 #define POOL_LABEL_NODE_GPU_PRODUCT "nvidia.com/gpu.product" /* GPU feature discovery's label */
+#define POOL_LABEL_NODE_GPU_PREFIX "nvidia.com/gpu"   /* GFD's label family: <prefix>.product, .count, ... */
+#define POOL_ANN_NODE_LABELS "gpupool.io/node-labels" /* node: the labels the plugin owns (--node-labels) */
 /* kube-system ConfigMap unhealthy-gpu-<node>, key "gpus": gpushare's list. */
 #define POOL_CM_UNHEALTHY_PREFIX "unhealthy-gpu-"
 

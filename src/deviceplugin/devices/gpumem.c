@@ -63,7 +63,7 @@ size_t gpumem_snapshot_size(const struct gpu_inventory *inv, enum pool_mem_unit 
             size_t numa = gpu->numa_node == 0 ? 0 : 1 + varint_size((unsigned long long)gpu->numa_node);
             topology = field_size(field_size(numa));
         }
-        size_t fixed = strlen(gpu->uuid) + strlen(GPUMEM_ID_SEPARATOR);
+        size_t fixed = strlen(gpu->uuid) + strlen(POOL_DEVICE_ID_SEPARATOR);
         for (unsigned long long j = 0; j < units; j++) {
             size_t device = field_size(fixed + decimal_digits(j)) + field_size(strlen("Unhealthy")) +
                             topology;
@@ -87,7 +87,7 @@ static int refuse_whole_gpu_features(const struct gpu_inventory *inv, const stru
         what = "resources.gpus/resources.mig";
     if (what != NULL) {
         snprintf(err, errlen, "--resource-mode=gpu-mem serves GPU memory as %s and cannot "
-                 "be combined with %s (a whole-GPU feature)", GPUMEM_RESOURCE, what);
+                 "be combined with %s (a whole-GPU feature)", POOL_RES_GPU_MEM, what);
         return -1;
     }
     for (size_t g = 0; g < inv->count; g++) {
@@ -112,7 +112,7 @@ static int check_message_size(const struct gpu_inventory *inv, enum pool_mem_uni
         units += gpumem_units(&inv->gpus[g], unit);
     snprintf(err, errlen, "%llu %s devices of %s make a ListAndWatch message of %zu bytes, "
              "more than the kubelet accepts (%zu): use --memory-unit=GiB",
-             units, gpumem_unit_name(unit), GPUMEM_RESOURCE, size, GPUMEM_KUBELET_MAX_MESSAGE);
+             units, gpumem_unit_name(unit), POOL_RES_GPU_MEM, size, GPUMEM_KUBELET_MAX_MESSAGE);
     return -1;
 }
 
@@ -131,7 +131,7 @@ int gpumem_resource_build(const struct gpu_inventory *inv, const struct gp_confi
     if (res == NULL || devices == NULL) {
         free(res);
         free(devices);
-        snprintf(err, errlen, "out of memory building %zu %s devices", total, GPUMEM_RESOURCE);
+        snprintf(err, errlen, "out of memory building %zu %s devices", total, POOL_RES_GPU_MEM);
         return -1;
     }
     size_t k = 0;
@@ -140,7 +140,7 @@ int gpumem_resource_build(const struct gpu_inventory *inv, const struct gp_confi
         unsigned long long units = gpumem_units(gpu, cfg->memory_unit);
         for (unsigned long long j = 0; j < units; j++, k++) {
             struct resource_device *d = &devices[k];
-            snprintf(d->id, sizeof d->id, "%s" GPUMEM_ID_SEPARATOR "%llu", gpu->uuid, j);
+            snprintf(d->id, sizeof d->id, "%s" POOL_DEVICE_ID_SEPARATOR "%llu", gpu->uuid, j);
             snprintf(d->uuid, sizeof d->uuid, "%s", gpu->uuid);
             snprintf(d->index, sizeof d->index, "%u", gpu->index);
             d->gpu = g;
@@ -150,7 +150,7 @@ int gpumem_resource_build(const struct gpu_inventory *inv, const struct gp_confi
             d->healthy = !gpu->lost;
         }
     }
-    snprintf(res->name, sizeof res->name, "%s", GPUMEM_RESOURCE);
+    snprintf(res->name, sizeof res->name, "%s", POOL_RES_GPU_MEM);
     snprintf(res->socket_name, sizeof res->socket_name, "%s", GPUMEM_SOCKET_NAME);
     res->device_count = total;
     res->devices = devices;
@@ -166,11 +166,11 @@ int gpumem_parse_idx(const char *idx, const struct gpu_inventory *inv,
 {
     memset(out, 0, sizeof *out);
     if (idx == NULL || idx[0] == '\0') {
-        snprintf(err, errlen, "annotation %s is missing or empty", GPUMEM_ANN_IDX);
+        snprintf(err, errlen, "annotation %s is missing or empty", POOL_ANN_GPU_MEM_IDX);
         return -1;
     }
     if (strlen(idx) >= sizeof out->idx) {
-        snprintf(err, errlen, "annotation %s is too long", GPUMEM_ANN_IDX);
+        snprintf(err, errlen, "annotation %s is too long", POOL_ANN_GPU_MEM_IDX);
         return -1;
     }
     snprintf(out->idx, sizeof out->idx, "%s", idx);
@@ -187,7 +187,7 @@ int gpumem_parse_idx(const char *idx, const struct gpu_inventory *inv,
                 pos = g;
         if (pos == inv->count) {
             snprintf(err, errlen, "annotation %s=\"%s\" names GPU %u, which this node does "
-                     "not have (%zu GPUs)", GPUMEM_ANN_IDX, idx, list.gpu[i], inv->count);
+                     "not have (%zu GPUs)", POOL_ANN_GPU_MEM_IDX, idx, list.gpu[i], inv->count);
             return -1;
         }
         out->gpus[out->gpu_count++] = pos; /* in annotation order */
@@ -232,7 +232,7 @@ int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
                            const struct gpumem_assignment *as, size_t container_units,
                            V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen)
 {
-    size_t positions[GPUMEM_MAX_GPUS];
+    size_t positions[POOL_MAX_GPUS];
     for (size_t i = 0; i < as->gpu_count; i++) {
         long p = first_unit_of(res, as->gpus[i]);
         if (p < 0) {

@@ -25,25 +25,11 @@
 #include "poolapi_names.h"
 #include "poolapi_unit.h"
 
-/* The names are the pool contract's (poolapi_names.h); these aliases keep
- * the device plugin's spelling until its files move. */
-#define GPUMEM_RESOURCE POOL_RES_GPU_MEM
-#define GPUMEM_COUNT_RESOURCE POOL_RES_GPU_COUNT
-#define GPUMEM_ID_SEPARATOR POOL_DEVICE_ID_SEPARATOR
+/* Resource, annotation and environment names are the pool contract's
+ * (poolapi_names.h). */
 /* The kubelet's gRPC client keeps grpc-go's default receive limit: a larger
  * ListAndWatchResponse is dropped ("received message larger than max"). */
 #define GPUMEM_KUBELET_MAX_MESSAGE ((size_t)4 << 20)
-/* The extender schedules at most this many GPUs per node. */
-#define GPUMEM_MAX_GPUS POOL_MAX_GPUS
-
-/* gpushare's pod annotations (written by the extender at bind, ASSIGNED by us). */
-#define GPUMEM_ANN_IDX POOL_ANN_GPU_MEM_IDX
-#define GPUMEM_ANN_POD POOL_ANN_GPU_MEM_POD
-#define GPUMEM_ANN_DEV POOL_ANN_GPU_MEM_DEV
-#define GPUMEM_ANN_ASSIGNED POOL_ANN_GPU_MEM_ASSIGNED
-#define GPUMEM_ANN_ASSUME_TIME POOL_ANN_GPU_MEM_ASSUME_TIME
-/* Ours, on the node: per-GPU memory, model and health (poolapi_gpus.h). */
-#define GPUMEM_ANN_NODE_GPUS POOL_ANN_NODE_GPUS
 
 /* Units of GPU memory of one GPU (truncated, as gpushare). */
 unsigned long long gpumem_units(const struct gpu_device *gpu, enum pool_mem_unit unit);
@@ -63,8 +49,8 @@ GP_MUST_USE int gpumem_resource_build(const struct gpu_inventory *inv, const str
 /* What the extender decided for a pod, parsed from its annotations. */
 struct gpumem_assignment {
     size_t gpu_count;
-    size_t gpus[GPUMEM_MAX_GPUS];      /* inventory positions, in annotation order */
-    char idx[GPUMEM_MAX_GPUS * 4];     /* ALIYUN_COM_GPU_MEM_IDX as written: "1", "0,1" */
+    size_t gpus[POOL_MAX_GPUS];      /* inventory positions, in annotation order */
+    char idx[POOL_MAX_GPUS * 4];     /* ALIYUN_COM_GPU_MEM_IDX as written: "1", "0,1" */
     unsigned long long pod_units;      /* ALIYUN_COM_GPU_MEM_POD */
 };
 

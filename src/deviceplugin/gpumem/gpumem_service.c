@@ -105,7 +105,7 @@ static void queue_assign(struct gpumem_service *s, const char *ns, const char *n
         (t->uid = strdup(uid)) == NULL) {
         if (t != NULL)
             assign_task_free(t);
-        log_error("gpu-mem: out of memory queueing %s=true for pod %s/%s", GPUMEM_ANN_ASSIGNED,
+        log_error("gpu-mem: out of memory queueing %s=true for pod %s/%s", POOL_ANN_GPU_MEM_ASSIGNED,
                   ns, name);
         return;
     }
@@ -140,7 +140,7 @@ static unsigned ledger_progress(void *ctx, const char *uid)
 
 /* What the allocator keeps of the pod after the view's lock is released. */
 struct found_pod {
-    char ns[256], name[256], uid[80], idx[GPUMEM_MAX_GPUS * 4];
+    char ns[256], name[256], uid[80], idx[POOL_MAX_GPUS * 4];
     bool has_idx, has_pod_units, assigned, repeat;
     unsigned long long pod_units, demand;
     unsigned calls;
@@ -181,10 +181,10 @@ static void answer_error(struct alloc_item *it, enum rpc_status st, const char *
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    int n = snprintf(msg, sizeof msg, "gpupool %s: ", GPUMEM_RESOURCE);
+    int n = snprintf(msg, sizeof msg, "gpupool %s: ", POOL_RES_GPU_MEM);
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
-    log_error("Allocate %zu units of %s failed: %s", it->units, GPUMEM_RESOURCE, msg);
+    log_error("Allocate %zu units of %s failed: %s", it->units, POOL_RES_GPU_MEM, msg);
     plugin_allocation_fail(it->job, st, msg);
     it->job = NULL;
 }
@@ -204,7 +204,7 @@ static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *i
         struct pr_list list = {0};
         char lerr[512];
         long long t0 = clock_now_us();
-        bool listed = podresources_list(s->pr, GPUMEM_RESOURCE, LIST_TIMEOUT_MS, &list, lerr,
+        bool listed = podresources_list(s->pr, POOL_RES_GPU_MEM, LIST_TIMEOUT_MS, &list, lerr,
                                         sizeof lerr) == 0;
         it->list_us += clock_now_us() - t0;
         struct identity_decision dec;
@@ -302,7 +302,7 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
         answer_error(it, RPC_FAILED_PRECONDITION, "pod %s/%s requests %s but has no %s "
                      "annotation: no gpupool (or gpushare) scheduler extender placed it; check "
                      "that the scheduler's extender configuration manages %s", f.ns, f.name,
-                     GPUMEM_RESOURCE, GPUMEM_ANN_IDX, GPUMEM_RESOURCE);
+                     POOL_RES_GPU_MEM, POOL_ANN_GPU_MEM_IDX, POOL_RES_GPU_MEM);
         return;
     }
     if (gpumem_parse_idx(f.idx, s->inv, &as, why, sizeof why) != 0 ||
@@ -326,7 +326,7 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
         return;
     }
     log_info("Allocate %s: %zu units for pod %s/%s (uid %s), call %u of %u, GPU(s) %s%s",
-             GPUMEM_RESOURCE, it->units, f.ns, f.name, f.uid, f.repeat ? done : done + 1,
+             POOL_RES_GPU_MEM, it->units, f.ns, f.name, f.uid, f.repeat ? done : done + 1,
              f.calls, as.idx, f.repeat ? " (repeated by the kubelet)" : "");
     log_v(4, "Allocate %zu units answered in %lld us, of which %lld us in PodResources List",
           it->units, clock_now_us() - it->arrived_us, it->list_us);
@@ -434,10 +434,10 @@ static int publish_node(struct gpumem_service *s)
     snprintf(count, sizeof count, "%zu", s->inv->count);
     char *gpus = gpus_annotation(s);
     json_t *status = json_pack("{s:{s:{s:s},s:{s:s}}}", "status", "capacity",
-                               GPUMEM_COUNT_RESOURCE, count, "allocatable",
-                               GPUMEM_COUNT_RESOURCE, count);
+                               POOL_RES_GPU_COUNT, count, "allocatable",
+                               POOL_RES_GPU_COUNT, count);
     json_t *meta = gpus ? json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
-                                    GPUMEM_ANN_NODE_GPUS, gpus)
+                                    POOL_ANN_NODE_GPUS, gpus)
                         : NULL;
     int rc = -1;
     if (status == NULL || meta == NULL) {
@@ -447,17 +447,17 @@ static int publish_node(struct gpumem_service *s)
     snprintf(path, sizeof path, "/api/v1/nodes/%s/status", s->cfg->node_name);
     if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, status, NULL, &kerr) != 0) {
         log_warn("gpu-mem: cannot patch %s of node %s: %s (HTTP %d); retrying",
-                 GPUMEM_COUNT_RESOURCE, s->cfg->node_name, kerr.message, kerr.http_status);
+                 POOL_RES_GPU_COUNT, s->cfg->node_name, kerr.message, kerr.http_status);
         goto out;
     }
     snprintf(path, sizeof path, "/api/v1/nodes/%s", s->cfg->node_name);
     if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, meta, NULL, &kerr) != 0) {
         log_warn("gpu-mem: cannot annotate node %s with %s: %s (HTTP %d); retrying",
-                 s->cfg->node_name, GPUMEM_ANN_NODE_GPUS, kerr.message, kerr.http_status);
+                 s->cfg->node_name, POOL_ANN_NODE_GPUS, kerr.message, kerr.http_status);
         goto out;
     }
     log_info("gpu-mem: published node %s: %s=%s, %s=%s", s->cfg->node_name,
-             GPUMEM_COUNT_RESOURCE, count, GPUMEM_ANN_NODE_GPUS, gpus);
+             POOL_RES_GPU_COUNT, count, POOL_ANN_NODE_GPUS, gpus);
     rc = 0;
 out:
     json_decref(status);
@@ -477,21 +477,21 @@ static enum assign_outcome patch_assigned(struct gpumem_service *s, const struct
     struct kube_error kerr;
     json_t *body = json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:s}]", "op", "test", "path",
                              "/metadata/uid", "value", t->uid, "op", "add", "path",
-                             "/metadata/annotations/" GPUMEM_ANN_ASSIGNED, "value", "true");
+                             "/metadata/annotations/" POOL_ANN_GPU_MEM_ASSIGNED, "value", "true");
     enum assign_outcome out = ASSIGN_RETRY;
     if (ns == NULL || name == NULL || body == NULL)
         goto done;
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
     if (kube_patch(s->kc, path, KUBE_PATCH_JSON, body, NULL, &kerr) == 0) {
-        log_v(1, "gpu-mem: pod %s/%s marked %s=true", t->ns, t->name, GPUMEM_ANN_ASSIGNED);
+        log_v(1, "gpu-mem: pod %s/%s marked %s=true", t->ns, t->name, POOL_ANN_GPU_MEM_ASSIGNED);
         out = ASSIGN_DONE;
     } else if (kerr.http_status == 404 || kerr.http_status == 422) {
         log_info("gpu-mem: pod %s/%s (uid %s) is gone; not marking it %s", t->ns, t->name,
-                 t->uid, GPUMEM_ANN_ASSIGNED);
+                 t->uid, POOL_ANN_GPU_MEM_ASSIGNED);
         out = ASSIGN_DONE;
     } else {
         log_warn("gpu-mem: cannot mark pod %s/%s %s=true: %s (HTTP %d, %s)", t->ns, t->name,
-                 GPUMEM_ANN_ASSIGNED, kerr.message, kerr.http_status, kerr.reason);
+                 POOL_ANN_GPU_MEM_ASSIGNED, kerr.message, kerr.http_status, kerr.reason);
     }
 done:
     free(ns);
@@ -557,7 +557,7 @@ static void *writer_main(void *arg)
             if (o == ASSIGN_RETRY)
                 log_error("gpu-mem: giving up marking pod %s/%s %s=true after %d attempts "
                           "(the ledger still records its allocation)", t->ns, t->name,
-                          GPUMEM_ANN_ASSIGNED, t->attempts);
+                          POOL_ANN_GPU_MEM_ASSIGNED, t->attempts);
             assign_task_free(t);
         }
     }
@@ -678,7 +678,7 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
     log_info("gpu-mem mode: node %s, %zu GPUs, unit %s, %zu devices of %s, ledger in %s/gpumem, "
              "pod identity through %s", cfg->node_name, inv->count,
              gpumem_unit_name(cfg->memory_unit), plugin_node_resource(node, 0)->device_count,
-             GPUMEM_RESOURCE, cfg->state_dir, cfg->pod_resources_socket);
+             POOL_RES_GPU_MEM, cfg->state_dir, cfg->pod_resources_socket);
     *out = s;
     return 0;
 fail:

@@ -85,14 +85,14 @@ static int add_containers(struct gpumem_pod *pod, const json_t *list, bool init)
     const json_t *c;
     json_array_foreach(list, i, c) {
         const json_t *limit = json_object_get(
-            json_object_get(json_object_get(c, "resources"), "limits"), GPUMEM_RESOURCE);
+            json_object_get(json_object_get(c, "resources"), "limits"), POOL_RES_GPU_MEM);
         if (limit == NULL)
             continue;
         const char *name = json_string_value(json_object_get(c, "name"));
         uint64_t units;
         char what[128], why[256];
         /* The contract's quantity ("4", "1k", "2e3"); a fraction is refused. */
-        snprintf(what, sizeof what, "the %s limit of container \"%.63s\"", GPUMEM_RESOURCE,
+        snprintf(what, sizeof what, "the %s limit of container \"%.63s\"", POOL_RES_GPU_MEM,
                  name ? name : "");
         if (poolapi_quantity_whole(limit, what, &units, why, sizeof why) != 0) {
             snprintf(why + strlen(why), sizeof why - strlen(why), ": not a whole number of units");
@@ -134,9 +134,9 @@ int gpumem_pod_parse(const json_t *obj, struct gpumem_pod *out, char *err, size_
     out->name = dup_string(json_object_get(meta, "name"));
     out->uid = dup_string(json_object_get(meta, "uid"));
     out->terminal = phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
-    const char *idx = json_string_value(json_object_get(ann, GPUMEM_ANN_IDX));
-    const char *assigned = json_string_value(json_object_get(ann, GPUMEM_ANN_ASSIGNED));
-    const json_t *pod_units = json_object_get(ann, GPUMEM_ANN_POD);
+    const char *idx = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_IDX));
+    const char *assigned = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_ASSIGNED));
+    const json_t *pod_units = json_object_get(ann, POOL_ANN_GPU_MEM_POD);
     out->assigned = assigned != NULL && strcmp(assigned, "true") == 0;
     out->has_pod_units = pod_units != NULL && parse_units(pod_units, &out->pod_units) == 0;
     if (idx != NULL && (out->idx = strdup(idx)) == NULL)

@@ -12,7 +12,6 @@
 #include "kube.h"
 #include "log.h"
 
-#define GPU_PREFIX "nvidia.com/gpu"
 #define LABEL_VALUE_MAX 63
 #define RETRY_MIN_MS 1000L
 #define RETRY_MAX_MS 60000L
@@ -120,13 +119,13 @@ static const struct gpu_device *main_model(const struct gpu_inventory *inv, long
 static int gpu_labels(json_t *labels, const struct gp_config *cfg, const struct gpu_device *g,
                       long long count)
 {
-    int rc = base_labels(labels, cfg, GPU_PREFIX, g->name, count, !g->mig_enabled);
+    int rc = base_labels(labels, cfg, POOL_LABEL_NODE_GPU_PREFIX, g->name, count, !g->mig_enabled);
     if (g->memory_bytes > 0)
-        rc |= set_num(labels, GPU_PREFIX, "memory", (long long)(g->memory_bytes >> 20));
+        rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "memory", (long long)(g->memory_bytes >> 20));
     if (g->cc_major > 0) {
-        rc |= set_str(labels, GPU_PREFIX, "family", arch_family(g->cc_major, g->cc_minor));
-        rc |= set_num(labels, GPU_PREFIX, "compute.major", g->cc_major);
-        rc |= set_num(labels, GPU_PREFIX, "compute.minor", g->cc_minor);
+        rc |= set_str(labels, POOL_LABEL_NODE_GPU_PREFIX, "family", arch_family(g->cc_major, g->cc_minor));
+        rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "compute.major", g->cc_major);
+        rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "compute.minor", g->cc_minor);
     }
     return rc;
 }
@@ -214,13 +213,13 @@ static int single_labels(json_t *labels, const struct gp_config *cfg,
     if (first == NULL)
         return 0; /* no MIG-enabled GPU: the same as none */
     if (valid && profile != NULL)
-        return mig_labels(labels, cfg, GPU_PREFIX, first, profile, migs);
+        return mig_labels(labels, cfg, POOL_LABEL_NODE_GPU_PREFIX, first, profile, migs);
     char product[256];
     snprintf(product, sizeof product, "%s-MIG-INVALID", first->name);
-    int rc = set_str(labels, GPU_PREFIX, "product", product);
-    rc |= set_num(labels, GPU_PREFIX, "count", 0);
-    rc |= set_num(labels, GPU_PREFIX, "replicas", 0);
-    rc |= set_num(labels, GPU_PREFIX, "memory", 0);
+    int rc = set_str(labels, POOL_LABEL_NODE_GPU_PREFIX, "product", product);
+    rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "count", 0);
+    rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "replicas", 0);
+    rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "memory", 0);
     return rc;
 }
 
@@ -277,7 +276,7 @@ json_t *nodelabels_patch(const json_t *labels, const json_t *node)
     /* Keys we wrote last time and do not write now are removed (null). */
     const char *owned = json_string_value(json_object_get(
         json_object_get(json_object_get(node, "metadata"), "annotations"),
-        NODELABELS_OWNED_ANNOTATION));
+        POOL_ANN_NODE_LABELS));
     for (const char *p = owned; p != NULL && *p != '\0';) {
         size_t len = strcspn(p, ",");
         char key[256];
@@ -313,7 +312,7 @@ json_t *nodelabels_patch(const json_t *labels, const json_t *node)
     }
     free(keys);
     if (list == NULL || json_object_set_new(json_object_get(meta, "annotations"),
-                                            NODELABELS_OWNED_ANNOTATION, json_string(list)) != 0) {
+                                            POOL_ANN_NODE_LABELS, json_string(list)) != 0) {
         free(list);
         json_decref(patch);
         return NULL;

@@ -20,7 +20,7 @@
  * on its own thread, retrying with backoff (1 s doubling to 60 s) until the
  * API server accepts it; the kubelet-facing servers never wait for it. The
  * keys it wrote are remembered in the node annotation
- * NODELABELS_OWNED_ANNOTATION, so that a later run removes the ones that no
+ * POOL_ANN_NODE_LABELS, so that a later run removes the ones that no
  * longer apply (a MIG profile gone, sharing turned off) without touching
  * labels written by anybody else (GFD, an operator).
  * Errors: -1 + err. Owner of a labeler: the caller (nodelabels_stop). */
@@ -32,9 +32,9 @@
 
 #include "config.h"
 #include "gpu.h"
+#include "poolapi_names.h"
 #include "compiler.h"
 
-#define NODELABELS_OWNED_ANNOTATION "gpupool.io/node-labels"
 
 /* *out: a new JSON object, label key -> string value. */
 GP_MUST_USE int nodelabels_build(const struct gp_config *cfg, const struct gpu_inventory *inv,
