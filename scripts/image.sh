@@ -8,7 +8,7 @@
 # For each image:
 #   1. the Debian packages that own the shared libraries the program needs:
 #      those `ldd` names, and those it dlopen()s by soname (libcurl.so.4 for
-#      the API client, libmicrohttpd.so.12 for metrics: found as soname
+#      the API client, libmicrohttpd.so.12 for HTTP (src/httpd): found as soname
 #      strings in the binary and resolved with `ldconfig -p`; the NVIDIA
 #      driver's libraries are the container runtime's business), then `dpkg -S`;
 #   2. mmdebstrap --variant=extract: those packages and their dependencies,

@@ -3,6 +3,7 @@
 #include "clock.h"
 #include "extender.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -198,8 +199,8 @@ struct extender {
     pthread_cond_t sync_cond;
     unsigned synced;                   /* SYNC_* bits */
     atomic_bool ready;                 /* all synced: /healthz ok */
-    struct http_server *http;
-    struct http_server *metrics_http;  /* NULL when --metrics-port 0 */
+    struct httpd *http;
+    struct httpd *metrics_http;  /* NULL when --metrics-port 0 */
     struct metrics metrics;
     char *tls_cert_pem, *tls_key_pem;
     size_t max_body;
@@ -408,7 +409,7 @@ static int api_create_binding(void *ctx, const char *ns, const char *name, const
 
 /* ---- routes ----------------------------------------------------------------- */
 
-static void reply(struct http_response *resp, int status, const char *type, char *body, size_t len)
+static void reply(struct httpd_response *resp, int status, const char *type, char *body, size_t len)
 {
     resp->status = body ? status : 500;
     resp->content_type = type;
@@ -416,7 +417,7 @@ static void reply(struct http_response *resp, int status, const char *type, char
     resp->len = len;
 }
 
-static void reply_error(struct http_response *resp, int status, const char *message)
+static void reply_error(struct httpd_response *resp, int status, const char *message)
 {
     size_t len;
     char *body = protocol_error(message, &len);
@@ -440,7 +441,7 @@ static void tally_verdict(void *ctx, size_t i, bool fits, const char *reason)
 }
 
 static void handle_filter(struct extender *ext, const char *body, size_t len,
-                          struct http_response *resp)
+                          struct httpd_response *resp)
 {
     struct extender_args args;
     struct cache_query q;
@@ -472,7 +473,7 @@ static void handle_filter(struct extender *ext, const char *body, size_t len,
 }
 
 static void handle_prioritize(struct extender *ext, const char *body, size_t len,
-                              struct http_response *resp)
+                              struct httpd_response *resp)
 {
     struct extender_args args;
     struct cache_query q;
@@ -502,7 +503,7 @@ static void handle_prioritize(struct extender *ext, const char *body, size_t len
 }
 
 static void handle_bind(struct extender *ext, const char *body, size_t len,
-                        struct http_response *resp)
+                        struct httpd_response *resp)
 {
     struct binding_args args;
     char err[768];
@@ -527,7 +528,7 @@ static void handle_bind(struct extender *ext, const char *body, size_t len,
     protocol_binding_free(&args);
 }
 
-static void handle_inspect(struct extender *ext, const char *node, struct http_response *resp)
+static void handle_inspect(struct extender *ext, const char *node, struct httpd_response *resp)
 {
     json_t *view = cache_inspect(ext->cache, node && *node ? node : NULL);
     size_t n;
@@ -537,7 +538,7 @@ static void handle_inspect(struct extender *ext, const char *node, struct http_r
     reply(resp, status, "application/json", out, n);
 }
 
-static void handle_pool(struct extender *ext, struct http_response *resp)
+static void handle_pool(struct extender *ext, struct httpd_response *resp)
 {
     size_t n = 0;
     char *out = pool_json(ext->cache, poolapi_unit_name(ext->cfg->gpu_memory_unit), &n);
@@ -553,7 +554,7 @@ static const char *verb_of(const char *path, const char *prefix)
     return NULL;
 }
 
-static void route_get(struct extender *ext, const char *path, struct http_response *resp)
+static void route_get(struct extender *ext, const char *path, struct httpd_response *resp)
 {
     const char *verb = verb_of(path, ext->cfg->prefix);
     if (!verb)
@@ -584,10 +585,11 @@ static void route_get(struct extender *ext, const char *path, struct http_respon
     }
 }
 
-void extender_handle(void *ctx, const char *method, const char *path, const char *body, size_t len,
-                     struct http_response *resp)
+void extender_handle(void *ctx, const struct httpd_request *req, struct httpd_response *resp)
 {
     struct extender *ext = ctx;
+    const char *method = req->method, *path = req->path, *body = req->body;
+    size_t len = req->len;
     const char *verb = verb_of(path, ext->cfg->prefix);
     if (!verb)
         verb = verb_of(path, EXTENDER_GPUSHARE_PREFIX);
@@ -617,12 +619,10 @@ void extender_handle(void *ctx, const char *method, const char *path, const char
 }
 
 /* The metrics port answers GET /metrics only. */
-static void metrics_handle(void *ctx, const char *method, const char *path, const char *body,
-                           size_t len, struct http_response *resp)
+static void metrics_handle(void *ctx, const struct httpd_request *req, struct httpd_response *resp)
 {
     struct extender *ext = ctx;
-    (void)body;
-    (void)len;
+    const char *method = req->method, *path = req->path;
     if (strcmp(path, "/metrics") != 0) {
         reply_error(resp, 404, "no such path; metrics are at /metrics");
         return;
@@ -647,30 +647,53 @@ static void serve_metrics(struct extender *ext)
 {
     if (ext->cfg->metrics_port == 0)
         return;
-    const struct http_options opt = {
-        .address = ext->cfg->address,
-        .port = ext->cfg->metrics_port,
+    const struct httpd_options opt = {
+        .host = ext->cfg->address,
+        .port = (unsigned)ext->cfg->metrics_port,
+        .what = "metrics port",
         .max_body = 1024,
+        .thread_per_connection = true,
         .max_connections = 16,
     };
     char why[256];
-    if (!(ext->metrics_http = http_server_start(&opt, metrics_handle, ext, why, sizeof(why)))) {
+    if (httpd_start(&opt, metrics_handle, ext, &ext->metrics_http, why, sizeof(why)) != 0) {
         log_error("no /metrics: cannot open metrics port %d: %s", ext->cfg->metrics_port, why);
         return;
     }
-    log_info("metrics at http://<address>:%d/metrics", http_server_port(ext->metrics_http));
+    log_info("metrics at http://<address>:%u/metrics", httpd_port(ext->metrics_http));
+}
+
+/* --address takes numeric addresses only (no resolver at start-up). */
+static bool address_is_numeric(const char *address)
+{
+    char host[INET6_ADDRSTRLEN + 2];
+    unsigned char raw[sizeof(struct in6_addr)];
+    snprintf(host, sizeof(host), "%s", address);
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') { /* "[::1]" */
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = '\0';
+    }
+    return inet_pton(AF_INET, host, raw) == 1 || inet_pton(AF_INET6, host, raw) == 1;
 }
 
 int extender_serve(struct extender *ext, char *err, size_t errlen)
 {
-    const struct http_options opt = {
-        .address = ext->cfg->address,
-        .port = ext->cfg->port,
+    const char *address = ext->cfg->address;
+    if (address && *address && !address_is_numeric(address)) {
+        snprintf(err, errlen, "--address %s is not a numeric IPv4 or IPv6 address", address);
+        return -1;
+    }
+    const struct httpd_options opt = {
+        .host = address,
+        .port = (unsigned)ext->cfg->port,
+        .what = "address",
         .tls_cert_pem = ext->tls_cert_pem,
         .tls_key_pem = ext->tls_key_pem,
         .max_body = ext->max_body,
+        .thread_per_connection = true, /* a bind blocks on the API server */
     };
-    if (!(ext->http = http_server_start(&opt, extender_handle, ext, err, errlen)))
+    if (httpd_start(&opt, extender_handle, ext, &ext->http, err, errlen) != 0)
         return -1;
     serve_metrics(ext);
     return 0;
@@ -678,15 +701,15 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
 
 int extender_port(const struct extender *ext)
 {
-    return ext->http ? http_server_port(ext->http) : -1;
+    return ext->http ? (int)httpd_port(ext->http) : -1;
 }
 
 void extender_free(struct extender *ext)
 {
     if (!ext)
         return;
-    http_server_stop(ext->http);
-    http_server_stop(ext->metrics_http);
+    httpd_stop(ext->http);
+    httpd_stop(ext->metrics_http);
     if (ext->cancel)
         kube_cancel_fire(ext->cancel);
     for (int i = 0; i < 3; i++)

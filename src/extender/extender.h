@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "http.h"
+#include "httpd.h"
 #include "poolapi_unit.h"
 #include "compiler.h"
 
@@ -69,8 +69,7 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
 int extender_port(const struct extender *ext);
 void extender_free(struct extender *ext);
 
-/* The request handler (http_handler_fn), exposed for tests. */
-void extender_handle(void *ext, const char *method, const char *path, const char *body, size_t len,
-                     struct http_response *resp);
+/* The request handler (httpd_handler_fn), exposed for tests. */
+void extender_handle(void *ext, const struct httpd_request *req, struct httpd_response *resp);
 
 #endif

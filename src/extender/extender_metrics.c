@@ -6,8 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool_view.h"
 #include "buf.h"
+#include "pool_view.h"
+#include "prom.h"
 
 /* Upper bounds in nanoseconds: filter over 5,000 nodes takes 1-5 ms, a
  * bind one or two API round trips, so 100 us .. 10 s covers both. */
@@ -48,24 +49,6 @@ static uint64_t load(const atomic_uint_fast64_t *counter)
 
 /* ---- rendering ------------------------------------------------------------- */
 
-static void header(struct buf *out, const char *name, const char *type, const char *help)
-{
-    buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* A label value: backslash, double quote and newline escaped (0.0.4). */
-static void label_value(struct buf *out, const char *value)
-{
-    for (const char *c = value; *c; c++) {
-        if (*c == '\\' || *c == '"')
-            buf_add(out, "\\", 1);
-        if (*c == '\n')
-            buf_add(out, "\\n", 2);
-        else
-            buf_add(out, c, 1);
-    }
-}
-
 static void histogram(struct buf *out, const struct metrics_histogram *h, const char *verb)
 {
     char name[96];
@@ -73,44 +56,38 @@ static void histogram(struct buf *out, const struct metrics_histogram *h, const 
     char help[160];
     snprintf(help, sizeof(help), "Time to answer a %s request, from its body read to its reply.",
              verb);
-    header(out, name, "histogram", help);
-    uint64_t cumulative = 0;
+    prom_header(out, name, "histogram", help);
+    double bounds[METRICS_BUCKETS];
+    uint64_t cumulative[METRICS_BUCKETS], total = 0;
     for (int b = 0; b < METRICS_BUCKETS; b++) {
-        cumulative += load(&h->counts[b]);
-        buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bucket_ns[b] / 1e9,
-                (unsigned long long)cumulative);
+        total += load(&h->counts[b]);
+        cumulative[b] = total;
+        bounds[b] = (double)bucket_ns[b] / 1e9;
     }
-    cumulative += load(&h->counts[METRICS_BUCKETS]);
-    buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
-    buf_printf(out, "%s_sum %.9f\n", name, (double)load(&h->sum_ns) / 1e9);
-    buf_printf(out, "%s_count %llu\n", name, (unsigned long long)cumulative);
+    total += load(&h->counts[METRICS_BUCKETS]);
+    prom_histogram(out, name, NULL, bounds, cumulative, METRICS_BUCKETS, total,
+                   (double)load(&h->sum_ns) / 1e9);
 }
 
 static void counters(struct buf *out, const struct metrics *m)
 {
-    header(out, "gpupool_extender_binds_total", "counter",
+    prom_header(out, "gpupool_extender_binds_total", "counter",
            "Bind requests by result: bound, or the step that failed.");
     for (int r = 0; r < METRICS_BIND_RESULTS; r++)
         buf_printf(out, "gpupool_extender_binds_total{result=\"%s\"} %llu\n",
                 r == METRICS_BIND_BAD_REQUEST ? "bad_request" : bind_result_name((enum bind_result)r),
                 (unsigned long long)load(&m->binds[r]));
-    header(out, "gpupool_extender_bad_requests_total", "counter",
+    prom_header(out, "gpupool_extender_bad_requests_total", "counter",
            "Requests refused with 400 because their body could not be read.");
     for (int v = 0; v < METRICS_VERBS; v++)
         buf_printf(out, "gpupool_extender_bad_requests_total{verb=\"%s\"} %llu\n", verb_names[v],
                 (unsigned long long)load(&m->bad_requests[v]));
-    header(out, "gpupool_extender_filter_nodes_total", "counter",
+    prom_header(out, "gpupool_extender_filter_nodes_total", "counter",
            "Nodes evaluated by filter requests, by verdict.");
     buf_printf(out, "gpupool_extender_filter_nodes_total{result=\"passed\"} %llu\n",
             (unsigned long long)load(&m->filter_nodes_passed));
     buf_printf(out, "gpupool_extender_filter_nodes_total{result=\"failed\"} %llu\n",
             (unsigned long long)load(&m->filter_nodes_failed));
-}
-
-static void gauge(struct buf *out, const char *name, const char *help, double value)
-{
-    header(out, name, "gauge", help);
-    buf_printf(out, "%s %.17g\n", name, value);
 }
 
 struct gpu_lines {
@@ -123,7 +100,7 @@ static void gpu_line(void *ctx, const struct pool_gpu *gpu)
     struct gpu_lines *g = ctx;
     static const char name[] = "gpupool_extender_gpu_memory_allocated_bytes{node=\"";
     buf_add(g->out, name, sizeof(name) - 1);
-    label_value(g->out, gpu->node);
+    prom_label_value(g->out, gpu->node);
     buf_add(g->out, "\",gpu=\"", 7);
     buf_u64(g->out, gpu->index);
     buf_add(g->out, "\"} ", 3);
@@ -136,22 +113,22 @@ static void cache_gauges(struct buf *out, struct cache *cache, const struct pool
 {
     struct cache_stats s;
     cache_stats(cache, &s);
-    gauge(out, "gpupool_extender_cache_nodes", "Nodes in the cache (GPU-sharing or not).",
+    prom_gauge(out, "gpupool_extender_cache_nodes", "Nodes in the cache (GPU-sharing or not).",
           (double)s.nodes);
-    gauge(out, "gpupool_extender_cache_gpu_nodes", "GPU-sharing nodes in the cache.",
+    prom_gauge(out, "gpupool_extender_cache_gpu_nodes", "GPU-sharing nodes in the cache.",
           (double)s.gpu_nodes);
-    gauge(out, "gpupool_extender_cache_pods", "Pods in the cache.", (double)s.pods);
-    gauge(out, "gpupool_extender_cache_assumed_pods",
+    prom_gauge(out, "gpupool_extender_cache_pods", "Pods in the cache.", (double)s.pods);
+    prom_gauge(out, "gpupool_extender_cache_assumed_pods",
           "Pods bound by the extender that the API has not shown bound yet.", (double)s.assumed);
-    gauge(out, "gpupool_extender_gpus", "GPUs of the GPU-sharing nodes.", (double)t->gpus);
-    gauge(out, "gpupool_extender_unhealthy_gpus", "GPUs marked unhealthy (take no new pods).",
+    prom_gauge(out, "gpupool_extender_gpus", "GPUs of the GPU-sharing nodes.", (double)t->gpus);
+    prom_gauge(out, "gpupool_extender_unhealthy_gpus", "GPUs marked unhealthy (take no new pods).",
           (double)t->unhealthy_gpus);
-    gauge(out, "gpupool_extender_gpu_memory_total_bytes", "GPU memory of every GPU-sharing node.",
+    prom_gauge(out, "gpupool_extender_gpu_memory_total_bytes", "GPU memory of every GPU-sharing node.",
           (double)(t->memory_total * unit_bytes));
-    gauge(out, "gpupool_extender_gpu_memory_allocated_total_bytes",
+    prom_gauge(out, "gpupool_extender_gpu_memory_allocated_total_bytes",
           "GPU memory charged to pods, cluster-wide (assumed binds included).",
           (double)(t->memory_used * unit_bytes));
-    gauge(out, "gpupool_extender_fragmentation_ratio",
+    prom_gauge(out, "gpupool_extender_fragmentation_ratio",
           "Share of the free memory of healthy GPUs on GPUs with less free than the median "
           "per-GPU pod share (0..1).",
           t->fragmentation);
@@ -164,7 +141,7 @@ char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint
     for (int v = 0; v < METRICS_VERBS; v++)
         histogram(out, &m->duration[v], verb_names[v]);
     counters(out, m);
-    header(out, "gpupool_extender_gpu_memory_allocated_bytes", "gauge",
+    prom_header(out, "gpupool_extender_gpu_memory_allocated_bytes", "gauge",
            "GPU memory charged to pods on one GPU (assumed binds included).");
     struct gpu_lines lines = {out, unit_bytes};
     struct pool_totals totals;

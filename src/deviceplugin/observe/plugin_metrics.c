@@ -1,32 +1,25 @@
 /* plugin_metrics.c -- the device plugin's Prometheus endpoint (see plugin_metrics.h). */
 #include "plugin_metrics.h"
-#include "config.h"
 
-#include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <microhttpd.h>
-
+#include "buf.h"
 #include "clock.h"
-#include "dl.h"
+#include "config.h"
 #include "errmsg.h"
+#include "httpd.h"
 #include "log.h"
 #include "plugin.h"
 #include "podresources.h"
+#include "prom.h"
 #include "resource.h"
 
-#define MHD_SONAME "libmicrohttpd.so.12"
 /* The handler formats text and makes one gRPC call (PodResources List),
  * which runs the core's transport on this thread: the same budget as the
  * RPC thread's, doubled for the sanitizer build's larger frames. */
@@ -49,22 +42,6 @@ static const double allocate_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025
                                           0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define BUCKETS (sizeof allocate_buckets / sizeof allocate_buckets[0])
 
-/* The libmicrohttpd calls we make, bound at run time. */
-struct mhd_api {
-    void *library;
-    struct MHD_Daemon *(*start_daemon)(unsigned int flags, uint16_t port,
-                                       MHD_AcceptPolicyCallback apc, void *apc_cls,
-                                       MHD_AccessHandlerCallback dh, void *dh_cls, ...);
-    void (*stop_daemon)(struct MHD_Daemon *daemon);
-    struct MHD_Response *(*create_response_from_buffer)(size_t size, void *buffer,
-                                                        enum MHD_ResponseMemoryMode mode);
-    enum MHD_Result (*add_response_header)(struct MHD_Response *response, const char *header,
-                                           const char *content);
-    enum MHD_Result (*queue_response)(struct MHD_Connection *connection, unsigned int status_code,
-                                      struct MHD_Response *response);
-    void (*destroy_response)(struct MHD_Response *response);
-};
-
 /* Per resource name: written by the RPC thread (Allocate) and the main
  * thread (registrations); slots are only ever appended, never moved. */
 struct resource_counters {
@@ -83,9 +60,7 @@ struct xid_counter {
 };
 
 struct plugin_metrics {
-    struct mhd_api mhd;
-    struct MHD_Daemon *daemon;
-    char bound[128];
+    struct httpd *http;
 
     pthread_mutex_t slots_lock;      /* appending to resources[] */
     struct resource_counters resources[METRICS_MAX_RESOURCES];
@@ -195,113 +170,94 @@ void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g,
 
 /* ---- rendering ----------------------------------------------------------------- */
 
-/* Label values escape backslash, double quote and newline. */
-static void put_label_value(FILE *f, const char *v)
+static void put_gpu_labels(struct buf *f, unsigned index, const char *uuid, const char *model)
 {
-    for (; *v != '\0'; v++) {
-        if (*v == '\\' || *v == '"')
-            fprintf(f, "\\%c", *v);
-        else if (*v == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*v, f);
-    }
+    buf_printf(f, "{gpu=\"%u\",uuid=\"", index);
+    prom_label_value(f, uuid);
+    buf_str(f, "\",model=\"");
+    prom_label_value(f, model);
+    buf_add(f, "\"", 1);
 }
 
-static void put_header(FILE *f, const char *name, const char *type, const char *help)
+static void put_gpu_sample(struct buf *f, const char *name, const struct gpu_device *g, double v)
 {
-    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void put_gpu_labels(FILE *f, unsigned index, const char *uuid, const char *model)
-{
-    fprintf(f, "{gpu=\"%u\",uuid=\"", index);
-    put_label_value(f, uuid);
-    fputs("\",model=\"", f);
-    put_label_value(f, model);
-    fputc('"', f);
-}
-
-static void put_gpu_sample(FILE *f, const char *name, const struct gpu_device *g, double v)
-{
-    fputs(name, f);
+    buf_str(f, name);
     put_gpu_labels(f, g->index, g->uuid, g->name);
-    fprintf(f, "} %.17g\n", v);
+    buf_printf(f, "} %.17g\n", v);
 }
 
-static void render_xids(struct plugin_metrics *m, FILE *f)
+static void render_xids(struct plugin_metrics *m, struct buf *f)
 {
-    put_header(f, "gpupool_gpu_xid_errors_total", "counter",
+    prom_header(f, "gpupool_gpu_xid_errors_total", "counter",
                "XID events NVML reported per GPU and XID code, ignored ones included.");
     pthread_mutex_lock(&m->xid_lock);
     for (size_t i = 0; i < m->xid_count; i++) {
         const struct xid_counter *c = &m->xids[i];
-        fputs("gpupool_gpu_xid_errors_total", f);
+        buf_str(f, "gpupool_gpu_xid_errors_total");
         put_gpu_labels(f, c->gpu_index, c->uuid, c->model);
-        fprintf(f, ",xid=\"%llu\"} %llu\n", c->xid, c->count);
+        buf_printf(f, ",xid=\"%llu\"} %llu\n", c->xid, c->count);
     }
     unsigned long long dropped = m->xids_dropped;
     pthread_mutex_unlock(&m->xid_lock);
-    put_header(f, "gpupool_gpu_xid_errors_untracked_total", "counter",
+    prom_header(f, "gpupool_gpu_xid_errors_untracked_total", "counter",
                "XID events not broken down because the table of (GPU, XID) pairs is full.");
-    fprintf(f, "gpupool_gpu_xid_errors_untracked_total %llu\n", dropped);
+    buf_printf(f, "gpupool_gpu_xid_errors_untracked_total %llu\n", dropped);
 }
 
-static void render_resources(struct plugin_metrics *m, FILE *f)
+static void render_resources(struct plugin_metrics *m, struct buf *f)
 {
     size_t n = atomic_load_explicit(&m->resource_count, memory_order_acquire);
-    put_header(f, "gpupool_deviceplugin_allocate_duration_seconds", "histogram",
+    prom_header(f, "gpupool_deviceplugin_allocate_duration_seconds", "histogram",
                "Time to answer one Allocate call (gpu-mem mode: until the call is parked).");
     for (size_t i = 0; i < n; i++) {
         struct resource_counters *r = &m->resources[i];
         /* count first: a concurrent Allocate may land in a bucket after
          * this, never make +Inf smaller than the buckets below it. */
         unsigned long long total = atomic_load(&r->count), cumulative = 0;
+        uint64_t sums[BUCKETS];
         for (size_t b = 0; b < BUCKETS; b++) {
             cumulative += atomic_load(&r->buckets[b]);
             if (cumulative > total)
                 cumulative = total;
-            fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_bucket{resource=\"%s\","
-                       "le=\"%g\"} %llu\n", r->name, allocate_buckets[b], cumulative);
+            sums[b] = cumulative;
         }
-        fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_bucket{resource=\"%s\","
-                   "le=\"+Inf\"} %llu\n", r->name, total);
-        fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_sum{resource=\"%s\"} %.9f\n",
-                r->name, (double)atomic_load(&r->sum_ns) / 1e9);
-        fprintf(f, "gpupool_deviceplugin_allocate_duration_seconds_count{resource=\"%s\"} %llu\n",
-                r->name, total);
+        char labels[CONFIG_NAME_LEN + 16];
+        snprintf(labels, sizeof labels, "resource=\"%s\"", r->name);
+        prom_histogram(f, "gpupool_deviceplugin_allocate_duration_seconds", labels,
+                       allocate_buckets, sums, BUCKETS, total,
+                       (double)atomic_load(&r->sum_ns) / 1e9);
     }
-    put_header(f, "gpupool_deviceplugin_allocate_errors_total", "counter",
+    prom_header(f, "gpupool_deviceplugin_allocate_errors_total", "counter",
                "Allocate calls answered with an error status.");
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "gpupool_deviceplugin_allocate_errors_total{resource=\"%s\"} %llu\n",
+        buf_printf(f, "gpupool_deviceplugin_allocate_errors_total{resource=\"%s\"} %llu\n",
                 m->resources[i].name, atomic_load(&m->resources[i].errors));
-    put_header(f, "gpupool_deviceplugin_registrations_total", "counter",
+    prom_header(f, "gpupool_deviceplugin_registrations_total", "counter",
                "Registration attempts with the kubelet, by result.");
     for (size_t i = 0; i < n; i++) {
         struct resource_counters *r = &m->resources[i];
-        fprintf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"success\"} "
+        buf_printf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"success\"} "
                    "%llu\n", r->name, atomic_load(&r->registrations_ok));
-        fprintf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"failure\"} "
+        buf_printf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"failure\"} "
                    "%llu\n", r->name, atomic_load(&r->registrations_failed));
     }
 }
 
-static void render_devices(struct plugin_node *node, FILE *f)
+static void render_devices(struct plugin_node *node, struct buf *f)
 {
     size_t count = plugin_node_resource_count(node);
-    put_header(f, "gpupool_deviceplugin_devices_advertised", "gauge",
+    prom_header(f, "gpupool_deviceplugin_devices_advertised", "gauge",
                "Devices advertised to the kubelet per resource.");
     for (size_t r = 0; r < count; r++)
-        fprintf(f, "gpupool_deviceplugin_devices_advertised{resource=\"%s\"} %zu\n",
-                plugin_node_resource(node, r)->name, plugin_node_resource(node, r)->device_count);
-    put_header(f, "gpupool_deviceplugin_devices_healthy", "gauge",
+        buf_printf(f, "gpupool_deviceplugin_devices_advertised{resource=\"%s\"} %zu\n",
+                   plugin_node_resource(node, r)->name, plugin_node_resource(node, r)->device_count);
+    prom_header(f, "gpupool_deviceplugin_devices_healthy", "gauge",
                "Devices advertised Healthy per resource.");
     for (size_t r = 0; r < count; r++) {
         const struct resource *res = plugin_node_resource(node, r);
         /* Read under the node's lock: the health thread writes it. */
         size_t healthy = plugin_node_healthy_devices(node, r);
-        fprintf(f, "gpupool_deviceplugin_devices_healthy{resource=\"%s\"} %zu\n", res->name,
+        buf_printf(f, "gpupool_deviceplugin_devices_healthy{resource=\"%s\"} %zu\n", res->name,
                 healthy);
     }
 }
@@ -345,7 +301,7 @@ static int count_allocated(struct plugin_metrics *m, const char *const names[], 
 /* gpupool_deviceplugin_pod_resources_up, and the allocated counts when the
  * List answered. Nothing when no socket is configured. */
 static void render_allocated(struct plugin_metrics *m, const char *const names[], size_t n,
-                             FILE *f)
+                             struct buf *f)
 {
     size_t *counts = calloc(n + 1, sizeof *counts);
     char err[512];
@@ -369,15 +325,15 @@ static void render_allocated(struct plugin_metrics *m, const char *const names[]
     m->pr_failing = rc != 0;
     pthread_mutex_unlock(&m->pr_lock);
 
-    put_header(f, "gpupool_deviceplugin_pod_resources_up", "gauge",
+    prom_header(f, "gpupool_deviceplugin_pod_resources_up", "gauge",
                "1 when the kubelet's PodResources List answered this scrape, else 0.");
-    fprintf(f, "gpupool_deviceplugin_pod_resources_up %d\n", rc == 0);
-    put_header(f, "gpupool_deviceplugin_devices_allocated", "gauge",
+    buf_printf(f, "gpupool_deviceplugin_pod_resources_up %d\n", rc == 0);
+    prom_header(f, "gpupool_deviceplugin_devices_allocated", "gauge",
                "Device IDs of the resource the kubelet assigned to containers (PodResources).");
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        fputs("gpupool_deviceplugin_devices_allocated{resource=\"", f);
-        put_label_value(f, names[i]);
-        fprintf(f, "\"} %zu\n", counts[i]);
+        buf_str(f, "gpupool_deviceplugin_devices_allocated{resource=\"");
+        prom_label_value(f, names[i]);
+        buf_printf(f, "\"} %zu\n", counts[i]);
     }
     free(counts);
 }
@@ -406,7 +362,7 @@ static void read_telemetry(struct nvml *nvml, const struct gpu_device *g, struct
 }
 
 static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
-                        struct plugin_node *node, FILE *f)
+                        struct plugin_node *node, struct buf *f)
 {
     size_t n = inv->count;
     struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
@@ -428,37 +384,37 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
         read_telemetry(nvml, &inv->gpus[i], &tel[i]);
     }
 
-    put_header(f, "gpupool_gpu_healthy", "gauge",
+    prom_header(f, "gpupool_gpu_healthy", "gauge",
                "1 when every device of the GPU is advertised Healthy, else 0.");
     for (size_t i = 0; i < n; i++)
         put_gpu_sample(f, "gpupool_gpu_healthy", &inv->gpus[i], state[i].healthy);
-    put_header(f, "gpupool_gpu_memory_total_bytes", "gauge", "GPU memory size (NVML).");
+    prom_header(f, "gpupool_gpu_memory_total_bytes", "gauge", "GPU memory size (NVML).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_memory)
             put_gpu_sample(f, "gpupool_gpu_memory_total_bytes", &inv->gpus[i],
                            (double)tel[i].memory.total);
-    put_header(f, "gpupool_gpu_memory_used_bytes", "gauge", "GPU memory in use (NVML).");
+    prom_header(f, "gpupool_gpu_memory_used_bytes", "gauge", "GPU memory in use (NVML).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_memory)
             put_gpu_sample(f, "gpupool_gpu_memory_used_bytes", &inv->gpus[i],
                            (double)tel[i].memory.used);
-    put_header(f, "gpupool_gpu_utilization_ratio", "gauge",
+    prom_header(f, "gpupool_gpu_utilization_ratio", "gauge",
                "Fraction of the last sample period the GPU was busy (NVML, 0-1).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_util)
             put_gpu_sample(f, "gpupool_gpu_utilization_ratio", &inv->gpus[i],
                            tel[i].util.gpu / 100.0);
-    put_header(f, "gpupool_gpu_temperature_celsius", "gauge", "GPU core temperature (NVML).");
+    prom_header(f, "gpupool_gpu_temperature_celsius", "gauge", "GPU core temperature (NVML).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_temp)
             put_gpu_sample(f, "gpupool_gpu_temperature_celsius", &inv->gpus[i], tel[i].temp_c);
-    put_header(f, "gpupool_gpu_power_watts", "gauge", "GPU power draw (NVML).");
+    prom_header(f, "gpupool_gpu_power_watts", "gauge", "GPU power draw (NVML).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_power)
             put_gpu_sample(f, "gpupool_gpu_power_watts", &inv->gpus[i], tel[i].power_mw / 1000.0);
-    put_header(f, "gpupool_gpu_telemetry_complete", "gauge",
+    prom_header(f, "gpupool_gpu_telemetry_complete", "gauge",
                "0 when NVML was too slow and some GPUs were left out of this scrape.");
-    fprintf(f, "gpupool_gpu_telemetry_complete %d\n", complete);
+    buf_printf(f, "gpupool_gpu_telemetry_complete %d\n", complete);
 out:
     free(state);
     free(tel);
@@ -466,11 +422,7 @@ out:
 
 char *plugin_metrics_render(struct plugin_metrics *m)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (f == NULL)
-        return NULL;
+    struct buf text = {0}, *f = &text;
     const char **names = NULL;
     size_t n_names = 0;
     bool attached = false;
@@ -487,11 +439,7 @@ char *plugin_metrics_render(struct plugin_metrics *m)
     free(names);
     render_xids(m, f);
     render_resources(m, f);
-    if (fclose(f) != 0) {
-        free(text);
-        return NULL;
-    }
-    return text;
+    return buf_take(&text, NULL);
 }
 
 void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gpu_inventory *inv,
@@ -532,131 +480,44 @@ void metrics_set_pod_resources(struct plugin_metrics *m, struct rpc_runtime *rt,
 
 /* ---- HTTP ---------------------------------------------------------------------- */
 
-static enum MHD_Result reply(struct plugin_metrics *m, struct MHD_Connection *conn,
-                             unsigned status, const char *type, char *body, bool owned)
+static void reply_static(struct httpd_response *resp, int status, const char *text)
 {
-    struct MHD_Response *resp = m->mhd.create_response_from_buffer(
-        strlen(body), body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-    if (resp == NULL) {
-        if (owned)
-            free(body);
-        return MHD_NO;
-    }
-    m->mhd.add_response_header(resp, "Content-Type", type);
-    enum MHD_Result r = m->mhd.queue_response(conn, status, resp);
-    m->mhd.destroy_response(resp);
-    return r;
+    resp->status = status;
+    resp->content_type = "text/plain; charset=utf-8";
+    resp->body = (char *)text;
+    resp->len = strlen(text);
+    resp->body_static = true;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+static void on_request(void *ctx, const struct httpd_request *req, struct httpd_response *resp)
 {
-    (void)version;
-    (void)upload_data;
-    (void)con_cls;
-    struct plugin_metrics *m = cls;
-    if (*upload_data_size != 0) {
-        *upload_data_size = 0; /* a body is ignored; the reply goes out at its end */
-        return MHD_YES;
+    struct plugin_metrics *m = ctx;
+    if (strcmp(req->path, "/metrics") != 0) {
+        reply_static(resp, 404, "404 page not found: the only path is /metrics\n");
+        return;
     }
-    if (strcmp(url, "/metrics") != 0)
-        return reply(m, conn, MHD_HTTP_NOT_FOUND, "text/plain; charset=utf-8",
-                     (char *)"404 page not found: the only path is /metrics\n", false);
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return reply(m, conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8",
-                     (char *)"405 method not allowed: use GET\n", false);
+    if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) {
+        reply_static(resp, 405, "405 method not allowed: use GET\n");
+        return;
+    }
     char *text = plugin_metrics_render(m);
-    if (text == NULL)
-        return reply(m, conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8",
-                     (char *)"500 out of memory\n", false);
-    return reply(m, conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, true);
-}
-
-static int load_mhd(struct mhd_api *api, char *err, size_t errlen)
-{
-    static const char *const soname[] = {MHD_SONAME};
-    struct dl_library lib;
-    char why[GP_ERR_LEN];
-    if (dl_open(&lib, soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) != 0)
-        return gp_errf(err, errlen, "cannot load %s (Debian package libmicrohttpd12): %s",
-                       MHD_SONAME, lib.error);
-    api->library = lib.handle;
-    static const char *const start[] = {"MHD_start_daemon", NULL};
-    static const char *const stop[] = {"MHD_stop_daemon", NULL};
-    static const char *const create[] = {"MHD_create_response_from_buffer", NULL};
-    static const char *const header[] = {"MHD_add_response_header", NULL};
-    static const char *const queue[] = {"MHD_queue_response", NULL};
-    static const char *const destroy[] = {"MHD_destroy_response", NULL};
-    const struct dl_symbol table[] = {
-        {start, &api->start_daemon, NULL, true},
-        {stop, &api->stop_daemon, NULL, true},
-        {create, &api->create_response_from_buffer, NULL, true},
-        {header, &api->add_response_header, NULL, true},
-        {queue, &api->queue_response, NULL, true},
-        {destroy, &api->destroy_response, NULL, true},
-    };
-    if (dl_bind(&lib, table, sizeof table / sizeof table[0], NULL, why, sizeof why) != 0)
-        return gp_errf(err, errlen, "%s lacks a function gpupool needs (%s)", MHD_SONAME, why);
-    return 0;
-}
-
-/* Our own socket: a clear error for a bad host or a port in use, and the
- * bound port when 0 was asked for. */
-static int listen_on(const char *addr, char *bound, size_t boundlen, int *family, char *err,
-                     size_t errlen)
-{
-    char host[256], port_text[8];
-    unsigned port;
-    if (metrics_parse_addr(addr, host, sizeof host, &port, err, errlen) != 0)
-        return -1;
-    snprintf(port_text, sizeof port_text, "%u", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    int rc = getaddrinfo(host[0] ? host : "0.0.0.0", port_text, &hints, &res);
-    if (rc != 0) {
-        snprintf(err, errlen, "invalid metrics address \"%s\": %s", addr, gai_strerror(rc));
-        return -1;
+    if (text == NULL) {
+        reply_static(resp, 500, "500 out of memory\n");
+        return;
     }
-    int fd = -1;
-    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0)
-            continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
-            snprintf(err, errlen, "cannot listen on metrics address %s: %s", addr,
-                     strerror(errno));
-            close(fd);
-            fd = -1;
-            continue;
-        }
-        *family = ai->ai_family;
-    }
-    freeaddrinfo(res);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    if (ss.ss_family == AF_INET6) {
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
-        snprintf(bound, boundlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
-    } else {
-        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
-        snprintf(bound, boundlen, "%s:%u", ip, ntohs(s4->sin_port));
-    }
-    return fd;
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    resp->body = text;
+    resp->len = strlen(text);
 }
 
 int metrics_start(const char *addr, struct plugin_metrics **out, char *err, size_t errlen)
 {
     *out = NULL;
+    char host[256];
+    unsigned port;
+    if (metrics_parse_addr(addr, host, sizeof host, &port, err, errlen) != 0)
+        return -1;
     struct plugin_metrics *m = calloc(1, sizeof *m);
     if (m == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -666,25 +527,18 @@ int metrics_start(const char *addr, struct plugin_metrics **out, char *err, size
     pthread_mutex_init(&m->xid_lock, NULL);
     pthread_mutex_init(&m->attach_lock, NULL);
     pthread_mutex_init(&m->pr_lock, NULL);
-    int family = AF_INET;
-    int fd = listen_on(addr, m->bound, sizeof m->bound, &family, err, errlen);
-    if (fd < 0 || load_mhd(&m->mhd, err, errlen) != 0) {
-        if (fd >= 0)
-            close(fd);
-        metrics_stop(m);
-        return -1;
-    }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
-    if (family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    m->daemon = m->mhd.start_daemon(
-        flags, 0, NULL, NULL, on_request, m, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_THREAD_STACK_SIZE, (size_t)METRICS_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)METRICS_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)METRICS_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
-    if (m->daemon == NULL) {
-        snprintf(err, errlen, "cannot start the metrics HTTP server on %s", m->bound);
-        close(fd);
+    const struct httpd_options opt = {
+        .host = host,
+        .port = port,
+        .what = "metrics address",
+        .max_body = 0, /* a body is ignored; the reply goes out at its end */
+        .thread_per_connection = false,
+        .max_connections = METRICS_MAX_CONNECTIONS,
+        .idle_timeout_s = METRICS_CONNECTION_TIMEOUT_S,
+        .listen_backlog = 16,
+        .thread_stack_bytes = METRICS_STACK_BYTES,
+    };
+    if (httpd_start(&opt, on_request, m, &m->http, err, errlen) != 0) {
         metrics_stop(m);
         return -1;
     }
@@ -694,18 +548,15 @@ int metrics_start(const char *addr, struct plugin_metrics **out, char *err, size
 
 const char *metrics_bound_address(const struct plugin_metrics *m)
 {
-    return m->bound;
+    return httpd_bound_address(m->http);
 }
 
 void metrics_stop(struct plugin_metrics *m)
 {
     if (m == NULL)
         return;
-    if (m->daemon != NULL)
-        m->mhd.stop_daemon(m->daemon); /* joins the thread and closes the listen socket */
-    if (m->mhd.library != NULL)
-        dlclose(m->mhd.library);
-    podresources_close(m->pr_client); /* no scrape runs any more */
+    httpd_stop(m->http); /* joins the thread: no scrape runs any more */
+    podresources_close(m->pr_client);
     free(m->pr_socket);
     pthread_mutex_destroy(&m->pr_lock);
     pthread_mutex_destroy(&m->slots_lock);

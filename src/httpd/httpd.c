@@ -1,0 +1,366 @@
+/* httpd.c -- libmicrohttpd glue: our listening socket, body accumulation, size cap, TLS (see httpd.h). */
+#include "httpd.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <microhttpd.h> /* types and constants only: the functions come from dl_bind */
+
+#include "dl.h"
+#include "errmsg.h"
+#include "log.h"
+
+/* The libmicrohttpd functions we call, bound at run time. */
+#define HTTPD_MHD_FUNCTIONS(X)                                                                 \
+    X(start_daemon, "MHD_start_daemon", struct MHD_Daemon *,                                   \
+      (unsigned int, uint16_t, MHD_AcceptPolicyCallback, void *, MHD_AccessHandlerCallback,    \
+       void *, ...))                                                                           \
+    X(stop_daemon, "MHD_stop_daemon", void, (struct MHD_Daemon *))                             \
+    X(create_response_from_buffer, "MHD_create_response_from_buffer", struct MHD_Response *,   \
+      (size_t, void *, enum MHD_ResponseMemoryMode))                                           \
+    X(add_response_header, "MHD_add_response_header", enum MHD_Result,                         \
+      (struct MHD_Response *, const char *, const char *))                                     \
+    X(queue_response, "MHD_queue_response", enum MHD_Result,                                   \
+      (struct MHD_Connection *, unsigned int, struct MHD_Response *))                          \
+    X(destroy_response, "MHD_destroy_response", void, (struct MHD_Response *))                 \
+    X(lookup_connection_value, "MHD_lookup_connection_value", const char *,                    \
+      (struct MHD_Connection *, enum MHD_ValueKind, const char *))                             \
+    X(is_feature_supported, "MHD_is_feature_supported", enum MHD_Result, (enum MHD_FEATURE))
+
+struct mhd_api {
+#define HTTPD_MHD_FIELD(field, name, ret, args) ret(*field) args;
+    HTTPD_MHD_FUNCTIONS(HTTPD_MHD_FIELD)
+#undef HTTPD_MHD_FIELD
+};
+
+struct httpd {
+    struct dl_library lib;
+    struct mhd_api mhd;
+    struct MHD_Daemon *daemon;
+    httpd_handler_fn handler;
+    void *ctx;
+    size_t max_body;
+    unsigned port;
+    char bound[128];
+};
+
+/* One request in progress (MHD's per-connection "con_cls"). */
+struct request {
+    char *body;
+    size_t len, cap;
+    bool too_large;
+};
+
+static const char too_large_body[] = "{\"Error\":\"request body too large\"}";
+
+static void log_mhd(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\n')
+        line[n - 1] = '\0';
+    log_warn("libmicrohttpd: %s", line);
+}
+
+static void request_done(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode code)
+{
+    (void)cls;
+    (void)conn;
+    (void)code;
+    struct request *req = *con_cls;
+    if (req) {
+        free(req->body);
+        free(req);
+        *con_cls = NULL;
+    }
+}
+
+static enum MHD_Result send_reply(struct httpd *server, struct MHD_Connection *conn, int status,
+                                  const char *type, char *body, size_t len, bool must_free)
+{
+    struct MHD_Response *resp = server->mhd.create_response_from_buffer(
+        len, body ? body : (char *)"",
+        must_free && body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        if (must_free)
+            free(body);
+        return MHD_NO;
+    }
+    if (type)
+        server->mhd.add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result r = server->mhd.queue_response(conn, (unsigned)status, resp);
+    server->mhd.destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result send_too_large(struct httpd *server, struct MHD_Connection *conn)
+{
+    return send_reply(server, conn, MHD_HTTP_CONTENT_TOO_LARGE, "application/json",
+                      (char *)too_large_body, sizeof(too_large_body) - 1, false);
+}
+
+/* Appends a chunk of the body, or notes that the cap was passed (the rest
+ * is then read and dropped, so the connection stays usable for the 413). */
+static void request_append(struct request *req, size_t max, const char *data, size_t n)
+{
+    if (req->too_large)
+        return;
+    if (n > max - req->len) {
+        req->too_large = true;
+        free(req->body);
+        req->body = NULL;
+        req->len = req->cap = 0;
+        return;
+    }
+    if (req->len + n + 1 > req->cap) {
+        size_t cap = req->cap ? req->cap : 16384;
+        while (cap < req->len + n + 1)
+            cap *= 2;
+        char *body = realloc(req->body, cap);
+        if (!body) {
+            req->too_large = true; /* out of memory: refuse like an oversized body */
+            return;
+        }
+        req->body = body;
+        req->cap = cap;
+    }
+    memcpy(req->body + req->len, data, n);
+    req->len += n;
+    req->body[req->len] = '\0';
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    struct httpd *server = cls;
+    struct request *req = *con_cls;
+    if (!req) {
+        /* First call: headers only. An announced oversized body is refused
+         * before a byte of it is read. */
+        const char *length = server->mhd.lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (server->max_body && length && strtoull(length, NULL, 10) > server->max_body)
+            return send_too_large(server, conn);
+        if (!(req = calloc(1, sizeof(*req))))
+            return MHD_NO;
+        *con_cls = req;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (server->max_body) /* 0: dropped; the reply goes out at the body's end */
+            request_append(req, server->max_body, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->too_large)
+        return send_too_large(server, conn);
+    const struct httpd_request request = {method, url, req->body ? req->body : "", req->len,
+                                          server, conn};
+    struct httpd_response resp = {.status = 500, .content_type = "application/json"};
+    server->handler(server->ctx, &request, &resp);
+    return send_reply(server, conn, resp.status, resp.content_type, resp.body, resp.len,
+                      !resp.body_static);
+}
+
+const char *httpd_query(const struct httpd_request *req, const char *key)
+{
+    return req->server->mhd.lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static int load_mhd(struct httpd *server, char *err, size_t errlen)
+{
+    static const char *const soname[] = {HTTPD_SONAME};
+    char why[GP_ERR_LEN];
+    if (dl_open(&server->lib, soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) != 0)
+        return gp_errf(err, errlen, "cannot load %s (Debian package libmicrohttpd12): %s",
+                       HTTPD_SONAME, server->lib.error);
+#define HTTPD_MHD_NAMES(field, name, ret, args) static const char *const field##_names[] = {name, NULL};
+    HTTPD_MHD_FUNCTIONS(HTTPD_MHD_NAMES)
+#undef HTTPD_MHD_NAMES
+#define HTTPD_MHD_ENTRY(field, name, ret, args) {field##_names, &server->mhd.field, NULL, true},
+    const struct dl_symbol table[] = {HTTPD_MHD_FUNCTIONS(HTTPD_MHD_ENTRY)};
+#undef HTTPD_MHD_ENTRY
+    if (dl_bind(&server->lib, table, sizeof table / sizeof table[0], NULL, why, sizeof why) != 0)
+        return gp_errf(err, errlen, "%s lacks a function gpupool needs (%s)", HTTPD_SONAME, why);
+    return 0;
+}
+
+/* "H:P", "[v6]:P" or ":P": how errors and the logs name an address. */
+static void format_address(char *out, size_t outlen, const char *host, unsigned port)
+{
+    if (strchr(host, ':') && host[0] != '[')
+        snprintf(out, outlen, "[%s]:%u", host, port);
+    else
+        snprintf(out, outlen, "%s:%u", host, port);
+}
+
+/* Our own socket: a clear error for a bad host or a port in use, and the
+ * bound address when port 0 was asked for. Returns the fd or -1. */
+static int listen_on(const struct httpd_options *opt, char *bound, size_t boundlen, int *family,
+                     char *err, size_t errlen)
+{
+    const char *what = opt->what ? opt->what : "address";
+    char host[256], port_text[8], shown[300];
+    snprintf(host, sizeof host, "%s", opt->host ? opt->host : "");
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') { /* "[::1]" */
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = '\0';
+    }
+    format_address(shown, sizeof shown, host, opt->port);
+    snprintf(port_text, sizeof port_text, "%u", opt->port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host[0] ? host : "0.0.0.0", port_text, &hints, &res);
+    if (rc != 0)
+        return gp_errf(err, errlen, "invalid %s \"%s\": %s", what, shown, gai_strerror(rc));
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* best effort */
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+            listen(fd, opt->listen_backlog ? (int)opt->listen_backlog : SOMAXCONN) != 0) {
+            snprintf(err, errlen, "cannot listen on %s %s: %s", what, shown, strerror(errno));
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        *family = ai->ai_family;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        snprintf(err, errlen, "cannot listen on %s %s: %s", what, shown, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
+        snprintf(bound, boundlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
+        snprintf(bound, boundlen, "%s:%u", ip, ntohs(s4->sin_port));
+    }
+    return fd;
+}
+
+/* The bound port, from "...:PORT". */
+static unsigned port_of(const char *bound)
+{
+    const char *colon = strrchr(bound, ':');
+    return colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
+}
+
+int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void *ctx,
+                struct httpd **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct httpd *server = calloc(1, sizeof(*server));
+    if (!server)
+        return gp_errf(err, errlen, "out of memory");
+    server->handler = handler;
+    server->ctx = ctx;
+    server->max_body = opt->max_body;
+    int family = AF_INET;
+    int fd = listen_on(opt, server->bound, sizeof server->bound, &family, err, errlen);
+    if (fd < 0 || load_mhd(server, err, errlen) != 0) {
+        if (fd >= 0)
+            close(fd);
+        httpd_stop(server);
+        return -1;
+    }
+    server->port = port_of(server->bound);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    flags |= opt->thread_per_connection ? MHD_USE_THREAD_PER_CONNECTION : MHD_USE_POLL;
+    if (family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    bool tls = opt->tls_cert_pem && opt->tls_key_pem;
+    if (tls) {
+        if (server->mhd.is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            snprintf(err, errlen, "this libmicrohttpd was built without TLS support");
+            close(fd);
+            httpd_stop(server);
+            return -1;
+        }
+        flags |= MHD_USE_TLS;
+    }
+    struct MHD_OptionItem ops[] = {
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)request_done, NULL},
+        {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, opt->max_connections ? opt->max_connections : 256, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, opt->idle_timeout_s ? opt->idle_timeout_s : 300, NULL},
+        /* Read buffer per connection: a 5,000-name filter body (~85 KB)
+         * arrives in a few reads instead of a dozen. */
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 128 * 1024, NULL},
+        {opt->thread_stack_bytes ? MHD_OPTION_THREAD_STACK_SIZE : MHD_OPTION_END,
+         (intptr_t)opt->thread_stack_bytes, NULL},
+        {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)opt->tls_cert_pem},
+        {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)opt->tls_key_pem},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    /* MHD_OPTION_END ends the array early, so unused entries go last. */
+    struct MHD_OptionItem used[sizeof(ops) / sizeof(ops[0])];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        if (ops[i].option != MHD_OPTION_END)
+            used[n++] = ops[i];
+    used[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    server->daemon = server->mhd.start_daemon(flags, 0, NULL, NULL, on_request, server,
+                                              MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, /* first: see MHD */
+                                              MHD_OPTION_ARRAY, used, MHD_OPTION_END);
+    if (!server->daemon) {
+        snprintf(err, errlen,
+                 "cannot serve HTTP%s on %s (bad TLS certificate/key, or out of resources; "
+                 "libmicrohttpd logged the cause above)",
+                 tls ? "S" : "", server->bound);
+        close(fd);
+        httpd_stop(server);
+        return -1;
+    }
+    *out = server;
+    return 0;
+}
+
+unsigned httpd_port(const struct httpd *server)
+{
+    return server->port;
+}
+
+const char *httpd_bound_address(const struct httpd *server)
+{
+    return server->bound;
+}
+
+void httpd_stop(struct httpd *server)
+{
+    if (!server)
+        return;
+    if (server->daemon)
+        server->mhd.stop_daemon(server->daemon); /* joins its threads, closes the listen socket */
+    char why[GP_ERR_LEN];
+    if (dl_close(&server->lib, why, sizeof why) != 0)
+        log_warn("httpd: %s", why);
+    free(server);
+}

@@ -1,0 +1,152 @@
+/* Unit tests: the shared HTTP server (httpd.h) over loopback -- routing by
+ * method and path, the query, an echoed body, 413 on an oversized body
+ * (announced or not), a taken and a static body, stop. Needs
+ * libmicrohttpd.so.12 installed (it is a build dependency). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "httpd.h"
+
+static void handle(void *ctx, const struct httpd_request *req, struct httpd_response *resp)
+{
+    int *calls = ctx;
+    (*calls)++;
+    if (strcmp(req->path, "/static") == 0) {
+        resp->status = 200;
+        resp->content_type = "text/plain";
+        resp->body = (char *)"fixed";
+        resp->len = 5;
+        resp->body_static = true;
+    } else if (strcmp(req->path, "/echo") == 0 && strcmp(req->method, "POST") == 0) {
+        const char *q = httpd_query(req, "x");
+        resp->status = 201;
+        resp->body = malloc(req->len + 64);
+        resp->len = (size_t)sprintf(resp->body, "%s %s x=%s", req->method, req->body, q ? q : "-");
+    } else {
+        resp->status = 404;
+    }
+}
+
+/* One request on a fresh connection; the raw response (malloc'ed). */
+static char *exchange(unsigned port, const char *request)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    size_t n = strlen(request);
+    assert_int_equal(write(fd, request, n), (ssize_t)n);
+    size_t cap = 65536, len = 0;
+    char *out = calloc(1, cap);
+    ssize_t r;
+    while (len + 1 < cap && (r = read(fd, out + len, cap - len - 1)) > 0)
+        len += (size_t)r;
+    close(fd);
+    return out;
+}
+
+static void expect(char *raw, const char *status_line, const char *body)
+{
+    assert_non_null(strstr(raw, status_line));
+    if (body) {
+        const char *end = strstr(raw, "\r\n\r\n");
+        assert_non_null(end);
+        assert_string_equal(end + 4, body);
+    }
+    free(raw);
+}
+
+static void test_httpd_serves_and_stops(void **state)
+{
+    (void)state;
+    int calls = 0;
+    const struct httpd_options opt = {.host = "127.0.0.1", .port = 0, .what = "test address",
+                                      .max_body = 16, .thread_per_connection = true};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+    unsigned port = httpd_port(server);
+    assert_true(port > 0);
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%u", port);
+    assert_string_equal(httpd_bound_address(server), want);
+
+    expect(exchange(port, "GET /static HTTP/1.0\r\n\r\n"), " 200 ", "fixed");
+    expect(exchange(port, "GET /nowhere HTTP/1.0\r\n\r\n"), " 404 ", "");
+    expect(exchange(port, "POST /echo?x=1 HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello"),
+           " 201 ", "POST hello x=1");
+    assert_int_equal(calls, 3);
+    /* Announced too large: refused from the headers, the handler not called. */
+    expect(exchange(port, "POST /echo HTTP/1.0\r\nContent-Length: 17\r\n\r\n0123456789abcdefg"),
+           " 413 ", "{\"Error\":\"request body too large\"}");
+    /* Chunked, so unannounced: refused once the cap is passed. */
+    expect(exchange(port, "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n11\r\n0123456789abcdefg\r\n0\r\n\r\n"),
+           " 413 ", NULL);
+    assert_int_equal(calls, 3);
+
+    /* The same port again: a clear error naming the listener. */
+    const struct httpd_options again = {.host = "127.0.0.1", .port = port, .what = "test address"};
+    struct httpd *second = NULL;
+    assert_int_equal(httpd_start(&again, handle, &calls, &second, err, sizeof err), -1);
+    assert_null(second);
+    assert_non_null(strstr(err, "cannot listen on test address"));
+
+    httpd_stop(server);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_not_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0); /* closed */
+    close(fd);
+    httpd_stop(NULL);
+}
+
+static void test_httpd_bad_host(void **state)
+{
+    (void)state;
+    const struct httpd_options opt = {.host = "no such host.invalid", .port = 0, .what = "x"};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, NULL, &server, err, sizeof err), -1);
+    assert_non_null(strstr(err, "invalid x \"no such host.invalid:0\""));
+}
+
+static void test_httpd_one_polling_thread_drops_bodies(void **state)
+{
+    (void)state;
+    int calls = 0;
+    const struct httpd_options opt = {.host = "", .port = 0, .max_connections = 2,
+                                      .listen_backlog = 16, .thread_stack_bytes = 512 * 1024};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+    assert_non_null(strstr(httpd_bound_address(server), "0.0.0.0:"));
+    /* max_body 0: the body is read and dropped, never a 413. */
+    expect(exchange(httpd_port(server), "POST /echo HTTP/1.0\r\nContent-Length: 40\r\n\r\n"
+                                        "0123456789012345678901234567890123456789"),
+           " 201 ", "POST  x=-");
+    assert_int_equal(calls, 1);
+    httpd_stop(server);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_httpd_serves_and_stops),
+        cmocka_unit_test(test_httpd_bad_host),
+        cmocka_unit_test(test_httpd_one_polling_thread_drops_bodies),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
