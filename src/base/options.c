@@ -196,6 +196,7 @@ static const char *value_name(const struct option_value *v, int value)
 
 /* Storage for OPTION_NO_FIELD rows: parsed for validation, then dropped. */
 union scratch {
+    struct option_hostport hp;
     char *s;
     bool b;
     int i;
@@ -227,6 +228,49 @@ static int set_string(char **field, const char *text, bool append)
         return -1;
     free(*field);
     *field = v;
+    return 0;
+}
+
+int options_parse_hostport(const char *text, char *host, size_t hostlen, unsigned *port,
+                           char *why, size_t whylen)
+{
+    const char *colon = strrchr(text, ':');
+    const char *h = text;
+    size_t hlen = colon ? (size_t)(colon - text) : 0;
+    if (colon == NULL || colon[1] == '\0')
+        return gp_errf(why, whylen, "want HOST:PORT, [IPv6]:PORT or :PORT");
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    } else if (memchr(h, ':', hlen) != NULL) {
+        return gp_errf(why, whylen, "put an IPv6 host in brackets, [::1]:9400");
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || p > 65535 || colon[1] < '0' || colon[1] > '9')
+        return gp_errf(why, whylen, "the port must be 0-65535");
+    if (hlen >= hostlen)
+        return gp_errf(why, whylen, "host too long");
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (unsigned)p;
+    return 0;
+}
+
+/* Splits text before taking it: a bad value leaves the field as it was. */
+static int set_hostport(struct option_hostport *field, const char *text, char *why,
+                        size_t whylen)
+{
+    struct option_hostport next = {0};
+    if (text[0] != '\0' &&
+        options_parse_hostport(text, next.host, sizeof next.host, &next.port, why, whylen) != 0)
+        return -1;
+    next.text = strdup(text);
+    if (next.text == NULL)
+        return gp_errf(why, whylen, "out of memory");
+    free(field->text);
+    *field = next;
     return 0;
 }
 
@@ -297,6 +341,11 @@ static int set_value(const struct option_spec *o, void *obj, const char *text, b
             rc = gp_errf(why, whylen, "out of memory");
         if (o->offset == OPTION_NO_FIELD)
             free(tmp.s);
+        break;
+    case OPT_HOSTPORT:
+        rc = set_hostport(field, text, why, whylen);
+        if (o->offset == OPTION_NO_FIELD)
+            free(tmp.hp.text);
         break;
     case OPT_BOOL:
         if (options_parse_bool(text, field) != 0)
@@ -677,7 +726,7 @@ static int file_scalar(const struct file_walk *w, const struct option_spec *o,
 {
     const struct options_file *f = &w->f;
     enum ycfg_kind kind = ycfg_kind(n);
-    bool stringy = o->type == OPT_STRING || o->type == OPT_STRLIST;
+    bool stringy = o->type == OPT_STRING || o->type == OPT_STRLIST || o->type == OPT_HOSTPORT;
     if (kind != YCFG_SCALAR && !(kind == YCFG_NULL && stringy))
         return options_file_error(f, n, "%s: want %s, got %s", o->path, type_name(o),
                                   ycfg_kind_name(n));
@@ -867,6 +916,10 @@ void options_free(const struct options_table *t, void *obj)
             char **field = (char **)((char *)obj + o->offset);
             free(*field);
             *field = NULL;
+        } else if (o->type == OPT_HOSTPORT && o->offset != OPTION_NO_FIELD) {
+            struct option_hostport *field = (void *)((char *)obj + o->offset);
+            free(field->text);
+            field->text = NULL;
         }
     }
 }
@@ -921,6 +974,10 @@ static json_t *option_json(const struct option_spec *o, const void *obj)
         return *(char *const *)f ? json_string(*(char *const *)f) : json_null();
     case OPT_STRLIST:
         return strlist_json(*(char *const *)f);
+    case OPT_HOSTPORT: {
+        const struct option_hostport *hp = f;
+        return json_string(hp->text != NULL ? hp->text : "");
+    }
     case OPT_BOOL:
         return json_boolean(*(const bool *)f);
     case OPT_INT:

@@ -83,10 +83,25 @@ enum option_type {
     OPT_DURATION, /* int milliseconds >= min; Go syntax: "5s", "1m30s", "500ms" */
     OPT_ENUM,     /* int, the .value of one of .values */
     OPT_ENUM_SET, /* unsigned, OR of .values (bits); repeated / comma-separated */
+    OPT_HOSTPORT, /* struct option_hostport: "HOST:PORT", "[IPv6]:PORT", ":PORT"; "" unset */
     OPT_CUSTOM,   /* parsed by .custom (e.g. NVIDIA's IMEX channel id list) */
     OPT_HELP,     /* action: print usage to stdout, options_load returns EXIT */
     OPT_VERSION,  /* action: print "<program> version <version>", returns EXIT */
 };
+
+/* An OPT_HOSTPORT field: the text as given (malloc'd, freed by
+ * options_free; "" when unset) and its parts, split once at load. */
+#define OPTION_HOST_LEN 256
+struct option_hostport {
+    char *text;
+    char host[OPTION_HOST_LEN]; /* brackets stripped; "" = every interface */
+    unsigned port;              /* 0-65535; 0 = any free port */
+};
+
+/* Splits "HOST:PORT", "[IPv6]:PORT" or ":PORT" (all interfaces); the port
+ * must be 0-65535. -1 + why ("the port must be 0-65535", ...). */
+GP_MUST_USE int options_parse_hostport(const char *text, char *host, size_t hostlen,
+                                       unsigned *port, char *why, size_t whylen);
 
 /* One accepted word of an OPT_ENUM / OPT_ENUM_SET option. */
 struct option_value {

@@ -498,8 +498,8 @@ static enum setup_result reload(struct daemon *d)
         return running;
     }
     log_info("SIGHUP: the new state is valid; restarting with it");
-    if (strcmp(next.cfg.metrics_addr ? next.cfg.metrics_addr : "",
-               d->cfg.metrics_addr ? d->cfg.metrics_addr : "") != 0)
+    if (strcmp(next.cfg.metrics_addr.text ? next.cfg.metrics_addr.text : "",
+               d->cfg.metrics_addr.text ? d->cfg.metrics_addr.text : "") != 0)
         log_warn("SIGHUP: --metrics-addr changed; the metrics server keeps its address until "
                  "the plugin restarts");
     teardown(d);
@@ -726,8 +726,8 @@ int daemon_run(int argc, char **argv, char **envp)
         log_error("cannot start gRPC: %s", err);
         goto out;
     }
-    if (d.cfg.metrics_addr != NULL && d.cfg.metrics_addr[0] != '\0') {
-        if (metrics_start(d.cfg.metrics_addr, &d.metrics, err, sizeof err) != 0) {
+    if (d.cfg.metrics_addr.text != NULL && d.cfg.metrics_addr.text[0] != '\0') {
+        if (metrics_start(&d.cfg.metrics_addr, &d.metrics, err, sizeof err) != 0) {
             fprintf(stderr, "gpupool-device-plugin: --metrics-addr: %s\n", err);
             log_error("Cannot serve metrics (--metrics-addr): %s", err);
             goto out;

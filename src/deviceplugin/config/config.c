@@ -297,7 +297,7 @@ static const struct option_spec specs[] = {
      .help = "gpu-mem mode: how long one Allocate waits for its pod to become certain "
              "(watch lag, a rejected pod's status) before it fails"},
     {.flag = "metrics-addr", .env = {"GP_METRICS_ADDR"}, .path = "flags.metricsAddr",
-     .flags = IN_FILE, .type = OPT_STRING, .offset = FIELD(metrics_addr), .def = "",
+     .flags = IN_FILE, .type = OPT_HOSTPORT, .offset = FIELD(metrics_addr), .def = "",
      .help = "gpupool: serve Prometheus metrics on HOST:PORT (GET /metrics; [::1]:PORT for "
              "IPv6, :PORT for all interfaces); empty = off (see docs/metrics.md)"},
     {.flag = "node-labels", .env = {"GP_NODE_LABELS"}, .path = "flags.nodeLabels",
@@ -365,13 +365,6 @@ static int finish(struct gp_config *cfg, char *err, size_t errlen)
                     "invalid value \"%s\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
                     "sharing is not supported by gpupool; leave the MPS root unset",
                     cfg->mps_root);
-    if (cfg->metrics_addr != NULL && cfg->metrics_addr[0] != '\0') {
-        char host[256], why[256];
-        unsigned port;
-        if (metrics_parse_addr(cfg->metrics_addr, host, sizeof host, &port, why, sizeof why) != 0)
-            return gp_errf(err, errlen, "--metrics-addr (GP_METRICS_ADDR, flags.metricsAddr): %s",
-                        why);
-    }
     if (cfg->node_labels && (cfg->node_name == NULL || cfg->node_name[0] == '\0'))
         return gp_errf(err, errlen, "--node-labels (GP_NODE_LABELS, flags.nodeLabels) needs this "
                                  "node's name: set --node-name or NODE_NAME (downward API "
@@ -448,40 +441,4 @@ char *config_to_json(const struct gp_config *cfg)
 void config_print_usage(FILE *out)
 {
     options_print_usage(&table, out);
-}
-
-int metrics_parse_addr(const char *addr, char *host, size_t hostlen, unsigned *port, char *err,
-                       size_t errlen)
-{
-    const char *colon = strrchr(addr, ':');
-    const char *h = addr;
-    size_t hlen = colon ? (size_t)(colon - addr) : 0;
-    if (colon == NULL || colon[1] == '\0') {
-        snprintf(err, errlen, "invalid metrics address \"%s\": want HOST:PORT, [IPv6]:PORT or "
-                 ":PORT", addr);
-        return -1;
-    }
-    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
-        h++;
-        hlen -= 2;
-    } else if (memchr(h, ':', hlen) != NULL) {
-        snprintf(err, errlen, "invalid metrics address \"%s\": put an IPv6 host in brackets, "
-                 "[::1]:9400", addr);
-        return -1;
-    }
-    char *end = NULL;
-    errno = 0;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || p > 65535 || colon[1] < '0' || colon[1] > '9') {
-        snprintf(err, errlen, "invalid metrics address \"%s\": the port must be 0-65535", addr);
-        return -1;
-    }
-    if (hlen >= hostlen) {
-        snprintf(err, errlen, "invalid metrics address \"%s\": host too long", addr);
-        return -1;
-    }
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    *port = (unsigned)p;
-    return 0;
 }

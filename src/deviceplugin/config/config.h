@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "options.h"
 #include "poolapi_unit.h"
 #include "compiler.h"
 
@@ -125,7 +126,7 @@ struct gp_config {
     int allocate_wait_ms;           /* longest wait of one gpu-mem Allocate for its pod */
 
     /* Observability (plugin_metrics.h, nodelabels.h) */
-    char *metrics_addr;             /* --metrics-addr HOST:PORT; "" = no metrics server */
+    struct option_hostport metrics_addr; /* --metrics-addr; .text "" = no metrics server */
     bool node_labels;               /* --node-labels: write GFD-compatible node labels */
 
     /* gpupool's own health knobs (flags / env / flags.health.* in the file) */
@@ -179,10 +180,5 @@ bool config_uses_cdi(const struct gp_config *cfg);
  * dropped from cfg (so no reply names it). Returns 0 or -1 + err. */
 int config_check_host(struct gp_config *cfg, char *err, size_t errlen)
     GP_MUST_USE;
-
-/* Splits "HOST:PORT", "[IPv6]:PORT" or ":PORT" (all interfaces). The
- * port must be 0-65535 (0 = any free port). -1 + err naming the problem. */
-GP_MUST_USE int metrics_parse_addr(const char *addr, char *host, size_t hostlen,
-                                   unsigned *port, char *err, size_t errlen);
 
 #endif

@@ -11,7 +11,6 @@
 
 #include "buf.h"
 #include "clock.h"
-#include "config.h"
 #include "errmsg.h"
 #include "httpd.h"
 #include "log.h"
@@ -511,13 +510,10 @@ static void on_request(void *ctx, const struct httpd_request *req, struct httpd_
     resp->len = strlen(text);
 }
 
-int metrics_start(const char *addr, struct plugin_metrics **out, char *err, size_t errlen)
+int metrics_start(const struct option_hostport *addr, struct plugin_metrics **out, char *err,
+                  size_t errlen)
 {
     *out = NULL;
-    char host[256];
-    unsigned port;
-    if (metrics_parse_addr(addr, host, sizeof host, &port, err, errlen) != 0)
-        return -1;
     struct plugin_metrics *m = calloc(1, sizeof *m);
     if (m == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -528,8 +524,8 @@ int metrics_start(const char *addr, struct plugin_metrics **out, char *err, size
     pthread_mutex_init(&m->attach_lock, NULL);
     pthread_mutex_init(&m->pr_lock, NULL);
     const struct httpd_options opt = {
-        .host = host,
-        .port = port,
+        .host = addr->host,
+        .port = addr->port,
         .what = "metrics address",
         .max_body = 0, /* a body is ignored; the reply goes out at its end */
         .thread_per_connection = false,

@@ -32,16 +32,18 @@
 
 #include "gpu.h"
 #include "nvml.h"
+#include "options.h"
 #include "compiler.h"
 
 struct plugin_node;
 struct plugin_metrics;
 struct rpc_runtime;
 
-/* Loads libmicrohttpd, binds addr and starts serving. -1 + err (the
- * address, the bind error, a missing library). *out owned by the caller. */
-GP_MUST_USE int metrics_start(const char *addr, struct plugin_metrics **out, char *err,
-                              size_t errlen);
+/* Loads libmicrohttpd, binds addr (split once by the option engine) and
+ * starts serving. -1 + err (the address, the bind error, a missing
+ * library). *out owned by the caller. */
+GP_MUST_USE int metrics_start(const struct option_hostport *addr, struct plugin_metrics **out,
+                              char *err, size_t errlen);
 /* Stops the server, unloads the library, frees. NULL ok. */
 void metrics_stop(struct plugin_metrics *m);
 

@@ -442,6 +442,86 @@ static void test_parsers(void **state)
     assert_int_equal(options_parse_duration_ms("999999999h", &ms), -1);
 }
 
+/* OPT_HOSTPORT: split once at load, a bad value refused with the reason and
+ * the field left as it was, the text kept for JSON and freed by options_free. */
+struct hp_config {
+    struct option_hostport listen;
+};
+
+static const struct option_spec hp_specs[] = {
+    {.flag = "listen", .env = {"LISTEN"}, .path = "listen", .flags = OPT_IN_FILE,
+     .type = OPT_HOSTPORT, .offset = offsetof(struct hp_config, listen), .def = "",
+     .help = "HOST:PORT"},
+};
+static const struct options_table hp_table = {
+    .program = "hp", .version = "1", .summary = "s", .specs = hp_specs, .count = 1};
+
+static enum options_result hp_load(struct hp_config *c, const char *arg)
+{
+    char *argv[] = {"hp", (char *)arg, NULL};
+    char *envp[] = {NULL};
+    memset(c, 0, sizeof *c);
+    err[0] = '\0';
+    return options_load(&hp_table, c, arg != NULL ? 2 : 1, argv, envp, err, sizeof err);
+}
+
+static void test_hostport(void **state)
+{
+    (void)state;
+    struct hp_config c;
+    static const struct {
+        const char *arg, *host;
+        unsigned port;
+    } good[] = {
+        {"--listen=127.0.0.1:9400", "127.0.0.1", 9400},
+        {"--listen=[::1]:0", "::1", 0},
+        {"--listen=:65535", "", 65535},
+        {"--listen=node.example:80", "node.example", 80},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        if (hp_load(&c, good[i].arg) != OPTIONS_OK)
+            fail_msg("%s: %s", good[i].arg, err);
+        assert_string_equal(c.listen.host, good[i].host);
+        assert_int_equal(c.listen.port, good[i].port);
+        assert_string_equal(c.listen.text, strchr(good[i].arg, '=') + 1);
+        json_t *j = options_to_json(&hp_table, &c, NULL);
+        assert_string_equal(json_string_value(json_object_get(j, "listen")), c.listen.text);
+        json_decref(j);
+        options_free(&hp_table, &c);
+        assert_null(c.listen.text);
+    }
+    assert_int_equal(hp_load(&c, NULL), OPTIONS_OK); /* default "": unset */
+    assert_string_equal(c.listen.text, "");
+    assert_int_equal(c.listen.port, 0);
+    options_free(&hp_table, &c);
+
+    static const struct {
+        const char *arg, *why;
+    } bad[] = {
+        {"--listen=9400", "want HOST:PORT, [IPv6]:PORT or :PORT"},
+        {"--listen=host:", "want HOST:PORT, [IPv6]:PORT or :PORT"},
+        {"--listen=::1:80", "put an IPv6 host in brackets, [::1]:9400"},
+        {"--listen=:65536", "the port must be 0-65535"},
+        {"--listen=:-1", "the port must be 0-65535"},
+        {"--listen=:80x", "the port must be 0-65535"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(hp_load(&c, bad[i].arg), OPTIONS_ERROR);
+        char want[256];
+        snprintf(want, sizeof want, "invalid value \"%s\" for --listen (LISTEN): %s",
+                 strchr(bad[i].arg, '=') + 1, bad[i].why);
+        if (strcmp(err, want) != 0)
+            fail_msg("want: %s\ngot:  %s", want, err);
+        options_free(&hp_table, &c);
+    }
+    char host[4];
+    unsigned port;
+    char why[64];
+    assert_int_equal(options_parse_hostport("long-host:1", host, sizeof host, &port, why,
+                                            sizeof why), -1);
+    assert_string_equal(why, "host too long");
+}
+
 /* The steps can be run one by one (a program that interleaves work). */
 static void test_steps(void **state)
 {
@@ -475,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_steps),
+        cmocka_unit_test(test_hostport),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
