@@ -27,3 +27,12 @@ struct timespec clock_deadline(clockid_t clock, long ms)
     }
     return t;
 }
+
+void clock_cond_init(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}

@@ -12,6 +12,7 @@
 #ifndef GP_CLOCK_H
 #define GP_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -24,5 +25,9 @@ int64_t clock_wall_ns(void);
 
 /* Now on `clock` plus ms (>= 0), tv_nsec normalised to [0, 1e9). */
 struct timespec clock_deadline(clockid_t clock, long ms);
+
+/* Initialises a condition variable whose timed waits run on CLOCK_MONOTONIC
+ * (deadlines from clock_deadline(CLOCK_MONOTONIC, ...)). */
+void clock_cond_init(pthread_cond_t *cond);
 
 #endif

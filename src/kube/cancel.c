@@ -23,12 +23,8 @@ struct kube_cancel *kube_cancel_new(void)
     struct kube_cancel *cancel = calloc(1, sizeof *cancel);
     if (cancel == NULL)
         return NULL;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&cancel->lock, NULL);
-    pthread_cond_init(&cancel->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    clock_cond_init(&cancel->cond);
     return cancel;
 }
 

@@ -34,7 +34,6 @@
 #endif
 
 #define FIELD(f) offsetof(struct gp_config, f)
-#define IMEX_CHANNEL0_NODE "/dev/nvidia-caps-imex-channels/channel0"
 
 /* Enum fields are written through an int: make sure that is their size. */
 static_assert(sizeof(enum mig_strategy) == sizeof(int), "enum size");
@@ -404,7 +403,7 @@ int config_check_host(struct gp_config *cfg, char *err, size_t errlen)
         return 0;
     char path[4096];
     const char *root = cfg->nvidia_dev_root ? cfg->nvidia_dev_root : "/";
-    snprintf(path, sizeof path, "%s%s", strcmp(root, "/") == 0 ? "" : root, IMEX_CHANNEL0_NODE);
+    snprintf(path, sizeof path, "%s%s", strcmp(root, "/") == 0 ? "" : root, CONFIG_IMEX_CHANNEL0_NODE);
     struct stat st;
     if (stat(path, &st) == 0)
         return 0;

@@ -28,6 +28,8 @@
 /* NVIDIA's Helm chart passes this MPS root to every deployment; accepted as
  * "unset" (any other --mps-root is refused: MPS is not supported). */
 #define CONFIG_HELM_MPS_ROOT "/run/nvidia/mps"
+/* IMEX channel 0, which imex.channelIDs [0] hands to a container. */
+#define CONFIG_IMEX_CHANNEL0_NODE "/dev/nvidia-caps-imex-channels/channel0"
 
 enum mig_strategy { MIG_STRATEGY_NONE, MIG_STRATEGY_SINGLE, MIG_STRATEGY_MIXED };
 enum device_id_strategy { DEVICE_ID_UUID, DEVICE_ID_INDEX };

@@ -225,47 +225,31 @@ static int add_cdi(struct reply_builder *b, const struct gp_config *cfg, const c
     return 0;
 }
 
-static const char *const control_nodes[] = {
-    "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
-};
-#define IMEX_CHANNEL0_NODE "/dev/nvidia-caps-imex-channels/channel0"
 
 static int add_device_specs(struct reply_builder *b, const struct gp_config *cfg,
                             const struct gpu_inventory *inv, const struct resource *res,
                             const size_t *positions, size_t n)
 {
-    char path[128];
-    for (size_t i = 0; i < sizeof control_nodes / sizeof control_nodes[0]; i++) {
+    for (size_t i = 0; i < resource_control_node_count; i++) {
         char host[512];
         struct stat st;
-        host_dev_path(cfg, control_nodes[i], host, sizeof host);
-        if (stat(host, &st) == 0 && add_device_spec(b, cfg, control_nodes[i]) != 0)
+        host_dev_path(cfg, resource_control_nodes[i], host, sizeof host);
+        if (stat(host, &st) == 0 && add_device_spec(b, cfg, resource_control_nodes[i]) != 0)
             return -1;
     }
     if (cfg->imex_channel_count > 0) {
         char host[512];
         struct stat st;
-        host_dev_path(cfg, IMEX_CHANNEL0_NODE, host, sizeof host);
-        if (stat(host, &st) == 0 && add_device_spec(b, cfg, IMEX_CHANNEL0_NODE) != 0)
+        host_dev_path(cfg, CONFIG_IMEX_CHANNEL0_NODE, host, sizeof host);
+        if (stat(host, &st) == 0 && add_device_spec(b, cfg, CONFIG_IMEX_CHANNEL0_NODE) != 0)
             return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        const struct resource_device *d = &res->devices[positions[i]];
-        const struct gpu_device *g = &inv->gpus[d->gpu];
-        snprintf(path, sizeof path, "/dev/nvidia%d", g->minor);
-        if (add_device_spec(b, cfg, path) != 0)
-            return -1;
-        if (d->mig == RESOURCE_NO_MIG)
-            continue;
-        const struct mig_device *m = &g->migs[d->mig];
-        int caps[2] = {m->gi_access_minor, m->ci_access_minor};
-        for (size_t k = 0; k < 2; k++) {
-            if (caps[k] == GPU_MINOR_UNKNOWN)
-                continue;
-            snprintf(path, sizeof path, "/dev/nvidia-caps/nvidia-cap%d", caps[k]);
-            if (add_device_spec(b, cfg, path) != 0)
+        char nodes[RESOURCE_MAX_DEVICE_NODES][RESOURCE_NODE_LEN];
+        size_t count = resource_device_nodes(inv, &res->devices[positions[i]], nodes);
+        for (size_t k = 0; k < count; k++)
+            if (add_device_spec(b, cfg, nodes[k]) != 0)
                 return -1;
-        }
     }
     return 0;
 }

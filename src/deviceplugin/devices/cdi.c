@@ -37,9 +37,6 @@ static const char *const libraries[] = {
 static const char *const binary_dirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin"};
 static const char *const binaries[] = {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"};
 
-/* Control nodes: nvidiactl always, the others when the host has them. */
-static const char *const control_nodes[] = {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                                            "/dev/nvidia-modeset"};
 #define PERSISTENCED_SOCKET "/run/nvidia-persistenced/socket"
 
 struct spec_builder {
@@ -214,12 +211,14 @@ static json_t *common_edits(struct spec_builder *b, const struct gpu_inventory *
 {
     const struct gp_config *cfg = b->cfg;
     json_t *nodes = json_array();
-    if (nodes == NULL || append(nodes, device_node(cfg, "/dev/nvidiactl")) != 0)
+    /* nvidiactl always (a spec is written once for the node), the optional
+     * control nodes when the host has them. */
+    if (nodes == NULL || append(nodes, device_node(cfg, resource_control_nodes[0])) != 0)
         goto fail;
-    for (size_t i = 0; i < sizeof control_nodes / sizeof control_nodes[0]; i++) {
+    for (size_t i = 1; i < resource_control_node_count; i++) {
         char host[PATH_LEN];
-        join_root(cfg->nvidia_dev_root, control_nodes[i], host, sizeof host);
-        if (exists(host) && append(nodes, device_node(cfg, control_nodes[i])) != 0)
+        join_root(cfg->nvidia_dev_root, resource_control_nodes[i], host, sizeof host);
+        if (exists(host) && append(nodes, device_node(cfg, resource_control_nodes[i])) != 0)
             goto fail;
     }
     if (add_libraries(b) != 0 || add_binaries(b) != 0)
@@ -252,23 +251,14 @@ fail:
 static json_t *device_edits(const struct gp_config *cfg, const struct gpu_inventory *inv,
                             const struct resource_device *d)
 {
-    const struct gpu_device *g = &inv->gpus[d->gpu];
-    char path[64];
+    char paths[RESOURCE_MAX_DEVICE_NODES][RESOURCE_NODE_LEN];
+    size_t count = resource_device_nodes(inv, d, paths);
     json_t *nodes = json_array();
-    snprintf(path, sizeof path, "/dev/nvidia%d", g->minor);
-    if (nodes == NULL || append(nodes, device_node(cfg, path)) != 0)
+    if (nodes == NULL)
         goto fail;
-    if (d->mig != RESOURCE_NO_MIG) {
-        const struct mig_device *m = &g->migs[d->mig];
-        int caps[2] = {m->gi_access_minor, m->ci_access_minor};
-        for (size_t k = 0; k < 2; k++) {
-            if (caps[k] == GPU_MINOR_UNKNOWN)
-                continue;
-            snprintf(path, sizeof path, "/dev/nvidia-caps/nvidia-cap%d", caps[k]);
-            if (append(nodes, device_node(cfg, path)) != 0)
-                goto fail;
-        }
-    }
+    for (size_t k = 0; k < count; k++)
+        if (append(nodes, device_node(cfg, paths[k])) != 0)
+            goto fail;
     return json_pack("{s:{s:o}}", "containerEdits", "deviceNodes", nodes);
 fail:
     json_decref(nodes);

@@ -140,14 +140,8 @@ int gpumem_resource_build(const struct gpu_inventory *inv, const struct gp_confi
         unsigned long long units = gpumem_units(gpu, cfg->memory_unit);
         for (unsigned long long j = 0; j < units; j++, k++) {
             struct resource_device *d = &devices[k];
+            resource_device_init_gpu(d, gpu, g);
             snprintf(d->id, sizeof d->id, "%s" POOL_DEVICE_ID_SEPARATOR "%llu", gpu->uuid, j);
-            snprintf(d->uuid, sizeof d->uuid, "%s", gpu->uuid);
-            snprintf(d->index, sizeof d->index, "%u", gpu->index);
-            d->gpu = g;
-            d->mig = RESOURCE_NO_MIG;
-            d->replica = RESOURCE_NO_REPLICA;
-            d->numa_node = gpu->numa_node;
-            d->healthy = !gpu->lost;
         }
     }
     snprintf(res->name, sizeof res->name, "%s", POOL_RES_GPU_MEM);

@@ -99,7 +99,29 @@ bool resource_pattern_match(const char *pattern, const char *text)
     return *pattern == '\0';
 }
 
-static void device_init_gpu(struct resource_device *d, const struct gpu_device *g, size_t pos)
+const char *const resource_control_nodes[] = {
+    "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+};
+const size_t resource_control_node_count =
+    sizeof resource_control_nodes / sizeof resource_control_nodes[0];
+
+size_t resource_device_nodes(const struct gpu_inventory *inv, const struct resource_device *d,
+                             char out[RESOURCE_MAX_DEVICE_NODES][RESOURCE_NODE_LEN])
+{
+    const struct gpu_device *g = &inv->gpus[d->gpu];
+    size_t n = 0;
+    snprintf(out[n++], RESOURCE_NODE_LEN, "/dev/nvidia%d", g->minor);
+    if (d->mig == RESOURCE_NO_MIG)
+        return n;
+    const struct mig_device *m = &g->migs[d->mig];
+    int caps[2] = {m->gi_access_minor, m->ci_access_minor};
+    for (size_t k = 0; k < 2; k++)
+        if (caps[k] != GPU_MINOR_UNKNOWN)
+            snprintf(out[n++], RESOURCE_NODE_LEN, "/dev/nvidia-caps/nvidia-cap%d", caps[k]);
+    return n;
+}
+
+void resource_device_init_gpu(struct resource_device *d, const struct gpu_device *g, size_t pos)
 {
     memset(d, 0, sizeof *d);
     snprintf(d->id, sizeof d->id, "%s", g->uuid);
@@ -118,7 +140,7 @@ static void device_init_mig(struct resource_device *d, const struct gpu_device *
                             size_t mig)
 {
     const struct mig_device *m = &g->migs[mig];
-    device_init_gpu(d, g, pos);
+    resource_device_init_gpu(d, g, pos);
     snprintf(d->id, sizeof d->id, "%s", m->uuid);
     snprintf(d->uuid, sizeof d->uuid, "%s", m->uuid);
     snprintf(d->index, sizeof d->index, "%u:%u", g->index, m->index);
@@ -160,7 +182,7 @@ static int add_full_gpus(struct builder *b, const struct gpu_inventory *inv,
             continue;
         }
         struct resource_device d;
-        device_init_gpu(&d, g, i);
+        resource_device_init_gpu(&d, g, i);
         if (builder_add(b, name, &d) != 0)
             return -1;
     }

@@ -60,6 +60,25 @@ GP_MUST_USE int resource_set_build(const struct gpu_inventory *inv, const struct
                        struct resource_set *set, char *err, size_t errlen);
 void resource_set_free(struct resource_set *set);
 
+/* A whole-GPU device of inventory GPU `pos`: ID and UUID the GPU's UUID,
+ * no MIG, no replica, Unhealthy from the start when the GPU is lost.
+ * Callers that carve a GPU further (gpu-mem units) rename the ID. */
+void resource_device_init_gpu(struct resource_device *d, const struct gpu_device *g, size_t pos);
+
+/* Control nodes a container of any GPU needs: /dev/nvidiactl first (every
+ * driver has it), then the optional ones, each only where the host has it. */
+extern const char *const resource_control_nodes[];
+extern const size_t resource_control_node_count;
+
+/* The device nodes of one device: its GPU's /dev/nvidia<minor> and, for a
+ * MIG device, the /dev/nvidia-caps/nvidia-cap<N> nodes of its GPU and
+ * compute instances (those whose minor is known). Fills out[] and returns
+ * how many. The Allocate reply and the CDI spec both build from it. */
+#define RESOURCE_MAX_DEVICE_NODES 3
+#define RESOURCE_NODE_LEN 48
+size_t resource_device_nodes(const struct gpu_inventory *inv, const struct resource_device *d,
+                             char out[RESOURCE_MAX_DEVICE_NODES][RESOURCE_NODE_LEN]);
+
 /* `*`-wildcard match anchored at both ends (NVIDIA's resource patterns). */
 bool resource_pattern_match(const char *pattern, const char *text);
 

@@ -646,11 +646,7 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
     s->node = node;
     s->publish_dirty = true;
     s->publish_backoff_ms = RETRY_MIN_MS;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&s->wake);
     pthread_mutex_init(&s->lock, NULL);
     s->have_lock = true;
     if (gpumem_ledger_open(cfg->state_dir, &s->ledger, err, errlen) != 0 ||

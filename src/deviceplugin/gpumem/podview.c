@@ -338,11 +338,7 @@ int podview_start(struct kube_client *kc, const char *node, struct podview **out
     if ((v->cancel = kube_cancel_new()) == NULL)
         goto oom;
     v->kc = kc;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&v->changed, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&v->changed);
     pthread_mutex_init(&v->lock, NULL);
     int rc = pthread_create(&v->thread, NULL, reflector_main, v);
     if (rc != 0) {

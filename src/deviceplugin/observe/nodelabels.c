@@ -407,11 +407,7 @@ int nodelabels_start(const struct gp_config *cfg, const struct gpu_inventory *in
         return -1;
     }
     pthread_mutex_init(&l->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    clock_cond_init(&l->wake);
     if (nodelabels_build(cfg, inv, &l->labels, err, errlen) != 0) {
         labeler_free(l);
         return -1;

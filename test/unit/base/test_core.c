@@ -6,6 +6,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <pthread.h>
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,28 @@ static void test_clock_deadline_normalised(void **state)
     assert_true(b >= a);
     assert_true(clock_now_ms() <= clock_now_us() / 1000 + 1);
     assert_true(clock_wall_ns() > 1600000000LL * 1000000000LL);
+}
+
+/* A condition variable from clock_cond_init waits on CLOCK_MONOTONIC: a
+ * deadline from clock_deadline(CLOCK_MONOTONIC) times out when it says (on
+ * a REALTIME condvar the same timespec would be decades in the past and
+ * return at once). */
+static void test_clock_cond_waits_on_monotonic(void **state)
+{
+    (void)state;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond;
+    clock_cond_init(&cond);
+    int64_t start = clock_now_ms();
+    struct timespec d = clock_deadline(CLOCK_MONOTONIC, 50);
+    pthread_mutex_lock(&lock);
+    int rc = 0;
+    while (rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&cond, &lock, &d);
+    pthread_mutex_unlock(&lock);
+    int64_t waited = clock_now_ms() - start;
+    assert_true(waited >= 49 && waited < 5000);
+    pthread_cond_destroy(&cond);
 }
 
 static void test_buf_appends_and_takes(void **state)
@@ -134,6 +159,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clock_deadline_normalised),
+        cmocka_unit_test(test_clock_cond_waits_on_monotonic),
         cmocka_unit_test(test_buf_appends_and_takes),
         cmocka_unit_test(test_dl_open_and_bind),
         cmocka_unit_test(test_log_sink_replaces_stderr),
