@@ -12,7 +12,7 @@ build_pkgs=(
   build-essential cmake pkg-config git
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev
-  libcmocka-dev valgrind
+  libcmocka-dev valgrind clang-format
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-pytest python3-yaml
   python3-prometheus-client
 )
