@@ -22,8 +22,8 @@
 #define TIMEOUT_MS 5000
 
 /* Time from opening a stream to its first message; returns the device count. */
-static int first_list(struct rpc_runtime *rt, const char *socket, double *open_us,
-                      double *first_us, size_t *bytes)
+static int first_list(struct rpc_runtime *rt, const char *socket, double *open_us, double *first_us,
+                      size_t *bytes)
 {
     struct rpc_client *client = NULL;
     struct rpc_watch *watch = NULL;
@@ -68,7 +68,7 @@ static int run_allocate(struct rpc_client *client, const struct rpc_buf *req, in
         int status = 0;
         double t0 = now_us();
         if (rpc_test_client_call(client, "/v1beta1.DevicePlugin/Allocate", req->data, req->len,
-                            TIMEOUT_MS, &resp, &status, msg, sizeof msg) != 0) {
+                                 TIMEOUT_MS, &resp, &status, msg, sizeof msg) != 0) {
             fprintf(stderr, "Allocate failed: status %d: %s\n", status, msg);
             return -1;
         }
@@ -109,8 +109,8 @@ int main(int argc, char **argv)
     size_t list_bytes = 0;
     int status = 0, rc = 1;
 
-    if (samples == NULL || encode_allocate(argv + optind + 1, (size_t)(argc - optind - 1),
-                                           &req) != 0) {
+    if (samples == NULL ||
+        encode_allocate(argv + optind + 1, (size_t)(argc - optind - 1), &req) != 0) {
         fprintf(stderr, "out of memory\n");
         goto out;
     }
@@ -127,8 +127,8 @@ int main(int argc, char **argv)
     }
     double t0 = now_us();
     if (rpc_test_client_call(client, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-                        (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err,
-                        sizeof err) != 0) {
+                             (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err,
+                             sizeof err) != 0) {
         fprintf(stderr, "GetDevicePluginOptions failed: status %d: %s\n", status, err);
         goto out;
     }

@@ -222,8 +222,8 @@ int main(int argc, char **argv)
     struct inspector in = {.cache = cache};
     pthread_t thread;
     pthread_create(&thread, NULL, inspect_loop, &in);
-    json_t *pod = fx_pod("0000-00000000", "0000-00000000", 4, "gpu-node-00000.bench.example.com",
-                         "0");
+    json_t *pod =
+        fx_pod("0000-00000000", "0000-00000000", 4, "gpu-node-00000.bench.example.com", "0");
     for (int i = 0; i < rounds; i++) {
         double t0 = now_us();
         if (cache_pod_upsert(cache, pod, err, sizeof(err)) < 0)

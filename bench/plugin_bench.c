@@ -158,7 +158,7 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     int status = 0;
     char err[256];
     if (rpc_test_call(k->rt, reg.endpoint, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-                 (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err, sizeof err) != 0) {
+                      (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err, sizeof err) != 0) {
         snprintf(msg, msglen, "GetDevicePluginOptions failed: %s", err);
         pthread_mutex_lock(&k->lock);
         snprintf(k->last_error, sizeof k->last_error, "%s", msg);
@@ -268,15 +268,40 @@ struct plugin_proc {
 
 /* The variables the plugin or the fake read: never inherited from our caller. */
 static const char *const plugin_env[] = {
-    "MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "NVIDIA_DRIVER_ROOT", "NVIDIA_DEV_ROOT",
-    "PASS_DEVICE_SPECS", "DEVICE_LIST_STRATEGY", "DEVICE_ID_STRATEGY", "GDRCOPY_ENABLED",
-    "GDS_ENABLED", "MOFED_ENABLED", "CDI_ANNOTATION_PREFIX", "NVIDIA_CDI_HOOK_PATH",
-    "NVIDIA_CTK_PATH", "DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT", "MPS_ROOT",
-    "SHARED_DEVICES_ALLOCATION_POLICY", "DEVICE_DISCOVERY_STRATEGY", "IMEX_CHANNEL_IDS",
-    "IMEX_REQUIRED", "KUBELET_SOCKET", "CONFIG_FILE", "CDI_FEATURE_FLAGS", "CDI_DISABLE_HOOKS",
-    "DP_DISABLE_HEALTHCHECKS", "DP_ENABLE_HEALTHCHECKS", "GP_HEALTH_RECOVERY_PROBES",
-    "GP_HEALTH_PROBE_INTERVAL", "LD_LIBRARY_PATH", "LD_PRELOAD", "FAKE_NVML_INVENTORY",
-    "FAKE_NVML_CONTROL", "FAKE_NVML_EVENT_LOG", NULL,
+    "MIG_STRATEGY",
+    "FAIL_ON_INIT_ERROR",
+    "NVIDIA_DRIVER_ROOT",
+    "NVIDIA_DEV_ROOT",
+    "PASS_DEVICE_SPECS",
+    "DEVICE_LIST_STRATEGY",
+    "DEVICE_ID_STRATEGY",
+    "GDRCOPY_ENABLED",
+    "GDS_ENABLED",
+    "MOFED_ENABLED",
+    "CDI_ANNOTATION_PREFIX",
+    "NVIDIA_CDI_HOOK_PATH",
+    "NVIDIA_CTK_PATH",
+    "DRIVER_ROOT_CTR_PATH",
+    "CONTAINER_DRIVER_ROOT",
+    "MPS_ROOT",
+    "SHARED_DEVICES_ALLOCATION_POLICY",
+    "DEVICE_DISCOVERY_STRATEGY",
+    "IMEX_CHANNEL_IDS",
+    "IMEX_REQUIRED",
+    "KUBELET_SOCKET",
+    "CONFIG_FILE",
+    "CDI_FEATURE_FLAGS",
+    "CDI_DISABLE_HOOKS",
+    "DP_DISABLE_HEALTHCHECKS",
+    "DP_ENABLE_HEALTHCHECKS",
+    "GP_HEALTH_RECOVERY_PROBES",
+    "GP_HEALTH_PROBE_INTERVAL",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "FAKE_NVML_INVENTORY",
+    "FAKE_NVML_CONTROL",
+    "FAKE_NVML_EVENT_LOG",
+    NULL,
 };
 
 static bool is_plugin_env(const char *entry)
@@ -388,8 +413,7 @@ static int plugin_spawn(struct bench *b, const struct plugin_spec *spec, struct 
     if (rc == 0)
         rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     if (rc == 0)
-        rc = posix_spawn_file_actions_addopen(&fa, 1, p->log, O_WRONLY | O_CREAT | O_TRUNC,
-                                              0644);
+        rc = posix_spawn_file_actions_addopen(&fa, 1, p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (rc == 0)
         rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (rc == 0) {
@@ -709,10 +733,9 @@ static void print_startup(const struct startup_result *r, int n)
         size_t c = (size_t)r[i].rounds;
         qsort(r[i].exec_ms, c, sizeof(double), compare_double);
         qsort(r[i].stop_ms, c, sizeof(double), compare_double);
-        printf("| %s | %zu | %.2f | %.2f | %.2f | %.2f | %.1f |\n", r[i].label, c,
-               r[i].exec_ms[0], percentile(r[i].exec_ms, c, 0.5),
-               percentile(r[i].exec_ms, c, 0.9), r[i].exec_ms[c - 1],
-               percentile(r[i].stop_ms, c, 0.5));
+        printf("| %s | %zu | %.2f | %.2f | %.2f | %.2f | %.1f |\n", r[i].label, c, r[i].exec_ms[0],
+               percentile(r[i].exec_ms, c, 0.5), percentile(r[i].exec_ms, c, 0.9),
+               r[i].exec_ms[c - 1], percentile(r[i].stop_ms, c, 0.5));
     }
 }
 
@@ -729,13 +752,13 @@ static double status_column(const struct startup_result *r, size_t offset, doubl
 static void print_memory(const struct startup_result *r, int n)
 {
     printf("\n### Memory ~%d ms after registration and the first snapshot (KiB; p50 of "
-           "starts, max in brackets)\n\n", SETTLE_MS);
+           "starts, max in brackets)\n\n",
+           SETTLE_MS);
     printf("| node | RSS | PSS | private | VmHWM | threads |\n");
     printf("|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         printf("| %s", r[i].label);
-        size_t offs[] = {offsetof(struct proc_status, rss_kb),
-                         offsetof(struct proc_status, pss_kb),
+        size_t offs[] = {offsetof(struct proc_status, rss_kb), offsetof(struct proc_status, pss_kb),
                          offsetof(struct proc_status, private_kb),
                          offsetof(struct proc_status, hwm_kb),
                          offsetof(struct proc_status, threads)};
@@ -769,21 +792,20 @@ static void print_sizes(const struct startup_result *r, int n)
 /* ---- Allocate latency --------------------------------------------------------------- */
 
 /* One Allocate; 0 when OK (and *us its time), else -1 with the status. */
-static int allocate_once(struct rpc_client *c, const struct rpc_buf *req, double *us,
-                         int *status, char *msg, size_t msglen)
+static int allocate_once(struct rpc_client *c, const struct rpc_buf *req, double *us, int *status,
+                         char *msg, size_t msglen)
 {
     struct rpc_buf resp = {0};
     double t0 = now_us();
     int rc = rpc_test_client_call(c, "/v1beta1.DevicePlugin/Allocate", req->data, req->len,
-                             TIMEOUT_MS, &resp, status, msg, msglen);
+                                  TIMEOUT_MS, &resp, status, msg, msglen);
     if (us != NULL)
         *us = now_us() - t0;
     free(resp.data);
     return rc;
 }
 
-static int allocate_series(struct rpc_client *c, char **ids, size_t n, int calls,
-                           double *samples)
+static int allocate_series(struct rpc_client *c, char **ids, size_t n, int calls, double *samples)
 {
     struct rpc_buf req = {0};
     char msg[512];
@@ -819,7 +841,8 @@ static int current_ids(struct kubelet *k, const struct registration *reg, struct
     out->list = NULL;
     out->n = 0;
     if (stream_open(k, &s) == 0 && stream_next(&s, TIMEOUT_MS, &out->list, NULL, NULL) == 1) {
-        for (size_t i = 0; i < out->list->n_devices && out->n < sizeof out->ids / sizeof out->ids[0]; i++)
+        for (size_t i = 0;
+             i < out->list->n_devices && out->n < sizeof out->ids / sizeof out->ids[0]; i++)
             out->ids[out->n++] = out->list->devices[i]->id;
         rc = out->n >= 2 ? 0 : -1;
     }
@@ -854,8 +877,9 @@ static int run_allocate(struct bench *b)
     if (allocate_series(c, ids.ids, 1, b->calls, one) != 0 ||
         allocate_series(c, ids.ids, 2, b->calls, two) != 0)
         goto out;
-    printf("\n### Allocate latency, C client, one channel (%d calls each, after %d warm-up; µs)\n\n",
-           b->calls, WARMUP_CALLS);
+    printf(
+        "\n### Allocate latency, C client, one channel (%d calls each, after %d warm-up; µs)\n\n",
+        b->calls, WARMUP_CALLS);
     printf("| node | IDs per call | p50 | p90 | p99 | max |\n");
     printf("|---|---:|---:|---:|---:|---:|\n");
     size_t n = (size_t)b->calls;
@@ -880,7 +904,8 @@ out:
 static bool replica_of(const char *id, const char *uuid)
 {
     size_t len = strlen(uuid);
-    return strncmp(id, uuid, len) == 0 && (id[len] == '\0' || (id[len] == ':' && id[len + 1] == ':'));
+    return strncmp(id, uuid, len) == 0 &&
+           (id[len] == '\0' || (id[len] == ':' && id[len + 1] == ':'));
 }
 
 struct gpu_state {
@@ -971,8 +996,7 @@ static int wait_for_state(struct stream *s, const char *uuid, bool unhealthy, in
 
 /* Waits for the first new event of xid in the log (the fake writes it before
  * nvmlEventSetWait returns, so it is there once the plugin acted on it). */
-static int wait_event(struct event_log *log, unsigned xid, char *uuid, size_t len,
-                      double *event_us)
+static int wait_event(struct event_log *log, unsigned xid, char *uuid, size_t len, double *event_us)
 {
     double deadline = now_us() + TIMEOUT_MS * 1e3;
     while (event_next(log, xid, uuid, len, event_us) != 0) {
@@ -1045,8 +1069,8 @@ static int physical_gpus(const struct id_list *replicas, struct id_list *gpus, c
  * xid. *latency_us = that snapshot's arrival - the event; *split when the
  * first snapshot showing the GPU had only some replicas Unhealthy. */
 static int inject(struct session *s, struct event_log *log, const struct id_list *gpus,
-                  const char *line, unsigned xid, char *uuid, size_t uuidlen,
-                  double *latency_us, bool *split)
+                  const char *line, unsigned xid, char *uuid, size_t uuidlen, double *latency_us,
+                  bool *split)
 {
     char event_uuid[128];
     double arrival = 0, event_us = 0;
@@ -1106,7 +1130,8 @@ struct lost_result {
 
 static int encode_preferred(char **ids, size_t n, struct rpc_buf *out)
 {
-    V1beta1__ContainerPreferredAllocationRequest c = V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+    V1beta1__ContainerPreferredAllocationRequest c =
+        V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
     V1beta1__ContainerPreferredAllocationRequest *cs[] = {&c};
     V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
     c.n_available_deviceids = n;
@@ -1150,7 +1175,7 @@ static int lost_rpcs(struct rpc_client *c, const struct id_list *replicas, const
     struct rpc_buf resp = {0};
     r->preferred_status = 0;
     if (rpc_test_client_call(c, "/v1beta1.DevicePlugin/GetPreferredAllocation", req.data, req.len,
-                        TIMEOUT_MS, &resp, &r->preferred_status, msg, sizeof msg) != 0)
+                             TIMEOUT_MS, &resp, &r->preferred_status, msg, sizeof msg) != 0)
         fprintf(stderr, "GetPreferredAllocation while %s is lost: status %d: %s\n", lost,
                 r->preferred_status, msg);
     free(resp.data);
@@ -1210,14 +1235,16 @@ static void print_xid(const struct xid_stats *st, const struct lost_result *lost
     qsort(st->latency_us, n, sizeof(double), compare_double);
     qsort(st->recovery_ms, n, sizeof(double), compare_double);
     printf("\n### XID → ListAndWatch (8 GPUs × replicas %d, --health-recovery-probes 1 "
-           "--health-probe-interval 50ms)\n\n", REPLICAS);
+           "--health-probe-interval 50ms)\n\n",
+           REPLICAS);
     printf("| measurement | samples | p50 | p99 | max |\n");
     printf("|---|---:|---:|---:|---:|\n");
     printf("| XID 48: event returned by NVML → snapshot with all %d replicas Unhealthy (µs) "
-           "| %zu | %.0f | %.0f | %.0f |\n", REPLICAS, n, percentile(st->latency_us, n, 0.5),
-           percentile(st->latency_us, n, 0.99), st->latency_us[n - 1]);
-    printf("| XID 48: Unhealthy snapshot → Healthy snapshot (ms) | %zu | %.1f | %.1f | %.1f |\n",
-           n, percentile(st->recovery_ms, n, 0.5), percentile(st->recovery_ms, n, 0.99),
+           "| %zu | %.0f | %.0f | %.0f |\n",
+           REPLICAS, n, percentile(st->latency_us, n, 0.5), percentile(st->latency_us, n, 0.99),
+           st->latency_us[n - 1]);
+    printf("| XID 48: Unhealthy snapshot → Healthy snapshot (ms) | %zu | %.1f | %.1f | %.1f |\n", n,
+           percentile(st->recovery_ms, n, 0.5), percentile(st->recovery_ms, n, 0.99),
            st->recovery_ms[n - 1]);
     printf("\n| check | result |\n|---|---|\n");
     printf("| XID 48 samples within 1 ms | %d of %zu |\n", st->within_1ms, n);
@@ -1225,8 +1252,8 @@ static void print_xid(const struct xid_stats *st, const struct lost_result *lost
     if (lost_rc == 0 || lost->latency_us > 0) {
         printf("| XID 79 (`lost`): event → all %d replicas Unhealthy | %.0f µs, %s |\n", REPLICAS,
                lost->latency_us, lost->all_unhealthy ? "same snapshot" : "**split**");
-        printf("| XID 79: still Unhealthy %d ms later (20 probe intervals) | %s |\n",
-               LOST_WATCH_MS, lost->stayed_unhealthy ? "yes" : "**no**");
+        printf("| XID 79: still Unhealthy %d ms later (20 probe intervals) | %s |\n", LOST_WATCH_MS,
+               lost->stayed_unhealthy ? "yes" : "**no**");
         printf("| XID 79: Allocate of another GPU's replica | %s (%.0f µs) |\n",
                lost->other_status == 0 ? "OK" : "**failed**", lost->other_allocate_us);
         printf("| XID 79: GetPreferredAllocation over the healthy replicas | %s |\n",
@@ -1259,10 +1286,8 @@ static int run_xid(struct bench *b)
         goto out;
     }
     if (current_ids(&b->k, &s.streams[0].reg, &replicas) != 0 ||
-        physical_gpus(&replicas, &gpus, store) != 0 || gpus.n != 8 ||
-        replicas.n != 8 * REPLICAS) {
-        fprintf(stderr, "expected 8 GPUs x %d replicas, got %zu devices\n", REPLICAS,
-                replicas.n);
+        physical_gpus(&replicas, &gpus, store) != 0 || gpus.n != 8 || replicas.n != 8 * REPLICAS) {
+        fprintf(stderr, "expected 8 GPUs x %d replicas, got %zu devices\n", REPLICAS, replicas.n);
         goto out;
     }
     for (int i = 0; i < b->xid_samples; i++)
@@ -1331,8 +1356,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
         /* __FILE__ is bench/plugin_bench.c under the source root (absolute with CMake). */
         const char *self = __FILE__, *end = strstr(self, "bench/plugin_bench.c");
         int len = end != NULL ? (int)(end - self) : 0;
-        snprintf(b->inventories, sizeof b->inventories, "%.*stest/fakenvml/inventories", len,
-                 self);
+        snprintf(b->inventories, sizeof b->inventories, "%.*stest/fakenvml/inventories", len, self);
     }
     return 0;
 }
@@ -1353,8 +1377,8 @@ static int check_paths(const struct bench *b)
 
 static void remove_tmpdir(struct kubelet *k)
 {
-    const char *files[] = {"nvml/control", "nvml", "events.log", "plugin.log", "config.yaml",
-                           "kubelet.sock"};
+    const char *files[] = {"nvml/control", "nvml",        "events.log",
+                           "plugin.log",   "config.yaml", "kubelet.sock"};
     char path[PATH_MAX];
     if (k->dir[0] == '\0')
         return;

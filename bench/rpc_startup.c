@@ -70,8 +70,8 @@ static const struct rpc_method BENCH_METHODS[] = {
 };
 
 static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, size_t method,
-                                    const uint8_t *req, size_t len, struct rpc_buf *resp,
-                                    char *msg, size_t msglen)
+                                    const uint8_t *req, size_t len, struct rpc_buf *resp, char *msg,
+                                    size_t msglen)
 {
     V1beta1__DevicePluginOptions options = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     if (method != BENCH_OPTIONS) {
@@ -102,8 +102,10 @@ static int plugin_main(const char *kubelet_socket, const char *plugin_socket, in
     char err[256];
     struct rpc_runtime *rt = NULL;
     struct rpc_server *srv = NULL;
-    struct rpc_handlers handlers = {.methods = BENCH_METHODS, .method_count = 2,
-                                    .unary = plugin_unary, .snapshot = plugin_snapshot};
+    struct rpc_handlers handlers = {.methods = BENCH_METHODS,
+                                    .method_count = 2,
+                                    .unary = plugin_unary,
+                                    .snapshot = plugin_snapshot};
     struct rpc_buf req = {0};
     sigset_t all;
     sigfillset(&all);
@@ -125,8 +127,8 @@ static int plugin_main(const char *kubelet_socket, const char *plugin_socket, in
         rpc_test_register(rt, kubelet_socket, req.data, req.len, TIMEOUT_MS, err, sizeof err) != 0)
         goto fail;
     double t_registered = now_us();
-    dprintf(report_fd, "%.1f %.1f %.1f %.1f %ld %ld %ld %ld %ld\n", t_main, t_runtime,
-            t_server, t_registered, status_field_kb("VmRSS"), status_field_kb("VmHWM"),
+    dprintf(report_fd, "%.1f %.1f %.1f %.1f %ld %ld %ld %ld %ld\n", t_main, t_runtime, t_server,
+            t_registered, status_field_kb("VmRSS"), status_field_kb("VmHWM"),
             status_field_kb("RssAnon"), status_field_kb("RssFile"), status_field_kb("Threads"));
     free(req.data);
     rpc_server_stop(srv);
@@ -160,7 +162,7 @@ static enum rpc_status kubelet_register(void *ctx, const uint8_t *req, size_t le
     char err[256];
     /* The kubelet asks for the options before Register returns. */
     if (rpc_test_call(k->rt, k->plugin_socket, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-                 (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err, sizeof err) != 0) {
+                      (const uint8_t *)"", 0, TIMEOUT_MS, &resp, &status, err, sizeof err) != 0) {
         snprintf(msg, msglen, "GetDevicePluginOptions failed: %s", err);
         return RPC_UNAVAILABLE;
     }
@@ -177,8 +179,7 @@ struct sample {
     long rss_kb, hwm_kb, anon_kb, file_kb, threads;
 };
 
-static int one_round(struct kubelet *k, char *self, const char *kubelet_socket,
-                     struct sample *s)
+static int one_round(struct kubelet *k, char *self, const char *kubelet_socket, struct sample *s)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -212,8 +213,7 @@ static int one_round(struct kubelet *k, char *self, const char *kubelet_socket,
 
     double t_main, t_runtime, t_server, t_registered;
     if (sscanf(line, "%lf %lf %lf %lf %ld %ld %ld %ld %ld", &t_main, &t_runtime, &t_server,
-               &t_registered, &s->rss_kb, &s->hwm_kb, &s->anon_kb, &s->file_kb,
-               &s->threads) != 9) {
+               &t_registered, &s->rss_kb, &s->hwm_kb, &s->anon_kb, &s->file_kb, &s->threads) != 9) {
         fprintf(stderr, "plugin round failed (exit status %d)\n", wstatus);
         return -1;
     }
@@ -232,8 +232,7 @@ static int one_round(struct kubelet *k, char *self, const char *kubelet_socket,
 static void print_row(const char *name, double *values, int n, const char *unit)
 {
     qsort(values, (size_t)n, sizeof *values, compare_double);
-    printf("%-40s %10.2f %10.2f %10.2f  %s\n", name, values[0], values[n / 2], values[n - 1],
-           unit);
+    printf("%-40s %10.2f %10.2f %10.2f  %s\n", name, values[0], values[n / 2], values[n - 1], unit);
 }
 
 static int launcher_main(char *self, int rounds)
@@ -252,8 +251,8 @@ static int launcher_main(char *self, int rounds)
     snprintf(kubelet_socket, sizeof kubelet_socket, "%s/kubelet.sock", dir);
     snprintf(k.plugin_socket, sizeof k.plugin_socket, "%s/gpupool-nvidia-gpu.sock", dir);
     if (rpc_runtime_start(&k.rt, err, sizeof err) != 0 ||
-        rpc_test_kubelet_start(kubelet_socket, kubelet_register, &k, &kubelet, err,
-                               sizeof err) != 0) {
+        rpc_test_kubelet_start(kubelet_socket, kubelet_register, &k, &kubelet, err, sizeof err) !=
+            0) {
         fprintf(stderr, "kubelet: %s\n", err);
         goto out;
     }
@@ -271,11 +270,11 @@ static int launcher_main(char *self, int rounds)
 #endif
     );
     printf("%-40s %10s %10s %10s\n", "measurement", "min", "median", "max");
-#define ROW(field, name, unit)                                                 \
-    do {                                                                       \
-        for (int i = 0; i < done; i++)                                         \
-            column[i] = (double)samples[i].field;                              \
-        print_row(name, column, done, unit);                                   \
+#define ROW(field, name, unit)                    \
+    do {                                          \
+        for (int i = 0; i < done; i++)            \
+            column[i] = (double)samples[i].field; \
+        print_row(name, column, done, unit);      \
     } while (0)
     ROW(exec_to_register, "exec -> Register at the kubelet", "ms");
     ROW(exec_to_main, "  exec -> main()", "ms");

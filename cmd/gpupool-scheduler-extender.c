@@ -53,7 +53,10 @@ int main(int argc, char **argv, char **envp)
         goto out;
     }
     log_info("gpupool-scheduler-extender %s: policy %s, syncing nodes, pods and ConfigMaps",
-             GP_VERSION, cfg.policy == 0 ? "gpupool" : cfg.policy == 1 ? "binpack" : "spread");
+             GP_VERSION,
+             cfg.policy == 0   ? "gpupool"
+             : cfg.policy == 1 ? "binpack"
+                               : "spread");
     if (extender_start_sync(ext, err, sizeof(err)) < 0) {
         log_error("%s", err);
         goto out;

@@ -113,8 +113,11 @@ static int parse_args(int argc, char **argv, struct sim_options *opt)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *opt = (struct sim_options){.policy = PLACEMENT_GPUPOOL, .seed_first = 42, .seed_last = 42,
-                                .demand_percent = SIM_DEFAULT_DEMAND_PERCENT, .jobs = 2};
+    *opt = (struct sim_options){.policy = PLACEMENT_GPUPOOL,
+                                .seed_first = 42,
+                                .seed_last = 42,
+                                .demand_percent = SIM_DEFAULT_DEMAND_PERCENT,
+                                .jobs = 2};
     bool seed_given = false;
     uint64_t v;
     opterr = 0;
@@ -240,8 +243,8 @@ static int run_all(const struct sim_trace *trace, const struct sim_options *opt,
     return 0;
 }
 
-static int print_json(const struct sim_options *opt, const struct sim_result *results,
-                      size_t count, double mean)
+static int print_json(const struct sim_options *opt, const struct sim_result *results, size_t count,
+                      double mean)
 {
     const char *policy = placement_policy_name(opt->policy);
     for (size_t i = 0; i <= count; i++) {
@@ -272,8 +275,8 @@ static int print_json(const struct sim_options *opt, const struct sim_result *re
 static void print_text(const struct sim_options *opt, const struct sim_result *results,
                        size_t count, double mean)
 {
-    printf("%-8s %6s %7s %7s %12s %14s %8s\n", "policy", "seed", "pods", "failed",
-           "alloc_milli", "capacity_milli", "alloc_%");
+    printf("%-8s %6s %7s %7s %12s %14s %8s\n", "policy", "seed", "pods", "failed", "alloc_milli",
+           "capacity_milli", "alloc_%");
     for (size_t i = 0; i < count; i++) {
         const struct sim_result *r = &results[i];
         printf("%-8s %6" PRIu64 " %7zu %7zu %12" PRIu64 " %14" PRIu64 " %8.2f\n",

@@ -17,13 +17,17 @@ struct arena {
     struct arena_chunk *head;
 };
 
+/* A braced initialiser, not a block: */
+/* clang-format off */
 #define ARENA_INIT {NULL}
+/* clang-format on */
 
-GP_MUST_USE void *arena_alloc(struct arena *a, size_t size);       /* zeroed, 16-aligned */
+GP_MUST_USE void *arena_alloc(struct arena *a, size_t size); /* zeroed, 16-aligned */
 GP_MUST_USE void *arena_calloc(struct arena *a, size_t n, size_t size);
 GP_MUST_USE char *arena_strdup(struct arena *a, const char *s);
-GP_MUST_USE char *arena_printf(struct arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void arena_free(struct arena *a);                       /* back to empty; reusable */
+GP_MUST_USE char *arena_printf(struct arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void arena_free(struct arena *a); /* back to empty; reusable */
 /* Moves every block of `from` into `into` (pointers stay valid; `into`
  * now frees them) and leaves `from` empty. */
 void arena_adopt(struct arena *into, struct arena *from);

@@ -10,10 +10,22 @@ static int64_t read_ns(clockid_t clock)
     return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
 }
 
-int64_t clock_now_ns(void) { return read_ns(CLOCK_MONOTONIC); }
-int64_t clock_now_us(void) { return read_ns(CLOCK_MONOTONIC) / 1000; }
-int64_t clock_now_ms(void) { return read_ns(CLOCK_MONOTONIC) / 1000000; }
-int64_t clock_wall_ns(void) { return read_ns(CLOCK_REALTIME); }
+int64_t clock_now_ns(void)
+{
+    return read_ns(CLOCK_MONOTONIC);
+}
+int64_t clock_now_us(void)
+{
+    return read_ns(CLOCK_MONOTONIC) / 1000;
+}
+int64_t clock_now_ms(void)
+{
+    return read_ns(CLOCK_MONOTONIC) / 1000000;
+}
+int64_t clock_wall_ns(void)
+{
+    return read_ns(CLOCK_REALTIME);
+}
 
 struct timespec clock_deadline(clockid_t clock, long ms)
 {

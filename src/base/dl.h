@@ -35,10 +35,10 @@ struct dl_symbol {
 };
 
 struct dl_library {
-    void *handle;             /* NULL until loaded */
-    char path[4096];          /* the name that loaded */
-    char tried[2048];         /* "a; b": the names passed to dlopen */
-    char error[GP_ERR_LEN];   /* the last dlerror() text */
+    void *handle;           /* NULL until loaded */
+    char path[4096];        /* the name that loaded */
+    char tried[2048];       /* "a; b": the names passed to dlopen */
+    char error[GP_ERR_LEN]; /* the last dlerror() text */
 };
 
 /* Tries names[0..n) in order and keeps the first that loads. A name with a

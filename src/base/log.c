@@ -22,13 +22,18 @@ void log_set_sink(log_sink_fn sink, void *ctx)
     log_state.sink_ctx = ctx;
 }
 
-void log_set_verbosity(int verbosity) { atomic_store(&log_state.verbosity, verbosity); }
-int log_get_verbosity(void) { return atomic_load(&log_state.verbosity); }
+void log_set_verbosity(int verbosity)
+{
+    atomic_store(&log_state.verbosity, verbosity);
+}
+int log_get_verbosity(void)
+{
+    return atomic_load(&log_state.verbosity);
+}
 
 static const char severity_letter[] = {'I', 'W', 'E', 'F'};
 
-void log_writev(enum log_severity severity, const char *file, int line,
-                const char *fmt, va_list ap)
+void log_writev(enum log_severity severity, const char *file, int line, const char *fmt, va_list ap)
 {
     char buf[4096];
     if (log_state.sink != NULL) {
@@ -45,8 +50,8 @@ void log_writev(enum log_severity severity, const char *file, int line,
     gettimeofday(&tv, NULL);
     localtime_r(&tv.tv_sec, &tm);
     int n = snprintf(buf, sizeof buf, "%c%02d%02d %02d:%02d:%02d.%06ld %7d %s:%d] ",
-                     severity_letter[severity], tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec, (long)tv.tv_usec, (int)getpid(), file, line);
+                     severity_letter[severity], tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, (long)tv.tv_usec, (int)getpid(), file, line);
     if (n < 0)
         return;
     size_t len = (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;

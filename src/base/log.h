@@ -32,19 +32,19 @@ typedef void (*log_sink_fn)(void *ctx, enum log_severity severity, const char *f
  * Set it once, before other threads log: the pair is not swapped atomically. */
 void log_set_sink(log_sink_fn sink, void *ctx);
 
-void log_write(enum log_severity severity, const char *file, int line,
-               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void log_writev(enum log_severity severity, const char *file, int line,
-                const char *fmt, va_list ap);
+void log_write(enum log_severity severity, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void log_writev(enum log_severity severity, const char *file, int line, const char *fmt,
+                va_list ap);
 
 #define log_info(...) log_write(LOG_INFO, __FILE_NAME__, __LINE__, __VA_ARGS__)
 #define log_warn(...) log_write(LOG_WARNING, __FILE_NAME__, __LINE__, __VA_ARGS__)
 #define log_error(...) log_write(LOG_ERROR, __FILE_NAME__, __LINE__, __VA_ARGS__)
 /* Verbose info: formatted only when the verbosity is at least `level`. */
-#define log_v(level, ...)                                                     \
-    do {                                                                      \
-        if (log_get_verbosity() >= (level))                                   \
-            log_write(LOG_INFO, __FILE_NAME__, __LINE__, __VA_ARGS__);        \
+#define log_v(level, ...)                                              \
+    do {                                                               \
+        if (log_get_verbosity() >= (level))                            \
+            log_write(LOG_INFO, __FILE_NAME__, __LINE__, __VA_ARGS__); \
     } while (0)
 
 #endif

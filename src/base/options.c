@@ -75,8 +75,9 @@ struct duration_unit {
 static const struct duration_unit duration_units[] = {
     {"ns", 1},
     {"us", 1000},
-    {"\xc2\xb5s", 1000}, /* U+00B5 micro sign, as Go accepts */
-    {"\xce\xbcs", 1000}, /* U+03BC Greek mu */
+    /* U+00B5 micro sign and U+03BC Greek mu, as Go accepts */
+    {"\xc2\xb5s", 1000},
+    {"\xce\xbcs", 1000},
     {"ms", 1000000},
     {"s", 1000000000ull},
     {"m", 60000000000ull},
@@ -231,8 +232,8 @@ static int set_string(char **field, const char *text, bool append)
     return 0;
 }
 
-int options_parse_hostport(const char *text, char *host, size_t hostlen, unsigned *port,
-                           char *why, size_t whylen)
+int options_parse_hostport(const char *text, char *host, size_t hostlen, unsigned *port, char *why,
+                           size_t whylen)
 {
     const char *colon = strrchr(text, ':');
     const char *h = text;
@@ -259,8 +260,7 @@ int options_parse_hostport(const char *text, char *host, size_t hostlen, unsigne
 }
 
 /* Splits text before taking it: a bad value leaves the field as it was. */
-static int set_hostport(struct option_hostport *field, const char *text, char *why,
-                        size_t whylen)
+static int set_hostport(struct option_hostport *field, const char *text, char *why, size_t whylen)
 {
     struct option_hostport next = {0};
     if (text[0] != '\0' &&
@@ -274,8 +274,8 @@ static int set_hostport(struct option_hostport *field, const char *text, char *w
     return 0;
 }
 
-static int set_enum_set(const struct option_spec *o, unsigned *field, const char *text,
-                        bool append, char *why, size_t whylen)
+static int set_enum_set(const struct option_spec *o, unsigned *field, const char *text, bool append,
+                        char *why, size_t whylen)
 {
     unsigned bits = append ? *field : 0;
     const char *p = text;
@@ -286,8 +286,8 @@ static int set_enum_set(const struct option_spec *o, unsigned *field, const char
             char w[WHY_LEN];
             want_values(o->values, w, sizeof w);
             if (v != NULL)
-                return gp_errf(why, whylen, "%.*s%c%s (%s)", (int)len, p, ITEM_SEP,
-                            v->unsupported, w);
+                return gp_errf(why, whylen, "%.*s%c%s (%s)", (int)len, p, ITEM_SEP, v->unsupported,
+                               w);
             return gp_errf(why, whylen, "%.*s%c%s", (int)len, p, ITEM_SEP, w);
         }
         bits |= (unsigned)v->value;
@@ -357,7 +357,7 @@ static int set_value(const struct option_spec *o, void *obj, const char *text, b
     case OPT_DURATION:
         if (options_parse_duration_ms(text, &ms) != 0 || ms < o->min)
             rc = gp_errf(why, whylen, "want a duration such as 5s or 500ms%s",
-                      o->min > 0 ? " (at least 1ms)" : "");
+                         o->min > 0 ? " (at least 1ms)" : "");
         else
             *(int *)field = ms;
         break;
@@ -397,7 +397,7 @@ static void value_error(char *err, size_t errlen, const char *prefix, const char
     const char *sep = strchr(why, ITEM_SEP);
     if (sep != NULL)
         gp_errf(err, errlen, "%sinvalid value \"%.*s\" for %s: %s", prefix, (int)(sep - why), why,
-             what, sep + 1);
+                what, sep + 1);
     else
         gp_errf(err, errlen, "%sinvalid value \"%s\" for %s: %s", prefix, text, what, why);
 }
@@ -553,23 +553,22 @@ static int scan_argv(const struct options_table *t, int argc, char **argv, struc
             int at = strcmp(arg, "--") == 0 ? i + 1 : i;
             if (at < argc)
                 return gp_errf(err, errlen, "unexpected argument \"%s\": %s takes no arguments",
-                            argv[at], t->program);
+                               argv[at], t->program);
             break;
         }
-        if (scan_flag(t, argc, argv, &i, cl, unknown, sizeof unknown, &n_unknown, err,
-                      errlen) != 0)
+        if (scan_flag(t, argc, argv, &i, cl, unknown, sizeof unknown, &n_unknown, err, errlen) != 0)
             return -1;
     }
     if (n_unknown > 0)
         return gp_errf(err, errlen, "unknown flag%s: %s (see --help)", n_unknown > 1 ? "s" : "",
-                    unknown);
+                       unknown);
     return 0;
 }
 
 /* Values in argv order: a repeated list flag accumulates, any other takes
  * its last value. */
-static int apply_uses(const struct options_table *t, void *obj, const struct cmdline *cl,
-                      char *err, size_t errlen)
+static int apply_uses(const struct options_table *t, void *obj, const struct cmdline *cl, char *err,
+                      size_t errlen)
 {
     bool *seen = calloc(t->count ? t->count : 1, sizeof *seen);
     if (seen == NULL)
@@ -592,8 +591,8 @@ static void run_action(const struct options_table *t, enum option_type action)
         printf("%s version %s\n", t->program, t->version ? t->version : "unknown");
 }
 
-static int cmdline_scan(const struct options_table *t, int argc, char **argv,
-                        struct cmdline *cl, char *err, size_t errlen)
+static int cmdline_scan(const struct options_table *t, int argc, char **argv, struct cmdline *cl,
+                        char *err, size_t errlen)
 {
     cl->uses = calloc(argc > 0 ? (size_t)argc : 1, sizeof *cl->uses);
     if (cl->uses == NULL)
@@ -640,8 +639,7 @@ int options_file_error(const struct options_file *f, const struct ycfg_node *n, 
 
 /* Keys must be scalars and unique: libyaml keeps duplicates, and silently
  * taking one of them hides a typo. */
-int options_file_keys(const struct options_file *f, const struct ycfg_node *map,
-                      const char *where)
+int options_file_keys(const struct options_file *f, const struct ycfg_node *map, const char *where)
 {
     size_t n = ycfg_count(map);
     for (size_t i = 0; i < n; i++) {
@@ -655,15 +653,13 @@ int options_file_keys(const struct options_file *f, const struct ycfg_node *map,
             ycfg_pair(f->doc, map, j, &k2, &v2);
             if (strcmp(ycfg_text(k), ycfg_text(k2)) == 0)
                 return options_file_error(f, k, "duplicate key \"%s%s%s\" (first at line %d)",
-                                          where, *where ? "." : "", ycfg_text(k),
-                                          ycfg_line(k2));
+                                          where, *where ? "." : "", ycfg_text(k), ycfg_line(k2));
         }
     }
     return 0;
 }
 
-int options_file_mapping(const struct options_file *f, const struct ycfg_node *n,
-                         const char *where)
+int options_file_mapping(const struct options_file *f, const struct ycfg_node *n, const char *where)
 {
     if (ycfg_kind(n) == YCFG_NULL)
         return 0;
@@ -717,8 +713,7 @@ static const char *type_name(const struct option_spec *o)
  * to a Go decoder too, and is refused the same way. */
 static bool needs_plain(const struct option_spec *o)
 {
-    return o->type == OPT_BOOL || o->type == OPT_INT ||
-           (o->type == OPT_CUSTOM && o->custom->plain);
+    return o->type == OPT_BOOL || o->type == OPT_INT || (o->type == OPT_CUSTOM && o->custom->plain);
 }
 
 static int file_scalar(const struct file_walk *w, const struct option_spec *o,
@@ -795,13 +790,13 @@ static bool is_section(const struct options_table *t, const char *path)
 }
 
 /* Table-driven keys, recursively down to their leaves. */
-static int file_options(const struct file_walk *w, const char *prefix,
-                        const struct ycfg_node *key, const struct ycfg_node *value)
+static int file_options(const struct file_walk *w, const char *prefix, const struct ycfg_node *key,
+                        const struct ycfg_node *value)
 {
     const struct options_file *f = &w->f;
     char path[256];
-    if ((size_t)snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "",
-                         ycfg_text(key)) >= sizeof path)
+    if ((size_t)snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", ycfg_text(key)) >=
+        sizeof path)
         return options_file_error(f, key, "unknown key \"%s\"", ycfg_text(key));
     const struct option_spec *o = file_option_at(w->t, path);
     if (o != NULL)
@@ -877,8 +872,8 @@ static const char *config_file_source(const struct options_table *t, const struc
     return path != NULL ? path : option_env(spec, envp);
 }
 
-enum options_result options_load(const struct options_table *t, void *obj, int argc,
-                                 char **argv, char **envp, char *err, size_t errlen)
+enum options_result options_load(const struct options_table *t, void *obj, int argc, char **argv,
+                                 char **envp, char *err, size_t errlen)
 {
     if (errlen > 0)
         err[0] = '\0';

@@ -100,8 +100,8 @@ struct option_hostport {
 
 /* Splits "HOST:PORT", "[IPv6]:PORT" or ":PORT" (all interfaces); the port
  * must be 0-65535. -1 + why ("the port must be 0-65535", ...). */
-GP_MUST_USE int options_parse_hostport(const char *text, char *host, size_t hostlen,
-                                       unsigned *port, char *why, size_t whylen);
+GP_MUST_USE int options_parse_hostport(const char *text, char *host, size_t hostlen, unsigned *port,
+                                       char *why, size_t whylen);
 
 /* One accepted word of an OPT_ENUM / OPT_ENUM_SET option. */
 struct option_value {
@@ -120,8 +120,8 @@ struct option_custom {
     int (*parse)(void *field, const char *text, bool append, char *why, size_t whylen);
     struct json_t *(*to_json)(const void *field); /* new reference */
     const char *type_name;                        /* "a list of integers" */
-    bool list_only;  /* the file value must be a list (else a scalar or list) */
-    bool plain;      /* file scalars must be unquoted (YAML numbers/bools) */
+    bool list_only; /* the file value must be a list (else a scalar or list) */
+    bool plain;     /* file scalars must be unquoted (YAML numbers/bools) */
 };
 
 enum option_spec_flags {
@@ -130,18 +130,18 @@ enum option_spec_flags {
 };
 
 struct option_spec {
-    const char *flag;          /* long name without dashes; NULL = no flag */
-    const char *alias[2];      /* further flag names */
-    const char *env[2];        /* environment variables; the first one set wins */
-    const char *path;          /* dotted file / JSON key ("flags.migStrategy"); NULL = neither */
-    unsigned flags;            /* OPT_IN_FILE, OPT_CONFIG_FILE */
+    const char *flag;     /* long name without dashes; NULL = no flag */
+    const char *alias[2]; /* further flag names */
+    const char *env[2];   /* environment variables; the first one set wins */
+    const char *path;     /* dotted file / JSON key ("flags.migStrategy"); NULL = neither */
+    unsigned flags;       /* OPT_IN_FILE, OPT_CONFIG_FILE */
     enum option_type type;
-    size_t offset;             /* field in the caller's struct, or OPTION_NO_FIELD */
-    const char *def;           /* default, parsed like any value; NULL = leave zero */
-    long min, max;             /* OPT_INT range; OPT_DURATION: min milliseconds */
-    const struct option_value *values; /* OPT_ENUM / OPT_ENUM_SET, {NULL} terminated */
-    const struct option_custom *custom;/* OPT_CUSTOM */
-    const char *help;          /* NULL = not shown by --help */
+    size_t offset;                      /* field in the caller's struct, or OPTION_NO_FIELD */
+    const char *def;                    /* default, parsed like any value; NULL = leave zero */
+    long min, max;                      /* OPT_INT range; OPT_DURATION: min milliseconds */
+    const struct option_value *values;  /* OPT_ENUM / OPT_ENUM_SET, {NULL} terminated */
+    const struct option_custom *custom; /* OPT_CUSTOM */
+    const char *help;                   /* NULL = not shown by --help */
 };
 
 /* A config file's keys the table does not name (e.g. the device plugin's
@@ -152,9 +152,9 @@ typedef int (*options_file_key_fn)(void *obj, const struct options_file *f,
                                    const struct ycfg_node *key, const struct ycfg_node *value);
 
 struct options_table {
-    const char *program;  /* usage, --version, "takes no arguments" */
+    const char *program; /* usage, --version, "takes no arguments" */
     const char *version;
-    const char *summary;  /* --help paragraph before the option list; may be NULL */
+    const char *summary; /* --help paragraph before the option list; may be NULL */
     const struct option_spec *specs;
     size_t count;
     options_file_key_fn file_key; /* top-level file keys not in the table; NULL = unknown */
@@ -162,8 +162,8 @@ struct options_table {
 
 enum options_result {
     OPTIONS_OK = 0,
-    OPTIONS_EXIT = 1,    /* --help or --version was printed to stdout: exit 0 */
-    OPTIONS_ERROR = -1,  /* err holds the message */
+    OPTIONS_EXIT = 1,   /* --help or --version was printed to stdout: exit 0 */
+    OPTIONS_ERROR = -1, /* err holds the message */
 };
 
 /* Everything, in precedence order: scans argv (help, version, unknown
@@ -171,21 +171,19 @@ enum options_result {
  * option (its flag or env; a default is not read), the environment, then
  * argv. *obj must be zeroed by the caller (`= {0}`); on any result but
  * OPTIONS_OK its string fields are freed again (options_free). */
-enum options_result options_load(const struct options_table *t, void *obj, int argc,
-                                 char **argv, char **envp, char *err, size_t errlen)
-    GP_MUST_USE;
+enum options_result options_load(const struct options_table *t, void *obj, int argc, char **argv,
+                                 char **envp, char *err, size_t errlen) GP_MUST_USE;
 
 /* The steps of options_load(), for programs that need to interleave work.
  * Each returns 0 or -1 with err filled, and leaves fields it did not reach. */
-int options_defaults(const struct options_table *t, void *obj, char *err, size_t errlen)
-    GP_MUST_USE;
+int options_defaults(const struct options_table *t, void *obj, char *err,
+                     size_t errlen) GP_MUST_USE;
 int options_apply_env(const struct options_table *t, void *obj, char **envp, char *err,
                       size_t errlen) GP_MUST_USE;
 /* Applies argv[1..] (argv[0] is the program); OPTIONS_EXIT after printing
  * help/version, without applying anything. */
 enum options_result options_apply_argv(const struct options_table *t, void *obj, int argc,
-                                       char **argv, char *err, size_t errlen)
-    GP_MUST_USE;
+                                       char **argv, char *err, size_t errlen) GP_MUST_USE;
 /* Reads a YAML file: table keys with OPT_IN_FILE, the rest through
  * t->file_key. An empty file is valid. */
 int options_apply_file(const struct options_table *t, void *obj, const char *path, char *err,
@@ -199,7 +197,7 @@ void options_free(const struct options_table *t, void *obj);
  * its key order and add sections of its own. Returns `into` (or a new
  * object), NULL on allocation failure. */
 GP_MUST_USE struct json_t *options_to_json(const struct options_table *t, const void *obj,
-                               struct json_t *into);
+                                           struct json_t *into);
 
 /* --help text generated from the table. */
 void options_print_usage(const struct options_table *t, FILE *out);
@@ -228,8 +226,7 @@ int options_file_bool(const struct options_file *f, const struct ycfg_node *n, c
 
 /* Bounded parsers shared with schema code: 0, or -1 on any malformed or
  * out-of-range text (no blanks, no trailing characters). */
-int options_parse_long(const char *text, long min, long max, long *out)
-    GP_MUST_USE;
+int options_parse_long(const char *text, long min, long max, long *out) GP_MUST_USE;
 int options_parse_bool(const char *text, bool *out) GP_MUST_USE;
 int options_parse_duration_ms(const char *text, int *out_ms) GP_MUST_USE;
 

@@ -52,9 +52,8 @@ int ycfg_load(const char *path, struct ycfg_doc *doc, char *err, size_t errlen)
                      parser.problem ? parser.problem : "input error", parser.problem_offset);
         else /* libyaml's marks are 0-based; editors count from 1. */
             snprintf(err, errlen, "%s:%zu: invalid YAML: %s%s%s", path,
-                     parser.problem_mark.line + 1,
-                     parser.problem ? parser.problem : "syntax error", parser.context ? " " : "",
-                     parser.context ? parser.context : "");
+                     parser.problem_mark.line + 1, parser.problem ? parser.problem : "syntax error",
+                     parser.context ? " " : "", parser.context ? parser.context : "");
         free(d);
         rc = -1;
     } else {
@@ -147,8 +146,7 @@ size_t ycfg_count(const struct ycfg_node *n)
     return 0;
 }
 
-const struct ycfg_node *ycfg_item(const struct ycfg_doc *doc, const struct ycfg_node *seq,
-                                  size_t i)
+const struct ycfg_node *ycfg_item(const struct ycfg_doc *doc, const struct ycfg_node *seq, size_t i)
 {
     int id = raw(seq)->data.sequence.items.start[i];
     return wrap(yaml_document_get_node(doc->impl, id));

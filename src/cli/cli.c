@@ -40,6 +40,8 @@ static const struct option_value outputs[] = {
     {NULL, 0, NULL},
 };
 
+/* The flags every command shares, laid out as table rows: */
+/* clang-format off */
 #define KUBE_FLAGS                                                                              \
     {.flag = "kubeconfig", .type = OPT_STRING,                                                  \
      .offset = offsetof(struct cli_options, kubeconfig), .def = "",                           \
@@ -57,14 +59,22 @@ static const struct option_value outputs[] = {
      .def = "0", .min = 0, .max = 10, .help = "log verbosity (1: timings, on stderr)"},        \
     {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show this help"},              \
     {.flag = "version", .type = OPT_VERSION, .help = "print the version"}
+/* clang-format on */
 
 static const struct option_spec gpupool_specs[] = {
     KUBE_FLAGS,
-    {.flag = "namespace", .alias = {"n"}, .type = OPT_STRING,
-     .offset = offsetof(struct cli_options, pod_namespace), .def = "",
+    {.flag = "namespace",
+     .alias = {"n"},
+     .type = OPT_STRING,
+     .offset = offsetof(struct cli_options, pod_namespace),
+     .def = "",
      .help = "list only this namespace's pods in -d and json (totals stay cluster-wide)"},
-    {.flag = "output", .alias = {"o"}, .type = OPT_ENUM, .values = outputs,
-     .offset = offsetof(struct cli_options, output), .def = "table",
+    {.flag = "output",
+     .alias = {"o"},
+     .type = OPT_ENUM,
+     .values = outputs,
+     .offset = offsetof(struct cli_options, output),
+     .def = "table",
      .help = "table (a row per node), wide (a row per GPU) or json"},
 };
 
@@ -133,9 +143,9 @@ static int split_args(const struct options_table *t, int argc, char **argv, char
 }
 
 struct invocation {
-    bool gpushare;          /* kubectl-inspect-gpushare personality */
+    bool gpushare; /* kubectl-inspect-gpushare personality */
     struct cli_options opt;
-    const char *node;       /* NULL: all nodes */
+    const char *node; /* NULL: all nodes */
 };
 
 static const char *base_name(const char *path)
@@ -205,7 +215,7 @@ out:
  * pods read beside the nodes, to `pods`. */
 struct reader {
     struct kube_client *client;
-    unsigned flags;            /* KUBE_LIST_ANY_VERSION unless --cache=false */
+    unsigned flags; /* KUBE_LIST_ANY_VERSION unless --cache=false */
     struct pool *pool;
     int (*add)(struct pool *pool, const json_t *item);
     struct pool_pods *pods;
@@ -251,7 +261,7 @@ static int list_collection(struct reader *r)
         log_v(1, "listed %s in %.1f ms", r->what, now_ms() - start);
     if (res == KUBE_ERROR && strcmp(r->err.reason, "CallbackError") == 0)
         out_of_memory(&r->err, r->what); /* the pool's callbacks fail only for memory */
-    if (res == KUBE_GONE) /* a continue token expired: run() starts over */
+    if (res == KUBE_GONE)                /* a continue token expired: run() starts over */
         r->err.http_status = 410;
     return res == KUBE_OK ? 0 : -1;
 }
@@ -324,8 +334,7 @@ static int read_node(struct reader *r, const char *node, FILE *errout, bool quie
         goto oom;
     char cm_name[300];
     snprintf(cm_name, sizeof cm_name, POOL_CM_UNHEALTHY_PREFIX "%s", node);
-    cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name",
-                            cm_name);
+    cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name", cm_name);
     pods_path = selector_path("/api/v1/pods", "spec.nodeName", node);
     if (!cm_path || !pods_path)
         goto oom;
@@ -350,9 +359,11 @@ out:
 static int read_all(struct reader *r, struct kube_client *pods_client, FILE *errout, bool quiet)
 {
     struct pool_pods pods = {0};
-    struct reader pr = {.client = pods_client ? pods_client : r->client, .flags = r->flags,
+    struct reader pr = {.client = pods_client ? pods_client : r->client,
+                        .flags = r->flags,
                         .pods = &pods,
-                        .what = "pods", .path = "/api/v1/pods"};
+                        .what = "pods",
+                        .path = "/api/v1/pods"};
     pthread_t thread;
     bool threaded = pods_client != NULL && pthread_create(&thread, NULL, list_in_thread, &pr) == 0;
     int rc = list_into(r, "nodes", "/api/v1/nodes", pool_add_node);
@@ -381,8 +392,8 @@ static int read_cluster(struct reader *r, struct kube_client *pods_client,
                      : read_all(r, pods_client, errout, inv->gpushare);
 }
 
-static void report_error(const struct invocation *inv, const struct kube_error *err,
-                         FILE *out, FILE *errout)
+static void report_error(const struct invocation *inv, const struct kube_error *err, FILE *out,
+                         FILE *errout)
 {
     if (inv->gpushare) /* gpushare's wording, on stdout */
         fprintf(out, "Failed due to %s\n", err->message);
@@ -410,8 +421,8 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
     struct kube_client_options kopt = {
         .kubeconfig = inv->opt.kubeconfig[0] ? inv->opt.kubeconfig : NULL,
         .context = inv->opt.context[0] ? inv->opt.context : NULL,
-        .user_agent = inv->gpushare ? GPUSHARE_PROGRAM "/" GP_VERSION
-                                    : "kubectl-gpupool/" GP_VERSION,
+        .user_agent =
+            inv->gpushare ? GPUSHARE_PROGRAM "/" GP_VERSION : "kubectl-gpupool/" GP_VERSION,
         .connect_timeout_ms = 5000,
         .max_body_bytes = CLI_MAX_LIST_BYTES,
         .retry = {.max_attempts = 3, .initial_backoff_ms = 100, .max_backoff_ms = 1000},
@@ -427,8 +438,8 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
     /* The pods' connection; without one, pods are listed after the nodes. */
     struct kube_client *pods_client = inv->node ? NULL : kube_client_new(&kopt, err, sizeof err);
     struct pool pool;
-    const char *ns = inv->opt.pod_namespace && inv->opt.pod_namespace[0] ? inv->opt.pod_namespace
-                                                                        : NULL;
+    const char *ns =
+        inv->opt.pod_namespace && inv->opt.pod_namespace[0] ? inv->opt.pod_namespace : NULL;
     double start = now_ms();
     int rc = 1;
     pool_init(&pool, inv->node, ns);

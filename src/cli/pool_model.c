@@ -117,7 +117,8 @@ static const char *node_address(struct pool *pool, const json_t *status)
     const json_t *addresses = json_object_get(status, "addresses");
     size_t i;
     const json_t *a;
-    json_array_foreach(addresses, i, a) {
+    json_array_foreach(addresses, i, a)
+    {
         const char *type = jstr(a, "type"), *address = jstr(a, "address");
         if (type && address && strcmp(type, "InternalIP") == 0)
             return arena_strdup(&pool->arena, address);
@@ -127,8 +128,7 @@ static const char *node_address(struct pool *pool, const json_t *status)
 
 /* gpupool.io/gpus through the contract's reader (poolapi_gpus.h).
  * Returns the GPU count (0: malformed, use the fallback; -1: out of memory). */
-static int node_gpus_from_annotation(struct pool *pool, struct pool_node *n,
-                                     const char *text)
+static int node_gpus_from_annotation(struct pool *pool, struct pool_node *n, const char *text)
 {
     struct poolapi_gpu *gpus;
     size_t count;
@@ -184,7 +184,8 @@ static int node_resources(struct pool *pool, struct pool_node *n, const json_t *
     const char *key;
     const json_t *v;
     size_t count = 0;
-    json_object_foreach((json_t *)allocatable, key, v) {
+    json_object_foreach((json_t *)allocatable, key, v)
+    {
         if (has_prefix(key, POOL_RES_NVIDIA_PREFIX) && jquantity(allocatable, key) > 0)
             count++;
     }
@@ -193,7 +194,8 @@ static int node_resources(struct pool *pool, struct pool_node *n, const json_t *
     n->resources = calloc(count, sizeof *n->resources);
     if (!n->resources)
         return -1;
-    json_object_foreach((json_t *)allocatable, key, v) {
+    json_object_foreach((json_t *)allocatable, key, v)
+    {
         int64_t amount = jquantity(allocatable, key);
         if (!has_prefix(key, POOL_RES_NVIDIA_PREFIX) || amount <= 0)
             continue;
@@ -277,7 +279,8 @@ int pool_add_configmap(struct pool *pool, const json_t *configmap)
     for (const char *p = gpus; *p;) {
         char *end;
         long index = strtol(p, &end, 10);
-        if (end != p && (*end == ',' || *end == '\0') && index >= 0 && index < POOL_MODEL_MAX_GPUS) {
+        if (end != p && (*end == ',' || *end == '\0') && index >= 0 &&
+            index < POOL_MODEL_MAX_GPUS) {
             int *list = realloc(n->unhealthy_cm, (n->nunhealthy_cm + 1) * sizeof *list);
             if (!list)
                 return -1;
@@ -319,7 +322,8 @@ static void container_requests(const json_t *container, bool init, struct pod_re
     for (int l = 0; l < 2; l++) {
         const char *key;
         const json_t *v;
-        json_object_foreach((json_t *)lists[l], key, v) {
+        json_object_foreach((json_t *)lists[l], key, v)
+        {
             if (!has_prefix(key, POOL_RES_NVIDIA_PREFIX))
                 continue;
             if (l == 1 && json_object_get(lists[0], key))
@@ -351,8 +355,7 @@ static int64_t pod_gpu_mem(const json_t *spec)
     return total > INT64_MAX ? INT64_MAX : (int64_t)total;
 }
 
-static struct pool_resource *node_resource(struct pool *pool, struct pool_node *n,
-                                           const char *name)
+static struct pool_resource *node_resource(struct pool *pool, struct pool_node *n, const char *name)
 {
     for (size_t i = 0; i < n->nresources; i++)
         if (strcmp(n->resources[i].name, name) == 0)
@@ -389,8 +392,7 @@ static int add_device_pod(struct pool *pool, struct pool_node *n, const struct p
             r->pods = pods;
             r->cap = cap;
         }
-        r->pods[r->npods++] = (struct pool_device_pod){pod->ns, pod->name,
-                                                       pod->requests[i].count};
+        r->pods[r->npods++] = (struct pool_device_pod){pod->ns, pod->name, pod->requests[i].count};
     }
     return 0;
 }
@@ -406,14 +408,16 @@ static bool parts_from_allocation(struct pool *pool, const struct pool_node *n,
     *oom = n->ngpus && !per_gpu;
     const char *ckey, *gkey;
     json_t *container, *amount;
-    json_object_foreach(doc, ckey, container) {
+    json_object_foreach(doc, ckey, container)
+    {
         char *end;
         (void)strtol(ckey, &end, 10);
         if (!ok || !json_is_object(container) || end == ckey || *end) {
             ok = false;
             break;
         }
-        json_object_foreach(container, gkey, amount) {
+        json_object_foreach(container, gkey, amount)
+        {
             long gpu = strtol(gkey, &end, 10);
             if (end == gkey || *end || gpu < 0 || gpu >= n->ngpus || !json_is_integer(amount) ||
                 json_integer_value(amount) < 0) {
@@ -473,8 +477,8 @@ static int add_share(struct pool *pool, struct pool_node *n, const struct pool_p
 {
     struct pool_share s = {.ns = pod->ns, .name = pod->name, .amount = pod->gpu_mem};
     bool oom = false;
-    if (!(pod->allocation && parts_from_allocation(pool, n, &s, pod->allocation, &oom)) &&
-        !oom && pod->index && parts_from_index(pool, n, &s, pod->index) != 0)
+    if (!(pod->allocation && parts_from_allocation(pool, n, &s, pod->allocation, &oom)) && !oom &&
+        pod->index && parts_from_index(pool, n, &s, pod->index) != 0)
         return -1;
     if (oom)
         return -1;
@@ -548,8 +552,9 @@ static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *o
         .name = arena_copy(arena, name ? name : "", &oom),
         .node = arena_copy(arena, node, &oom),
         .gpu_mem = mem > 0 ? mem : 0,
-        .allocation = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_GPUSHARE_ALLOCATION), &oom)
-                              : NULL,
+        .allocation = mem > 0
+                          ? arena_copy(arena, jstr(annotations, POOL_ANN_GPUSHARE_ALLOCATION), &oom)
+                          : NULL,
         .index = mem > 0 ? arena_copy(arena, jstr(annotations, POOL_ANN_GPU_MEM_IDX), &oom) : NULL,
         .nrequests = nrequests,
         .requests = nrequests ? arena_calloc(arena, nrequests, sizeof *out->requests) : NULL,
@@ -557,8 +562,8 @@ static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *o
     if (nrequests && !out->requests)
         return -1;
     for (i = 0; i < nrequests; i++)
-        out->requests[i] = (struct pool_pod_request){arena_copy(arena, req.r[i].name, &oom),
-                                                     counts[i]};
+        out->requests[i] =
+            (struct pool_pod_request){arena_copy(arena, req.r[i].name, &oom), counts[i]};
     return oom ? -1 : 1;
 }
 
@@ -625,8 +630,7 @@ static int by_name(const void *a, const void *b)
     return strcmp((*(struct pool_node *const *)a)->name, (*(struct pool_node *const *)b)->name);
 }
 
-static int by_pod_name(const char *ns_a, const char *name_a, const char *ns_b,
-                       const char *name_b)
+static int by_pod_name(const char *ns_a, const char *name_a, const char *ns_b, const char *name_b)
 {
     int c = strcmp(ns_a, ns_b);
     return c != 0 ? c : strcmp(name_a, name_b);
@@ -655,8 +659,8 @@ void pool_finish(struct pool *pool)
             qsort(n->shares, n->nshares, sizeof *n->shares, share_by_pod);
         for (size_t r = 0; r < n->nresources; r++)
             if (n->resources[r].npods > 1)
-                qsort(n->resources[r].pods, n->resources[r].npods,
-                      sizeof *n->resources[r].pods, device_pod_by_pod);
+                qsort(n->resources[r].pods, n->resources[r].npods, sizeof *n->resources[r].pods,
+                      device_pod_by_pod);
         for (size_t u = 0; u < n->nunhealthy_cm; u++)
             if (n->unhealthy_cm[u] < n->ngpus)
                 n->gpus[n->unhealthy_cm[u]].unhealthy = true;

@@ -53,16 +53,16 @@ struct pool_gpu {
     int64_t allocated; /* sum of the shares charged to it */
     const char *model; /* NULL when unknown */
     bool unhealthy;
-    unsigned shares;   /* pods charged to it */
+    unsigned shares; /* pods charged to it */
 };
 
 /* A GPU-memory share: one pod, and how much of which GPUs it holds. */
 struct pool_share {
     const char *ns, *name;
-    int64_t amount;   /* the pod's aliyun.com/gpu-mem (effective request) */
-    int nparts;       /* 0: pending (no usable index) */
-    int *gpu;         /* nparts GPU indices */
-    int64_t *part;    /* nparts amounts, summing to amount */
+    int64_t amount; /* the pod's aliyun.com/gpu-mem (effective request) */
+    int nparts;     /* 0: pending (no usable index) */
+    int *gpu;       /* nparts GPU indices */
+    int64_t *part;  /* nparts amounts, summing to amount */
 };
 
 /* A pod using an nvidia.com/... resource on the node. */
@@ -72,7 +72,7 @@ struct pool_device_pod {
 };
 
 struct pool_resource {
-    const char *name;      /* "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", ... */
+    const char *name; /* "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", ... */
     int64_t allocatable;
     int64_t requested;
     struct pool_device_pod *pods;
@@ -81,19 +81,19 @@ struct pool_resource {
 
 struct pool_node {
     const char *name;
-    const char *address;   /* InternalIP, or "unknown" */
-    int64_t mem_total;     /* allocatable aliyun.com/gpu-mem */
-    int64_t gpu_count;     /* allocatable aliyun.com/gpu-count */
-    bool gpus_annotated;   /* per-GPU data came from gpupool.io/gpus */
+    const char *address; /* InternalIP, or "unknown" */
+    int64_t mem_total;   /* allocatable aliyun.com/gpu-mem */
+    int64_t gpu_count;   /* allocatable aliyun.com/gpu-count */
+    bool gpus_annotated; /* per-GPU data came from gpupool.io/gpus */
     int ngpus;
     struct pool_gpu *gpus;
     struct pool_share *shares; /* by (namespace, name) after pool_finish() */
     size_t nshares, shares_cap;
-    int64_t pending;       /* memory of the pending shares */
+    int64_t pending; /* memory of the pending shares */
     size_t npending;
     struct pool_resource *resources;
     size_t nresources;
-    int *unhealthy_cm;     /* indices from the ConfigMap (any value, as given) */
+    int *unhealthy_cm; /* indices from the ConfigMap (any value, as given) */
     size_t nunhealthy_cm;
 };
 
@@ -104,10 +104,10 @@ struct pool {
     /* name -> node, open addressing; rebuilt as it grows */
     struct pool_node **table;
     size_t table_size;
-    const char *only_node; /* inspect NODE: that node is in the pool whatever it has */
+    const char *only_node;     /* inspect NODE: that node is in the pool whatever it has */
     const char *pod_namespace; /* -n: pods listed in detail views; NULL = all */
-    size_t pods_seen;      /* pods looked at (for --v and the bench) */
-    char warning[256];     /* the first malformed object met, for -v */
+    size_t pods_seen;          /* pods looked at (for --v and the bench) */
+    char warning[256];         /* the first malformed object met, for -v */
 };
 
 void pool_init(struct pool *pool, const char *only_node, const char *pod_namespace);
@@ -130,8 +130,8 @@ struct pool_pod_request {
 
 struct pool_pod {
     const char *ns, *name, *node;
-    int64_t gpu_mem;                 /* effective aliyun.com/gpu-mem request (poolapi_demand.h) */
-    const char *allocation, *index;  /* the two gpushare annotations, NULL when absent */
+    int64_t gpu_mem;                /* effective aliyun.com/gpu-mem request (poolapi_demand.h) */
+    const char *allocation, *index; /* the two gpushare annotations, NULL when absent */
     struct pool_pod_request *requests;
     size_t nrequests;
 };
@@ -144,7 +144,7 @@ struct pool_pods {
     struct arena arena;
     struct pool_pod *pods;
     size_t count, cap;
-    size_t seen;        /* pods looked at */
+    size_t seen; /* pods looked at */
 };
 
 /* Records one v1.Pod (see struct pool_pods). -1 only when out of memory. */

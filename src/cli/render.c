@@ -18,7 +18,7 @@ static const char *node_unit(const struct pool_node *n)
 
 /* Cluster-wide sums, in one unit. */
 struct totals {
-    bool mib;          /* the cluster unit */
+    bool mib; /* the cluster unit */
     int64_t allocated, total, pending;
     size_t nodes, gpus, unhealthy, pending_pods;
     /* nvidia.com/... resources, summed by name (first POOL_TOTALS_RESOURCES) */
@@ -181,8 +181,7 @@ int render_table(const struct pool *pool, FILE *out)
 static void gpu_row(struct tabwriter *tw, const struct pool_node *n, int g)
 {
     const struct pool_gpu *gpu = &n->gpus[g];
-    tabwriter_printf(tw, "%s\t%s\t%d\t%s\t", n->name, n->address, g,
-                     gpu->model ? gpu->model : "-");
+    tabwriter_printf(tw, "%s\t%s\t%d\t%s\t", n->name, n->address, g, gpu->model ? gpu->model : "-");
     memory_cell(tw, gpu->allocated, gpu->total, node_unit(n));
     tabwriter_printf(tw, "\t%u\t%s\n", gpu->shares, gpu->unhealthy ? "Unhealthy" : "Healthy");
 }

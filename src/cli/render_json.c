@@ -49,8 +49,8 @@ static json_t *gpu_json(const struct pool_node *n, int g, bool *failed)
                 push(pods, pod_ref(s->ns, s->name, "memory", s->part[p]), failed);
     }
     return json_pack("{s:i, s:s?, s:b, s:{s:I, s:I}, s:o*}", "index", g, "model", gpu->model,
-                     "healthy", !gpu->unhealthy, "memory", "allocated",
-                     (json_int_t)gpu->allocated, "total", (json_int_t)gpu->total, "pods", pods);
+                     "healthy", !gpu->unhealthy, "memory", "allocated", (json_int_t)gpu->allocated,
+                     "total", (json_int_t)gpu->total, "pods", pods);
 }
 
 static json_t *resource_json(const struct pool_resource *r, bool *failed)
@@ -70,15 +70,16 @@ static json_t *node_json(const struct pool_node *n, bool *failed)
         allocated += n->gpus[g].allocated;
     json_t *node = json_pack("{s:s, s:s, s:s, s:{s:I, s:I, s:I}}", "name", n->name, "address",
                              n->address, "unit", poolapi_unit_name(pool_node_unit(n)), "memory",
-                             "allocated", (json_int_t)allocated, "total",
-                             (json_int_t)n->mem_total, "pending", (json_int_t)n->pending);
+                             "allocated", (json_int_t)allocated, "total", (json_int_t)n->mem_total,
+                             "pending", (json_int_t)n->pending);
     json_t *gpus = json_array(), *pending = json_array(), *resources = json_array();
     for (int g = 0; gpus && g < n->ngpus; g++)
         push(gpus, gpu_json(n, g, failed), failed);
     for (size_t i = 0; pending && i < n->nshares; i++)
         if (n->shares[i].nparts == 0)
-            push(pending, pod_ref(n->shares[i].ns, n->shares[i].name, "memory",
-                                  n->shares[i].amount), failed);
+            push(pending,
+                 pod_ref(n->shares[i].ns, n->shares[i].name, "memory", n->shares[i].amount),
+                 failed);
     for (size_t r = 0; resources && r < n->nresources; r++)
         push(resources, resource_json(&n->resources[r], failed), failed);
     if (!node) {
@@ -113,28 +114,30 @@ static json_t *cluster_json(const struct pool *pool, bool mib, bool *failed)
             const struct pool_resource *res = &n->resources[r];
             size_t k;
             json_t *entry = NULL, *e;
-            json_array_foreach(resources, k, e)
-                if (strcmp(json_string_value(json_object_get(e, "name")), res->name) == 0)
-                    entry = e;
+            json_array_foreach(resources, k,
+                               e) if (strcmp(json_string_value(json_object_get(e, "name")),
+                                             res->name) == 0) entry = e;
             if (!entry) {
-                entry = json_pack("{s:s, s:I, s:I}", "name", res->name, "requested",
-                                  (json_int_t)0, "allocatable", (json_int_t)0);
+                entry = json_pack("{s:s, s:I, s:I}", "name", res->name, "requested", (json_int_t)0,
+                                  "allocatable", (json_int_t)0);
                 push(resources, entry, failed);
                 if (!entry)
                     continue;
             }
             set(entry, "requested",
                 json_integer(json_integer_value(json_object_get(entry, "requested")) +
-                             res->requested), failed);
+                             res->requested),
+                failed);
             set(entry, "allocatable",
                 json_integer(json_integer_value(json_object_get(entry, "allocatable")) +
-                             res->allocatable), failed);
+                             res->allocatable),
+                failed);
         }
     }
     return json_pack("{s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:o*}", "nodes",
-                     (json_int_t)pool->nnodes, "gpus", gpus, "unhealthyGPUs", unhealthy,
-                     "memory", "allocated", allocated, "total", total, "pending", pending,
-                     "pendingPods", pending_pods, "resources", resources);
+                     (json_int_t)pool->nnodes, "gpus", gpus, "unhealthyGPUs", unhealthy, "memory",
+                     "allocated", allocated, "total", total, "pending", pending, "pendingPods",
+                     pending_pods, "resources", resources);
 }
 
 /* Streamed: one node's document exists at a time, so a 5,000-node pool
@@ -142,8 +145,8 @@ static json_t *cluster_json(const struct pool *pool, bool mib, bool *failed)
 static int dump_line(const char *prefix, json_t *value, const char *suffix, FILE *out)
 {
     int rc = -1;
-    if (value && fputs(prefix, out) != EOF && json_dumpf(value, out, JSON_COMPACT |
-                                                         JSON_PRESERVE_ORDER) == 0 &&
+    if (value && fputs(prefix, out) != EOF &&
+        json_dumpf(value, out, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0 &&
         fputs(suffix, out) != EOF)
         rc = 0;
     json_decref(value);
@@ -155,7 +158,8 @@ int render_json(const struct pool *pool, FILE *out)
     bool failed = false, mib = false;
     for (size_t i = 0; i < pool->nnodes; i++)
         mib |= pool_node_unit(pool->nodes[i]) == POOL_UNIT_MIB;
-    if (fprintf(out, "{\n  \"kind\": \"GPUPool\",\n  \"unit\": \"%s\",\n", mib ? "MiB" : "GiB") < 0 ||
+    if (fprintf(out, "{\n  \"kind\": \"GPUPool\",\n  \"unit\": \"%s\",\n", mib ? "MiB" : "GiB") <
+            0 ||
         dump_line("  \"cluster\": ", cluster_json(pool, mib, &failed), ",\n", out) != 0 ||
         fputs("  \"nodes\": [", out) == EOF)
         return -1;

@@ -16,12 +16,12 @@
 
 struct cell {
     size_t start, len;
-    size_t width; /* UTF-8 characters */
+    size_t width;        /* UTF-8 characters */
     size_t column_width; /* padded width of its column block; 0 for a line's last cell */
 };
 
 struct line {
-    size_t first; /* index of its first cell in the cell table */
+    size_t first;  /* index of its first cell in the cell table */
     size_t ncells; /* including the last, untabbed one */
 };
 

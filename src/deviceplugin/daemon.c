@@ -30,8 +30,8 @@
 
 #define DAEMON_DEFAULT_SOCKET_DIR "/var/lib/kubelet/device-plugins"
 #define DAEMON_REGISTER_TIMEOUT_MS 5000
-#define DAEMON_RETRY_MIN_MS 250          /* retries: the delay doubles per failure ... */
-#define DAEMON_RETRY_MAX_MS 5000         /* ... up to this */
+#define DAEMON_RETRY_MIN_MS 250  /* retries: the delay doubles per failure ... */
+#define DAEMON_RETRY_MAX_MS 5000 /* ... up to this */
 #define DAEMON_ERR_LEN 1024
 
 enum setup_result { SETUP_SERVING = 0, SETUP_IDLE = 1, SETUP_FATAL = -1 };
@@ -52,18 +52,18 @@ struct daemon {
      * registered_at. */
     struct rpc_server **servers;
     struct rpc_runtime *rpc;
-    struct rpc_client *kubelet;   /* pre-connected for the first registration, then NULL */
+    struct rpc_client *kubelet; /* pre-connected for the first registration, then NULL */
     struct health_monitor *health;
     /* The services beside the node are the daemon's: it starts them, they
      * (or the daemon) register with the node, and it stops them. */
-    struct gpumem_service *gpumem;   /* --resource-mode=gpu-mem; NULL otherwise */
-    struct plugin_metrics *metrics;  /* --metrics-addr; NULL = off; lives across reloads */
-    struct node_labeler *labeler;    /* --node-labels; NULL = off */
+    struct gpumem_service *gpumem;  /* --resource-mode=gpu-mem; NULL otherwise */
+    struct plugin_metrics *metrics; /* --metrics-addr; NULL = off; lives across reloads */
+    struct node_labeler *labeler;   /* --node-labels; NULL = off */
     char socket_dir[PATH_MAX];
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
     int signal_fd, inotify_fd, timer_fd;
-    int watch;                    /* inotify watch descriptor, -1 when none */
-    int retry_ms;                 /* next retry delay */
+    int watch;    /* inotify watch descriptor, -1 when none */
+    int retry_ms; /* next retry delay */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -103,9 +103,9 @@ static void watch_socket_dir(struct daemon *d)
 {
     if (d->watch >= 0)
         return;
-    d->watch = inotify_add_watch(d->inotify_fd, d->socket_dir,
-                                 IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM |
-                                     IN_DELETE_SELF);
+    d->watch =
+        inotify_add_watch(d->inotify_fd, d->socket_dir,
+                          IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF);
     if (d->watch < 0) {
         log_warn("cannot watch %s for kubelet restarts (%s); retrying in %d ms", d->socket_dir,
                  strerror(errno), d->retry_ms);
@@ -115,7 +115,8 @@ static void watch_socket_dir(struct daemon *d)
 
 static void socket_path(const struct daemon *d, size_t resource, char *out, size_t len)
 {
-    snprintf(out, len, "%s/%s", d->socket_dir, plugin_node_resource(&d->node, resource)->socket_name);
+    snprintf(out, len, "%s/%s", d->socket_dir,
+             plugin_node_resource(&d->node, resource)->socket_name);
 }
 
 /* ---- registration ------------------------------------------------------- */
@@ -132,8 +133,7 @@ static int register_with_kubelet(struct daemon *d, const struct rpc_buf *req, ch
                                  size_t errlen)
 {
     struct rpc_client *client = d->kubelet;
-    if (client == NULL && rpc_client_open(d->rpc, d->cfg.kubelet_socket, &client, err,
-                                          errlen) != 0)
+    if (client == NULL && rpc_client_open(d->rpc, d->cfg.kubelet_socket, &client, err, errlen) != 0)
         return -1;
     int rc = rpc_client_call(client, PLUGIN_REGISTER_METHOD, req->data, req->len,
                              DAEMON_REGISTER_TIMEOUT_MS, false, NULL, err, errlen);
@@ -158,8 +158,8 @@ static void register_one(struct daemon *d, size_t i)
         /* Not blocking here keeps signals responsive; inotify reports the
          * socket's creation and the retry timer covers a missed event. */
         if (d->retry_ms == DAEMON_RETRY_MIN_MS)
-            log_info("Waiting for the kubelet socket %s to register '%s'",
-                     d->cfg.kubelet_socket, res->name);
+            log_info("Waiting for the kubelet socket %s to register '%s'", d->cfg.kubelet_socket,
+                     res->name);
         arm_retry(d);
         return;
     }
@@ -177,7 +177,8 @@ static void register_one(struct daemon *d, size_t i)
                  res->name, res->socket_name, res->device_count);
     } else {
         log_error("Could not register device plugin for '%s' with Kubelet at %s: %s; "
-                  "retrying in %d ms", res->name, d->cfg.kubelet_socket, err, d->retry_ms);
+                  "retrying in %d ms",
+                  res->name, d->cfg.kubelet_socket, err, d->retry_ms);
         arm_retry(d);
     }
     free(req.data);
@@ -346,8 +347,8 @@ static enum setup_result serve(struct daemon *d)
         return SETUP_IDLE;
     }
     if (d->cfg.resource_mode == RESOURCE_MODE_GPU_MEM &&
-        gpumem_service_start(&d->cfg, &d->inv, &d->node, d->rpc, &d->gpumem, err,
-                             sizeof err) != 0) {
+        gpumem_service_start(&d->cfg, &d->inv, &d->node, d->rpc, &d->gpumem, err, sizeof err) !=
+            0) {
         log_error("Cannot serve GPU memory (--resource-mode=gpu-mem): %s", err);
         return SETUP_FATAL;
     }
@@ -367,8 +368,7 @@ static enum setup_result serve(struct daemon *d)
     metrics_set_pod_resources(d->metrics, d->rpc, d->cfg.pod_resources_socket);
     /* Labels are written on their own thread: the API server never
      * delays the kubelet seeing the devices. */
-    if (d->cfg.node_labels &&
-        nodelabels_start(&d->cfg, &d->inv, &d->labeler, err, sizeof err) != 0)
+    if (d->cfg.node_labels && nodelabels_start(&d->cfg, &d->inv, &d->labeler, err, sizeof err) != 0)
         log_error("Cannot write node labels (--node-labels): %s", err);
     /* Health first: an XID between registration and the event set's
      * creation would otherwise be lost. */
@@ -427,7 +427,7 @@ struct next_state {
     struct nvml *nvml;
     struct gpu_inventory inv;
     bool have_inventory;
-    struct plugin_node node;      /* built once, moved into the daemon */
+    struct plugin_node node; /* built once, moved into the daemon */
     bool have_node;
 };
 
@@ -484,8 +484,7 @@ static enum setup_result reload(struct daemon *d)
     enum config_result r = config_load(&next.cfg, d->argc, d->argv, d->envp, err, sizeof err);
     if (r != CONFIG_OK) {
         if (r == CONFIG_ERROR)
-            log_error("SIGHUP: keeping the running configuration, the new one is invalid: %s",
-                      err);
+            log_error("SIGHUP: keeping the running configuration, the new one is invalid: %s", err);
         if (r == CONFIG_EXIT)
             config_free(&next.cfg);
         return running;
@@ -583,9 +582,8 @@ static const char *read_inotify(struct daemon *d)
                     log_v(1, "kubelet socket re-created; already registered with this kubelet");
                 else
                     why = "inotify: kubelet socket created (kubelet restarted)";
-            }
-            else if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && !why &&
-                     is_our_socket_gone(d, ev->name))
+            } else if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && !why &&
+                       is_our_socket_gone(d, ev->name))
                 why = "inotify: plugin socket deleted";
         }
     }
@@ -689,8 +687,13 @@ static void close_event_fds(struct daemon *d)
 
 int daemon_run(int argc, char **argv, char **envp)
 {
-    struct daemon d = {.argc = argc, .argv = argv, .envp = envp,
-                       .signal_fd = -1, .inotify_fd = -1, .timer_fd = -1, .watch = -1,
+    struct daemon d = {.argc = argc,
+                       .argv = argv,
+                       .envp = envp,
+                       .signal_fd = -1,
+                       .inotify_fd = -1,
+                       .timer_fd = -1,
+                       .watch = -1,
                        .retry_ms = DAEMON_RETRY_MIN_MS};
     char err[DAEMON_ERR_LEN];
     int status = 1;

@@ -16,16 +16,16 @@ json_t *bind_annotations(const struct cache_assumption *as, long long assume_tim
     snprintf(dev, sizeof(dev), "%llu", (unsigned long long)as->device_memory);
     snprintf(when, sizeof(when), "%lld", assume_time_ns);
     return json_pack("{s:{s:{s:s, s:s, s:s, s:s, s:s}}}", "metadata", "annotations",
-                     POOL_ANN_GPU_MEM_IDX, idx, POOL_ANN_GPU_MEM_POD, pod, POOL_ANN_GPU_MEM_DEV, dev,
-                     POOL_ANN_GPU_MEM_ASSIGNED, "false", POOL_ANN_GPU_MEM_ASSUME_TIME, when);
+                     POOL_ANN_GPU_MEM_IDX, idx, POOL_ANN_GPU_MEM_POD, pod, POOL_ANN_GPU_MEM_DEV,
+                     dev, POOL_ANN_GPU_MEM_ASSIGNED, "false", POOL_ANN_GPU_MEM_ASSUME_TIME, when);
 }
 
 /* Removing the annotations again: null deletes a key in a merge patch. */
 static json_t *annotations_removal(void)
 {
     return json_pack("{s:{s:{s:n, s:n, s:n, s:n, s:n}}}", "metadata", "annotations",
-                     POOL_ANN_GPU_MEM_IDX, POOL_ANN_GPU_MEM_POD, POOL_ANN_GPU_MEM_DEV, POOL_ANN_GPU_MEM_ASSIGNED,
-                     POOL_ANN_GPU_MEM_ASSUME_TIME);
+                     POOL_ANN_GPU_MEM_IDX, POOL_ANN_GPU_MEM_POD, POOL_ANN_GPU_MEM_DEV,
+                     POOL_ANN_GPU_MEM_ASSIGNED, POOL_ANN_GPU_MEM_ASSUME_TIME);
 }
 
 /* GETs the pod the cache does not know; *pod_json is the caller's. */
@@ -38,8 +38,8 @@ static int fetch_pod(const struct bind_api *api, const struct binding_args *args
             snprintf(err, errlen, "pod %s/%s not found (deleted?)", args->pod_namespace,
                      args->pod_name);
         else
-            snprintf(err, errlen, "cannot read pod %s/%s: %s", args->pod_namespace,
-                     args->pod_name, kerr.message);
+            snprintf(err, errlen, "cannot read pod %s/%s: %s", args->pod_namespace, args->pod_name,
+                     kerr.message);
         return -1;
     }
     char why[256];
@@ -57,9 +57,10 @@ static int fetch_pod(const struct bind_api *api, const struct binding_args *args
 
 /* Steps 2-4 once the charge is in place. */
 static enum bind_result annotate_and_bind(struct cache *cache, const struct bind_api *api,
-                             const struct binding_args *args, const char *uid,
-                             struct cache_pod *handle, const struct cache_assumption *as,
-                             char *err, size_t errlen)
+                                          const struct binding_args *args, const char *uid,
+                                          struct cache_pod *handle,
+                                          const struct cache_assumption *as, char *err,
+                                          size_t errlen)
 {
     struct kube_error kerr = {0};
     if (as->gpu_mask) {
@@ -74,8 +75,8 @@ static enum bind_result annotate_and_bind(struct cache *cache, const struct bind
             return BIND_ANNOTATE_FAILED;
         }
     }
-    if (api->create_binding(api->ctx, args->pod_namespace, args->pod_name, uid, args->node,
-                            &kerr) < 0) {
+    if (api->create_binding(api->ctx, args->pod_namespace, args->pod_name, uid, args->node, &kerr) <
+        0) {
         cache_rollback(cache, handle);
         /* A refusal (a Status from the server) is final: take the
          * annotations back. After a lost connection the Binding may exist
@@ -84,10 +85,11 @@ static enum bind_result annotate_and_bind(struct cache *cache, const struct bind
         if (as->gpu_mask && kerr.http_status > 0) {
             struct kube_error ignored = {0};
             json_t *undo = annotations_removal();
-            if (!undo || api->patch_pod(api->ctx, args->pod_namespace, args->pod_name, undo,
-                                        &ignored) < 0)
+            if (!undo ||
+                api->patch_pod(api->ctx, args->pod_namespace, args->pod_name, undo, &ignored) < 0)
                 log_warn("pod %s/%s: could not remove the GPU annotations after a failed bind: %s",
-                         args->pod_namespace, args->pod_name, undo ? ignored.message : "out of memory");
+                         args->pod_namespace, args->pod_name,
+                         undo ? ignored.message : "out of memory");
             json_decref(undo);
         }
         snprintf(err, errlen, "binding pod %s/%s to %s failed: %s", args->pod_namespace,
@@ -130,7 +132,8 @@ enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api
     }
     if (r != CACHE_ASSUMED) {
         if (r == CACHE_NEED_POD)
-            snprintf(err, errlen, "pod %s/%s: not in the cache", args->pod_namespace, args->pod_name);
+            snprintf(err, errlen, "pod %s/%s: not in the cache", args->pod_namespace,
+                     args->pod_name);
         else
             result = BIND_REFUSED;
         goto out;
@@ -138,8 +141,9 @@ enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api
     result = annotate_and_bind(cache, api, args, uid, handle, &as, err, errlen);
     if (result == BIND_OK) {
         char idx[64];
-        log_v(2, "bound pod %s/%s to %s (GPUs %s, %llu each)", args->pod_namespace,
-              args->pod_name, args->node, as.gpu_mask ? poolapi_index_format(as.gpu_mask, idx, sizeof(idx)) : "none",
+        log_v(2, "bound pod %s/%s to %s (GPUs %s, %llu each)", args->pod_namespace, args->pod_name,
+              args->node,
+              as.gpu_mask ? poolapi_index_format(as.gpu_mask, idx, sizeof(idx)) : "none",
               (unsigned long long)as.gpu_units);
     }
 out:

@@ -45,17 +45,17 @@ int bind_pod(struct cache *cache, const struct bind_api *api, const struct bindi
 /* bind_pod() saying which step failed (the metrics count binds by it). */
 enum bind_result {
     BIND_OK = 0,
-    BIND_POD_UNAVAILABLE,  /* the pod could not be read, is gone, or was re-created */
-    BIND_REFUSED,          /* no fit any more, bound already, bind in progress */
-    BIND_ANNOTATE_FAILED,  /* the annotation PATCH failed */
-    BIND_BINDING_FAILED,   /* the Binding POST failed */
+    BIND_POD_UNAVAILABLE, /* the pod could not be read, is gone, or was re-created */
+    BIND_REFUSED,         /* no fit any more, bound already, bind in progress */
+    BIND_ANNOTATE_FAILED, /* the annotation PATCH failed */
+    BIND_BINDING_FAILED,  /* the Binding POST failed */
     BIND_RESULTS
 };
 /* The label value of a result ("bound", "refused", ...). */
 const char *bind_result_name(enum bind_result r);
 enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api,
-                                 const struct binding_args *args, char *err, size_t errlen)
-    GP_MUST_USE;
+                                 const struct binding_args *args, char *err,
+                                 size_t errlen) GP_MUST_USE;
 
 /* The annotation patch for an assumption (new reference; NULL when out of
  * memory). assume_time_ns is ALIYUN_COM_GPU_MEM_ASSUME_TIME. */

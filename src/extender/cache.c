@@ -127,14 +127,15 @@ static uint64_t add_cap(uint64_t a, uint64_t b)
 static void charge_apply_locked(struct cache_node *node, const struct charge *c, bool add)
 {
     struct placement_node *pn = &node->pn;
-    pn->cpu_requested = add ? add_cap(pn->cpu_requested, c->cpu) : sub_floor(pn->cpu_requested, c->cpu);
+    pn->cpu_requested =
+        add ? add_cap(pn->cpu_requested, c->cpu) : sub_floor(pn->cpu_requested, c->cpu);
     pn->memory_requested =
         add ? add_cap(pn->memory_requested, c->memory) : sub_floor(pn->memory_requested, c->memory);
     for (uint32_t g = 0; g < PLACEMENT_MAX_GPUS; g++) {
         if (!(c->gpu_mask & (1u << g)))
             continue;
-        pn->gpu_used[g] = add ? add_cap(pn->gpu_used[g], c->gpu_units)
-                              : sub_floor(pn->gpu_used[g], c->gpu_units);
+        pn->gpu_used[g] =
+            add ? add_cap(pn->gpu_used[g], c->gpu_units) : sub_floor(pn->gpu_used[g], c->gpu_units);
     }
 }
 
@@ -207,7 +208,8 @@ static void node_gone_locked(struct cache *cache, struct cache_node *node)
 
 void cache_node_delete(struct cache *cache, const json_t *json)
 {
-    const char *name = json_string_value(json_object_get(json_object_get(json, "metadata"), "name"));
+    const char *name =
+        json_string_value(json_object_get(json_object_get(json, "metadata"), "name"));
     if (!name)
         return;
     pthread_mutex_lock(&cache->state_lock);
@@ -627,8 +629,8 @@ void cache_query_free(struct cache_query *q)
 }
 
 /* Why req does not fit pn, as one sentence; pn's lock held. */
-static void explain(const struct placement_node *pn, const struct placement_request *req,
-                    char *out, size_t len)
+static void explain(const struct placement_node *pn, const struct placement_request *req, char *out,
+                    size_t len)
 {
     uint64_t cpu_free = sub_floor(pn->cpu_allocatable, pn->cpu_requested);
     uint64_t mem_free = sub_floor(pn->memory_allocatable, pn->memory_requested);
@@ -689,12 +691,14 @@ void cache_evaluate(struct cache *cache, const struct cache_query *q, const char
         if (node)
             pthread_mutex_lock(&node->lock);
         if (!node || !node->present) {
-            snprintf(reason, sizeof(reason), "node %.100s is not in the extender's cache", names[i]);
+            snprintf(reason, sizeof(reason), "node %.100s is not in the extender's cache",
+                     names[i]);
         } else if (q->pod_reason[0]) {
             snprintf(reason, sizeof(reason), "%s", q->pod_reason);
         } else if (q->gpu && !node->gpu_node) {
             snprintf(reason, sizeof(reason),
-                     "The node %.100s is not for GPU share (no %s capacity)", names[i], POOL_RES_GPU_MEM);
+                     "The node %.100s is not for GPU share (no %s capacity)", names[i],
+                     POOL_RES_GPU_MEM);
         } else if (!(fits = placement_fits(&node->pn, &q->req))) {
             explain(&node->pn, &q->req, reason, sizeof(reason));
         } else if (scores) {
@@ -730,7 +734,8 @@ static enum cache_assume_result assume_check_pod(struct cache *cache, struct cac
 {
     struct cache_pod *pod = *podp;
     if (pod && pod->state == POD_BINDING)
-        return refuse(err, errlen, "a bind of pod %s/%s is already in progress", pod->ns, pod->name);
+        return refuse(err, errlen, "a bind of pod %s/%s is already in progress", pod->ns,
+                      pod->name);
     if (pod && (pod->bound || pod->state == POD_ASSUMED))
         return refuse(err, errlen, "pod %s/%s is already bound to node %s", pod->ns, pod->name,
                       pod->node ? pod->node->name : "?");
@@ -763,9 +768,13 @@ enum cache_assume_result cache_assume(struct cache *cache, const char *uid, cons
     enum cache_assume_result r = assume_check_pod(cache, &pod, uid, f, err, errlen);
     if (r != CACHE_ASSUMED)
         goto out;
-    struct pod_facts demand = {.name = pod->name, .ns = pod->ns, .uid = uid,
-                               .cpu_milli = pod->cpu, .memory_bytes = pod->memory,
-                               .gpu_memory = pod->gpu_memory, .gpu_count = pod->gpu_count,
+    struct pod_facts demand = {.name = pod->name,
+                               .ns = pod->ns,
+                               .uid = uid,
+                               .cpu_milli = pod->cpu,
+                               .memory_bytes = pod->memory,
+                               .gpu_memory = pod->gpu_memory,
+                               .gpu_count = pod->gpu_count,
                                .gpu_model = pod->gpu_model};
     struct cache_query q;
     if (cache_query_init(cache, &demand, false, false, &q, err, errlen) < 0) {

@@ -52,7 +52,8 @@ enum placement_policy cache_policy(const struct cache *cache);
  * the cache is then unchanged for it. */
 void cache_nodes_list_begin(struct cache *cache);
 void cache_nodes_list_end(struct cache *cache);
-int cache_node_upsert(struct cache *cache, const json_t *node, char *err, size_t errlen) GP_MUST_USE;
+int cache_node_upsert(struct cache *cache, const json_t *node, char *err,
+                      size_t errlen) GP_MUST_USE;
 void cache_node_delete(struct cache *cache, const json_t *node);
 
 void cache_pods_list_begin(struct cache *cache);
@@ -65,8 +66,8 @@ void cache_pod_delete(struct cache *cache, const json_t *pod);
 #define CACHE_UNHEALTHY_CM_PREFIX POOL_CM_UNHEALTHY_PREFIX
 void cache_configmaps_list_begin(struct cache *cache);
 void cache_configmaps_list_end(struct cache *cache);
-int cache_configmap_upsert(struct cache *cache, const json_t *cm, char *err, size_t errlen)
-    GP_MUST_USE;
+int cache_configmap_upsert(struct cache *cache, const json_t *cm, char *err,
+                           size_t errlen) GP_MUST_USE;
 void cache_configmap_delete(struct cache *cache, const json_t *cm);
 
 /* ---- filter and prioritize ---------------------------------------------- */
@@ -84,8 +85,8 @@ struct cache_query {
  * (once per UID). With `snapshot`, query->ctx receives a copy of the model
  * for scoring. -1 only when out of memory; a pod that can never fit (bad
  * gpu-count, unknown model) gets a pod_reason instead. */
-int cache_query_init(struct cache *cache, const struct pod_facts *pod, bool observe,
-                     bool snapshot, struct cache_query *query, char *err, size_t errlen) GP_MUST_USE;
+int cache_query_init(struct cache *cache, const struct pod_facts *pod, bool observe, bool snapshot,
+                     struct cache_query *query, char *err, size_t errlen) GP_MUST_USE;
 void cache_query_free(struct cache_query *query);
 
 /* Evaluates names[0..n-1] under one read lock: verdict(ctx, i, fits,
@@ -100,16 +101,16 @@ void cache_evaluate(struct cache *cache, const struct cache_query *query, const 
 
 enum cache_assume_result {
     CACHE_ASSUMED = 0,
-    CACHE_NEED_POD = -1,  /* the pod is not in the cache: pass its facts */
-    CACHE_REFUSED = -2,   /* err says why: bound already, bind in progress, no fit, ... */
+    CACHE_NEED_POD = -1, /* the pod is not in the cache: pass its facts */
+    CACHE_REFUSED = -2,  /* err says why: bound already, bind in progress, no fit, ... */
 };
 
 /* What a bind charged, for the annotations. */
 struct cache_assumption {
-    uint32_t gpu_mask;        /* GPUs chosen (0 for a pod without GPU memory) */
-    uint64_t gpu_units;       /* memory on each chosen GPU */
-    uint64_t pod_memory;      /* the pod's total aliyun.com/gpu-mem */
-    uint64_t device_memory;   /* memory of the first chosen GPU (ALIYUN_COM_GPU_MEM_DEV) */
+    uint32_t gpu_mask;      /* GPUs chosen (0 for a pod without GPU memory) */
+    uint64_t gpu_units;     /* memory on each chosen GPU */
+    uint64_t pod_memory;    /* the pod's total aliyun.com/gpu-mem */
+    uint64_t device_memory; /* memory of the first chosen GPU (ALIYUN_COM_GPU_MEM_DEV) */
 };
 
 /* Chooses GPUs for pod uid on node_name under the node's lock, re-checking
@@ -117,10 +118,10 @@ struct cache_assumption {
  * `pod` (may be NULL) supplies the pod when the cache does not know it; it
  * must then be the API's current object. On CACHE_ASSUMED *handle is the
  * pod's record, pinned until cache_confirm() or cache_rollback(). */
-enum cache_assume_result cache_assume(struct cache *cache, const char *uid,
-                                      const char *node_name, const struct pod_facts *pod,
-                                      struct cache_pod **handle, struct cache_assumption *out,
-                                      char *err, size_t errlen) GP_MUST_USE;
+enum cache_assume_result cache_assume(struct cache *cache, const char *uid, const char *node_name,
+                                      const struct pod_facts *pod, struct cache_pod **handle,
+                                      struct cache_assumption *out, char *err,
+                                      size_t errlen) GP_MUST_USE;
 /* The Binding was created: the charge stays until the API shows the pod. */
 void cache_confirm(struct cache *cache, struct cache_pod *handle);
 /* The bind failed: the charge is given back (unless the API already shows

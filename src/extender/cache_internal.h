@@ -12,48 +12,48 @@
  * mask and one amount describe them (16 bytes instead of 16 amounts). */
 struct charge {
     uint64_t cpu, memory;
-    uint64_t gpu_units;  /* on each GPU of gpu_mask */
+    uint64_t gpu_units; /* on each GPU of gpu_mask */
     uint32_t gpu_mask;
 };
 
 struct cache_node {
-    struct table_entry entry;   /* key: name */
-    pthread_mutex_t lock;       /* guards pn, present, gpu_node */
-    struct placement_node pn;   /* capacity and usage, in the node's gpu-mem unit */
-    bool present;               /* the Node object exists (else: a placeholder that
+    struct table_entry entry; /* key: name */
+    pthread_mutex_t lock;     /* guards pn, present, gpu_node */
+    struct placement_node pn; /* capacity and usage, in the node's gpu-mem unit */
+    bool present;             /* the Node object exists (else: a placeholder that
                                    pods or a ConfigMap refer to) */
-    bool gpu_node;              /* capacity aliyun.com/gpu-mem > 0 */
-    bool has_cm;                /* an unhealthy-gpu-<name> ConfigMap exists */
-    uint32_t ann_unhealthy;     /* from gpupool.io/gpus */
-    uint32_t cm_unhealthy;      /* from the ConfigMap */
-    uint32_t pods;              /* pod records charging this node */
-    uint32_t gen, cm_gen;       /* list generation last seen in */
-    void *scratch;              /* inspect's, under state_lock */
-    char name[];                /* inline: one cache line fewer per lookup */
+    bool gpu_node;            /* capacity aliyun.com/gpu-mem > 0 */
+    bool has_cm;              /* an unhealthy-gpu-<name> ConfigMap exists */
+    uint32_t ann_unhealthy;   /* from gpupool.io/gpus */
+    uint32_t cm_unhealthy;    /* from the ConfigMap */
+    uint32_t pods;            /* pod records charging this node */
+    uint32_t gen, cm_gen;     /* list generation last seen in */
+    void *scratch;            /* inspect's, under state_lock */
+    char name[];              /* inline: one cache line fewer per lookup */
 };
 
 enum pod_state {
-    POD_OBSERVED,  /* charges what the API says (nothing unless bound) */
-    POD_BINDING,   /* a bind is between cache_assume and confirm/rollback */
-    POD_ASSUMED,   /* bound by us; the API has not shown it bound yet */
+    POD_OBSERVED, /* charges what the API says (nothing unless bound) */
+    POD_BINDING,  /* a bind is between cache_assume and confirm/rollback */
+    POD_ASSUMED,  /* bound by us; the API has not shown it bound yet */
 };
 
 struct cache_pod {
-    struct table_entry entry;   /* key: uid */
-    char *strings;              /* owned: "uid\0namespace\0name\0" */
-    const char *ns, *name;      /* into strings */
-    struct cache_node *node;    /* where `charge` is charged; NULL: nothing charged */
+    struct table_entry entry; /* key: uid */
+    char *strings;            /* owned: "uid\0namespace\0name\0" */
+    const char *ns, *name;    /* into strings */
+    struct cache_node *node;  /* where `charge` is charged; NULL: nothing charged */
     struct charge charge;
     /* The pod's demand, kept for binds (the bind request names only the pod). */
     uint64_t cpu, memory, gpu_memory;
     uint32_t gpu_count;
-    char *gpu_model;            /* owned constraint, NULL when none */
+    char *gpu_model; /* owned constraint, NULL when none */
     uint32_t gen;
-    uint8_t state;              /* enum pod_state */
-    bool known;                 /* the demand came from an API object */
-    bool bound;                 /* the API shows spec.nodeName */
-    bool observed;              /* fed to the pod-mix model already */
-    bool gone;                  /* deleted while BINDING: the bind frees it */
+    uint8_t state; /* enum pod_state */
+    bool known;    /* the demand came from an API object */
+    bool bound;    /* the API shows spec.nodeName */
+    bool observed; /* fed to the pod-mix model already */
+    bool gone;     /* deleted while BINDING: the bind frees it */
 };
 
 struct cache {
@@ -61,11 +61,11 @@ struct cache {
     pthread_mutex_t state_lock;
     pthread_rwlock_t nodes_lock;
     pthread_mutex_t model_lock;
-    struct table nodes;         /* struct cache_node by name */
-    struct table pods;          /* struct cache_pod by uid (state_lock only) */
+    struct table nodes; /* struct cache_node by name */
+    struct table pods;  /* struct cache_pod by uid (state_lock only) */
     uint32_t node_gen, pod_gen, cm_gen;
-    size_t assumed;             /* records in BINDING or ASSUMED */
-    struct placement_ctx ctx;   /* model_lock */
+    size_t assumed;           /* records in BINDING or ASSUMED */
+    struct placement_ctx ctx; /* model_lock */
 };
 
 #endif

@@ -81,40 +81,97 @@ static const struct option_value unit_values[] = {
 
 #define FIELD(f) offsetof(struct extender_config, f)
 static const struct option_spec specs[] = {
-    {.flag = "port", .env = {"PORT"}, .type = OPT_INT, .offset = FIELD(port), .def = "39999",
-     .min = 0, .max = 65535, .help = "TCP port to serve on (0: any free port, logged)"},
-    {.flag = "address", .env = {"GP_ADDRESS"}, .type = OPT_STRING, .offset = FIELD(address),
-     .def = "", .help = "numeric IPv4/IPv6 address to listen on; empty: every IPv4 address"},
-    {.flag = "kubeconfig", .env = {"KUBECONFIG"}, .type = OPT_STRING, .offset = FIELD(kubeconfig),
-     .def = "", .help = "kubeconfig file; empty: ~/.kube/config, else the in-cluster service account"},
-    {.flag = "v", .env = {"LOG_LEVEL"}, .type = OPT_CUSTOM, .custom = &verbosity_type,
-     .offset = FIELD(verbosity), .def = "0",
+    {.flag = "port",
+     .env = {"PORT"},
+     .type = OPT_INT,
+     .offset = FIELD(port),
+     .def = "39999",
+     .min = 0,
+     .max = 65535,
+     .help = "TCP port to serve on (0: any free port, logged)"},
+    {.flag = "address",
+     .env = {"GP_ADDRESS"},
+     .type = OPT_STRING,
+     .offset = FIELD(address),
+     .def = "",
+     .help = "numeric IPv4/IPv6 address to listen on; empty: every IPv4 address"},
+    {.flag = "kubeconfig",
+     .env = {"KUBECONFIG"},
+     .type = OPT_STRING,
+     .offset = FIELD(kubeconfig),
+     .def = "",
+     .help = "kubeconfig file; empty: ~/.kube/config, else the in-cluster service account"},
+    {.flag = "v",
+     .env = {"LOG_LEVEL"},
+     .type = OPT_CUSTOM,
+     .custom = &verbosity_type,
+     .offset = FIELD(verbosity),
+     .def = "0",
      .help = "log verbosity 0..10 (LOG_LEVEL also takes gpushare's debug|info|warn|error)"},
-    {.flag = "policy", .env = {"GP_POLICY"}, .type = OPT_ENUM, .values = policy_values,
-     .offset = FIELD(policy), .def = "gpupool",
+    {.flag = "policy",
+     .env = {"GP_POLICY"},
+     .type = OPT_ENUM,
+     .values = policy_values,
+     .offset = FIELD(policy),
+     .def = "gpupool",
      .help = "GPU placement: gpupool (fragmentation-aware), binpack (gpushare's best fit), spread"},
-    {.flag = "tls-cert", .env = {"GP_TLS_CERT"}, .type = OPT_STRING, .offset = FIELD(tls_cert),
-     .def = "", .help = "PEM certificate file: serve HTTPS (with --tls-key)"},
-    {.flag = "tls-key", .env = {"GP_TLS_KEY"}, .type = OPT_STRING, .offset = FIELD(tls_key),
-     .def = "", .help = "PEM private key file for --tls-cert"},
-    {.flag = "prefix", .env = {"GP_URL_PREFIX"}, .type = OPT_STRING, .offset = FIELD(prefix),
+    {.flag = "tls-cert",
+     .env = {"GP_TLS_CERT"},
+     .type = OPT_STRING,
+     .offset = FIELD(tls_cert),
+     .def = "",
+     .help = "PEM certificate file: serve HTTPS (with --tls-key)"},
+    {.flag = "tls-key",
+     .env = {"GP_TLS_KEY"},
+     .type = OPT_STRING,
+     .offset = FIELD(tls_key),
+     .def = "",
+     .help = "PEM private key file for --tls-cert"},
+    {.flag = "prefix",
+     .env = {"GP_URL_PREFIX"},
+     .type = OPT_STRING,
+     .offset = FIELD(prefix),
      .def = EXTENDER_DEFAULT_PREFIX,
-     .help = "URL prefix of the verbs (<prefix>/filter, /prioritize, /bind); "
-             EXTENDER_GPUSHARE_PREFIX " always answers too"},
-    {.flag = "max-request-bytes", .env = {"GP_MAX_REQUEST_BYTES"}, .type = OPT_INT,
-     .offset = FIELD(max_request_bytes), .def = "67108864", .min = 1024, .max = 1 << 30,
+     .help =
+         "URL prefix of the verbs (<prefix>/filter, /prioritize, /bind); " EXTENDER_GPUSHARE_PREFIX
+         " always answers too"},
+    {.flag = "max-request-bytes",
+     .env = {"GP_MAX_REQUEST_BYTES"},
+     .type = OPT_INT,
+     .offset = FIELD(max_request_bytes),
+     .def = "67108864",
+     .min = 1024,
+     .max = 1 << 30,
      .help = "largest request body accepted; larger ones get 413"},
-    {.flag = "list-page-size", .env = {"GP_LIST_PAGE_SIZE"}, .type = OPT_INT,
-     .offset = FIELD(list_page_size), .def = "100", .min = 1, .max = 10000,
+    {.flag = "list-page-size",
+     .env = {"GP_LIST_PAGE_SIZE"},
+     .type = OPT_INT,
+     .offset = FIELD(list_page_size),
+     .def = "100",
+     .min = 1,
+     .max = 10000,
      .help = "objects per LIST page (bounds memory during a (re-)list)"},
-    {.flag = "api-timeout", .env = {"GP_API_TIMEOUT"}, .type = OPT_DURATION,
-     .offset = FIELD(api_timeout_ms), .def = "10s", .min = 1,
+    {.flag = "api-timeout",
+     .env = {"GP_API_TIMEOUT"},
+     .type = OPT_DURATION,
+     .offset = FIELD(api_timeout_ms),
+     .def = "10s",
+     .min = 1,
      .help = "time limit of one API request made by a bind"},
-    {.flag = "metrics-port", .env = {"GP_METRICS_PORT"}, .type = OPT_INT,
-     .offset = FIELD(metrics_port), .def = "39998", .min = 0, .max = 65535,
+    {.flag = "metrics-port",
+     .env = {"GP_METRICS_PORT"},
+     .type = OPT_INT,
+     .offset = FIELD(metrics_port),
+     .def = "39998",
+     .min = 0,
+     .max = 65535,
      .help = "TCP port of the Prometheus /metrics endpoint (plain HTTP, same --address); 0: off"},
-    {.flag = "gpu-memory-unit", .env = {"GP_GPU_MEMORY_UNIT"}, .type = OPT_ENUM,
-     .values = unit_values, .offset = FIELD(gpu_memory_unit), .def = "GiB",
+    {.flag = "gpu-memory-unit",
+     .env = {"GP_GPU_MEMORY_UNIT"},
+     .type = OPT_ENUM,
+     .values = unit_values,
+     .offset = FIELD(gpu_memory_unit),
+     .def = "GiB",
      .help = "unit of aliyun.com/gpu-mem (the device plugin's): GiB or MiB; scales the "
              "*_bytes metrics and labels /ui"},
     {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show this help"},
@@ -137,7 +194,8 @@ static int normalize_prefix(char *prefix, char *err, size_t errlen)
     while (n > 1 && prefix[n - 1] == '/')
         prefix[--n] = '\0';
     if (prefix[0] != '/' || strpbrk(prefix, "?# \t") || strcmp(prefix, "/") == 0) {
-        snprintf(err, errlen, "--prefix %s: want a path such as %s", prefix, EXTENDER_DEFAULT_PREFIX);
+        snprintf(err, errlen, "--prefix %s: want a path such as %s", prefix,
+                 EXTENDER_DEFAULT_PREFIX);
         return -1;
     }
     return 0;
@@ -197,10 +255,10 @@ struct extender {
     struct collection collections[3];
     pthread_mutex_t sync_lock;
     pthread_cond_t sync_cond;
-    unsigned synced;                   /* SYNC_* bits */
-    atomic_bool ready;                 /* all synced: /healthz ok */
+    unsigned synced;   /* SYNC_* bits */
+    atomic_bool ready; /* all synced: /healthz ok */
     struct httpd *http;
-    struct httpd *metrics_http;  /* NULL when --metrics-port 0 */
+    struct httpd *metrics_http; /* NULL when --metrics-port 0 */
     struct metrics metrics;
     char *tls_cert_pem, *tls_key_pem;
     size_t max_body;
@@ -218,7 +276,10 @@ static char *read_small_file(const char *path, char *err, size_t errlen)
     bool bad = !buf || ferror(f) || n > TLS_FILE_MAX || n == 0;
     fclose(f);
     if (bad) {
-        snprintf(err, errlen, "%s: %s", path, !buf ? "out of memory" : n == 0 ? "empty or unreadable" : "larger than 1 MiB");
+        snprintf(err, errlen, "%s: %s", path,
+                 !buf     ? "out of memory"
+                 : n == 0 ? "empty or unreadable"
+                          : "larger than 1 MiB");
         free(buf);
         return NULL;
     }
@@ -249,7 +310,8 @@ struct extender *extender_new(const struct extender_config *cfg, char *err, size
     for (int i = 0; i < API_CLIENTS; i++)
         if (!(ext->api[i] = kube_client_new(&opt, err, errlen)))
             goto fail;
-    if (!(ext->cancel = kube_cancel_new()) || !(ext->cache = cache_new((enum placement_policy)cfg->policy))) {
+    if (!(ext->cancel = kube_cancel_new()) ||
+        !(ext->cache = cache_new((enum placement_policy)cfg->policy))) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -335,8 +397,8 @@ static void *reflector_thread(void *arg)
         .on_error = on_error,
     };
     struct kube_error err = {0};
-    enum kube_result r = kube_reflector_run(c->ext->watch_client, c->path, c->ext->cfg->list_page_size,
-                                            &ops, c, c->ext->cancel, &err);
+    enum kube_result r = kube_reflector_run(
+        c->ext->watch_client, c->path, c->ext->cfg->list_page_size, &ops, c, c->ext->cancel, &err);
     if (r != KUBE_CANCELLED)
         log_error("watching %s stopped: %s", c->path, err.message);
     return NULL;
@@ -633,8 +695,9 @@ static void metrics_handle(void *ctx, const struct httpd_request *req, struct ht
     }
     char err[256];
     size_t n = 0;
-    char *text = extender_metrics_render(&ext->metrics, ext->cache, poolapi_unit_bytes(ext->cfg->gpu_memory_unit),
-                                &n, err, sizeof(err));
+    char *text = extender_metrics_render(&ext->metrics, ext->cache,
+                                         poolapi_unit_bytes(ext->cfg->gpu_memory_unit), &n, err,
+                                         sizeof(err));
     if (!text)
         log_warn("/metrics: %s", err);
     reply(resp, 200, "text/plain; version=0.0.4; charset=utf-8", text, n);

@@ -36,36 +36,37 @@ struct extender_config {
     char *address;
     char *kubeconfig;
     int verbosity;
-    int policy;            /* enum placement_policy */
+    int policy; /* enum placement_policy */
     char *tls_cert, *tls_key;
     char *prefix;
     int max_request_bytes;
     int list_page_size;
     int api_timeout_ms;
-    int metrics_port;      /* 0: no metrics server */
+    int metrics_port;                   /* 0: no metrics server */
     enum pool_mem_unit gpu_memory_unit; /* the unit of aliyun.com/gpu-mem (poolapi_unit.h) */
 };
 
-enum extender_config_result { EXTENDER_CONFIG_OK = 0, EXTENDER_CONFIG_EXIT = 1, EXTENDER_CONFIG_ERROR = -1 };
+enum extender_config_result {
+    EXTENDER_CONFIG_OK = 0,
+    EXTENDER_CONFIG_EXIT = 1,
+    EXTENDER_CONFIG_ERROR = -1
+};
 
 /* Parses argv and the environment into cfg (zeroed by the caller).
  * EXIT: --help or --version was printed. */
 enum extender_config_result extender_config_load(struct extender_config *cfg, int argc, char **argv,
-                                                 char **envp, char *err, size_t errlen)
-    GP_MUST_USE;
+                                                 char **envp, char *err, size_t errlen) GP_MUST_USE;
 void extender_config_free(struct extender_config *cfg);
 
 struct extender;
 
 /* Reads the kubeconfig / service account and TLS files; no network. */
-struct extender *extender_new(const struct extender_config *cfg, char *err, size_t errlen)
-    GP_MUST_USE;
-int extender_start_sync(struct extender *ext, char *err, size_t errlen)
-    GP_MUST_USE;
+struct extender *extender_new(const struct extender_config *cfg, char *err,
+                              size_t errlen) GP_MUST_USE;
+int extender_start_sync(struct extender *ext, char *err, size_t errlen) GP_MUST_USE;
 /* Waits up to timeout_ms for the first LIST of every collection; true when done. */
 bool extender_wait_synced(struct extender *ext, int timeout_ms);
-int extender_serve(struct extender *ext, char *err, size_t errlen)
-    GP_MUST_USE;
+int extender_serve(struct extender *ext, char *err, size_t errlen) GP_MUST_USE;
 int extender_port(const struct extender *ext);
 void extender_free(struct extender *ext);
 

@@ -13,8 +13,8 @@
 /* Upper bounds in nanoseconds: filter over 5,000 nodes takes 1-5 ms, a
  * bind one or two API round trips, so 100 us .. 10 s covers both. */
 static const uint64_t bucket_ns[METRICS_BUCKETS] = {
-    100000,    250000,    500000,     1000000,    2500000,    5000000,    10000000,   25000000,
-    50000000,  100000000, 250000000,  500000000,  1000000000, 2500000000, 5000000000, 10000000000,
+    100000,   250000,    500000,    1000000,   2500000,    5000000,    10000000,   25000000,
+    50000000, 100000000, 250000000, 500000000, 1000000000, 2500000000, 5000000000, 10000000000,
 };
 
 static const char *const verb_names[METRICS_VERBS] = {"filter", "prioritize", "bind"};
@@ -72,22 +72,23 @@ static void histogram(struct buf *out, const struct metrics_histogram *h, const 
 static void counters(struct buf *out, const struct metrics *m)
 {
     prom_header(out, "gpupool_extender_binds_total", "counter",
-           "Bind requests by result: bound, or the step that failed.");
+                "Bind requests by result: bound, or the step that failed.");
     for (int r = 0; r < METRICS_BIND_RESULTS; r++)
         buf_printf(out, "gpupool_extender_binds_total{result=\"%s\"} %llu\n",
-                r == METRICS_BIND_BAD_REQUEST ? "bad_request" : bind_result_name((enum bind_result)r),
-                (unsigned long long)load(&m->binds[r]));
+                   r == METRICS_BIND_BAD_REQUEST ? "bad_request"
+                                                 : bind_result_name((enum bind_result)r),
+                   (unsigned long long)load(&m->binds[r]));
     prom_header(out, "gpupool_extender_bad_requests_total", "counter",
-           "Requests refused with 400 because their body could not be read.");
+                "Requests refused with 400 because their body could not be read.");
     for (int v = 0; v < METRICS_VERBS; v++)
         buf_printf(out, "gpupool_extender_bad_requests_total{verb=\"%s\"} %llu\n", verb_names[v],
-                (unsigned long long)load(&m->bad_requests[v]));
+                   (unsigned long long)load(&m->bad_requests[v]));
     prom_header(out, "gpupool_extender_filter_nodes_total", "counter",
-           "Nodes evaluated by filter requests, by verdict.");
+                "Nodes evaluated by filter requests, by verdict.");
     buf_printf(out, "gpupool_extender_filter_nodes_total{result=\"passed\"} %llu\n",
-            (unsigned long long)load(&m->filter_nodes_passed));
+               (unsigned long long)load(&m->filter_nodes_passed));
     buf_printf(out, "gpupool_extender_filter_nodes_total{result=\"failed\"} %llu\n",
-            (unsigned long long)load(&m->filter_nodes_failed));
+               (unsigned long long)load(&m->filter_nodes_failed));
 }
 
 struct gpu_lines {
@@ -114,35 +115,36 @@ static void cache_gauges(struct buf *out, struct cache *cache, const struct pool
     struct cache_stats s;
     cache_stats(cache, &s);
     prom_gauge(out, "gpupool_extender_cache_nodes", "Nodes in the cache (GPU-sharing or not).",
-          (double)s.nodes);
+               (double)s.nodes);
     prom_gauge(out, "gpupool_extender_cache_gpu_nodes", "GPU-sharing nodes in the cache.",
-          (double)s.gpu_nodes);
+               (double)s.gpu_nodes);
     prom_gauge(out, "gpupool_extender_cache_pods", "Pods in the cache.", (double)s.pods);
     prom_gauge(out, "gpupool_extender_cache_assumed_pods",
-          "Pods bound by the extender that the API has not shown bound yet.", (double)s.assumed);
+               "Pods bound by the extender that the API has not shown bound yet.",
+               (double)s.assumed);
     prom_gauge(out, "gpupool_extender_gpus", "GPUs of the GPU-sharing nodes.", (double)t->gpus);
     prom_gauge(out, "gpupool_extender_unhealthy_gpus", "GPUs marked unhealthy (take no new pods).",
-          (double)t->unhealthy_gpus);
-    prom_gauge(out, "gpupool_extender_gpu_memory_total_bytes", "GPU memory of every GPU-sharing node.",
-          (double)(t->memory_total * unit_bytes));
+               (double)t->unhealthy_gpus);
+    prom_gauge(out, "gpupool_extender_gpu_memory_total_bytes",
+               "GPU memory of every GPU-sharing node.", (double)(t->memory_total * unit_bytes));
     prom_gauge(out, "gpupool_extender_gpu_memory_allocated_total_bytes",
-          "GPU memory charged to pods, cluster-wide (assumed binds included).",
-          (double)(t->memory_used * unit_bytes));
+               "GPU memory charged to pods, cluster-wide (assumed binds included).",
+               (double)(t->memory_used * unit_bytes));
     prom_gauge(out, "gpupool_extender_fragmentation_ratio",
-          "Share of the free memory of healthy GPUs on GPUs with less free than the median "
-          "per-GPU pod share (0..1).",
-          t->fragmentation);
+               "Share of the free memory of healthy GPUs on GPUs with less free than the median "
+               "per-GPU pod share (0..1).",
+               t->fragmentation);
 }
 
-char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
-                     char *err, size_t errlen)
+char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes,
+                              size_t *len, char *err, size_t errlen)
 {
     struct buf text = {0}, *out = &text;
     for (int v = 0; v < METRICS_VERBS; v++)
         histogram(out, &m->duration[v], verb_names[v]);
     counters(out, m);
     prom_header(out, "gpupool_extender_gpu_memory_allocated_bytes", "gauge",
-           "GPU memory charged to pods on one GPU (assumed binds included).");
+                "GPU memory charged to pods on one GPU (assumed binds included).");
     struct gpu_lines lines = {out, unit_bytes};
     struct pool_totals totals;
     int rc = pool_walk(cache, gpu_line, &lines, &totals, err, errlen);

@@ -32,7 +32,7 @@
 #include "cache.h"
 #include "compiler.h"
 
-#define METRICS_BUCKETS 16  /* finite upper bounds; one more slot for +Inf */
+#define METRICS_BUCKETS 16 /* finite upper bounds; one more slot for +Inf */
 
 struct metrics_histogram {
     atomic_uint_fast64_t counts[METRICS_BUCKETS + 1];
@@ -64,7 +64,7 @@ static inline void metrics_count(atomic_uint_fast64_t *counter, uint64_t n)
 
 /* The whole exposition text (NUL-terminated, *len without it), or NULL with
  * a message. unit_bytes: bytes per unit of aliyun.com/gpu-mem. */
-char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes, size_t *len,
-                     char *err, size_t errlen) GP_MUST_USE;
+char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint64_t unit_bytes,
+                              size_t *len, char *err, size_t errlen) GP_MUST_USE;
 
 #endif

@@ -21,14 +21,14 @@
 #include <string.h>
 
 struct inspect_node {
-    size_t name;                         /* offset into the string block */
+    size_t name; /* offset into the string block */
     uint32_t gpu_count, unhealthy;
     uint64_t total[PLACEMENT_MAX_GPUS], used[PLACEMENT_MAX_GPUS];
 };
 
 struct inspect_pod {
-    size_t node;                         /* index into nodes */
-    size_t name, ns;                     /* offsets into the string block */
+    size_t node;     /* index into nodes */
+    size_t name, ns; /* offsets into the string block */
     uint32_t gpu_mask;
     uint64_t gpu_units;
 };
@@ -147,10 +147,10 @@ static json_t *node_json(const struct inspect_snapshot *s, const struct inspect_
     for (uint32_t g = 0; g < n->gpu_count; g++) {
         total += (json_int_t)n->total[g];
         used += (json_int_t)n->used[g];
-        json_array_append_new(devs, json_pack("{s:i, s:I, s:I, s:b, s:[]}", "id", (int)g,
-                                              "totalGPU", (json_int_t)n->total[g], "usedGPU",
-                                              (json_int_t)n->used[g], "healthy",
-                                              !(n->unhealthy & (1u << g)), "pods"));
+        json_array_append_new(devs,
+                              json_pack("{s:i, s:I, s:I, s:b, s:[]}", "id", (int)g, "totalGPU",
+                                        (json_int_t)n->total[g], "usedGPU", (json_int_t)n->used[g],
+                                        "healthy", !(n->unhealthy & (1u << g)), "pods"));
     }
     json_object_set_new(obj, "totalGPU", json_integer(total));
     json_object_set_new(obj, "usedGPU", json_integer(used));

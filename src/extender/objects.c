@@ -19,7 +19,8 @@ int objects_pod_request(const struct pod_facts *pod, struct placement_request *r
     }
     if (pod->gpu_memory % pod->gpu_count != 0) {
         snprintf(err, errlen, "%s %llu is not divisible by %s %u: each GPU must get an equal share",
-                 POOL_RES_GPU_MEM, (unsigned long long)pod->gpu_memory, POOL_RES_GPU_COUNT, pod->gpu_count);
+                 POOL_RES_GPU_MEM, (unsigned long long)pod->gpu_memory, POOL_RES_GPU_COUNT,
+                 pod->gpu_count);
         return -1;
     }
     req->gpu_count = pod->gpu_count;

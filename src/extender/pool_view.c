@@ -26,7 +26,8 @@ static int median_share(struct cache *cache, uint64_t *median, uint64_t *gpu_pod
     uint64_t *shares = malloc(sizeof(*shares) * (cap ? cap : 1));
     if (!shares)
         return -1;
-    for (struct table_entry *e = table_first(&cache->pods, &i); e; e = table_next(&cache->pods, &i, e)) {
+    for (struct table_entry *e = table_first(&cache->pods, &i); e;
+         e = table_next(&cache->pods, &i, e)) {
         const struct cache_pod *pod = table_container(e, struct cache_pod, entry);
         if (pod->charge.gpu_mask && is_shown(pod->node) && n < cap)
             shares[n++] = pod->charge.gpu_units;
@@ -91,14 +92,16 @@ int pool_walk(struct cache *cache, pool_gpu_fn gpu_fn, void *ctx, struct pool_to
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (struct table_entry *e = table_first(&cache->nodes, &i); e; e = table_next(&cache->nodes, &i, e)) {
+    for (struct table_entry *e = table_first(&cache->nodes, &i); e;
+         e = table_next(&cache->nodes, &i, e)) {
         struct cache_node *node = table_container(e, struct cache_node, entry);
         if (is_shown(node))
             walk_node(node, totals, gpu_fn, ctx);
     }
     pthread_mutex_unlock(&cache->state_lock);
     totals->fragmentation =
-        totals->memory_free ? (double)totals->memory_free_fragmented / (double)totals->memory_free : 0.0;
+        totals->memory_free ? (double)totals->memory_free_fragmented / (double)totals->memory_free
+                            : 0.0;
     return 0;
 }
 
@@ -106,7 +109,7 @@ int pool_walk(struct cache *cache, pool_gpu_fn gpu_fn, void *ctx, struct pool_to
 
 /* A GPU pod, for grouping pods by node after one pass over the pod table. */
 struct placed_pod {
-    size_t node;  /* index into the sorted nodes */
+    size_t node; /* index into the sorted nodes */
     const struct cache_pod *pod;
 };
 
@@ -144,8 +147,8 @@ static void emit_node(struct cache *cache, struct cache_node *node, const struct
     buf_str(out, "{\"name\":");
     buf_json_string(out, node->name);
     pthread_mutex_lock(&cache->model_lock);
-    const char *model = pn.model == PLACEMENT_MODEL_NONE
-                            ? NULL : placement_model_name(&cache->ctx, pn.model);
+    const char *model =
+        pn.model == PLACEMENT_MODEL_NONE ? NULL : placement_model_name(&cache->ctx, pn.model);
     buf_str(out, ",\"model\":");
     if (model)
         buf_json_string(out, model);
@@ -181,18 +184,19 @@ static void emit_node(struct cache *cache, struct cache_node *node, const struct
 static void emit_totals(const struct pool_totals *t, struct buf *out)
 {
     buf_printf(out,
-                   "\"totals\":{\"nodes\":%llu,\"gpus\":%llu,\"unhealthy_gpus\":%llu,"
-                   "\"gpus_in_use\":%llu,\"gpus_full\":%llu,\"memory_total\":%llu,"
-                   "\"memory_used\":%llu,\"memory_free\":%llu,\"memory_free_fragmented\":%llu,",
-                   (unsigned long long)t->nodes, (unsigned long long)t->gpus,
-                   (unsigned long long)t->unhealthy_gpus, (unsigned long long)t->gpus_in_use,
-                   (unsigned long long)t->gpus_full, (unsigned long long)t->memory_total,
-                   (unsigned long long)t->memory_used, (unsigned long long)t->memory_free,
-                   (unsigned long long)t->memory_free_fragmented);
-    buf_printf(out, "\"gpu_pods\":%llu,\"fragmentation_threshold\":%llu,"
-                        "\"fragmentation_percent\":%.10g}",
-                   (unsigned long long)t->gpu_pods, (unsigned long long)t->threshold,
-                   100.0 * t->fragmentation);
+               "\"totals\":{\"nodes\":%llu,\"gpus\":%llu,\"unhealthy_gpus\":%llu,"
+               "\"gpus_in_use\":%llu,\"gpus_full\":%llu,\"memory_total\":%llu,"
+               "\"memory_used\":%llu,\"memory_free\":%llu,\"memory_free_fragmented\":%llu,",
+               (unsigned long long)t->nodes, (unsigned long long)t->gpus,
+               (unsigned long long)t->unhealthy_gpus, (unsigned long long)t->gpus_in_use,
+               (unsigned long long)t->gpus_full, (unsigned long long)t->memory_total,
+               (unsigned long long)t->memory_used, (unsigned long long)t->memory_free,
+               (unsigned long long)t->memory_free_fragmented);
+    buf_printf(out,
+               "\"gpu_pods\":%llu,\"fragmentation_threshold\":%llu,"
+               "\"fragmentation_percent\":%.10g}",
+               (unsigned long long)t->gpu_pods, (unsigned long long)t->threshold,
+               100.0 * t->fragmentation);
 }
 
 /* Sorted GPU nodes and their GPU pods grouped by node (state_lock held). */
@@ -207,7 +211,8 @@ static int collect(struct cache *cache, struct cache_node ***nodes_out, size_t *
         free(pods);
         return -1;
     }
-    for (struct table_entry *e = table_first(&cache->nodes, &i); e; e = table_next(&cache->nodes, &i, e)) {
+    for (struct table_entry *e = table_first(&cache->nodes, &i); e;
+         e = table_next(&cache->nodes, &i, e)) {
         struct cache_node *node = table_container(e, struct cache_node, entry);
         if (is_shown(node) && n < cache->nodes.count)
             nodes[n++] = node;
@@ -216,9 +221,11 @@ static int collect(struct cache *cache, struct cache_node ***nodes_out, size_t *
     /* scratch = position + 1, so each pod finds its node's slot in O(1). */
     for (size_t k = 0; k < n; k++)
         nodes[k]->scratch = (void *)(uintptr_t)(k + 1);
-    for (struct table_entry *e = table_first(&cache->pods, &i); e; e = table_next(&cache->pods, &i, e)) {
+    for (struct table_entry *e = table_first(&cache->pods, &i); e;
+         e = table_next(&cache->pods, &i, e)) {
         const struct cache_pod *pod = table_container(e, struct cache_pod, entry);
-        if (pod->charge.gpu_mask && is_shown(pod->node) && pod->node->scratch && p < cache->pods.count)
+        if (pod->charge.gpu_mask && is_shown(pod->node) && pod->node->scratch &&
+            p < cache->pods.count)
             pods[p++] = (struct placed_pod){(size_t)(uintptr_t)pod->node->scratch - 1, pod};
     }
     for (size_t k = 0; k < n; k++)
@@ -262,7 +269,8 @@ char *pool_json(struct cache *cache, const char *unit, size_t *len)
     pthread_mutex_unlock(&cache->state_lock);
     free(nodes);
     free(pods);
-    t.fragmentation = t.memory_free ? (double)t.memory_free_fragmented / (double)t.memory_free : 0.0;
+    t.fragmentation =
+        t.memory_free ? (double)t.memory_free_fragmented / (double)t.memory_free : 0.0;
     buf_add(&out, "],", 2);
     emit_totals(&t, &out);
     buf_add(&out, "}", 1);

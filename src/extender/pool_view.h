@@ -22,7 +22,7 @@
 #include "compiler.h"
 
 struct pool_totals {
-    uint64_t nodes;            /* GPU-sharing nodes present */
+    uint64_t nodes; /* GPU-sharing nodes present */
     uint64_t gpus, unhealthy_gpus, gpus_in_use, gpus_full;
     uint64_t memory_total, memory_used;
     uint64_t memory_free;            /* on healthy GPUs */
@@ -34,7 +34,7 @@ struct pool_totals {
 
 /* One GPU as the walk reports it. */
 struct pool_gpu {
-    const char *node;  /* valid during the callback */
+    const char *node; /* valid during the callback */
     uint32_t index;
     uint64_t total, used;
     bool healthy;

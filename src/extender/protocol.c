@@ -116,7 +116,8 @@ static int args_nodes(struct extender_args *out, const json_t *nodes, char *err,
         out->name_json[i] = json_object_get(json_object_get(item, "metadata"), "name");
         out->names[i] = json_string_value(out->name_json[i]);
         if (!out->names[i]) {
-            snprintf(err, errlen, "ExtenderArgs.Nodes.items[%zu].metadata.name must be a string", i);
+            snprintf(err, errlen, "ExtenderArgs.Nodes.items[%zu].metadata.name must be a string",
+                     i);
             return -1;
         }
     }
@@ -193,8 +194,7 @@ static const char *skip_container(const char *p, const char *end)
 
 /* Reads the plain names of the array at p ('[') into out; *after: the
  * character after ']'. */
-static int fast_names(const char *p, const char *end, struct extender_args *out,
-                      const char **after)
+static int fast_names(const char *p, const char *end, struct extender_args *out, const char **after)
 {
     size_t cap = 64, n = 0;
     const char **names = malloc(cap * sizeof(*names));
@@ -442,7 +442,11 @@ static void utf8_repair(char *s)
 {
     unsigned char *p = (unsigned char *)s;
     while (*p) {
-        int n = *p < 0x80 ? 1 : (*p >> 5) == 0x6 ? 2 : (*p >> 4) == 0xe ? 3 : (*p >> 3) == 0x1e ? 4 : 0;
+        int n = *p < 0x80           ? 1
+                : (*p >> 5) == 0x6  ? 2
+                : (*p >> 4) == 0xe  ? 3
+                : (*p >> 3) == 0x1e ? 4
+                                    : 0;
         int k = 1;
         while (n > 1 && k < n && (p[k] & 0xc0) == 0x80)
             k++;

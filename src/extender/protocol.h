@@ -33,20 +33,20 @@
 #define PROTOCOL_MAX_PRIORITY 10 /* MaxExtenderPriority */
 
 struct extender_args {
-    json_t *root;              /* owned */
-    const json_t *pod;         /* the Pod, borrowed */
-    struct pod_facts facts;    /* read from pod */
-    bool node_cache_capable;   /* NodeNames was given (else Nodes) */
+    json_t *root;            /* owned */
+    const json_t *pod;       /* the Pod, borrowed */
+    struct pod_facts facts;  /* read from pod */
+    bool node_cache_capable; /* NodeNames was given (else Nodes) */
     size_t count;
-    const char **names;        /* malloc'ed array of borrowed node names */
-    const json_t **name_json;  /* the same names as JSON strings (for encoding), malloc'ed;
+    const char **names;       /* malloc'ed array of borrowed node names */
+    const json_t **name_json; /* the same names as JSON strings (for encoding), malloc'ed;
                                   NULL when the fast path read plain names into name_block */
-    char *name_block;          /* owned copies of the names (fast path) */
-    json_t **nodes;            /* Nodes.items[i] (NULL with NodeNames), malloc'ed, borrowed */
+    char *name_block;         /* owned copies of the names (fast path) */
+    json_t **nodes;           /* Nodes.items[i] (NULL with NodeNames), malloc'ed, borrowed */
 };
 
 struct binding_args {
-    json_t *root;              /* owned */
+    json_t *root;                                          /* owned */
     const char *pod_name, *pod_namespace, *pod_uid, *node; /* borrowed; uid may be "" */
 };
 
@@ -69,10 +69,10 @@ void protocol_binding_free(struct binding_args *args);
  * reply allocates no JSON value per node. */
 struct filter_result {
     const struct extender_args *args;
-    struct buf names;  /* (node_cache_capable: the reply's head, then) NodeNames elements */
-    size_t names_start;        /* where the elements begin in names */
-    struct buf items;  /* Nodes.items elements (node_cache_capable false) */
-    struct buf failed; /* FailedNodes members */
+    struct buf names;   /* (node_cache_capable: the reply's head, then) NodeNames elements */
+    size_t names_start; /* where the elements begin in names */
+    struct buf items;   /* Nodes.items elements (node_cache_capable false) */
+    struct buf failed;  /* FailedNodes members */
 };
 void protocol_filter_begin(struct filter_result *r, const struct extender_args *args);
 void protocol_filter_add(void *r, size_t i, bool fits, const char *reason);
@@ -83,7 +83,8 @@ GP_MUST_USE char *protocol_filter_finish(struct filter_result *r, size_t *len);
 GP_MUST_USE char *protocol_filter_error(const char *message, size_t *len);
 
 /* HostPriorityList from priorities[i] for args->names[i]. */
-GP_MUST_USE char *protocol_priorities(const struct extender_args *args, const int *priorities, size_t *len);
+GP_MUST_USE char *protocol_priorities(const struct extender_args *args, const int *priorities,
+                                      size_t *len);
 
 /* {"Error":"<message>"} ("" for success): ExtenderBindingResult, and the
  * error body of every other endpoint. */

@@ -31,11 +31,13 @@ struct table_slot {
 
 struct table {
     struct table_slot *slots;
-    size_t size;  /* number of slots, a power of two (0 before the first insert) */
+    size_t size; /* number of slots, a power of two (0 before the first insert) */
     size_t count;
 };
 
+/* clang-format off */
 #define TABLE_INIT {NULL, 0, 0}
+/* clang-format on */
 
 uint32_t table_hash(const char *key);
 
@@ -63,7 +65,9 @@ void table_sweep(struct table *t, table_visit_fn visit, void *ctx);
 /* Frees the slot array (not the entries). */
 void table_free(struct table *t);
 
+/* clang-format off */
 #define table_container(ptr, type, member) \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+/* clang-format on */
 
 #endif

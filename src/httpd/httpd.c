@@ -19,6 +19,7 @@
 #include "log.h"
 
 /* The libmicrohttpd functions we call, bound at run time. */
+/* clang-format off */
 #define HTTPD_MHD_FUNCTIONS(X)                                                                 \
     X(start_daemon, "MHD_start_daemon", struct MHD_Daemon *,                                   \
       (unsigned int, uint16_t, MHD_AcceptPolicyCallback, void *, MHD_AccessHandlerCallback,    \
@@ -34,6 +35,7 @@
     X(lookup_connection_value, "MHD_lookup_connection_value", const char *,                    \
       (struct MHD_Connection *, enum MHD_ValueKind, const char *))                             \
     X(is_feature_supported, "MHD_is_feature_supported", enum MHD_Result, (enum MHD_FEATURE))
+/* clang-format on */
 
 struct mhd_api {
 #define HTTPD_MHD_FIELD(field, name, ret, args) ret(*field) args;
@@ -167,8 +169,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (req->too_large)
         return send_too_large(server, conn);
-    const struct httpd_request request = {method, url, req->body ? req->body : "", req->len,
-                                          server, conn};
+    const struct httpd_request request = {method,   url,    req->body ? req->body : "",
+                                          req->len, server, conn};
     struct httpd_response resp = {.status = 500, .content_type = "application/json"};
     server->handler(server->ctx, &request, &resp);
     return send_reply(server, conn, resp.status, resp.content_type, resp.body, resp.len,
@@ -187,7 +189,8 @@ static int load_mhd(struct httpd *server, char *err, size_t errlen)
     if (dl_open(&server->lib, soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) != 0)
         return gp_errf(err, errlen, "cannot load %s (Debian package libmicrohttpd12): %s",
                        HTTPD_SONAME, server->lib.error);
-#define HTTPD_MHD_NAMES(field, name, ret, args) static const char *const field##_names[] = {name, NULL};
+#define HTTPD_MHD_NAMES(field, name, ret, args) \
+    static const char *const field##_names[] = {name, NULL};
     HTTPD_MHD_FUNCTIONS(HTTPD_MHD_NAMES)
 #undef HTTPD_MHD_NAMES
 #define HTTPD_MHD_ENTRY(field, name, ret, args) {field##_names, &server->mhd.field, NULL, true},
@@ -327,9 +330,10 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
         if (ops[i].option != MHD_OPTION_END)
             used[n++] = ops[i];
     used[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    server->daemon = server->mhd.start_daemon(flags, 0, NULL, NULL, on_request, server,
-                                              MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, /* first: see MHD */
-                                              MHD_OPTION_ARRAY, used, MHD_OPTION_END);
+    server->daemon =
+        server->mhd.start_daemon(flags, 0, NULL, NULL, on_request, server,
+                                 MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, /* first: see MHD */
+                                 MHD_OPTION_ARRAY, used, MHD_OPTION_END);
     if (!server->daemon) {
         snprintf(err, errlen,
                  "cannot serve HTTP%s on %s (bad TLS certificate/key, or out of resources; "

@@ -31,11 +31,11 @@ struct httpd;
 
 /* One request, valid during the handler call only. */
 struct httpd_request {
-    const char *method;        /* "GET", "POST", ... */
-    const char *path;          /* without the query string */
-    const char *body;          /* NUL-terminated; "" when none (or max_body is 0) */
+    const char *method; /* "GET", "POST", ... */
+    const char *path;   /* without the query string */
+    const char *body;   /* NUL-terminated; "" when none (or max_body is 0) */
     size_t len;
-    struct httpd *server;      /* for httpd_query() */
+    struct httpd *server; /* for httpd_query() */
     void *conn;
 };
 
@@ -48,7 +48,7 @@ const char *httpd_query(const struct httpd_request *req, const char *key);
  * server (sent as is, never freed). NULL = empty body. */
 struct httpd_response {
     int status;
-    const char *content_type;  /* static string */
+    const char *content_type; /* static string */
     char *body;
     size_t len;
     bool body_static;
@@ -58,12 +58,12 @@ typedef void (*httpd_handler_fn)(void *ctx, const struct httpd_request *req,
                                  struct httpd_response *resp);
 
 struct httpd_options {
-    const char *host;          /* IPv4/IPv6 address or name, "[::1]" too; NULL or "" = every IPv4 address */
-    unsigned port;             /* 0 = an ephemeral port (see httpd_port) */
-    const char *what;          /* names the listener in errors: "metrics address" */
-    const char *tls_cert_pem;  /* both set: HTTPS */
+    const char *host; /* IPv4/IPv6 address or name, "[::1]" too; NULL or "" = every IPv4 address */
+    unsigned port;    /* 0 = an ephemeral port (see httpd_port) */
+    const char *what; /* names the listener in errors: "metrics address" */
+    const char *tls_cert_pem; /* both set: HTTPS */
     const char *tls_key_pem;
-    size_t max_body;           /* bytes; larger bodies get 413. 0 = bodies are read and dropped */
+    size_t max_body; /* bytes; larger bodies get 413. 0 = bodies are read and dropped */
     bool thread_per_connection;
     unsigned max_connections;  /* 0 = 256 */
     unsigned idle_timeout_s;   /* 0 = 300 */

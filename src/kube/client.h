@@ -14,12 +14,12 @@
 #include "compiler.h"
 
 struct kube_client {
-    struct kube_config cfg; /* immutable after kube_client_new */
+    struct kube_config cfg;       /* immutable after kube_client_new */
     const struct kube_curl *curl; /* libcurl's functions (curl_api.h) */
     char *user_agent;
     long timeout_ms, connect_timeout_ms, watch_timeout_s;
     size_t max_body;
-    bool compress;          /* ask for gzip on LISTs: the server is not on this host */
+    bool compress; /* ask for gzip on LISTs: the server is not on this host */
     struct kube_retry_policy retry;
 
     /* The request/response handle: one call at a time, so its connection
@@ -30,8 +30,8 @@ struct kube_client {
     /* Token, counters and the jitter generator: short critical sections,
      * never held across network I/O. */
     pthread_mutex_t state_lock;
-    char *token;                 /* current bearer token, NULL for none */
-    struct timespec token_read;  /* monotonic time token_file was last read */
+    char *token;                /* current bearer token, NULL for none */
+    struct timespec token_read; /* monotonic time token_file was last read */
     struct kube_client_stats stats;
     uint64_t random_state;
 };
@@ -83,9 +83,9 @@ struct call {
     const char *content_type; /* NULL without a body */
     const char *body;
     size_t body_len;
-    bool idempotent;          /* may be retried after the server could have acted */
-    bool compressed;          /* ask for gzip (large GET answers: LISTs) */
-    const char *accept;       /* the Accept header's value; NULL: application/json */
+    bool idempotent;    /* may be retried after the server could have acted */
+    bool compressed;    /* ask for gzip (large GET answers: LISTs) */
+    const char *accept; /* the Accept header's value; NULL: application/json */
     struct kube_cancel *cancel;
     struct kube_stream *stream; /* NULL: every answer is buffered */
 };
@@ -106,9 +106,8 @@ GP_MUST_USE int kube_call(struct kube_client *c, const struct call *call, struct
 /* kube_list with a cancellation token checked between pages and during
  * retry backoff (for the reflector), and the list's flags (kube.h). */
 GP_MUST_USE enum kube_result kube_list_cancellable(struct kube_client *client, const char *path,
-                                                   long limit, unsigned flags,
-                                                   kube_item_fn on_item, void *ctx, char *rv,
-                                                   struct kube_cancel *cancel,
+                                                   long limit, unsigned flags, kube_item_fn on_item,
+                                                   void *ctx, char *rv, struct kube_cancel *cancel,
                                                    struct kube_error *err);
 
 /* Walks one LIST answer (a NodeList, PodList, ...) without building its
@@ -118,8 +117,8 @@ GP_MUST_USE enum kube_result kube_list_cancellable(struct kube_client *client, c
  * non-empty metadata.continue to *next (malloc'ed; NULL when absent).
  * `what` names the request in error messages. */
 GP_MUST_USE enum kube_result kube_list_walk(const char *body, size_t len, const char *what,
-                                            kube_item_fn on_item, void *ctx, char *rv,
-                                            char **next, struct kube_error *err);
+                                            kube_item_fn on_item, void *ctx, char *rv, char **next,
+                                            struct kube_error *err);
 
 /* The streaming decoder of a LIST answer in Kubernetes' protobuf encoding
  * ("k8s\0" + runtime.Unknown holding a NodeList, PodList or ConfigMapList;
@@ -129,8 +128,8 @@ GP_MUST_USE enum kube_result kube_list_walk(const char *body, size_t len, const 
  * is in. Memory: one item (at most max_field bytes, else "BadResponse").
  * Owner: the caller (kube_pb_list_free); `what` must outlive it. */
 struct kube_pb_list;
-GP_MUST_USE struct kube_pb_list *kube_pb_list_new(const char *what, kube_item_fn on_item,
-                                                  void *ctx, size_t max_field);
+GP_MUST_USE struct kube_pb_list *kube_pb_list_new(const char *what, kube_item_fn on_item, void *ctx,
+                                                  size_t max_field);
 void kube_pb_list_reset(struct kube_pb_list *pb); /* before each attempt */
 /* 0, or -1 with err filled: malformed ("BadResponse"), on_item's stop
  * ("CallbackError"), out of memory. */
@@ -171,9 +170,9 @@ void kube_cancel_detach(struct kube_cancel *cancel, struct cancel_reg *reg);
 
 /* kube_watch(), also counting the events delivered (*events): the
  * reflector tells a healthy watch that the server ended from a dead one. */
-GP_MUST_USE enum kube_result kube_watch_counted(struct kube_client *c, const char *path,
-                                                char *rv, kube_event_fn on_event, void *ctx,
-                                                struct kube_cancel *cancel,
-                                                struct kube_error *err, size_t *events);
+GP_MUST_USE enum kube_result kube_watch_counted(struct kube_client *c, const char *path, char *rv,
+                                                kube_event_fn on_event, void *ctx,
+                                                struct kube_cancel *cancel, struct kube_error *err,
+                                                size_t *events);
 
 #endif

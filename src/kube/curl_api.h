@@ -30,6 +30,7 @@
 
 /* X(name): the field `name` holds curl_<name>. curl_multi_poll (7.66) and
  * curl_multi_wakeup (7.68) are the newest ones used. */
+/* clang-format off */
 #define KUBE_CURL_FUNCTIONS(X)                                                                     \
     X(global_init)                                                                                 \
     X(global_cleanup)                                                                              \
@@ -52,6 +53,7 @@
     X(multi_poll)                                                                                  \
     X(multi_wakeup)                                                                                \
     X(multi_info_read)
+/* clang-format on */
 
 struct kube_curl {
 #define KUBE_CURL_FIELD(name) __typeof__(curl_##name) *name;

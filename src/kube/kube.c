@@ -121,8 +121,8 @@ static void set_blob(const struct kube_curl *curl, CURL *h, CURLoption option,
     curl->easy_setopt(h, option, &b); /* NOCOPY: the config outlives every handle */
 }
 
-static int add_header(const struct kube_curl *curl, struct curl_slist **headers,
-                      const char *line, struct kube_error *err)
+static int add_header(const struct kube_curl *curl, struct curl_slist **headers, const char *line,
+                      struct kube_error *err)
 {
     struct curl_slist *grown = curl->slist_append(*headers, line);
     if (grown == NULL)
@@ -258,8 +258,8 @@ struct response {
     const struct kube_curl *curl;
     CURL *handle;
     enum body_mode mode;
-    bool stream_failed;      /* the stream refused a chunk; err says why */
-    struct kube_error *err;  /* the call's, for the stream's errors */
+    bool stream_failed;     /* the stream refused a chunk; err says why */
+    struct kube_error *err; /* the call's, for the stream's errors */
 };
 
 static enum body_mode body_mode(struct response *r)
@@ -461,9 +461,12 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
     bool reread_token = false;
     const struct kube_stream *stream = call->stream;
     for (int attempt = 1;; attempt++) {
-        struct response r = {.body = {.first_cap = 16384}, .max = c->max_body,
-                             .cancel = call->cancel, .stream = stream,
-                             .curl = c->curl, .err = err};
+        struct response r = {.body = {.first_cap = 16384},
+                             .max = c->max_body,
+                             .cancel = call->cancel,
+                             .stream = stream,
+                             .curl = c->curl,
+                             .err = err};
         char curl_message[CURL_ERROR_SIZE] = "";
         bool setup_failed = false;
         if (stream != NULL)
@@ -559,8 +562,12 @@ static int call_with_body(struct kube_client *c, const char *method, const char 
         return kube_fail(err, 0, "InvalidArgument", "%s %s: body cannot be serialized", method,
                          path);
     }
-    struct call call = {.method = method, .path = path, .content_type = content_type,
-                        .body = text, .body_len = len, .idempotent = false};
+    struct call call = {.method = method,
+                        .path = path,
+                        .content_type = content_type,
+                        .body = text,
+                        .body_len = len,
+                        .idempotent = false};
     int rc = call_json(c, &call, out, err);
     free(text);
     return rc;
@@ -592,9 +599,9 @@ int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, 
     json_t *meta = json_pack("{s:s, s:s}", "name", name, "namespace", ns);
     if (meta != NULL && uid != NULL)
         json_object_set_new(meta, "uid", json_string(uid));
-    json_t *body = json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind",
-                             "Binding", "metadata", meta, "target", "apiVersion", "v1", "kind",
-                             "Node", "name", node);
+    json_t *body =
+        json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind", "Binding",
+                  "metadata", meta, "target", "apiVersion", "v1", "kind", "Node", "name", node);
     if (body == NULL)
         return kube_fail(err, 0, "InvalidArgument", "binding %s/%s to %s: bad names", ns, name,
                          node);
@@ -610,15 +617,15 @@ int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, 
 static void apply_defaults(struct kube_client *c, const struct kube_client_options *o)
 {
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
-    c->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms
-                                                      : DEFAULT_CONNECT_TIMEOUT_MS;
+    c->connect_timeout_ms =
+        o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
     c->watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s : DEFAULT_WATCH_TIMEOUT_S;
     c->max_body = o->max_body_bytes > 0 ? o->max_body_bytes : DEFAULT_MAX_BODY;
     c->retry.max_attempts = o->retry.max_attempts > 0 ? o->retry.max_attempts : DEFAULT_ATTEMPTS;
-    c->retry.initial_backoff_ms = o->retry.initial_backoff_ms > 0 ? o->retry.initial_backoff_ms
-                                                                  : DEFAULT_INITIAL_BACKOFF_MS;
-    c->retry.max_backoff_ms = o->retry.max_backoff_ms > 0 ? o->retry.max_backoff_ms
-                                                          : DEFAULT_MAX_BACKOFF_MS;
+    c->retry.initial_backoff_ms =
+        o->retry.initial_backoff_ms > 0 ? o->retry.initial_backoff_ms : DEFAULT_INITIAL_BACKOFF_MS;
+    c->retry.max_backoff_ms =
+        o->retry.max_backoff_ms > 0 ? o->retry.max_backoff_ms : DEFAULT_MAX_BACKOFF_MS;
     if (c->retry.max_backoff_ms < c->retry.initial_backoff_ms)
         c->retry.max_backoff_ms = c->retry.initial_backoff_ms;
 }
@@ -631,12 +638,11 @@ static bool server_is_loopback(const char *server)
     const char *host = strstr(server, "://");
     host = host ? host + 3 : server;
     return strncmp(host, "127.", 4) == 0 || strncmp(host, "[::1]", 5) == 0 ||
-           (strncasecmp(host, "localhost", 9) == 0 && (host[9] == ':' || host[9] == '\0' ||
-                                                     host[9] == '/'));
+           (strncasecmp(host, "localhost", 9) == 0 &&
+            (host[9] == ':' || host[9] == '\0' || host[9] == '/'));
 }
 
-struct kube_client *kube_client_new(const struct kube_client_options *opt, char *err,
-                                    size_t errlen)
+struct kube_client *kube_client_new(const struct kube_client_options *opt, char *err, size_t errlen)
 {
     static const struct kube_client_options none = {0};
     const struct kube_client_options *o = opt ? opt : &none;
@@ -676,8 +682,7 @@ struct kube_client *kube_client_new(const struct kube_client_options *opt, char 
                       ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)c;
     if (c->random_state == 0)
         c->random_state = 0x9e3779b97f4a7c15ULL;
-    if (c->user_agent == NULL || c->handle == NULL ||
-        (c->cfg.token != NULL && c->token == NULL)) {
+    if (c->user_agent == NULL || c->handle == NULL || (c->cfg.token != NULL && c->token == NULL)) {
         snprintf(err, errlen, "out of memory");
         kube_client_free(c);
         return NULL;
@@ -704,10 +709,14 @@ void kube_client_free(struct kube_client *client)
 const char *kube_event_type_name(enum kube_event_type type)
 {
     switch (type) {
-    case KUBE_EVENT_ADDED: return "ADDED";
-    case KUBE_EVENT_MODIFIED: return "MODIFIED";
-    case KUBE_EVENT_DELETED: return "DELETED";
-    case KUBE_EVENT_BOOKMARK: return "BOOKMARK";
+    case KUBE_EVENT_ADDED:
+        return "ADDED";
+    case KUBE_EVENT_MODIFIED:
+        return "MODIFIED";
+    case KUBE_EVENT_DELETED:
+        return "DELETED";
+    case KUBE_EVENT_BOOKMARK:
+        return "BOOKMARK";
     }
     return "UNKNOWN";
 }

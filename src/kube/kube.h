@@ -77,9 +77,10 @@ struct kube_retry_policy {
 };
 
 struct kube_client_options {
-    const char *kubeconfig;  /* NULL: $KUBECONFIG (first of a ':' list), ~/.kube/config, in-cluster */
-    const char *context;     /* NULL: the kubeconfig's current-context */
-    bool in_cluster;         /* use the service account even when a kubeconfig exists */
+    const char
+        *kubeconfig;     /* NULL: $KUBECONFIG (first of a ':' list), ~/.kube/config, in-cluster */
+    const char *context; /* NULL: the kubeconfig's current-context */
+    bool in_cluster;     /* use the service account even when a kubeconfig exists */
     const char *user_agent;  /* NULL: "gpupool/<version>" */
     long timeout_ms;         /* whole request/response call, per attempt; 0 = 30000 */
     long connect_timeout_ms; /* 0 = 10000 */
@@ -92,9 +93,9 @@ struct kube_client_options {
 
 /* Counters, for logs, metrics and tests. */
 struct kube_client_stats {
-    uint64_t requests;        /* HTTP requests sent, retries included (watches too) */
-    uint64_t retries;         /* of which were retries */
-    size_t peak_body_bytes;   /* largest response body or watch line held in memory */
+    uint64_t requests;      /* HTTP requests sent, retries included (watches too) */
+    uint64_t retries;       /* of which were retries */
+    size_t peak_body_bytes; /* largest response body or watch line held in memory */
 };
 
 /* Builds a client from the options (NULL = all defaults). Reads and checks
@@ -159,8 +160,8 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
  * Use it only where those fields are all the callback reads. */
 #define KUBE_LIST_PROTOBUF 2u
 typedef int (*kube_item_fn)(json_t *item, void *ctx);
-enum kube_result kube_list(struct kube_client *client, const char *path, long limit,
-                           unsigned flags, kube_item_fn on_item, void *ctx, char *rv,
+enum kube_result kube_list(struct kube_client *client, const char *path, long limit, unsigned flags,
+                           kube_item_fn on_item, void *ctx, char *rv,
                            struct kube_error *err) GP_MUST_USE;
 
 enum kube_event_type {
@@ -209,8 +210,8 @@ int kube_post(struct kube_client *client, const char *path, const json_t *body, 
               struct kube_error *err) GP_MUST_USE;
 
 /* Convenience: POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
-int kube_bind_pod(struct kube_client *client, const char *ns, const char *name,
-                  const char *uid, const char *node, struct kube_error *err) GP_MUST_USE;
+int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
+                  const char *node, struct kube_error *err) GP_MUST_USE;
 
 /* Cancellation token for watches and reflectors. kube_cancel_fire() is
  * thread-safe and makes a running kube_watch()/kube_reflector_run() that
@@ -244,9 +245,8 @@ struct kube_reflector_ops {
 
 /* Runs until `cancel` fires (returns KUBE_CANCELLED) or a callback fails
  * (KUBE_ERROR, err says which). page_limit as for kube_list. */
-enum kube_result kube_reflector_run(struct kube_client *client, const char *path,
-                                    long page_limit, const struct kube_reflector_ops *ops,
-                                    void *ctx, struct kube_cancel *cancel,
-                                    struct kube_error *err) GP_MUST_USE;
+enum kube_result kube_reflector_run(struct kube_client *client, const char *path, long page_limit,
+                                    const struct kube_reflector_ops *ops, void *ctx,
+                                    struct kube_cancel *cancel, struct kube_error *err) GP_MUST_USE;
 
 #endif

@@ -59,8 +59,7 @@ static const struct ycfg_node *map_lookup(struct walk *w, const struct ycfg_node
     return NULL;
 }
 
-static const struct ycfg_node *map_get(struct walk *w, const struct ycfg_node *map,
-                                       const char *key)
+static const struct ycfg_node *map_get(struct walk *w, const struct ycfg_node *map, const char *key)
 {
     return map_lookup(w, map, key, NULL);
 }
@@ -79,8 +78,8 @@ static int get_string(struct walk *w, const struct ycfg_node *map, const char *w
     return 0;
 }
 
-static int get_bool(struct walk *w, const struct ycfg_node *map, const char *where,
-                    const char *key, bool *out)
+static int get_bool(struct walk *w, const struct ycfg_node *map, const char *where, const char *key,
+                    bool *out)
 {
     *out = false;
     const struct ycfg_node *v = map_get(w, map, key);
@@ -148,8 +147,8 @@ static int read_file(const char *path, struct kube_blob *blob, char *why, size_t
     }
     struct stat st = {0};
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_PEM_FILE) {
-        snprintf(why, whylen, "%s", S_ISDIR(st.st_mode) ? "is a directory"
-                                    : "not a regular file of at most 1 MiB");
+        snprintf(why, whylen, "%s",
+                 S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file of at most 1 MiB");
         fclose(f);
         return -1;
     }
@@ -192,8 +191,8 @@ static int load_pem(struct walk *w, const struct ycfg_node *map, const char *whe
     if (file == NULL && data == NULL)
         return 0;
     if (file != NULL && data != NULL)
-        return fail_at(w, map_get(w, map, data_key), "%s: set %s or %s, not both", where,
-                       file_key, data_key);
+        return fail_at(w, map_get(w, map, data_key), "%s: set %s or %s, not both", where, file_key,
+                       data_key);
     if (data != NULL) {
         const struct ycfg_node *n = map_get(w, map, data_key);
         if (kube_base64_decode(data, strlen(data), &blob->data, &blob->len) != 0)
@@ -257,8 +256,10 @@ static int load_user(struct walk *w, const struct ycfg_node *user, const char *n
         const struct ycfg_node *k = NULL;
         const struct ycfg_node *v = map_lookup(w, user, unsupported[i], &k);
         if (v != NULL && ycfg_kind(v) != YCFG_NULL)
-            return fail_at(w, k, "%s.%s: credential plugins are not supported; "
-                           "use a token, tokenFile or client certificate", where, unsupported[i]);
+            return fail_at(w, k,
+                           "%s.%s: credential plugins are not supported; "
+                           "use a token, tokenFile or client certificate",
+                           where, unsupported[i]);
     }
     const char *token, *token_file, *username, *password;
     if (get_string(w, user, where, "token", &token) != 0 ||
@@ -271,8 +272,8 @@ static int load_user(struct walk *w, const struct ycfg_node *user, const char *n
     else if (token_file != NULL && token_file[0] != '\0') {
         cfg->token_file = resolve_path(w->path, token_file);
         char why[256];
-        char *probe = cfg->token_file ? kube_read_token_file(cfg->token_file, why, sizeof why)
-                                      : NULL;
+        char *probe =
+            cfg->token_file ? kube_read_token_file(cfg->token_file, why, sizeof why) : NULL;
         if (probe == NULL)
             return fail_at(w, map_get(w, user, "tokenFile"), "%s.tokenFile: %s", where, why);
         free(probe);
@@ -336,8 +337,8 @@ static int load_document(struct walk *w, const char *context, struct kube_config
     return 0;
 }
 
-int kube_config_load_file(const char *path, const char *context, struct kube_config *cfg,
-                          char *err, size_t errlen)
+int kube_config_load_file(const char *path, const char *context, struct kube_config *cfg, char *err,
+                          size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
     struct walk w = {.path = path, .err = err, .errlen = errlen};
@@ -393,7 +394,8 @@ int kube_config_in_cluster(const char *sa_dir, struct kube_config *cfg, char *er
     const char *host = getenv("KUBERNETES_SERVICE_HOST");
     const char *port = getenv("KUBERNETES_SERVICE_PORT");
     if (host == NULL || host[0] == '\0' || port == NULL || port[0] == '\0') {
-        snprintf(err, errlen, "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT "
+        snprintf(err, errlen,
+                 "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT "
                  "are not set (not running in a pod?)");
         return -1;
     }

@@ -32,10 +32,10 @@ struct kube_blob {
 };
 
 struct kube_config {
-    char *server;          /* "https://host:port", no trailing '/' */
-    char *ns;              /* the context's namespace; "default" when unset */
-    char *origin;          /* "kubeconfig /p (context c)" or "in-cluster", for messages */
-    bool insecure;         /* insecure-skip-tls-verify */
+    char *server;  /* "https://host:port", no trailing '/' */
+    char *ns;      /* the context's namespace; "default" when unset */
+    char *origin;  /* "kubeconfig /p (context c)" or "in-cluster", for messages */
+    bool insecure; /* insecure-skip-tls-verify */
     /* PEM, read from the file or decoded from *-data at load time (a file is
      * checked then, not at the first request). ca unset: the system store. */
     struct kube_blob ca, cert, key;
@@ -45,8 +45,8 @@ struct kube_config {
 };
 
 /* Loads `path`, selecting `context` (NULL: current-context). */
-int kube_config_load_file(const char *path, const char *context, struct kube_config *cfg,
-                          char *err, size_t errlen) __attribute__((warn_unused_result));
+int kube_config_load_file(const char *path, const char *context, struct kube_config *cfg, char *err,
+                          size_t errlen) __attribute__((warn_unused_result));
 
 /* In-cluster configuration; sa_dir NULL means
  * /var/run/secrets/kubernetes.io/serviceaccount. */

@@ -220,8 +220,8 @@ static char *page_path(const char *path, long limit, unsigned flags, const char 
     char *esc = cont ? kube_escape(cont) : NULL;
     if (cont != NULL && esc == NULL)
         return NULL;
-    const char *version = cont == NULL && (flags & KUBE_LIST_ANY_VERSION) ? "&resourceVersion=0"
-                                                                          : "";
+    const char *version =
+        cont == NULL && (flags & KUBE_LIST_ANY_VERSION) ? "&resourceVersion=0" : "";
     size_t need = strlen(path) + 96 + (esc ? strlen(esc) : 0);
     char *full = malloc(need);
     if (full != NULL)
@@ -251,8 +251,8 @@ static enum kube_result list_page(struct kube_client *client, const char *path,
     }
     /* The server answers JSON where it has no protobuf (CRDs, aggregated
      * APIs): walked as without the flag. */
-    enum kube_result res = kube_list_walk(body.data ? body.data : "", body.len, path, on_item,
-                                          ctx, rv, cont, err);
+    enum kube_result res =
+        kube_list_walk(body.data ? body.data : "", body.len, path, on_item, ctx, rv, cont, err);
     free(body.data); /* one page at a time */
     return res;
 }
@@ -266,8 +266,12 @@ enum kube_result kube_list_cancellable(struct kube_client *client, const char *p
     if (rv != NULL)
         rv[0] = '\0';
     struct protobuf_page page = {.rv = rv};
-    struct kube_stream stream = {.reset = page_reset, .feed = page_feed, .finish = page_finish,
-                                 .delivered = page_delivered, .peak = page_peak, .ctx = &page};
+    struct kube_stream stream = {.reset = page_reset,
+                                 .feed = page_feed,
+                                 .finish = page_finish,
+                                 .delivered = page_delivered,
+                                 .peak = page_peak,
+                                 .ctx = &page};
     if (flags & KUBE_LIST_PROTOBUF) {
         page.decoder = kube_pb_list_new(path, on_item, ctx, client->max_body);
         if (page.decoder == NULL) {
@@ -291,8 +295,11 @@ enum kube_result kube_list_cancellable(struct kube_client *client, const char *p
             res = KUBE_ERROR;
             break;
         }
-        struct call call = {.method = "GET", .path = page_url, .idempotent = true,
-                            .compressed = true, .cancel = cancel,
+        struct call call = {.method = "GET",
+                            .path = page_url,
+                            .idempotent = true,
+                            .compressed = true,
+                            .cancel = cancel,
                             .accept = page.decoder ? PROTOBUF_OR_JSON : NULL,
                             .stream = page.decoder ? &stream : NULL};
         res = list_page(client, path, &call, on_item, ctx, rv, &page, &cont, err);
@@ -304,9 +311,8 @@ enum kube_result kube_list_cancellable(struct kube_client *client, const char *p
     return res;
 }
 
-enum kube_result kube_list(struct kube_client *client, const char *path, long limit,
-                           unsigned flags, kube_item_fn on_item, void *ctx, char *rv,
-                           struct kube_error *err)
+enum kube_result kube_list(struct kube_client *client, const char *path, long limit, unsigned flags,
+                           kube_item_fn on_item, void *ctx, char *rv, struct kube_error *err)
 {
     return kube_list_cancellable(client, path, limit, flags, on_item, ctx, rv, NULL, err);
 }

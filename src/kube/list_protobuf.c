@@ -88,7 +88,7 @@ static json_t *value_to_json(const ProtobufCFieldDescriptor *fd, const void *val
         return json_integer(*(const int64_t *)value);
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-        return json_integer((json_int_t)*(const uint64_t *)value);
+        return json_integer((json_int_t) * (const uint64_t *)value);
     case PROTOBUF_C_TYPE_FLOAT:
         return json_real(*(const float *)value);
     case PROTOBUF_C_TYPE_DOUBLE:
@@ -112,8 +112,8 @@ static bool is_map_entry(const ProtobufCMessageDescriptor *d)
            d->fields[0].type == PROTOBUF_C_TYPE_STRING && d->fields[1].id == 2;
 }
 
-static int map_to_json(const ProtobufCFieldDescriptor *fd, size_t n, const void *array,
-                       json_t *out, struct convert *cv)
+static int map_to_json(const ProtobufCFieldDescriptor *fd, size_t n, const void *array, json_t *out,
+                       struct convert *cv)
 {
     const ProtobufCMessage *const *entries = array;
     const ProtobufCMessageDescriptor *d = fd->descriptor;
@@ -254,7 +254,7 @@ struct kube_pb_list {
     uint64_t list_end; /* offset where the List (envelope field 2) ends */
     uint64_t varint;   /* the varint being read */
     unsigned varint_shift;
-    uint32_t field;    /* field number of the current element */
+    uint32_t field;     /* field number of the current element */
     uint64_t remaining; /* bytes left to skip or collect */
 
     char *buf; /* the field being collected; owned */
@@ -348,8 +348,10 @@ static int handle_type_meta(struct kube_pb_list *pb, const uint8_t *data, size_t
     int rc = 0;
     if (pb->item_type == NULL) {
         char why[192];
-        snprintf(why, sizeof why, "unexpected kind \"%.100s\" (expected NodeList, PodList or "
-                 "ConfigMapList)", tm->kind ? tm->kind : "");
+        snprintf(why, sizeof why,
+                 "unexpected kind \"%.100s\" (expected NodeList, PodList or "
+                 "ConfigMapList)",
+                 tm->kind ? tm->kind : "");
         rc = bad(err, pb->what, why);
     }
     gpupool__k8s__type_meta__free_unpacked(tm, NULL);
@@ -396,8 +398,8 @@ static int handle_item(struct kube_pb_list *pb, const uint8_t *data, size_t len,
     int stop = pb->on_item(item, pb->ctx);
     json_decref(item);
     if (stop != 0)
-        return kube_fail(err, 0, "CallbackError",
-                         "LIST %s: the item callback stopped the list", pb->what);
+        return kube_fail(err, 0, "CallbackError", "LIST %s: the item callback stopped the list",
+                         pb->what);
     return 0;
 }
 
@@ -498,8 +500,7 @@ static int on_length(struct kube_pb_list *pb, struct kube_error *err)
 }
 
 /* One varint byte; *done when the varint is complete. */
-static int varint_byte(struct kube_pb_list *pb, uint8_t byte, bool *done,
-                       struct kube_error *err)
+static int varint_byte(struct kube_pb_list *pb, uint8_t byte, bool *done, struct kube_error *err)
 {
     if (pb->varint_shift >= 64 || (pb->varint_shift == 63 && (byte & 0x7e) != 0))
         return bad(err, pb->what, "a varint is too long");
@@ -545,8 +546,7 @@ static int collect(struct kube_pb_list *pb, const uint8_t *p, size_t n, size_t *
     return rc;
 }
 
-int kube_pb_list_feed(struct kube_pb_list *pb, const char *data, size_t n,
-                      struct kube_error *err)
+int kube_pb_list_feed(struct kube_pb_list *pb, const char *data, size_t n, struct kube_error *err)
 {
     const uint8_t *p = (const uint8_t *)data;
     while (n > 0) {
@@ -611,8 +611,10 @@ enum kube_result kube_pb_list_finish(struct kube_pb_list *pb, char *rv, char **n
         return bad(err, pb->what, why), KUBE_ERROR;
     }
     if (pb->item_type == NULL)
-        return bad(err, pb->what, "unexpected kind \"\" (expected NodeList, PodList or "
-                   "ConfigMapList)"), KUBE_ERROR;
+        return bad(err, pb->what,
+                   "unexpected kind \"\" (expected NodeList, PodList or "
+                   "ConfigMapList)"),
+               KUBE_ERROR;
     if (!pb->saw_list)
         return bad(err, pb->what, "the envelope holds no list"), KUBE_ERROR;
     if (rv != NULL && pb->rv[0] != '\0')

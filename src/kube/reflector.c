@@ -40,10 +40,9 @@ static enum kube_result reflector_list(struct kube_client *c, const char *path, 
     return KUBE_OK;
 }
 
-enum kube_result kube_reflector_run(struct kube_client *client, const char *path,
-                                    long page_limit, const struct kube_reflector_ops *ops,
-                                    void *ctx, struct kube_cancel *cancel,
-                                    struct kube_error *err)
+enum kube_result kube_reflector_run(struct kube_client *client, const char *path, long page_limit,
+                                    const struct kube_reflector_ops *ops, void *ctx,
+                                    struct kube_cancel *cancel, struct kube_error *err)
 {
     if (ops == NULL || ops->list_item == NULL || ops->event == NULL) {
         kube_fail(err, 0, "InvalidArgument", "reflector %s: list_item and event are required",

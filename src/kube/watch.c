@@ -26,10 +26,10 @@ struct watch {
     void *ctx;
     struct kube_error *err;
     struct kube_lines lines;
-    long status;            /* HTTP status, read at the first body byte */
-    char *error_body;       /* body of a non-200 answer (a Status) */
+    long status;      /* HTTP status, read at the first body byte */
+    char *error_body; /* body of a non-200 answer (a Status) */
     size_t error_len;
-    bool stopped;           /* we aborted the transfer; result and err are set */
+    bool stopped; /* we aborted the transfer; result and err are set */
     enum kube_result result;
     size_t events;
 };
@@ -68,8 +68,8 @@ static int on_line(const char *line, size_t len, void *userdata)
     json_error_t jerr;
     json_t *event = json_loadb(line, len, 0, &jerr);
     if (event == NULL) {
-        kube_fail(w->err, 200, "BadResponse", "WATCH %s: malformed event (column %d): %s",
-                  w->path, jerr.column, jerr.text);
+        kube_fail(w->err, 200, "BadResponse", "WATCH %s: malformed event (column %d): %s", w->path,
+                  jerr.column, jerr.text);
         return stop(w, KUBE_ERROR);
     }
     const char *type = json_string_value(json_object_get(event, "type"));
@@ -201,11 +201,10 @@ static enum kube_result finish(struct watch *w, int code, const char *curl_messa
 }
 
 enum kube_result kube_watch_counted(struct kube_client *c, const char *path, char *rv,
-                                  kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
-                                  struct kube_error *err, size_t *events)
+                                    kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
+                                    struct kube_error *err, size_t *events)
 {
-    struct watch w = {.c = c, .path = path, .rv = rv, .on_event = on_event, .ctx = ctx,
-                      .err = err};
+    struct watch w = {.c = c, .path = path, .rv = rv, .on_event = on_event, .ctx = ctx, .err = err};
     const struct kube_curl *curl = c->curl;
     kube_lines_init(&w.lines, c->max_body);
     *events = 0;

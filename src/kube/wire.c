@@ -26,22 +26,38 @@ int kube_fail(struct kube_error *err, int http_status, const char *reason, const
 static const char *reason_for_status(int code)
 {
     switch (code) {
-    case 400: return "BadRequest";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "NotFound";
-    case 405: return "MethodNotAllowed";
-    case 406: return "NotAcceptable";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 413: return "RequestEntityTooLarge";
-    case 415: return "UnsupportedMediaType";
-    case 422: return "Invalid";
-    case 429: return "TooManyRequests";
-    case 500: return "InternalError";
-    case 503: return "ServiceUnavailable";
-    case 504: return "Timeout";
-    default: return code >= 500 ? "InternalError" : "Unknown";
+    case 400:
+        return "BadRequest";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "NotFound";
+    case 405:
+        return "MethodNotAllowed";
+    case 406:
+        return "NotAcceptable";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 413:
+        return "RequestEntityTooLarge";
+    case 415:
+        return "UnsupportedMediaType";
+    case 422:
+        return "Invalid";
+    case 429:
+        return "TooManyRequests";
+    case 500:
+        return "InternalError";
+    case 503:
+        return "ServiceUnavailable";
+    case 504:
+        return "Timeout";
+    default:
+        return code >= 500 ? "InternalError" : "Unknown";
     }
 }
 

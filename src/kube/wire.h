@@ -57,9 +57,9 @@ int kube_base64_decode(const char *in, size_t inlen, unsigned char **out, size_t
 
 /* Retry arithmetic (see docs/kube.md). */
 enum kube_retry_class {
-    KUBE_RETRY_NEVER,       /* final answer */
-    KUBE_RETRY_ALWAYS,      /* the server did not act on the request: any verb */
-    KUBE_RETRY_IDEMPOTENT,  /* may have acted: only GET/LIST */
+    KUBE_RETRY_NEVER,      /* final answer */
+    KUBE_RETRY_ALWAYS,     /* the server did not act on the request: any verb */
+    KUBE_RETRY_IDEMPOTENT, /* may have acted: only GET/LIST */
 };
 /* For an HTTP status (curl_code 0) or a libcurl error (http_status 0). */
 enum kube_retry_class kube_retry_class_of(int http_status, int curl_code);

@@ -27,7 +27,7 @@
 struct cap_minor {
     int gpu_minor;
     int gi;
-    int ci;  /* -1 for the GPU-instance line */
+    int ci; /* -1 for the GPU-instance line */
     int minor;
 };
 
@@ -41,15 +41,14 @@ struct load_context {
     struct nvml *nvml;
     struct gpu_host_paths paths;
     struct cap_minors caps;
-    nvmlDevice_t *handles;  /* per GPU, for the topology pass */
+    nvmlDevice_t *handles; /* per GPU, for the topology pass */
     char *err;
     size_t errlen;
 };
 
 /* ---- MIG profile names ------------------------------------------------------ */
 
-void gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices,
-                          unsigned long long mig_memory_mb,
+void gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, unsigned long long mig_memory_mb,
                           unsigned long long parent_memory_bytes, char *out, size_t outlen)
 {
     const unsigned long long one_mb = 1024ull * 1024;
@@ -106,8 +105,8 @@ static int load_gpu_instance_profile(struct load_context *ctx, const struct gpu_
     nvmlGpuInstanceInfo_t info;
     if (nvml->DeviceGetGpuInstanceById == NULL || nvml->GpuInstanceGetInfo == NULL)
         return GPU_PROFILE_ID_UNKNOWN;
-    nvmlReturn_t rc = nvml->DeviceGetGpuInstanceById(ctx->handles[g->index], m->gpu_instance_id,
-                                                     &gi);
+    nvmlReturn_t rc =
+        nvml->DeviceGetGpuInstanceById(ctx->handles[g->index], m->gpu_instance_id, &gi);
     if (rc == NVML_SUCCESS)
         rc = nvml->GpuInstanceGetInfo(gi, &info);
     if (rc != NVML_SUCCESS) {
@@ -157,8 +156,7 @@ static int read_sysfs_numa_node(const char *pci_devices_dir, const char *bus_id,
     long vendor;
     if (read_sysfs_number(pci_devices_dir, sysfs_id, "vendor", &vendor) == 0 &&
         vendor != PCI_VENDOR_NVIDIA) {
-        log_v(2, "sysfs device %s is not NVIDIA's (vendor 0x%04lx): ignoring it", sysfs_id,
-              vendor);
+        log_v(2, "sysfs device %s is not NVIDIA's (vendor 0x%04lx): ignoring it", sysfs_id, vendor);
         return -1;
     }
     long value;
@@ -201,7 +199,7 @@ static int parse_cap_minor_line(const char *line, struct cap_minor *out)
         *out = (struct cap_minor){gpu, gi, -1, minor};
         return 0;
     }
-    return -1;  /* "config N", "monitor N": not per instance */
+    return -1; /* "config N", "monitor N": not per instance */
 }
 
 /* A missing file is normal (no MIG support in the driver): minors stay
@@ -305,7 +303,8 @@ static void mark_lost(struct load_context *ctx, struct gpu_device *g, const char
     if (g->uuid[0] == '\0')
         derive_uuid(ctx, g);
     log_warn("GPU %u (%s): %s; advertising it Unhealthy (it is not allocatable until NVML "
-             "identifies it again after a restart or SIGHUP)", g->index, g->uuid, why);
+             "identifies it again after a restart or SIGHUP)",
+             g->index, g->uuid, why);
 }
 
 static void load_description(struct load_context *ctx, nvmlDevice_t handle, struct gpu_device *g)
@@ -336,8 +335,7 @@ static void load_description(struct load_context *ctx, nvmlDevice_t handle, stru
     if (nvml->DeviceGetCudaComputeCapability != NULL) {
         rc = nvml->DeviceGetCudaComputeCapability(handle, &g->cc_major, &g->cc_minor);
         if (rc != NVML_SUCCESS) {
-            log_v(2, "GPU %u: compute capability unknown: %s", g->index,
-                  nvml_strerror(nvml, rc));
+            log_v(2, "GPU %u: compute capability unknown: %s", g->index, nvml_strerror(nvml, rc));
             g->cc_major = g->cc_minor = 0;
         }
     }
@@ -354,8 +352,8 @@ static void load_mig_mode(struct load_context *ctx, nvmlDevice_t handle, struct 
     if (rc == NVML_ERROR_NOT_SUPPORTED)
         return;
     if (rc != NVML_SUCCESS) {
-        log_warn("GPU %u (%s): nvmlDeviceGetMigMode failed: %s; treating MIG as disabled",
-                 g->index, g->uuid, nvml_strerror(ctx->nvml, rc));
+        log_warn("GPU %u (%s): nvmlDeviceGetMigMode failed: %s; treating MIG as disabled", g->index,
+                 g->uuid, nvml_strerror(ctx->nvml, rc));
         return;
     }
     g->mig_capable = true;
@@ -418,8 +416,8 @@ static int load_mig_device(struct load_context *ctx, nvmlDevice_t mig_handle,
         return fail_mig(ctx, slot, "nvmlDeviceGetComputeInstanceId", rc);
     load_mig_profile(ctx, mig_handle, g, m);
     m->gi_access_minor = find_cap_minor(&ctx->caps, g->minor, (int)m->gpu_instance_id, -1);
-    m->ci_access_minor = find_cap_minor(&ctx->caps, g->minor, (int)m->gpu_instance_id,
-                                        (int)m->compute_instance_id);
+    m->ci_access_minor =
+        find_cap_minor(&ctx->caps, g->minor, (int)m->gpu_instance_id, (int)m->compute_instance_id);
     return 0;
 }
 
@@ -429,8 +427,7 @@ static int load_migs(struct load_context *ctx, nvmlDevice_t handle, struct gpu_d
     if (!g->mig_enabled)
         return 0;
     if (nvml->DeviceGetMaxMigDeviceCount == NULL || nvml->DeviceGetMigDeviceHandleByIndex == NULL)
-        return fail_mig(ctx, 0, "nvmlDeviceGetMaxMigDeviceCount",
-                        NVML_ERROR_FUNCTION_NOT_FOUND);
+        return fail_mig(ctx, 0, "nvmlDeviceGetMaxMigDeviceCount", NVML_ERROR_FUNCTION_NOT_FOUND);
     unsigned int max_count;
     nvmlReturn_t rc = nvml->DeviceGetMaxMigDeviceCount(handle, &max_count);
     if (rc != NVML_SUCCESS)
@@ -491,12 +488,18 @@ static int load_gpu(struct load_context *ctx, unsigned index, struct gpu_device 
 static int pcie_score(nvmlGpuTopologyLevel_t level)
 {
     switch (level) {
-    case NVML_TOPOLOGY_INTERNAL: return SCORE_SAME_BOARD;
-    case NVML_TOPOLOGY_SINGLE: return SCORE_SINGLE_SWITCH;
-    case NVML_TOPOLOGY_MULTIPLE: return SCORE_MULTI_SWITCH;
-    case NVML_TOPOLOGY_HOSTBRIDGE: return SCORE_HOST_BRIDGE;
-    case NVML_TOPOLOGY_NODE: return SCORE_SAME_CPU;
-    case NVML_TOPOLOGY_SYSTEM: return SCORE_CROSS_CPU;
+    case NVML_TOPOLOGY_INTERNAL:
+        return SCORE_SAME_BOARD;
+    case NVML_TOPOLOGY_SINGLE:
+        return SCORE_SINGLE_SWITCH;
+    case NVML_TOPOLOGY_MULTIPLE:
+        return SCORE_MULTI_SWITCH;
+    case NVML_TOPOLOGY_HOSTBRIDGE:
+        return SCORE_HOST_BRIDGE;
+    case NVML_TOPOLOGY_NODE:
+        return SCORE_SAME_CPU;
+    case NVML_TOPOLOGY_SYSTEM:
+        return SCORE_CROSS_CPU;
     }
     return 0;
 }
@@ -554,8 +557,8 @@ static int count_links_to(char peers[NVML_NVLINK_MAX_LINKS][NVML_DEVICE_PCI_BUS_
     return count;
 }
 
-static int pair_score(struct load_context *ctx, const struct gpu_inventory *inv, size_t a,
-                      size_t b, char peers[NVML_NVLINK_MAX_LINKS][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE],
+static int pair_score(struct load_context *ctx, const struct gpu_inventory *inv, size_t a, size_t b,
+                      char peers[NVML_NVLINK_MAX_LINKS][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE],
                       bool peers_known)
 {
     if (!peers_known || inv->gpus[a].lost || inv->gpus[b].lost)
@@ -563,11 +566,11 @@ static int pair_score(struct load_context *ctx, const struct gpu_inventory *inv,
     if (ctx->nvml->DeviceGetTopologyCommonAncestor == NULL)
         return 0;
     nvmlGpuTopologyLevel_t level;
-    nvmlReturn_t rc = ctx->nvml->DeviceGetTopologyCommonAncestor(ctx->handles[a],
-                                                                 ctx->handles[b], &level);
+    nvmlReturn_t rc =
+        ctx->nvml->DeviceGetTopologyCommonAncestor(ctx->handles[a], ctx->handles[b], &level);
     if (rc != NVML_SUCCESS) {
-        log_v(2, "GPUs %zu-%zu: nvmlDeviceGetTopologyCommonAncestor failed: %s; link score 0", a,
-              b, nvml_strerror(ctx->nvml, rc));
+        log_v(2, "GPUs %zu-%zu: nvmlDeviceGetTopologyCommonAncestor failed: %s; link score 0", a, b,
+              nvml_strerror(ctx->nvml, rc));
         return 0;
     }
     return pcie_score(level) + SCORE_PER_NVLINK * count_links_to(peers, inv->gpus[b].pci_bus_id);
@@ -590,7 +593,8 @@ static void load_topology(struct load_context *ctx, struct gpu_inventory *inv)
     /* An error on either side of a pair makes the pair unknown both ways. */
     for (size_t a = 0; a < inv->count; a++)
         for (size_t b = a + 1; b < inv->count; b++)
-            if (inv->link_score[a * inv->count + b] == 0 || inv->link_score[b * inv->count + a] == 0)
+            if (inv->link_score[a * inv->count + b] == 0 ||
+                inv->link_score[b * inv->count + a] == 0)
                 inv->link_score[a * inv->count + b] = inv->link_score[b * inv->count + a] = 0;
 }
 
@@ -600,8 +604,7 @@ static void load_driver_version(struct nvml *nvml, struct gpu_inventory *inv)
 {
     if (nvml->SystemGetDriverVersion == NULL)
         return;
-    nvmlReturn_t rc = nvml->SystemGetDriverVersion(inv->driver_version,
-                                                   sizeof inv->driver_version);
+    nvmlReturn_t rc = nvml->SystemGetDriverVersion(inv->driver_version, sizeof inv->driver_version);
     if (rc != NVML_SUCCESS) {
         log_warn("nvmlSystemGetDriverVersion failed: %s", nvml_strerror(nvml, rc));
         inv->driver_version[0] = '\0';
@@ -627,7 +630,7 @@ static int load_all(struct load_context *ctx, struct gpu_inventory *inv)
         return -1;
     }
     for (unsigned i = 0; i < count; i++) {
-        inv->count = i + 1;  /* so that gpu_inventory_free sees partial MIG lists */
+        inv->count = i + 1; /* so that gpu_inventory_free sees partial MIG lists */
         if (load_gpu(ctx, i, &inv->gpus[i]) != 0)
             return -1;
     }

@@ -25,12 +25,12 @@
 
 /* One MIG device (a compute instance inside a GPU instance). */
 struct mig_device {
-    char uuid[GPU_UUID_LEN];        /* "MIG-..." */
-    unsigned index;                 /* j in the "i:j" index form */
+    char uuid[GPU_UUID_LEN]; /* "MIG-..." */
+    unsigned index;          /* j in the "i:j" index form */
     unsigned gpu_instance_id;
     unsigned compute_instance_id;
-    char profile[GPU_PROFILE_LEN];  /* "1g.10gb", "1c.2g.20gb", "1g.10gb+me" */
-    int gpu_instance_profile_id;    /* NVML_GPU_INSTANCE_PROFILE_*, GPU_PROFILE_ID_UNKNOWN */
+    char profile[GPU_PROFILE_LEN]; /* "1g.10gb", "1c.2g.20gb", "1g.10gb+me" */
+    int gpu_instance_profile_id;   /* NVML_GPU_INSTANCE_PROFILE_*, GPU_PROFILE_ID_UNKNOWN */
     unsigned long long memory_bytes;
     unsigned gpu_instance_slices;
     unsigned compute_instance_slices;
@@ -41,18 +41,18 @@ struct mig_device {
 };
 
 struct gpu_device {
-    char uuid[GPU_UUID_LEN];        /* "GPU-..." */
-    char name[GPU_NAME_LEN];        /* "NVIDIA A100-SXM4-40GB" */
-    char pci_bus_id[GPU_BUS_ID_LEN];/* NVML form, "00000000:3B:00.0" */
-    unsigned index;                 /* NVML index */
-    int minor;                      /* /dev/nvidia<minor> */
+    char uuid[GPU_UUID_LEN];         /* "GPU-..." */
+    char name[GPU_NAME_LEN];         /* "NVIDIA A100-SXM4-40GB" */
+    char pci_bus_id[GPU_BUS_ID_LEN]; /* NVML form, "00000000:3B:00.0" */
+    unsigned index;                  /* NVML index */
+    int minor;                       /* /dev/nvidia<minor> */
     unsigned long long memory_bytes;
-    int numa_node;                  /* GPU_NUMA_UNKNOWN when not known */
+    int numa_node; /* GPU_NUMA_UNKNOWN when not known */
     int cc_major, cc_minor;
     bool mig_capable;
-    bool mig_enabled;               /* current mode */
+    bool mig_enabled; /* current mode */
     size_t mig_count;
-    struct mig_device *migs;        /* owned */
+    struct mig_device *migs; /* owned */
     /* NVML could not identify this GPU (fallen off the bus, or an error in
      * its handle, UUID, minor or MIG listing): it is kept so that it can be
      * advertised Unhealthy, with no MIG devices and only the facts read
@@ -69,8 +69,8 @@ struct gpu_device {
  * active NVLink between the pair. 0 = unknown (an NVML error on either). */
 struct gpu_inventory {
     size_t count;
-    struct gpu_device *gpus;        /* owned, count entries, ordered by index */
-    int *link_score;                /* owned, count*count, [a*count+b] */
+    struct gpu_device *gpus; /* owned, count entries, ordered by index */
+    int *link_score;         /* owned, count*count, [a*count+b] */
     char driver_version[80];
 };
 
@@ -81,14 +81,14 @@ struct gpu_inventory {
  * one GPU off the bus must not take the node's other GPUs down with it.
  * Only the device count and out-of-memory fail the load.
  * Returns 0 or -1 (+ err). */
-GP_MUST_USE int gpu_inventory_load(struct nvml *nvml, struct gpu_inventory *inv, char *err, size_t errlen);
+GP_MUST_USE int gpu_inventory_load(struct nvml *nvml, struct gpu_inventory *inv, char *err,
+                                   size_t errlen);
 
 /* go-nvlib's MIG profile name: "<g>g.<gb>gb", or "<c>c.<g>g.<gb>gb" when
  * the compute instance uses fewer slices than its GPU instance. gb is the
  * instance's memory as a fraction of the parent's, rounded up to eighths,
  * times the parent's memory in whole GiB (rounded up), rounded. */
-void gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices,
-                          unsigned long long mig_memory_mb,
+void gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, unsigned long long mig_memory_mb,
                           unsigned long long parent_memory_bytes, char *out, size_t outlen);
 /* go-nvlib's attribute suffix of a GPU instance profile id: "+me" (with
  * media extensions: the REV1 profiles), "+me.all", "+gfx", "-me" (NO_ME),

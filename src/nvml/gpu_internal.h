@@ -15,9 +15,7 @@ struct gpu_host_paths {
 };
 
 /* gpu_inventory_load() with those files; same result and errors. */
-GP_MUST_USE int gpu_inventory_load_with_paths(struct nvml *nvml,
-                                              const struct gpu_host_paths *paths,
-                                              struct gpu_inventory *inv, char *err,
-                                              size_t errlen);
+GP_MUST_USE int gpu_inventory_load_with_paths(struct nvml *nvml, const struct gpu_host_paths *paths,
+                                              struct gpu_inventory *inv, char *err, size_t errlen);
 
 #endif

@@ -14,12 +14,8 @@
 /* Where a driver root keeps its libraries, in the order NVIDIA's plugin
  * looks (Debian/Ubuntu multiarch and RHEL layouts). */
 static const char *const driver_library_dirs[] = {
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
+    "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+    "/lib64",     "/lib/x86_64-linux-gnu",     "/lib/aarch64-linux-gnu",
 };
 
 /* ---- error text --------------------------------------------------------- */
@@ -27,7 +23,7 @@ static const char *const driver_library_dirs[] = {
 struct nvml_error_text {
     nvmlReturn_t rc;
     const char *name;
-    const char *text;  /* "<description> (<name>)" */
+    const char *text; /* "<description> (<name>)" */
 };
 
 static const struct nvml_error_text error_texts[] = {
@@ -120,8 +116,7 @@ static bool driver_root_is_set(const char *driver_root)
 /* Tries <root><dir>/libnvidia-ml.so.1 for every library dir (dl_open skips
  * the absent ones, so dlerror() is about one that exists but fails), then
  * the bare soname. -1 with what was tried and the last dlerror() in err. */
-static int load_library(const char *driver_root, struct dl_library *lib, char *err,
-                        size_t errlen)
+static int load_library(const char *driver_root, struct dl_library *lib, char *err, size_t errlen)
 {
     enum { DIRS = sizeof driver_library_dirs / sizeof driver_library_dirs[0] };
     char paths[DIRS][4096];
@@ -145,7 +140,8 @@ static int load_library(const char *driver_root, struct dl_library *lib, char *e
      * and a driver root without the library names the dirs searched. */
     char tried[2048 + 256];
     size_t soname_at = strlen(lib->tried) >= strlen(NVML_LIBRARY_SONAME)
-                           ? strlen(lib->tried) - strlen(NVML_LIBRARY_SONAME) : 0;
+                           ? strlen(lib->tried) - strlen(NVML_LIBRARY_SONAME)
+                           : 0;
     snprintf(tried, sizeof tried, "%.*s", (int)soname_at, lib->tried);
     if (driver_root_is_set(driver_root) && tried[0] == '\0')
         snprintf(tried, sizeof tried, "%s/{usr/lib64,usr/lib/*-linux-gnu,lib64,lib/*-linux-gnu}; ",
@@ -159,12 +155,12 @@ static int load_library(const char *driver_root, struct dl_library *lib, char *e
 
 static int bind_symbols(struct nvml *nvml, struct dl_library *lib, char *err, size_t errlen)
 {
-#define NVML_NAMES(required, ret, name, params, ...)                                       \
+#define NVML_NAMES(required, ret, name, params, ...) \
     static const char *const name##_names[] = {__VA_ARGS__, NULL};
     NVML_FUNCTIONS(NVML_NAMES)
 #undef NVML_NAMES
     const struct dl_symbol table[] = {
-#define NVML_SYMBOL(required, ret, name, params, ...)                                      \
+#define NVML_SYMBOL(required, ret, name, params, ...) \
     {name##_names, &nvml->name, &nvml->symbols.name, required},
         NVML_FUNCTIONS(NVML_SYMBOL)
 #undef NVML_SYMBOL

@@ -25,6 +25,7 @@
 #define NVML_OPTIONAL 0
 
 /* X(required, return type, field name, (parameters), "symbol", "older symbol"...) */
+/* clang-format off */
 #define NVML_FUNCTIONS(X)                                                                          \
     X(NVML_REQUIRED, nvmlReturn_t, Init, (void), "nvmlInit_v2", "nvmlInit")                        \
     X(NVML_OPTIONAL, nvmlReturn_t, InitWithFlags, (unsigned int flags), "nvmlInitWithFlags")       \
@@ -124,6 +125,7 @@
       (nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms),                         \
       "nvmlEventSetWait_v2", "nvmlEventSetWait")                                                   \
     X(NVML_REQUIRED, nvmlReturn_t, EventSetFree, (nvmlEventSet_t set), "nvmlEventSetFree")
+/* clang-format on */
 
 /* Which exported symbol each field was bound to (NULL when absent), for
  * logs and tests: symbols.Init is "nvmlInit_v2" or "nvmlInit". */
@@ -134,8 +136,8 @@ struct nvml_symbols {
 };
 
 struct nvml {
-    void *library;                  /* dlopen handle */
-    char library_path[4096];        /* what was passed to dlopen */
+    void *library;           /* dlopen handle */
+    char library_path[4096]; /* what was passed to dlopen */
     struct nvml_symbols symbols;
 #define NVML_POINTER_FIELD(required, ret, name, params, ...) ret(*name) params;
     NVML_FUNCTIONS(NVML_POINTER_FIELD)

@@ -133,7 +133,7 @@ typedef enum nvmlGpuP2PStatus_enum {
 #define nvmlEventTypeFatalPoisonError 0x0000000000002000ULL
 #define nvmlEventTypeGpuUnavailableError 0x0000000000004000ULL
 #define nvmlEventTypeGpuRecoveryAction 0x0000000000008000ULL
-#define nvmlEventTypeAll                                                                 \
+#define nvmlEventTypeAll                                                                   \
     (nvmlEventTypeNone | nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | \
      nvmlEventTypePState | nvmlEventTypeXidCriticalError | nvmlEventTypeClock |            \
      nvmlEventTypePowerSourceChange | nvmlEventTypeSingleBitEccErrorStorm |                \
@@ -142,14 +142,15 @@ typedef enum nvmlGpuP2PStatus_enum {
      nvmlEventTypeGpuUnavailableError | nvmlEventTypeGpuRecoveryAction)
 
 /* ---- structs (layouts must match the driver byte for byte) ----------------- */
-#define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
+#define NVML_STRUCT_VERSION(data, ver) \
+    (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
 
 typedef struct nvmlPciInfo_st {
     char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
     unsigned int domain;
     unsigned int bus;
     unsigned int device;
-    unsigned int pciDeviceId;    /* device id << 16 | vendor id */
+    unsigned int pciDeviceId; /* device id << 16 | vendor id */
     unsigned int pciSubSystemId;
     char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
 } nvmlPciInfo_t;
@@ -183,8 +184,8 @@ typedef struct nvmlMemory_v2_st {
 typedef struct nvmlEventData_st {
     nvmlDevice_t device;
     unsigned long long eventType;
-    unsigned long long eventData;  /* the XID for XID events; 999 = unknown XID */
-    unsigned int gpuInstanceId;    /* 0xFFFFFFFF when not attributable */
+    unsigned long long eventData; /* the XID for XID events; 999 = unknown XID */
+    unsigned int gpuInstanceId;   /* 0xFFFFFFFF when not attributable */
     unsigned int computeInstanceId;
 } nvmlEventData_t;
 
@@ -227,9 +228,9 @@ typedef struct nvmlGpuInstancePlacement_st {
 } nvmlGpuInstancePlacement_t;
 
 typedef struct nvmlGpuInstanceInfo_st {
-    nvmlDevice_t device;           /* the parent GPU */
+    nvmlDevice_t device; /* the parent GPU */
     unsigned int id;
-    unsigned int profileId;        /* NVML_GPU_INSTANCE_PROFILE_* */
+    unsigned int profileId; /* NVML_GPU_INSTANCE_PROFILE_* */
     nvmlGpuInstancePlacement_t placement;
 } nvmlGpuInstanceInfo_t;
 

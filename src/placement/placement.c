@@ -235,8 +235,8 @@ static double fullness_after(const struct placement_node *node, const struct pla
 /* A node's state as the fragmentation measure needs it. */
 struct frag_state {
     uint32_t gpus;
-    uint64_t free[PLACEMENT_MAX_GPUS];   /* 0 for unhealthy GPUs */
-    uint64_t total[PLACEMENT_MAX_GPUS];  /* 0 for unhealthy GPUs */
+    uint64_t free[PLACEMENT_MAX_GPUS];  /* 0 for unhealthy GPUs */
+    uint64_t total[PLACEMENT_MAX_GPUS]; /* 0 for unhealthy GPUs */
     uint64_t free_sum;
     uint64_t cpu_left, memory_left;
     int32_t model;
@@ -272,7 +272,7 @@ struct class_view {
  * resources), so its view is never computed. */
 struct frag_eval {
     struct frag_state before;
-    uint64_t host_ok_after;  /* bit i: class i passes model, CPU and memory once
+    uint64_t host_ok_after; /* bit i: class i passes model, CPU and memory once
                               * the pod's CPU and memory are taken */
     struct class_view view[PLACEMENT_MAX_CLASSES];
 };
@@ -295,9 +295,9 @@ static bool class_host_ok(const struct placement_class *c, int32_t model, uint64
  * with at least `units` free are a prefix of the order. */
 struct free_order {
     uint32_t count;
-    uint64_t free[PLACEMENT_MAX_GPUS];     /* decreasing */
+    uint64_t free[PLACEMENT_MAX_GPUS];       /* decreasing */
     uint64_t prefix[PLACEMENT_MAX_GPUS + 1]; /* prefix[k]: sum of the first k */
-    struct class_view whole;               /* the view of any whole-GPU class */
+    struct class_view whole;                 /* the view of any whole-GPU class */
 };
 
 static void free_order_of(const struct frag_state *st, struct free_order *fo)
@@ -555,7 +555,8 @@ void placement_scores_to_priorities(const double *scores, size_t n, int max_prio
 /* ---- commit / release --------------------------------------------------- */
 
 /* Checks that choice names req->gpu_count distinct in-range GPUs. */
-static int check_choice_shape(const struct placement_node *node, const struct placement_request *req,
+static int check_choice_shape(const struct placement_node *node,
+                              const struct placement_request *req,
                               const struct placement_choice *choice, char *err, size_t errlen)
 {
     if (choice->count != req->gpu_count || choice->count > PLACEMENT_MAX_GPUS) {
@@ -667,8 +668,10 @@ void placement_stats_observe(struct placement_ctx *ctx, const struct placement_r
             hit = &ctx->classes[i];
     if (!hit && ctx->class_count < PLACEMENT_MAX_CLASSES) {
         hit = &ctx->classes[ctx->class_count++];
-        *hit = (struct placement_class){.gpu_count = req->gpu_count, .whole = req->whole,
-                                        .units = units, .models = req->models};
+        *hit = (struct placement_class){.gpu_count = req->gpu_count,
+                                        .whole = req->whole,
+                                        .units = units,
+                                        .models = req->models};
     }
     if (!hit) {
         /* Table full: the closest class of the same kind stands in for it. */

@@ -43,15 +43,15 @@
 
 #include "compiler.h"
 
-#define PLACEMENT_MAX_GPUS 16       /* per node */
-#define PLACEMENT_MAX_MODELS 64     /* distinct GPU model names per ctx (bitmask width) */
-#define PLACEMENT_MODEL_LEN 64      /* including the NUL */
-#define PLACEMENT_MAX_CLASSES 64    /* distinct pod shapes the online model tracks */
-#define PLACEMENT_MODEL_NONE (-1)   /* node model unknown: matches only unconstrained requests */
+#define PLACEMENT_MAX_GPUS 16        /* per node */
+#define PLACEMENT_MAX_MODELS 64      /* distinct GPU model names per ctx (bitmask width) */
+#define PLACEMENT_MODEL_LEN 64       /* including the NUL */
+#define PLACEMENT_MAX_CLASSES 64     /* distinct pod shapes the online model tracks */
+#define PLACEMENT_MODEL_NONE (-1)    /* node model unknown: matches only unconstrained requests */
 #define PLACEMENT_NO_FIT (-INFINITY) /* placement_score() of an infeasible node */
 
 enum placement_policy {
-    PLACEMENT_GPUPOOL = 0,          /* the default */
+    PLACEMENT_GPUPOOL = 0, /* the default */
     PLACEMENT_BINPACK,
     PLACEMENT_SPREAD,
 };
@@ -59,27 +59,27 @@ enum placement_policy {
 /* One node. The caller fills and owns it; commit/release change only
  * cpu_requested, memory_requested and gpu_used. */
 struct placement_node {
-    const char *name;                        /* caller-owned, may be NULL; never read */
-    uint64_t cpu_allocatable;                /* milli-CPU */
-    uint64_t cpu_requested;                  /* sum over pods already on the node */
+    const char *name;         /* caller-owned, may be NULL; never read */
+    uint64_t cpu_allocatable; /* milli-CPU */
+    uint64_t cpu_requested;   /* sum over pods already on the node */
     uint64_t memory_allocatable;
     uint64_t memory_requested;
-    uint32_t gpu_count;                      /* <= PLACEMENT_MAX_GPUS */
-    int32_t model;                           /* placement_model_id(), or PLACEMENT_MODEL_NONE */
-    uint32_t unhealthy;                      /* bit i: GPU i takes no new pods */
-    uint64_t gpu_total[PLACEMENT_MAX_GPUS];  /* units */
-    uint64_t gpu_used[PLACEMENT_MAX_GPUS];   /* units; used <= total is kept by commit */
+    uint32_t gpu_count;                     /* <= PLACEMENT_MAX_GPUS */
+    int32_t model;                          /* placement_model_id(), or PLACEMENT_MODEL_NONE */
+    uint32_t unhealthy;                     /* bit i: GPU i takes no new pods */
+    uint64_t gpu_total[PLACEMENT_MAX_GPUS]; /* units */
+    uint64_t gpu_used[PLACEMENT_MAX_GPUS];  /* units; used <= total is kept by commit */
 };
 
 struct placement_request {
-    uint64_t cpu;            /* milli-CPU */
+    uint64_t cpu; /* milli-CPU */
     uint64_t memory;
-    uint32_t gpu_count;      /* 0: no GPU; N: N distinct GPUs (<= PLACEMENT_MAX_GPUS to fit) */
-    bool whole;              /* each GPU untouched and taken entirely */
-    uint64_t units;          /* per GPU when !whole; 0 with gpu_count > 0 never fits.
+    uint32_t gpu_count; /* 0: no GPU; N: N distinct GPUs (<= PLACEMENT_MAX_GPUS to fit) */
+    bool whole;         /* each GPU untouched and taken entirely */
+    uint64_t units;     /* per GPU when !whole; 0 with gpu_count > 0 never fits.
                               * whole: optional size of one GPU, read only by the
                               * workload model (CPU per unit); 0 = unknown */
-    uint64_t models;         /* bit m: model id m allowed; 0: any model */
+    uint64_t models;    /* bit m: model id m allowed; 0: any model */
 };
 
 /* The GPUs a placement takes. units[i] is what gpu[i] gives (a whole GPU
@@ -96,11 +96,11 @@ struct placement_class {
     bool whole;
     uint64_t units;
     uint64_t models;
-    double weight;           /* pods observed with this shape */
-    double cpu_sum;          /* their CPU and memory, summed (for inspection) */
+    double weight;  /* pods observed with this shape */
+    double cpu_sum; /* their CPU and memory, summed (for inspection) */
     double memory_sum;
-    uint64_t cpu_min;        /* the least CPU and the least memory one of */
-    uint64_t memory_min;     /* these pods asked: what a node needs to host one */
+    uint64_t cpu_min;    /* the least CPU and the least memory one of */
+    uint64_t memory_min; /* these pods asked: what a node needs to host one */
 };
 
 /* Model-name table and online workload model. Zero it with
@@ -110,7 +110,7 @@ struct placement_ctx {
     uint32_t model_count;
     struct placement_class classes[PLACEMENT_MAX_CLASSES];
     uint32_t class_count;
-    double observed;         /* total weight of all classes */
+    double observed; /* total weight of all classes */
     /* GPU pods with known units: their CPU, memory and units, summed. The
      * ratios say how much CPU and memory a unit of GPU brings along. */
     double gpu_pod_cpu;
@@ -122,8 +122,7 @@ void placement_ctx_init(struct placement_ctx *ctx);
 
 /* Interns a GPU model name; returns its id (0..PLACEMENT_MAX_MODELS-1), or
  * -1 when the name is empty, too long or the table is full. */
-int placement_model_id(struct placement_ctx *ctx, const char *name)
-    GP_MUST_USE;
+int placement_model_id(struct placement_ctx *ctx, const char *name) GP_MUST_USE;
 /* The name of an id, or NULL. */
 const char *placement_model_name(const struct placement_ctx *ctx, int id);
 /* Adds `name` to req->models (interning it). Returns 0, or -1 as above. */
@@ -132,8 +131,7 @@ int placement_request_allow_model(struct placement_ctx *ctx, struct placement_re
 
 /* Policy names: "gpupool" (also "default"), "binpack", "spread".
  * Returns 0 and sets *out, or -1 for an unknown name. */
-int placement_policy_parse(const char *name, enum placement_policy *out)
-    GP_MUST_USE;
+int placement_policy_parse(const char *name, enum placement_policy *out) GP_MUST_USE;
 const char *placement_policy_name(enum placement_policy policy);
 
 /* Free units of GPU i (0 if unhealthy or out of range). */
@@ -172,14 +170,12 @@ void placement_scores_to_priorities(const double *scores, size_t n, int max_prio
  * (req->units, or each GPU's total for a whole request): only choice->count
  * and choice->gpu are read. */
 int placement_commit(struct placement_node *node, const struct placement_request *req,
-                     struct placement_choice *choice, char *err, size_t errlen)
-    GP_MUST_USE;
+                     struct placement_choice *choice, char *err, size_t errlen) GP_MUST_USE;
 
 /* Undoes a commit(): subtracts req's CPU/memory and choice's units. If any
  * counter would go below zero, changes nothing and returns -1 with err. */
 int placement_release(struct placement_node *node, const struct placement_request *req,
-                      const struct placement_choice *choice, char *err, size_t errlen)
-    GP_MUST_USE;
+                      const struct placement_choice *choice, char *err, size_t errlen) GP_MUST_USE;
 
 /* Teaches the online workload model one pod (the sim calls it for every pod
  * before placing it; the extender for every pod it filters). Pods with the

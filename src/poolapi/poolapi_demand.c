@@ -89,8 +89,7 @@ int poolapi_container_request(const json_t *c, const char *where, const char *re
 }
 
 /* spec.key when it is an array; NULL when absent or null; -1 when mistyped. */
-static int array_member(const json_t *spec, const char *key, json_t **out, char *err,
-                        size_t errlen)
+static int array_member(const json_t *spec, const char *key, json_t **out, char *err, size_t errlen)
 {
     json_t *v = json_object_get(spec, key);
     *out = NULL;
@@ -116,13 +115,15 @@ int poolapi_pod_demand(const json_t *spec, const char *resource, uint64_t scale,
     if (array_member(spec, "containers", &containers, err, errlen) < 0 ||
         array_member(spec, "initContainers", &inits, err, errlen) < 0)
         return -1;
-    json_array_foreach(containers, i, c) {
+    json_array_foreach(containers, i, c)
+    {
         snprintf(where, sizeof(where), "spec.containers[%zu]", i);
         if (poolapi_container_request(c, where, resource, scale, &one, err, errlen) < 0)
             return -1;
         poolapi_demand_add_app(&d, one);
     }
-    json_array_foreach(inits, i, c) {
+    json_array_foreach(inits, i, c)
+    {
         snprintf(where, sizeof(where), "spec.initContainers[%zu]", i);
         if (poolapi_container_request(c, where, resource, scale, &one, err, errlen) < 0)
             return -1;

@@ -23,9 +23,9 @@
 
 /* The walk's state; zero-initialise ({0}) before the first container. */
 struct poolapi_demand {
-    uint64_t app;       /* sum over app containers */
-    uint64_t sidecars;  /* sum over the sidecars seen so far */
-    uint64_t init_max;  /* largest init-phase total seen so far */
+    uint64_t app;      /* sum over app containers */
+    uint64_t sidecars; /* sum over the sidecars seen so far */
+    uint64_t init_max; /* largest init-phase total seen so far */
 };
 
 /* Counts an app container (any order relative to the init containers). */

@@ -24,8 +24,8 @@ static int member(const json_t *obj, const char *key, json_type type, const char
     if (!v || json_is_null(v))
         return 0;
     if (json_typeof(v) != type) {
-        static const char *const names[] = {"an object", "an array", "a string", "an integer",
-                                            "a number", "a boolean", "a boolean", "null"};
+        static const char *const names[] = {"an object", "an array",  "a string",  "an integer",
+                                            "a number",  "a boolean", "a boolean", "null"};
         snprintf(err, errlen, "%s.%s must be %s", where, key, names[type]);
         return -1;
     }
@@ -42,7 +42,8 @@ static const char *string_member(const json_t *obj, const char *key)
 /* ---- pods ---------------------------------------------------------------- */
 
 enum pod_resource { R_CPU, R_MEMORY, R_GPU_MEM, R_GPU_COUNT, R_COUNT };
-static const char *const resource_names[R_COUNT] = {"cpu", "memory", POOL_RES_GPU_MEM, POOL_RES_GPU_COUNT};
+static const char *const resource_names[R_COUNT] = {"cpu", "memory", POOL_RES_GPU_MEM,
+                                                    POOL_RES_GPU_COUNT};
 static const uint64_t resource_scales[R_COUNT] = {1000, 1, 1, 1};
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
@@ -67,7 +68,8 @@ static int pod_requests(const json_t *spec, uint64_t total[R_COUNT], char *err, 
     json_t *c;
     char where[64];
     uint64_t gpu_count = 0;
-    json_array_foreach(containers, i, c) {
+    json_array_foreach(containers, i, c)
+    {
         snprintf(where, sizeof(where), "spec.containers[%zu]", i);
         for (int r = 0; r < R_COUNT; r++) {
             if (poolapi_container_request(c, where, resource_names[r], resource_scales[r], &one,
@@ -79,7 +81,8 @@ static int pod_requests(const json_t *spec, uint64_t total[R_COUNT], char *err, 
                 poolapi_demand_add_app(&demand[r], one);
         }
     }
-    json_array_foreach(inits, i, c) {
+    json_array_foreach(inits, i, c)
+    {
         snprintf(where, sizeof(where), "spec.initContainers[%zu]", i);
         bool sidecar = poolapi_container_is_sidecar(c);
         for (int r = 0; r < R_COUNT; r++) {
@@ -100,7 +103,8 @@ static int pod_requests(const json_t *spec, uint64_t total[R_COUNT], char *err, 
         total[r] = poolapi_demand_total(&demand[r]);
         json_t *v = overhead ? json_object_get(overhead, resource_names[r]) : NULL;
         uint64_t extra = 0;
-        if (v && poolapi_quantity_json(v, "spec.overhead", resource_scales[r], &extra, err, errlen) < 0)
+        if (v &&
+            poolapi_quantity_json(v, "spec.overhead", resource_scales[r], &extra, err, errlen) < 0)
             return -1;
         total[r] = add_sat(total[r], extra);
     }
@@ -188,8 +192,8 @@ int poolapi_pod_facts(const json_t *pod, struct pod_facts *out, char *err, size_
     uint64_t n;
     if (count) {
         if (parse_u64(count, &n) < 0 || n > UINT32_MAX) {
-            snprintf(err, errlen, "annotation %s: \"%.40s\" is not a GPU count", POOL_ANN_POD_GPU_COUNT,
-                     count);
+            snprintf(err, errlen, "annotation %s: \"%.40s\" is not a GPU count",
+                     POOL_ANN_POD_GPU_COUNT, count);
             return -1;
         }
         out->gpu_count = (uint32_t)n;
@@ -244,8 +248,9 @@ int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err, si
     if (member(node, "metadata", JSON_OBJECT, "node", &meta, err, errlen) < 0 ||
         member(node, "status", JSON_OBJECT, "node", &status, err, errlen) < 0)
         return -1;
-    if (meta && (member(meta, "annotations", JSON_OBJECT, "metadata", &annotations, err, errlen) < 0 ||
-                 member(meta, "labels", JSON_OBJECT, "metadata", &labels, err, errlen) < 0))
+    if (meta &&
+        (member(meta, "annotations", JSON_OBJECT, "metadata", &annotations, err, errlen) < 0 ||
+         member(meta, "labels", JSON_OBJECT, "metadata", &labels, err, errlen) < 0))
         return -1;
     out->name = string_member(meta, "name");
     alloc = cap = NULL;
@@ -259,7 +264,8 @@ int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err, si
         ((v = json_object_get(alloc, "memory")) &&
          poolapi_quantity_json(v, "allocatable memory", 1, &out->memory_bytes, err, errlen) < 0) ||
         ((v = json_object_get(cap, POOL_RES_GPU_MEM)) &&
-         poolapi_quantity_json(v, "capacity " POOL_RES_GPU_MEM, 1, &out->gpu_memory_total, err, errlen) < 0) ||
+         poolapi_quantity_json(v, "capacity " POOL_RES_GPU_MEM, 1, &out->gpu_memory_total, err,
+                               errlen) < 0) ||
         ((v = json_object_get(cap, POOL_RES_GPU_COUNT)) &&
          poolapi_quantity_json(v, "capacity " POOL_RES_GPU_COUNT, 1, &count, err, errlen) < 0))
         return -1;
@@ -277,7 +283,8 @@ int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err, si
             out->gpu_memory[g] = out->gpu_memory_total / count;
     }
     if (!out->model[0]) {
-        const char *product = json_string_value(json_object_get(labels, POOL_LABEL_NODE_GPU_PRODUCT));
+        const char *product =
+            json_string_value(json_object_get(labels, POOL_LABEL_NODE_GPU_PRODUCT));
         if (product)
             snprintf(out->model, sizeof(out->model), "%s", product);
     }

@@ -22,10 +22,10 @@
 
 /* Where gpushare's annotations put a pod: GPU indices and memory. */
 struct pod_assignment {
-    bool present;            /* IDX and POD both present and valid */
-    uint32_t gpu_mask;       /* bit i: GPU i (IDX "1" or, multi-GPU, "0,1") */
-    uint32_t gpu_count;      /* bits set in gpu_mask */
-    uint64_t pod_memory;     /* ALIYUN_COM_GPU_MEM_POD: the pod's total */
+    bool present;        /* IDX and POD both present and valid */
+    uint32_t gpu_mask;   /* bit i: GPU i (IDX "1" or, multi-GPU, "0,1") */
+    uint32_t gpu_count;  /* bits set in gpu_mask */
+    uint64_t pod_memory; /* ALIYUN_COM_GPU_MEM_POD: the pod's total */
 };
 
 /* Everything the pool needs from a pod. */
@@ -36,9 +36,9 @@ struct pod_facts {
     bool deleting;               /* deletionTimestamp set: still holds resources */
     uint64_t cpu_milli;          /* effective request (poolapi_demand.h) + overhead */
     uint64_t memory_bytes;
-    uint64_t gpu_memory;         /* aliyun.com/gpu-mem, same rule */
-    uint32_t gpu_count;          /* GPUs to split gpu_memory over; 1 when unset */
-    const char *gpu_model;       /* borrowed "V100|A100" constraint, NULL when none */
+    uint64_t gpu_memory;   /* aliyun.com/gpu-mem, same rule */
+    uint32_t gpu_count;    /* GPUs to split gpu_memory over; 1 when unset */
+    const char *gpu_model; /* borrowed "V100|A100" constraint, NULL when none */
     struct pod_assignment assigned;
 };
 
@@ -46,28 +46,28 @@ struct pod_facts {
  * fields (a string where an object belongs), or an unparsable quantity;
  * a missing field is simply zero. Annotations that do not parse leave
  * `assigned.present` false. */
-int poolapi_pod_facts(const json_t *pod, struct pod_facts *out, char *err, size_t errlen)
-    GP_MUST_USE;
+int poolapi_pod_facts(const json_t *pod, struct pod_facts *out, char *err,
+                      size_t errlen) GP_MUST_USE;
 
 /* Everything the pool needs from a node. */
 struct node_facts {
-    const char *name;            /* borrowed */
-    uint64_t cpu_milli;          /* status.allocatable */
+    const char *name;   /* borrowed */
+    uint64_t cpu_milli; /* status.allocatable */
     uint64_t memory_bytes;
-    uint64_t gpu_memory_total;   /* capacity aliyun.com/gpu-mem; 0: not a GPU-sharing node */
-    uint32_t gpu_count;          /* GPUs described (<= POOL_MAX_GPUS) */
+    uint64_t gpu_memory_total; /* capacity aliyun.com/gpu-mem; 0: not a GPU-sharing node */
+    uint32_t gpu_count;        /* GPUs described (<= POOL_MAX_GPUS) */
     uint64_t gpu_memory[POOL_MAX_GPUS];
-    uint32_t unhealthy;          /* bit i: the gpupool.io/gpus annotation says unhealthy */
-    char model[POOL_MODEL_LEN];  /* "" when unknown */
-    bool from_annotation;        /* per-GPU values came from gpupool.io/gpus */
-    char warning[160];           /* non-empty: something was ignored (bad annotation, >16 GPUs) */
+    uint32_t unhealthy;         /* bit i: the gpupool.io/gpus annotation says unhealthy */
+    char model[POOL_MODEL_LEN]; /* "" when unknown */
+    bool from_annotation;       /* per-GPU values came from gpupool.io/gpus */
+    char warning[160];          /* non-empty: something was ignored (bad annotation, >16 GPUs) */
 };
 
 /* Reads a node: allocatable CPU and memory, capacity aliyun.com/gpu-mem and
  * aliyun.com/gpu-count (per GPU = total / count, as gpushare), replaced by
  * the gpupool.io/gpus annotation when that is present and valid. -1 only
  * for a node that is not an object or has mistyped fields / quantities. */
-int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err, size_t errlen)
-    GP_MUST_USE;
+int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err,
+                       size_t errlen) GP_MUST_USE;
 
 #endif

@@ -21,8 +21,8 @@ static const char *entry_defect(const json_t *gpu, size_t n, const unsigned char
     return NULL;
 }
 
-int poolapi_gpus_parse(const char *text, size_t max_gpus, struct poolapi_gpu **gpus,
-                       size_t *count, char *err, size_t errlen)
+int poolapi_gpus_parse(const char *text, size_t max_gpus, struct poolapi_gpu **gpus, size_t *count,
+                       char *err, size_t errlen)
 {
     *gpus = NULL;
     *count = 0;
@@ -38,7 +38,8 @@ int poolapi_gpus_parse(const char *text, size_t max_gpus, struct poolapi_gpu **g
     else if (!(seen = calloc(n, 1)) || !(out = calloc(n, sizeof *out)))
         why = "out of memory";
     json_t *gpu;
-    json_array_foreach(arr, i, gpu) {
+    json_array_foreach(arr, i, gpu)
+    {
         if (why || (why = entry_defect(gpu, n, seen)) != NULL)
             break;
         size_t x = (size_t)json_integer_value(json_object_get(gpu, "index"));
@@ -71,9 +72,10 @@ char *poolapi_gpus_format(const struct poolapi_gpu *gpus, size_t n)
     if (arr == NULL)
         return NULL;
     for (size_t g = 0; g < n; g++)
-        json_array_append_new(arr, json_pack("{s:I,s:I,s:s,s:b}", "index", (json_int_t)gpus[g].index,
-                                             "memory", (json_int_t)gpus[g].memory,
-                                             "model", gpus[g].model, "healthy", gpus[g].healthy));
+        json_array_append_new(arr,
+                              json_pack("{s:I,s:I,s:s,s:b}", "index", (json_int_t)gpus[g].index,
+                                        "memory", (json_int_t)gpus[g].memory, "model",
+                                        gpus[g].model, "healthy", gpus[g].healthy));
     /* An entry json_pack could not build is missing: report out of memory. */
     char *text = json_array_size(arr) == n ? json_dumps(arr, JSON_COMPACT) : NULL;
     json_decref(arr);

@@ -24,10 +24,10 @@
 #define POOL_GPUS_MODEL_LEN 96
 
 struct poolapi_gpu {
-    unsigned index;            /* reader: the position; writer: what is written */
-    uint64_t memory;           /* units of aliyun.com/gpu-mem */
+    unsigned index;  /* reader: the position; writer: what is written */
+    uint64_t memory; /* units of aliyun.com/gpu-mem */
     bool healthy;
-    bool has_model;            /* reader: "model" was a string */
+    bool has_model;                  /* reader: "model" was a string */
     char model[POOL_GPUS_MODEL_LEN]; /* truncated to fit */
 };
 
@@ -35,8 +35,8 @@ struct poolapi_gpu {
  * order (the caller frees *gpus). -1 with the reason in err (and *gpus
  * NULL) when malformed, when it lists more than max_gpus GPUs, or when out
  * of memory. */
-int poolapi_gpus_parse(const char *text, size_t max_gpus, struct poolapi_gpu **gpus,
-                       size_t *count, char *err, size_t errlen) GP_MUST_USE;
+int poolapi_gpus_parse(const char *text, size_t max_gpus, struct poolapi_gpu **gpus, size_t *count,
+                       char *err, size_t errlen) GP_MUST_USE;
 
 /* The annotation's value for n GPUs (compact JSON, keys in the order
  * above), malloc'd: the caller frees it. NULL when out of memory. */

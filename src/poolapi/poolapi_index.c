@@ -8,8 +8,7 @@
 #define EXPAND(x) STRINGIFY(x)
 #define INDEX_LIMIT EXPAND(POOL_MAX_GPUS)
 
-int poolapi_index_parse(const char *text, struct poolapi_index_list *out, char *err,
-                        size_t errlen)
+int poolapi_index_parse(const char *text, struct poolapi_index_list *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     const char *p = text;

@@ -15,9 +15,9 @@
 #include "poolapi_names.h"
 
 struct poolapi_index_list {
-    uint32_t mask;               /* bit i: GPU i */
-    unsigned count;              /* entries in gpu[] (bits set in mask) */
-    uint8_t gpu[POOL_MAX_GPUS];  /* the indices in the order written */
+    uint32_t mask;              /* bit i: GPU i */
+    unsigned count;             /* entries in gpu[] (bits set in mask) */
+    uint8_t gpu[POOL_MAX_GPUS]; /* the indices in the order written */
 };
 
 /* Parses text into *out. -1 with a reason (naming POOL_ANN_GPU_MEM_IDX and

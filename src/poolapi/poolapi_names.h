@@ -12,28 +12,31 @@
 #include <stdint.h>
 
 /* ---- extended resources ---- */
-#define POOL_RES_GPU_MEM "aliyun.com/gpu-mem"     /* GPU memory in the node's unit (poolapi_unit.h) */
-#define POOL_RES_GPU_COUNT "aliyun.com/gpu-count" /* node: its GPUs; pod: GPUs to split gpu-mem over */
-#define POOL_RES_NVIDIA_GPU "nvidia.com/gpu"      /* whole GPUs (the NVIDIA-compatible mode) */
-#define POOL_RES_NVIDIA_PREFIX "nvidia.com/"      /* every whole-GPU / MIG / replica resource */
+#define POOL_RES_GPU_MEM "aliyun.com/gpu-mem" /* GPU memory in the node's unit (poolapi_unit.h) */
+#define POOL_RES_GPU_COUNT \
+    "aliyun.com/gpu-count"                   /* node: its GPUs; pod: GPUs to split gpu-mem over */
+#define POOL_RES_NVIDIA_GPU "nvidia.com/gpu" /* whole GPUs (the NVIDIA-compatible mode) */
+#define POOL_RES_NVIDIA_PREFIX "nvidia.com/" /* every whole-GPU / MIG / replica resource */
 
 /* ---- gpushare's pod annotations: written by the extender at bind
  * (ASSIGNED "false"), ASSIGNED set "true" by the device plugin ---- */
-#define POOL_ANN_GPU_MEM_IDX "ALIYUN_COM_GPU_MEM_IDX"   /* GPU index list "1" or "0,1" */
-#define POOL_ANN_GPU_MEM_POD "ALIYUN_COM_GPU_MEM_POD"   /* the pod's gpu-mem, decimal */
-#define POOL_ANN_GPU_MEM_DEV "ALIYUN_COM_GPU_MEM_DEV"   /* memory of one assigned GPU */
-#define POOL_ANN_GPU_MEM_ASSIGNED "ALIYUN_COM_GPU_MEM_ASSIGNED"       /* "true"/"false" */
+#define POOL_ANN_GPU_MEM_IDX "ALIYUN_COM_GPU_MEM_IDX"           /* GPU index list "1" or "0,1" */
+#define POOL_ANN_GPU_MEM_POD "ALIYUN_COM_GPU_MEM_POD"           /* the pod's gpu-mem, decimal */
+#define POOL_ANN_GPU_MEM_DEV "ALIYUN_COM_GPU_MEM_DEV"           /* memory of one assigned GPU */
+#define POOL_ANN_GPU_MEM_ASSIGNED "ALIYUN_COM_GPU_MEM_ASSIGNED" /* "true"/"false" */
 #define POOL_ANN_GPU_MEM_ASSUME_TIME "ALIYUN_COM_GPU_MEM_ASSUME_TIME" /* ns since the epoch */
 /* gpushare 2.0's {"<container>": {"<gpu>": amount}}; read by the CLI only. */
 #define POOL_ANN_GPUSHARE_ALLOCATION "scheduler.framework.gpushare.allocation"
 
 /* ---- ours ---- */
-#define POOL_ANN_NODE_GPUS "gpupool.io/gpus"           /* node: poolapi_gpus.h */
-#define POOL_ANN_POD_GPU_MODEL "gpupool.io/gpu-model"  /* pod annotation or label: "V100|A100" */
-#define POOL_ANN_POD_GPU_COUNT "gpupool.io/gpu-count"  /* pod annotation: GPUs to split over */
+#define POOL_ANN_NODE_GPUS "gpupool.io/gpus"          /* node: poolapi_gpus.h */
+#define POOL_ANN_POD_GPU_MODEL "gpupool.io/gpu-model" /* pod annotation or label: "V100|A100" */
+#define POOL_ANN_POD_GPU_COUNT "gpupool.io/gpu-count" /* pod annotation: GPUs to split over */
 #define POOL_LABEL_NODE_GPU_PRODUCT "nvidia.com/gpu.product" /* GPU feature discovery's label */
-#define POOL_LABEL_NODE_GPU_PREFIX "nvidia.com/gpu"   /* GFD's label family: <prefix>.product, .count, ... */
-#define POOL_ANN_NODE_LABELS "gpupool.io/node-labels" /* node: the labels the plugin owns (--node-labels) */
+#define POOL_LABEL_NODE_GPU_PREFIX \
+    "nvidia.com/gpu" /* GFD's label family: <prefix>.product, .count, ... */
+#define POOL_ANN_NODE_LABELS \
+    "gpupool.io/node-labels" /* node: the labels the plugin owns (--node-labels) */
 /* kube-system ConfigMap unhealthy-gpu-<node>, key "gpus": gpushare's list. */
 #define POOL_CM_UNHEALTHY_PREFIX "unhealthy-gpu-"
 

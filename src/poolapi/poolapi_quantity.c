@@ -40,10 +40,9 @@ static int quantity_suffix(const char *s, unsigned *binary_shift, int *exp10)
         unsigned shift;
         int exp10;
     } suffixes[] = {
-        {"", 0, 0},    {"Ki", 10, 0}, {"Mi", 20, 0}, {"Gi", 30, 0}, {"Ti", 40, 0},
-        {"Pi", 50, 0}, {"Ei", 60, 0}, {"n", 0, -9},  {"u", 0, -6},  {"m", 0, -3},
-        {"k", 0, 3},   {"M", 0, 6},   {"G", 0, 9},   {"T", 0, 12},  {"P", 0, 15},
-        {"E", 0, 18},
+        {"", 0, 0},    {"Ki", 10, 0}, {"Mi", 20, 0}, {"Gi", 30, 0}, {"Ti", 40, 0}, {"Pi", 50, 0},
+        {"Ei", 60, 0}, {"n", 0, -9},  {"u", 0, -6},  {"m", 0, -3},  {"k", 0, 3},   {"M", 0, 6},
+        {"G", 0, 9},   {"T", 0, 12},  {"P", 0, 15},  {"E", 0, 18},
     };
     *binary_shift = 0;
     *exp10 = 0;
@@ -72,7 +71,8 @@ static int quantity_suffix(const char *s, unsigned *binary_shift, int *exp10)
     return -1;
 }
 
-int poolapi_quantity_parse(const char *text, uint64_t scale, uint64_t *out, char *err, size_t errlen)
+int poolapi_quantity_parse(const char *text, uint64_t scale, uint64_t *out, char *err,
+                           size_t errlen)
 {
     const char *p = text;
     if (!p || !*p) {

@@ -29,11 +29,11 @@
 
 struct sim_result {
     uint64_t seed;
-    size_t pods;                 /* pods tried */
-    size_t failed;               /* pods that fit nowhere */
-    uint64_t alloc_milli;        /* milli-GPU allocated at the end */
+    size_t pods;          /* pods tried */
+    size_t failed;        /* pods that fit nowhere */
+    uint64_t alloc_milli; /* milli-GPU allocated at the end */
     uint64_t capacity_milli;
-    double alloc_pct;            /* 100 * alloc / capacity */
+    double alloc_pct; /* 100 * alloc / capacity */
 };
 
 /* xoshiro256** state. */
@@ -50,12 +50,11 @@ uint64_t sim_rng_below(struct sim_rng *rng, uint64_t bound);
  * (malloc'd, caller frees), *count their number. Returns 0, or -1 with err
  * (no pods, no GPU capacity, out of memory). */
 int sim_workload(const struct sim_trace *trace, uint64_t seed, unsigned demand_percent,
-                 size_t **order, size_t *count, char *err, size_t errlen)
-    GP_MUST_USE;
+                 size_t **order, size_t *count, char *err, size_t errlen) GP_MUST_USE;
 
 /* Runs one replay. Returns 0, or -1 with err. */
 int sim_replay(const struct sim_trace *trace, enum placement_policy policy, uint64_t seed,
-               unsigned demand_percent, struct sim_result *result, char *err, size_t errlen)
-    GP_MUST_USE;
+               unsigned demand_percent, struct sim_result *result, char *err,
+               size_t errlen) GP_MUST_USE;
 
 #endif

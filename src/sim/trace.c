@@ -17,9 +17,9 @@
 #define MAX_GPUS_PER_POD 1024 /* beyond any node; still loaded, never fits */
 
 static const char *const node_header[] = {"sn", "cpu_milli", "memory_mib", "gpu", "model"};
-static const char *const pod_header[] = {"name",     "cpu_milli", "memory_mib", "num_gpu",
-                                         "gpu_milli", "gpu_spec",  "qos",        "pod_phase",
-                                         "creation_time", "deletion_time", "scheduled_time"};
+static const char *const pod_header[] = {
+    "name", "cpu_milli", "memory_mib",    "num_gpu",       "gpu_milli",     "gpu_spec",
+    "qos",  "pod_phase", "creation_time", "deletion_time", "scheduled_time"};
 #define POD_SHORT_COLUMNS 5
 #define POD_LONG_COLUMNS 11
 
@@ -62,8 +62,8 @@ struct csv_reader {
     size_t errlen;
 };
 
-__attribute__((format(printf, 2, 3))) static int csv_error(struct csv_reader *r,
-                                                           const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int csv_error(struct csv_reader *r, const char *fmt,
+                                                           ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -159,8 +159,7 @@ static int csv_u64(struct csv_reader *r, size_t column, const char *what, uint64
     if (*end != '\0')
         return csv_error(r, "%s: '%s' is not a non-negative integer", what, s);
     if (errno == ERANGE || v > max)
-        return csv_error(r, "%s: %s is out of range (max %llu)", what, s,
-                         (unsigned long long)max);
+        return csv_error(r, "%s: %s is out of range (max %llu)", what, s, (unsigned long long)max);
     *out = v;
     return 0;
 }
@@ -283,8 +282,8 @@ static int parse_spec(struct csv_reader *r, char *spec, struct placement_ctx *mo
         if (*name == '\0')
             return csv_error(r, "gpu_spec: empty model name");
         if (placement_request_allow_model(models, req, name) < 0)
-            return csv_error(r, "gpu_spec: model '%s': name too long or more than %d models",
-                             name, PLACEMENT_MAX_MODELS);
+            return csv_error(r, "gpu_spec: model '%s': name too long or more than %d models", name,
+                             PLACEMENT_MAX_MODELS);
         if (!bar)
             return 0;
         name = bar + 1;

@@ -27,7 +27,7 @@
 
 struct sim_pod {
     struct placement_request req;
-    uint64_t demand_milli;       /* GPU demand, see above */
+    uint64_t demand_milli; /* GPU demand, see above */
 };
 
 struct sim_trace {
@@ -36,7 +36,7 @@ struct sim_trace {
     size_t node_count;
     struct sim_pod *pods;
     size_t pod_count;
-    struct placement_ctx models;  /* model names interned by the loaders; no stats */
+    struct placement_ctx models; /* model names interned by the loaders; no stats */
 };
 
 void sim_trace_init(struct sim_trace *trace);
@@ -45,10 +45,8 @@ void sim_trace_free(struct sim_trace *trace);
 /* Load a node list / pod list into trace (load nodes first so that node
  * models get the low ids; either order works). Returns 0, or -1 with
  * `path:line: what` in err (the trace keeps what it had before the call). */
-int sim_load_nodes(struct sim_trace *trace, const char *path, char *err, size_t errlen)
-    GP_MUST_USE;
-int sim_load_pods(struct sim_trace *trace, const char *path, char *err, size_t errlen)
-    GP_MUST_USE;
+int sim_load_nodes(struct sim_trace *trace, const char *path, char *err, size_t errlen) GP_MUST_USE;
+int sim_load_pods(struct sim_trace *trace, const char *path, char *err, size_t errlen) GP_MUST_USE;
 
 /* Sum of every node's GPU capacity, milli-GPU. */
 uint64_t sim_trace_capacity_milli(const struct sim_trace *trace);

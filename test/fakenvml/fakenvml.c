@@ -36,7 +36,7 @@
 #define FAKE_DEFAULT_MAX_MIGS 7
 #define FAKE_NOT_ATTRIBUTED 0xFFFFFFFFu
 #define FAKE_XID_GPU_LOST 79
-#define FAKE_SUPPORTED_EVENTS                                                            \
+#define FAKE_SUPPORTED_EVENTS                                                                \
     (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypePState | \
      nvmlEventTypeXidCriticalError | nvmlEventTypeClock)
 
@@ -46,8 +46,8 @@ struct fake_gpu;
  * device, so handles are pointers into the fake's own tables. */
 struct nvmlDevice_st {
     unsigned magic;
-    struct fake_gpu *gpu;      /* the GPU, or the MIG device's parent */
-    struct fake_mig *mig;      /* NULL for a full GPU */
+    struct fake_gpu *gpu; /* the GPU, or the MIG device's parent */
+    struct fake_mig *mig; /* NULL for a full GPU */
 };
 
 /* What an nvmlGpuInstance_t points at: the GPU instance of a MIG device. */
@@ -62,7 +62,7 @@ struct fake_mig {
     unsigned slot;
     unsigned gi, ci;
     unsigned gi_slices, ci_slices;
-    unsigned gi_profile_id;    /* NVML_GPU_INSTANCE_PROFILE_*; default: by gi_slices */
+    unsigned gi_profile_id; /* NVML_GPU_INSTANCE_PROFILE_*; default: by gi_slices */
     unsigned long long memory_mib;
 };
 
@@ -73,17 +73,17 @@ struct fake_gpu {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
     unsigned minor;
     unsigned long long memory_mib;
-    char bus_id[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];  /* "00000000:07:00.0" */
+    char bus_id[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* "00000000:07:00.0" */
     unsigned domain, bus, device;
     unsigned pci_device_id;
-    int numa_node;           /* < 0: unknown */
+    int numa_node; /* < 0: unknown */
     int cc_major, cc_minor;
-    int pcie_switch;         /* < 0: none */
-    int mig_mode;            /* -1 unsupported, 0 disabled, 1 enabled */
+    int pcie_switch; /* < 0: none */
+    int mig_mode;    /* -1 unsupported, 0 disabled, 1 enabled */
     unsigned max_migs;
     struct fake_mig *migs;
     size_t mig_count;
-    int link_peer[NVML_NVLINK_MAX_LINKS];  /* GPU index per NVLink, -1 = unused */
+    int link_peer[NVML_NVLINK_MAX_LINKS]; /* GPU index per NVLink, -1 = unused */
     bool has_nvlink;
     bool lost;
     /* Memory repairs (nvmlDeviceGetRemappedRows, ...RetiredPagesPendingStatus). */
@@ -92,15 +92,15 @@ struct fake_gpu {
     bool retired_pages_pending;
     /* Telemetry read by metrics scrapes; `set` control lines change it. */
     unsigned long long memory_used_mib;
-    unsigned utilization_gpu, utilization_memory;  /* percent */
+    unsigned utilization_gpu, utilization_memory; /* percent */
     unsigned temperature_c;
     unsigned power_mw;
 };
 
 struct fake_rule {
-    char function[64];       /* without a _vN suffix */
+    char function[64]; /* without a _vN suffix */
     nvmlReturn_t error;
-    int gpu;                 /* -1: any */
+    int gpu; /* -1: any */
     unsigned after_calls;
     unsigned calls;
 };
@@ -114,10 +114,10 @@ struct fake_event {
 
 struct nvmlEventSet_st {
     unsigned magic;
-    unsigned long long *masks;   /* per GPU */
-    struct fake_event *queue;    /* FIFO: queue[head .. head+count) modulo capacity */
+    unsigned long long *masks; /* per GPU */
+    struct fake_event *queue;  /* FIFO: queue[head .. head+count) modulo capacity */
     size_t head, count, capacity;
-    int inotify_fd;              /* wakes waiters when the control file changes */
+    int inotify_fd; /* wakes waiters when the control file changes */
     struct nvmlEventSet_st *next;
 };
 
@@ -133,7 +133,7 @@ struct fake_context {
     struct nvmlEventSet_st *sets;
     /* control file: how far it has been read, and a line cut by a read */
     char control_path[PATH_MAX];
-    int control_fd;          /* -1 until the file exists */
+    int control_fd; /* -1 until the file exists */
     off_t control_offset;
     char partial[512];
     size_t partial_len;
@@ -146,8 +146,8 @@ static struct fake_context fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .control_f
 
 struct error_entry {
     nvmlReturn_t rc;
-    const char *name;   /* without NVML_ERROR_ */
-    const char *text;   /* what nvmlErrorString says */
+    const char *name; /* without NVML_ERROR_ */
+    const char *text; /* what nvmlErrorString says */
 };
 
 static const struct error_entry errors[] = {
@@ -556,8 +556,7 @@ static int json_int(json_t *object, const char *key, long long fallback, long lo
     return 0;
 }
 
-static int json_str(json_t *object, const char *key, const char *fallback, char *out,
-                    size_t outlen)
+static int json_str(json_t *object, const char *key, const char *fallback, char *out, size_t outlen)
 {
     json_t *value = json_object_get(object, key);
     if (value == NULL) {
@@ -577,7 +576,8 @@ static void warn_unknown_keys(json_t *object, const char *where, const char *con
 {
     const char *key;
     json_t *value;
-    json_object_foreach(object, key, value) {
+    json_object_foreach(object, key, value)
+    {
         bool found = false;
         for (size_t i = 0; known[i] != NULL && !found; i++)
             found = strcmp(key, known[i]) == 0;
@@ -586,16 +586,34 @@ static void warn_unknown_keys(json_t *object, const char *where, const char *con
     }
 }
 
-static const char *const top_keys[] = {"driver_version", "cuda_driver_version", "init_error",
-                                       "gpus", "errors", "comment", NULL};
-static const char *const gpu_keys[] = {"uuid", "name", "minor", "memory_mib", "pci_bus_id",
-                                       "numa_node", "cc", "pcie_switch", "mig_mode", "max_migs",
-                                       "pci_device_id", "nvlinks", "migs", "remap_pending",
-                                       "remap_failure", "retired_pages_pending", "memory_used_mib",
-                                       "utilization_gpu", "utilization_memory", "temperature_c",
-                                       "power_mw", "comment", NULL};
-static const char *const mig_keys[] = {"uuid", "slot", "gi", "ci", "gi_slices", "ci_slices",
-                                       "gi_profile_id", "memory_mib", "comment", NULL};
+static const char *const top_keys[] = {
+    "driver_version", "cuda_driver_version", "init_error", "gpus", "errors", "comment", NULL};
+static const char *const gpu_keys[] = {"uuid",
+                                       "name",
+                                       "minor",
+                                       "memory_mib",
+                                       "pci_bus_id",
+                                       "numa_node",
+                                       "cc",
+                                       "pcie_switch",
+                                       "mig_mode",
+                                       "max_migs",
+                                       "pci_device_id",
+                                       "nvlinks",
+                                       "migs",
+                                       "remap_pending",
+                                       "remap_failure",
+                                       "retired_pages_pending",
+                                       "memory_used_mib",
+                                       "utilization_gpu",
+                                       "utilization_memory",
+                                       "temperature_c",
+                                       "power_mw",
+                                       "comment",
+                                       NULL};
+static const char *const mig_keys[] = {
+    "uuid",      "slot",          "gi",         "ci",      "gi_slices",
+    "ci_slices", "gi_profile_id", "memory_mib", "comment", NULL};
 
 /* The plain profile of a GPU instance of `slices` slices (1g -> 1_SLICE ...). */
 static long long default_gi_profile(long long slices)
@@ -705,10 +723,12 @@ static int parse_gpu(json_t *object, struct fake_gpu *gpu, size_t index, char *w
         json_int(object, "utilization_memory", 0, &util_mem) != 0 ||
         json_int(object, "temperature_c", 35, &temp) != 0 ||
         json_int(object, "power_mw", 60000, &power) != 0 || used < 0 || used > memory ||
-        util_gpu < 0 || util_gpu > 100 || util_mem < 0 || util_mem > 100 || temp < 0 ||
-        power < 0 || power > UINT_MAX) {
-        snprintf(why, whylen, "gpus[%zu]: telemetry out of range (memory_used_mib <= memory_mib, "
-                 "utilization 0-100, temperature_c and power_mw >= 0)", index);
+        util_gpu < 0 || util_gpu > 100 || util_mem < 0 || util_mem > 100 || temp < 0 || power < 0 ||
+        power > UINT_MAX) {
+        snprintf(why, whylen,
+                 "gpus[%zu]: telemetry out of range (memory_used_mib <= memory_mib, "
+                 "utilization 0-100, temperature_c and power_mw >= 0)",
+                 index);
         return -1;
     }
     gpu->memory_used_mib = (unsigned long long)used;
@@ -760,8 +780,9 @@ static int wire_nvlinks(json_t *gpus, char *why, size_t whylen)
         for (size_t k = 0; json_is_array(list) && k < json_array_size(list); k++) {
             json_t *entry = json_array_get(list, k);
             long long peer, count;
-            if (json_int(entry, "peer", -1, &peer) != 0 || json_int(entry, "links", 1, &count) != 0 ||
-                peer < 0 || (size_t)peer >= n || (size_t)peer == a || count < 0) {
+            if (json_int(entry, "peer", -1, &peer) != 0 ||
+                json_int(entry, "links", 1, &count) != 0 || peer < 0 || (size_t)peer >= n ||
+                (size_t)peer == a || count < 0) {
                 snprintf(why, whylen, "gpus[%zu].nvlinks[%zu]: peer must be another GPU index", a,
                          k);
                 free(links);
@@ -980,10 +1001,19 @@ static nvmlReturn_t do_init(void)
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlInit(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit(void)
+{
+    return do_init();
+}
 #ifndef FAKE_NVML_V1_ONLY
-EXPORT nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
-EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+    return do_init();
+}
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    return do_init();
+}
 #endif
 
 EXPORT nvmlReturn_t nvmlShutdown(void)
@@ -1032,9 +1062,15 @@ static nvmlReturn_t get_cuda_driver_version(int *version)
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return get_cuda_driver_version(v); }
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+    return get_cuda_driver_version(v);
+}
 #ifndef FAKE_NVML_V1_ONLY
-EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return get_cuda_driver_version(v); }
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+    return get_cuda_driver_version(v);
+}
 #endif
 
 /* ---- device lookup --------------------------------------------------------------------- */
@@ -1051,9 +1087,15 @@ static nvmlReturn_t get_count(unsigned int *count)
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *c) { return get_count(c); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *c)
+{
+    return get_count(c);
+}
 #ifndef FAKE_NVML_V1_ONLY
-EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *c) { return get_count(c); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *c)
+{
+    return get_count(c);
+}
 #endif
 
 static nvmlReturn_t get_handle_by_index(unsigned int index, nvmlDevice_t *device)
@@ -1108,8 +1150,8 @@ static nvmlReturn_t get_handle_by_bus_id(const char *bus_id, nvmlDevice_t *devic
     lock();
     nvmlReturn_t rc = ready();
     unsigned domain, bus, dev;
-    if (rc == NVML_SUCCESS && (bus_id == NULL || device == NULL ||
-                               sscanf(bus_id, "%x:%x:%x", &domain, &bus, &dev) != 3))
+    if (rc == NVML_SUCCESS &&
+        (bus_id == NULL || device == NULL || sscanf(bus_id, "%x:%x:%x", &domain, &bus, &dev) != 3))
         rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS) {
         rc = NVML_ERROR_NOT_FOUND;
@@ -1171,17 +1213,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned 
 }
 
 /* The NVML getters that copy one unsigned value of a device. */
-#define FAKE_UINT_GETTER(name, expr)                                   \
-    EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int *out)   \
-    {                                                                  \
-        lock();                                                        \
-        nvmlReturn_t rc = enter_device(#name, device);                 \
-        if (rc == NVML_SUCCESS && out == NULL)                         \
-            rc = NVML_ERROR_INVALID_ARGUMENT;                          \
-        else if (rc == NVML_SUCCESS)                                   \
-            *out = (expr);                                             \
-        unlock();                                                      \
-        return rc;                                                     \
+#define FAKE_UINT_GETTER(name, expr)                                 \
+    EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int *out) \
+    {                                                                \
+        lock();                                                      \
+        nvmlReturn_t rc = enter_device(#name, device);               \
+        if (rc == NVML_SUCCESS && out == NULL)                       \
+            rc = NVML_ERROR_INVALID_ARGUMENT;                        \
+        else if (rc == NVML_SUCCESS)                                 \
+            *out = (expr);                                           \
+        unlock();                                                    \
+        return rc;                                                   \
     }
 
 FAKE_UINT_GETTER(nvmlDeviceGetIndex, device->gpu->index)
@@ -1213,10 +1255,19 @@ static nvmlReturn_t get_pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci)
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { return get_pci_info(d, p); }
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p)
+{
+    return get_pci_info(d, p);
+}
 #ifndef FAKE_NVML_V1_ONLY
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) { return get_pci_info(d, p); }
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) { return get_pci_info(d, p); }
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p)
+{
+    return get_pci_info(d, p);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p)
+{
+    return get_pci_info(d, p);
+}
 #endif
 
 static unsigned long long device_memory_bytes(nvmlDevice_t device)
@@ -1263,8 +1314,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
     lock();
     nvmlReturn_t rc = enter_telemetry("nvmlDeviceGetUtilizationRates", device, utilization);
     if (rc == NVML_SUCCESS)
-        *utilization = (nvmlUtilization_t){device->gpu->utilization_gpu,
-                                           device->gpu->utilization_memory};
+        *utilization =
+            (nvmlUtilization_t){device->gpu->utilization_gpu, device->gpu->utilization_memory};
     unlock();
     return rc;
 }
@@ -1571,7 +1622,8 @@ static nvmlReturn_t get_nvlink_remote_pci_info(nvmlDevice_t device, unsigned int
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int l, nvmlPciInfo_t *p)
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int l,
+                                                     nvmlPciInfo_t *p)
 {
     return get_nvlink_remote_pci_info(d, l, p);
 }
@@ -1640,8 +1692,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
     else if (rc == NVML_SUCCESS && device->mig != NULL)
         rc = NVML_ERROR_NOT_SUPPORTED;
     if (rc == NVML_SUCCESS)
-        *isPending = device->gpu->retired_pages_pending ? NVML_FEATURE_ENABLED
-                                                        : NVML_FEATURE_DISABLED;
+        *isPending =
+            device->gpu->retired_pages_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     unlock();
     return rc;
 }
@@ -1710,8 +1762,7 @@ EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *out)
     return rc;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
-                                                     unsigned long long *types)
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types)
 {
     lock();
     nvmlReturn_t rc = enter_device("nvmlDeviceGetSupportedEventTypes", device);

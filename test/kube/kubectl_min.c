@@ -99,10 +99,14 @@ static void object_id(json_t *obj, char *out, size_t outlen, const char **rv)
 static const char *result_name(enum kube_result r)
 {
     switch (r) {
-    case KUBE_OK: return "OK";
-    case KUBE_GONE: return "GONE";
-    case KUBE_CANCELLED: return "CANCELLED";
-    default: return "ERROR";
+    case KUBE_OK:
+        return "OK";
+    case KUBE_GONE:
+        return "GONE";
+    case KUBE_CANCELLED:
+        return "CANCELLED";
+    default:
+        return "ERROR";
     }
 }
 
@@ -114,10 +118,14 @@ static int report(enum kube_result r, const char *rv, const struct kube_error *e
         say("RESULT %s%s%s http=%d reason=%s message=%s", result_name(r), rv ? " rv=" : "",
             rv ? rv : "", err->http_status, err->reason, err->message);
     switch (r) {
-    case KUBE_OK: return 0;
-    case KUBE_GONE: return 2;
-    case KUBE_CANCELLED: return 3;
-    default: return 1;
+    case KUBE_OK:
+        return 0;
+    case KUBE_GONE:
+        return 2;
+    case KUBE_CANCELLED:
+        return 3;
+    default:
+        return 1;
     }
 }
 
@@ -187,8 +195,8 @@ static void *reflect_thread(void *arg)
         .event = print_event,
         .on_error = print_retry,
     };
-    job->result = kube_reflector_run(job->client, job->path, job->limit, &ops, NULL, job->cancel,
-                                     &job->err);
+    job->result =
+        kube_reflector_run(job->client, job->path, job->limit, &ops, NULL, job->cancel, &job->err);
     return NULL;
 }
 
@@ -329,23 +337,49 @@ int main(int argc, char **argv)
     int ch;
     while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
         switch (ch) {
-        case 'k': opt.kubeconfig = optarg; break;
-        case 'c': opt.context = optarg; break;
-        case 'i': opt.in_cluster = true; break;
-        case 's': opt.serviceaccount_dir = optarg; break;
-        case 't': opt.timeout_ms = atol(optarg); break;
-        case 'C': opt.connect_timeout_ms = atol(optarg); break;
-        case 'a': opt.retry.max_attempts = atoi(optarg); break;
-        case 'b': opt.retry.initial_backoff_ms = atol(optarg); break;
-        case 'B': opt.retry.max_backoff_ms = atol(optarg); break;
-        case 'w': opt.watch_timeout_s = atol(optarg); break;
-        case 'm': opt.max_body_bytes = (size_t)atol(optarg); break;
-        case 'S': stop_after = atol(optarg); break;
-        default: return 64;
+        case 'k':
+            opt.kubeconfig = optarg;
+            break;
+        case 'c':
+            opt.context = optarg;
+            break;
+        case 'i':
+            opt.in_cluster = true;
+            break;
+        case 's':
+            opt.serviceaccount_dir = optarg;
+            break;
+        case 't':
+            opt.timeout_ms = atol(optarg);
+            break;
+        case 'C':
+            opt.connect_timeout_ms = atol(optarg);
+            break;
+        case 'a':
+            opt.retry.max_attempts = atoi(optarg);
+            break;
+        case 'b':
+            opt.retry.initial_backoff_ms = atol(optarg);
+            break;
+        case 'B':
+            opt.retry.max_backoff_ms = atol(optarg);
+            break;
+        case 'w':
+            opt.watch_timeout_s = atol(optarg);
+            break;
+        case 'm':
+            opt.max_body_bytes = (size_t)atol(optarg);
+            break;
+        case 'S':
+            stop_after = atol(optarg);
+            break;
+        default:
+            return 64;
         }
     }
     if (optind >= argc) {
-        fprintf(stderr, "usage: kubectl_min [options] get|list|watch|reflect|patch|post|bind|config ...\n");
+        fprintf(stderr,
+                "usage: kubectl_min [options] get|list|watch|reflect|patch|post|bind|config ...\n");
         return 64;
     }
     char err[1024];

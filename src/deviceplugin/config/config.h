@@ -22,7 +22,7 @@
 #include "poolapi_unit.h"
 #include "compiler.h"
 
-#define CONFIG_NAME_LEN 64      /* resource names: "nvidia.com/" + 52 */
+#define CONFIG_NAME_LEN 64 /* resource names: "nvidia.com/" + 52 */
 #define CONFIG_PATTERN_LEN 256
 #define CONFIG_DEVICE_REF_LEN 96
 /* NVIDIA's Helm chart passes this MPS root to every deployment; accepted as
@@ -54,7 +54,7 @@ enum cdi_hook_bits {
 /* --cdi-feature-flags: the nvidia-ctk feature flags gpupool's spec writer
  * implements; any other word is refused. */
 enum cdi_feature_bits {
-    CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET = 1u << 0, /* bind the persistenced socket */
+    CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET = 1u << 0,   /* bind the persistenced socket */
     CDI_FEATURE_DISABLE_IMEX_CHANNEL_CREATION = 1u << 1, /* gpupool never creates them */
 };
 
@@ -70,19 +70,19 @@ enum device_list_strategy_bits {
  * (MIG) matches the `*` wildcard pattern are served as `name`. */
 struct config_resource_pattern {
     char pattern[CONFIG_PATTERN_LEN];
-    char name[CONFIG_NAME_LEN];     /* always fully qualified: "nvidia.com/..." */
+    char name[CONFIG_NAME_LEN]; /* always fully qualified: "nvidia.com/..." */
 };
 
 /* sharing.timeSlicing.resources[] */
 struct config_time_slice {
-    char name[CONFIG_NAME_LEN];     /* fully qualified resource being shared */
+    char name[CONFIG_NAME_LEN]; /* fully qualified resource being shared */
     /* Fully qualified advertised name; "" = keep name. config_load() already
      * applies renameByDefault: an entry without `rename` gets name + ".shared"
      * when sharing.timeSlicing.renameByDefault is true, so readers only look
      * at this field. */
     char rename[CONFIG_NAME_LEN];
-    int replicas;                   /* >= 2 */
-    bool all_devices;               /* devices: all (default), also true for a count, see below */
+    int replicas;     /* >= 2 */
+    bool all_devices; /* devices: all (default), also true for a count, see below */
     /* devices: <N> (NVIDIA's "count" form): share only the first N devices
      * of the resource; 0 = not given. all_devices stays true with a count so
      * that code which ignores this field behaves as NVIDIA does (all). */
@@ -95,45 +95,46 @@ struct gp_config {
     /* flags */
     enum mig_strategy mig_strategy;
     bool fail_on_init_error;
-    char *nvidia_driver_root;       /* default "/" */
-    char *nvidia_dev_root;          /* default = nvidia_driver_root */
-    char *mps_root;                 /* "" or CONFIG_HELM_MPS_ROOT: nothing else is accepted */
+    char *nvidia_driver_root; /* default "/" */
+    char *nvidia_dev_root;    /* default = nvidia_driver_root */
+    char *mps_root;           /* "" or CONFIG_HELM_MPS_ROOT: nothing else is accepted */
     bool gds_enabled, mofed_enabled, gdrcopy_enabled;
     bool pass_device_specs;
-    unsigned device_list_strategy;  /* DEVICE_LIST_* bits, never 0 */
+    unsigned device_list_strategy; /* DEVICE_LIST_* bits, never 0 */
     enum device_id_strategy device_id_strategy;
-    char *cdi_annotation_prefix;    /* default "cdi.k8s.io/" */
-    char *nvidia_ctk_path;          /* default "/usr/bin/nvidia-ctk" */
-    char *container_driver_root;    /* default "/driver-root" */
+    char *cdi_annotation_prefix; /* default "cdi.k8s.io/" */
+    char *nvidia_ctk_path;       /* default "/usr/bin/nvidia-ctk" */
+    char *container_driver_root; /* default "/driver-root" */
     enum shared_alloc_policy shared_alloc_policy;
-    char *kubelet_socket;           /* default /var/lib/kubelet/device-plugins/kubelet.sock; "" = don't register */
-    char *config_file;              /* "" = none */
-    int verbosity;                  /* -v */
+    char *
+        kubelet_socket; /* default /var/lib/kubelet/device-plugins/kubelet.sock; "" = don't register */
+    char *config_file;                                        /* "" = none */
+    int verbosity;                                            /* -v */
     enum device_discovery_strategy device_discovery_strategy; /* default auto */
     /* imex.channelIDs: NVIDIA allows only [] and [0], so a count suffices:
      * 0 = no channel, 1 = channel 0. */
     size_t imex_channel_count;
     bool imex_required;
-    unsigned cdi_feature_flags;     /* CDI_FEATURE_* bits from --cdi-feature-flags */
-    unsigned cdi_disabled_hooks;    /* CDI_HOOK_* bits from --cdi-disable-hooks */
-    char *cdi_spec_dir;             /* where the CDI spec is written, default /var/run/cdi */
+    unsigned cdi_feature_flags;  /* CDI_FEATURE_* bits from --cdi-feature-flags */
+    unsigned cdi_disabled_hooks; /* CDI_HOOK_* bits from --cdi-disable-hooks */
+    char *cdi_spec_dir;          /* where the CDI spec is written, default /var/run/cdi */
 
     /* GPU-memory mode (gpumem.h, docs/gpumem.md) */
     enum resource_mode resource_mode; /* default RESOURCE_MODE_GPU */
-    enum pool_mem_unit memory_unit; /* default GiB (poolapi_unit.h) */
-    char *kubeconfig;               /* "" = $KUBECONFIG handling of kube.h / in-cluster */
-    char *node_name;                /* NODE_NAME; required in gpu-mem mode */
-    char *pod_resources_socket;     /* the kubelet's PodResources socket */
-    char *state_dir;                /* gpu-mem allocation ledger directory */
-    int allocate_wait_ms;           /* longest wait of one gpu-mem Allocate for its pod */
+    enum pool_mem_unit memory_unit;   /* default GiB (poolapi_unit.h) */
+    char *kubeconfig;                 /* "" = $KUBECONFIG handling of kube.h / in-cluster */
+    char *node_name;                  /* NODE_NAME; required in gpu-mem mode */
+    char *pod_resources_socket;       /* the kubelet's PodResources socket */
+    char *state_dir;                  /* gpu-mem allocation ledger directory */
+    int allocate_wait_ms;             /* longest wait of one gpu-mem Allocate for its pod */
 
     /* Observability (plugin_metrics.h, nodelabels.h) */
     struct option_hostport metrics_addr; /* --metrics-addr; .text "" = no metrics server */
-    bool node_labels;               /* --node-labels: write GFD-compatible node labels */
+    bool node_labels;                    /* --node-labels: write GFD-compatible node labels */
 
     /* gpupool's own health knobs (flags / env / flags.health.* in the file) */
-    int health_recovery_probes;     /* consecutive good probes to recover, default 3; 0 = never recover */
-    int health_probe_interval_ms;   /* default 5000 */
+    int health_recovery_probes; /* consecutive good probes to recover, default 3; 0 = never recover */
+    int health_probe_interval_ms; /* default 5000 */
     /* DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS verbatim (NULL = unset);
      * health.c interprets them as NVIDIA's plugin does. */
     char *disable_healthchecks;
@@ -154,14 +155,14 @@ struct gp_config {
 
 enum config_result {
     CONFIG_OK = 0,
-    CONFIG_EXIT = 1,    /* --help or --version was printed to stdout: exit 0 */
-    CONFIG_ERROR = -1,  /* err holds the message: exit non-zero */
+    CONFIG_EXIT = 1,   /* --help or --version was printed to stdout: exit 0 */
+    CONFIG_ERROR = -1, /* err holds the message: exit non-zero */
 };
 
 /* Builds the configuration from defaults, the file named by --config-file /
  * CONFIG_FILE, the environment (envp, NULL-terminated, as main's) and argv. */
-GP_MUST_USE enum config_result config_load(struct gp_config *cfg, int argc, char **argv, char **envp,
-                               char *err, size_t errlen);
+GP_MUST_USE enum config_result config_load(struct gp_config *cfg, int argc, char **argv,
+                                           char **envp, char *err, size_t errlen);
 void config_free(struct gp_config *cfg);
 
 /* The merged configuration as a JSON document (NVIDIA's shape: version,
@@ -180,7 +181,6 @@ bool config_uses_cdi(const struct gp_config *cfg);
  * under the dev root (<dev-root>/dev/nvidia-caps-imex-channels/channel0)
  * is an error when imex.required, else a warning and the channel is
  * dropped from cfg (so no reply names it). Returns 0 or -1 + err. */
-int config_check_host(struct gp_config *cfg, char *err, size_t errlen)
-    GP_MUST_USE;
+int config_check_host(struct gp_config *cfg, char *err, size_t errlen) GP_MUST_USE;
 
 #endif

@@ -111,8 +111,8 @@ static int resource_name(const struct file_ctx *fc, const struct ycfg_node *n, c
 
 /* --- resources.gpus / resources.mig ------------------------------- */
 
-static int file_pattern(const struct file_ctx *fc, const struct ycfg_node *item,
-                        const char *where, struct config_resource_pattern *p)
+static int file_pattern(const struct file_ctx *fc, const struct ycfg_node *item, const char *where,
+                        struct config_resource_pattern *p)
 {
     if (ycfg_kind(item) != YCFG_MAPPING)
         return ferr(fc, item, "%s: want a mapping with pattern and name, got %s", where,
@@ -149,8 +149,8 @@ static int file_pattern(const struct file_ctx *fc, const struct ycfg_node *item,
     return 0;
 }
 
-static int file_patterns(const struct file_ctx *fc, const struct ycfg_node *list,
-                         const char *where, struct config_resource_pattern **out, size_t *count)
+static int file_patterns(const struct file_ctx *fc, const struct ycfg_node *list, const char *where,
+                         struct config_resource_pattern **out, size_t *count)
 {
     if (ycfg_kind(list) == YCFG_NULL)
         return 0;
@@ -262,7 +262,7 @@ static bool is_device_ref(const char *s)
     return false;
 }
 
-#define DEVICES_WANT                                                                         \
+#define DEVICES_WANT \
     "want all, a count > 0, or a list of GPU indexes, \"gpu:mig\" indexes, GPU-/MIG- UUIDs"
 
 static int file_devices(const struct file_ctx *fc, const struct ycfg_node *v, const char *what,
@@ -315,8 +315,7 @@ static int file_slice_key(const struct file_ctx *fc, const char *key, const stru
     if (ycfg_quoted(v))
         return ferr(fc, v, "%s: want an integer, got a string", what);
     if (parse_long(ycfg_text(v), 2, INT_MAX, &replicas) != 0)
-        return ferr(fc, v, "invalid value \"%s\" for %s: want an integer >= 2", ycfg_text(v),
-                    what);
+        return ferr(fc, v, "invalid value \"%s\" for %s: want an integer >= 2", ycfg_text(v), what);
     ts->replicas = (int)replicas;
     return 0;
 }
@@ -336,8 +335,8 @@ static int file_slice(const struct file_ctx *fc, const struct ycfg_node *item, c
         const char *key = ycfg_text(k);
         char what[320];
         path_key(what, sizeof what, where, key);
-        if (strcmp(key, "name") != 0 && strcmp(key, "rename") != 0 &&
-            strcmp(key, "devices") != 0 && strcmp(key, "replicas") != 0)
+        if (strcmp(key, "name") != 0 && strcmp(key, "rename") != 0 && strcmp(key, "devices") != 0 &&
+            strcmp(key, "replicas") != 0)
             return ferr(fc, k, "unknown key \"%s\"", what);
         if (file_slice_key(fc, key, v, what, ts) != 0)
             return -1;
@@ -395,12 +394,11 @@ static int file_slicing(const struct file_ctx *fc, const struct ycfg_node *v, co
         else if (strcmp(key, "resources") == 0) {
             rc = file_slice_list(fc, val, what, s);
             have_resources = true;
-        }
-        else if (strcmp(key, "strategy") == 0) /* NVIDIA knows only the empty one */
-            rc = ycfg_kind(val) == YCFG_NULL || strcmp(ycfg_text(val), "") == 0
-                     ? 0
-                     : ferr(fc, val, "invalid value \"%s\" for %s: want \"\"", ycfg_text(val),
-                            what);
+        } else if (strcmp(key, "strategy") == 0) /* NVIDIA knows only the empty one */
+            rc =
+                ycfg_kind(val) == YCFG_NULL || strcmp(ycfg_text(val), "") == 0
+                    ? 0
+                    : ferr(fc, val, "invalid value \"%s\" for %s: want \"\"", ycfg_text(val), what);
         else
             rc = ferr(fc, k, "unknown key \"%s\"", what);
         if (rc != 0)
@@ -411,9 +409,8 @@ static int file_slicing(const struct file_ctx *fc, const struct ycfg_node *v, co
     /* renameByDefault may come after the list, so it is applied last. */
     for (size_t i = 0; i < s->count && s->rename_by_default; i++) {
         struct config_time_slice *ts = &s->slices[i];
-        if (ts->rename[0] == '\0' &&
-            snprintf(ts->rename, sizeof ts->rename, "%s%s", ts->name, SHARED_SUFFIX) >=
-                (int)sizeof ts->rename)
+        if (ts->rename[0] == '\0' && snprintf(ts->rename, sizeof ts->rename, "%s%s", ts->name,
+                                              SHARED_SUFFIX) >= (int)sizeof ts->rename)
             return ferr(fc, v, "%s: %s%s is longer than 63 characters", where, ts->name,
                         SHARED_SUFFIX);
     }
@@ -498,8 +495,8 @@ static json_t *patterns_json(const struct config_resource_pattern *p, size_t n)
 {
     json_t *a = json_array();
     for (size_t i = 0; a != NULL && i < n; i++)
-        json_array_append_new(a, json_pack("{s:s,s:s}", "pattern", p[i].pattern, "name",
-                                           p[i].name));
+        json_array_append_new(a,
+                              json_pack("{s:s,s:s}", "pattern", p[i].pattern, "name", p[i].name));
     return a;
 }
 
@@ -531,8 +528,7 @@ int config_file_to_json(json_t *root, const struct gp_config *cfg)
         json_object_set_new(res, "gpus",
                             patterns_json(cfg->gpu_resources, cfg->gpu_resource_count));
     if (cfg->mig_resource_count > 0)
-        json_object_set_new(res, "mig",
-                            patterns_json(cfg->mig_resources, cfg->mig_resource_count));
+        json_object_set_new(res, "mig", patterns_json(cfg->mig_resources, cfg->mig_resource_count));
     if (cfg->time_slice_count == 0)
         return 0; /* NVIDIA's schema needs resources whenever timeSlicing is present */
     json_t *ts = json_pack("{s:b,s:b}", "renameByDefault", cfg->rename_by_default,

@@ -25,8 +25,7 @@ int config_file_key(void *obj, const struct options_file *f, const struct ycfg_n
 
 /* Adds resources.gpus/mig and sharing.timeSlicing to `root`, which already
  * holds empty "resources" and "sharing" objects. 0, or -1 when out of memory. */
-int config_file_to_json(json_t *root, const struct gp_config *cfg)
-    GP_MUST_USE;
+int config_file_to_json(json_t *root, const struct gp_config *cfg) GP_MUST_USE;
 
 void config_file_free(struct gp_config *cfg);
 

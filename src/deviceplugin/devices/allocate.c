@@ -101,8 +101,7 @@ static void host_dev_path(const struct gp_config *cfg, const char *path, char *o
     snprintf(out, len, "%.*s%s", (int)rl, root, path);
 }
 
-static int add_device_spec(struct reply_builder *b, const struct gp_config *cfg,
-                           const char *path)
+static int add_device_spec(struct reply_builder *b, const struct gp_config *cfg, const char *path)
 {
     V1beta1__ContainerAllocateResponse *o = b->out;
     for (size_t i = 0; i < o->n_devices; i++)
@@ -127,9 +126,9 @@ static int add_device_spec(struct reply_builder *b, const struct gp_config *cfg,
 
 /* The IDs the container runtime understands: physical UUID or index,
  * replicas folded, first occurrence kept. */
-static size_t runtime_ids(const struct gp_config *cfg,
-                          const struct resource *res, const size_t *positions, size_t count,
-                          const char **ids, size_t *first_position)
+static size_t runtime_ids(const struct gp_config *cfg, const struct resource *res,
+                          const size_t *positions, size_t count, const char **ids,
+                          size_t *first_position)
 {
     size_t n = 0;
     for (size_t i = 0; i < count; i++) {
@@ -171,9 +170,9 @@ static void random_uuid4(char out[37])
     }
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
 }
 
 /* IMEX names its only valid channel; the GDS/MOFED/GDRCopy kinds take all. */
@@ -182,8 +181,7 @@ static const char *cdi_extra_device(const char *kind)
     return strcmp(kind, "imex-channel") == 0 ? "0" : "all";
 }
 
-static int add_cdi(struct reply_builder *b, const struct gp_config *cfg, const char **ids,
-                   size_t n)
+static int add_cdi(struct reply_builder *b, const struct gp_config *cfg, const char **ids, size_t n)
 {
     const char *extras[4];
     size_t n_extras = 0;
@@ -203,9 +201,9 @@ static int add_cdi(struct reply_builder *b, const struct gp_config *cfg, const c
                                  extras[i], cdi_extra_device(extras[i]));
         char uuid[37];
         random_uuid4(uuid);
-        char *key = arena_printf(b->arena, "%snvidia-device-plugin_%s",
-                                 cfg->cdi_annotation_prefix ? cfg->cdi_annotation_prefix
-                                                            : "cdi.k8s.io/", uuid);
+        char *key = arena_printf(
+            b->arena, "%snvidia-device-plugin_%s",
+            cfg->cdi_annotation_prefix ? cfg->cdi_annotation_prefix : "cdi.k8s.io/", uuid);
         if (value == NULL || key == NULL || add_annotation(b, key, value) != 0)
             return -1;
     }

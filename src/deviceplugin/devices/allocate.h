@@ -26,8 +26,9 @@
 /* positions: devices of res (already validated). Returns 0, or -1 + err
  * (allocation failure only). */
 GP_MUST_USE int allocate_container(struct arena *a, const struct gp_config *cfg,
-                       const struct gpu_inventory *inv, const struct resource *res,
-                       const size_t *positions, size_t count,
-                       V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen);
+                                   const struct gpu_inventory *inv, const struct resource *res,
+                                   const size_t *positions, size_t count,
+                                   V1beta1__ContainerAllocateResponse *out, char *err,
+                                   size_t errlen);
 
 #endif

@@ -29,9 +29,14 @@ static const char *const library_dirs[] = {
 
 /* The driver libraries a CUDA container needs, by soname. */
 static const char *const libraries[] = {
-    "libnvidia-ml.so.1",     "libcuda.so.1",          "libnvidia-ptxjitcompiler.so.1",
-    "libnvidia-nvvm.so.4",   "libcudadebugger.so.1",  "libnvidia-opencl.so.1",
-    "libnvidia-cfg.so.1",    "libnvidia-allocator.so.1",
+    "libnvidia-ml.so.1",
+    "libcuda.so.1",
+    "libnvidia-ptxjitcompiler.so.1",
+    "libnvidia-nvvm.so.4",
+    "libcudadebugger.so.1",
+    "libnvidia-opencl.so.1",
+    "libnvidia-cfg.so.1",
+    "libnvidia-allocator.so.1",
 };
 
 static const char *const binary_dirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin"};
@@ -88,14 +93,14 @@ static json_t *driver_mount(const struct spec_builder *b, const char *rel)
 {
     char host[PATH_LEN];
     join_root(b->cfg->nvidia_driver_root, rel, host, sizeof host);
-    return json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", host, "containerPath", rel,
-                     "options", "ro", "nosuid", "nodev", "bind");
+    return json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", host, "containerPath", rel, "options",
+                     "ro", "nosuid", "nodev", "bind");
 }
 
 /* dir + "/" + name relative to the driver root, and where this process
  * sees it; false when absent. */
-static bool find_file(const struct spec_builder *b, const char *dir, const char *name,
-                      char *rel, size_t rel_len, char *seen, size_t seen_len)
+static bool find_file(const struct spec_builder *b, const char *dir, const char *name, char *rel,
+                      size_t rel_len, char *seen, size_t seen_len)
 {
     snprintf(rel, rel_len, "%s/%s", dir, name);
     join_root(b->search_root, rel, seen, seen_len);
@@ -174,8 +179,7 @@ static json_t *hook(const struct gp_config *cfg, const char *name, json_t *extra
     json_decref(extra_args);
     if (args == NULL)
         return NULL;
-    return json_pack("{s:s,s:s,s:o}", "hookName", "createContainer", "path", path, "args",
-                     args);
+    return json_pack("{s:s,s:s,s:o}", "hookName", "createContainer", "path", path, "args", args);
 }
 
 static json_t *hooks(const struct spec_builder *b, const struct gpu_inventory *inv)
@@ -332,7 +336,7 @@ int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,
     struct spec_builder b = {
         .cfg = cfg,
         .search_root = is_dir(cfg->container_driver_root) ? cfg->container_driver_root
-                                                            : cfg->nvidia_driver_root,
+                                                          : cfg->nvidia_driver_root,
         .mounts = json_array(),
         .links = json_array(),
         .ldcache_dirs = json_array(),

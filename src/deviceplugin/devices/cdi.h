@@ -38,7 +38,6 @@
 
 /* Returns 0, or -1 with err naming the path and the reason. */
 int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,
-                   const struct resource_set *set, char *err, size_t errlen)
-    GP_MUST_USE;
+                   const struct resource_set *set, char *err, size_t errlen) GP_MUST_USE;
 
 #endif

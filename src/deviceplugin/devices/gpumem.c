@@ -60,13 +60,14 @@ size_t gpumem_snapshot_size(const struct gpu_inventory *inv, enum pool_mem_unit 
         unsigned long long units = gpumem_units(gpu, unit);
         size_t topology = 0;
         if (gpu->numa_node != GPU_NUMA_UNKNOWN) {
-            size_t numa = gpu->numa_node == 0 ? 0 : 1 + varint_size((unsigned long long)gpu->numa_node);
+            size_t numa =
+                gpu->numa_node == 0 ? 0 : 1 + varint_size((unsigned long long)gpu->numa_node);
             topology = field_size(field_size(numa));
         }
         size_t fixed = strlen(gpu->uuid) + strlen(POOL_DEVICE_ID_SEPARATOR);
         for (unsigned long long j = 0; j < units; j++) {
-            size_t device = field_size(fixed + decimal_digits(j)) + field_size(strlen("Unhealthy")) +
-                            topology;
+            size_t device =
+                field_size(fixed + decimal_digits(j)) + field_size(strlen("Unhealthy")) + topology;
             total += field_size(device);
         }
     }
@@ -86,13 +87,16 @@ static int refuse_whole_gpu_features(const struct gpu_inventory *inv, const stru
     else if (cfg->gpu_resource_count > 0 || cfg->mig_resource_count > 0)
         what = "resources.gpus/resources.mig";
     if (what != NULL) {
-        snprintf(err, errlen, "--resource-mode=gpu-mem serves GPU memory as %s and cannot "
-                 "be combined with %s (a whole-GPU feature)", POOL_RES_GPU_MEM, what);
+        snprintf(err, errlen,
+                 "--resource-mode=gpu-mem serves GPU memory as %s and cannot "
+                 "be combined with %s (a whole-GPU feature)",
+                 POOL_RES_GPU_MEM, what);
         return -1;
     }
     for (size_t g = 0; g < inv->count; g++) {
         if (inv->gpus[g].mig_enabled) {
-            snprintf(err, errlen, "GPU %u (%s) has MIG enabled: --resource-mode=gpu-mem shares "
+            snprintf(err, errlen,
+                     "GPU %u (%s) has MIG enabled: --resource-mode=gpu-mem shares "
                      "whole GPUs by memory; disable MIG on it or use --resource-mode=gpu",
                      inv->gpus[g].index, inv->gpus[g].uuid);
             return -1;
@@ -101,8 +105,8 @@ static int refuse_whole_gpu_features(const struct gpu_inventory *inv, const stru
     return 0;
 }
 
-static int check_message_size(const struct gpu_inventory *inv, enum pool_mem_unit unit,
-                              char *err, size_t errlen)
+static int check_message_size(const struct gpu_inventory *inv, enum pool_mem_unit unit, char *err,
+                              size_t errlen)
 {
     size_t size = gpumem_snapshot_size(inv, unit);
     if (size <= GPUMEM_KUBELET_MAX_MESSAGE)
@@ -110,7 +114,8 @@ static int check_message_size(const struct gpu_inventory *inv, enum pool_mem_uni
     unsigned long long units = 0;
     for (size_t g = 0; g < inv->count; g++)
         units += gpumem_units(&inv->gpus[g], unit);
-    snprintf(err, errlen, "%llu %s devices of %s make a ListAndWatch message of %zu bytes, "
+    snprintf(err, errlen,
+             "%llu %s devices of %s make a ListAndWatch message of %zu bytes, "
              "more than the kubelet accepts (%zu): use --memory-unit=GiB",
              units, gpumem_unit_name(unit), POOL_RES_GPU_MEM, size, GPUMEM_KUBELET_MAX_MESSAGE);
     return -1;
@@ -180,8 +185,10 @@ int gpumem_parse_idx(const char *idx, const struct gpu_inventory *inv,
             if (inv->gpus[g].index == list.gpu[i])
                 pos = g;
         if (pos == inv->count) {
-            snprintf(err, errlen, "annotation %s=\"%s\" names GPU %u, which this node does "
-                     "not have (%zu GPUs)", POOL_ANN_GPU_MEM_IDX, idx, list.gpu[i], inv->count);
+            snprintf(err, errlen,
+                     "annotation %s=\"%s\" names GPU %u, which this node does "
+                     "not have (%zu GPUs)",
+                     POOL_ANN_GPU_MEM_IDX, idx, list.gpu[i], inv->count);
             return -1;
         }
         out->gpus[out->gpu_count++] = pos; /* in annotation order */

@@ -49,9 +49,9 @@ GP_MUST_USE int gpumem_resource_build(const struct gpu_inventory *inv, const str
 /* What the extender decided for a pod, parsed from its annotations. */
 struct gpumem_assignment {
     size_t gpu_count;
-    size_t gpus[POOL_MAX_GPUS];      /* inventory positions, in annotation order */
-    char idx[POOL_MAX_GPUS * 4];     /* ALIYUN_COM_GPU_MEM_IDX as written: "1", "0,1" */
-    unsigned long long pod_units;      /* ALIYUN_COM_GPU_MEM_POD */
+    size_t gpus[POOL_MAX_GPUS];   /* inventory positions, in annotation order */
+    char idx[POOL_MAX_GPUS * 4];  /* ALIYUN_COM_GPU_MEM_IDX as written: "1", "0,1" */
+    unsigned long long pod_units; /* ALIYUN_COM_GPU_MEM_POD */
 };
 
 /* Parses ALIYUN_COM_GPU_MEM_IDX ("1" or "0,1": GPU indices; the contract's
@@ -68,8 +68,7 @@ GP_MUST_USE int gpumem_parse_idx(const char *idx, const struct gpu_inventory *in
  * the gpu-mem resource built above. Everything lives in the arena. */
 GP_MUST_USE int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
                                        const struct gpu_inventory *inv, const struct resource *res,
-                                       const struct gpumem_assignment *as,
-                                       size_t container_units,
+                                       const struct gpumem_assignment *as, size_t container_units,
                                        V1beta1__ContainerAllocateResponse *out, char *err,
                                        size_t errlen);
 

@@ -27,11 +27,11 @@ static uint64_t pair_key(const struct gpu_inventory *inv, size_t a, size_t b)
 
 struct aligned_search {
     const struct gpu_inventory *inv;
-    size_t n;                 /* available GPUs */
-    const size_t *gpu;        /* inventory position of each available device */
-    uint64_t *pair;           /* n*n pair keys */
+    size_t n;          /* available GPUs */
+    const size_t *gpu; /* inventory position of each available device */
+    uint64_t *pair;    /* n*n pair keys */
     bool *chosen;
-    size_t *current;          /* positions (into available) of the current set */
+    size_t *current; /* positions (into available) of the current set */
     size_t *best;
     uint64_t best_score;
     uint64_t best_damage;
@@ -62,8 +62,7 @@ static void consider(struct aligned_search *s, size_t count)
 {
     uint64_t score = set_score(s, count);
     uint64_t damage = set_damage(s, count);
-    if (!s->found || score > s->best_score ||
-        (score == s->best_score && damage < s->best_damage)) {
+    if (!s->found || score > s->best_score || (score == s->best_score && damage < s->best_damage)) {
         memcpy(s->best, s->current, count * sizeof *s->best);
         s->best_score = score;
         s->best_damage = damage;

@@ -23,8 +23,9 @@
  * is not assumed). On success writes `size` positions to out (required
  * first) and returns 0; returns -1 + err when size cannot be met. */
 GP_MUST_USE int preferred_choose(const struct resource *res, const struct gpu_inventory *inv,
-                     enum shared_alloc_policy policy, const size_t *available,
-                     size_t available_count, const size_t *required, size_t required_count,
-                     size_t size, size_t *out, char *err, size_t errlen);
+                                 enum shared_alloc_policy policy, const size_t *available,
+                                 size_t available_count, const size_t *required,
+                                 size_t required_count, size_t size, size_t *out, char *err,
+                                 size_t errlen);
 
 #endif

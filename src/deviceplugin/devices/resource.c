@@ -100,7 +100,10 @@ bool resource_pattern_match(const char *pattern, const char *text)
 }
 
 const char *const resource_control_nodes[] = {
-    "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
 };
 const size_t resource_control_node_count =
     sizeof resource_control_nodes / sizeof resource_control_nodes[0];
@@ -173,9 +176,9 @@ static int add_full_gpus(struct builder *b, const struct gpu_inventory *inv,
     for (size_t i = 0; i < inv->count; i++) {
         const struct gpu_device *g = &inv->gpus[i];
         if (skip_mig_enabled && g->mig_enabled)
-            continue;  /* a lost GPU never is: it is listed whole, Unhealthy */
-        const char *name = pick_name(cfg->gpu_resources, cfg->gpu_resource_count, g->name,
-                                     NVIDIA_PREFIX "gpu");
+            continue; /* a lost GPU never is: it is listed whole, Unhealthy */
+        const char *name =
+            pick_name(cfg->gpu_resources, cfg->gpu_resource_count, g->name, NVIDIA_PREFIX "gpu");
         if (name == NULL) {
             log_warn("GPU %u (%s, %s) matches no resources.gpus pattern; not served", g->index,
                      g->uuid, g->name);
@@ -236,15 +239,18 @@ static int check_single_uniform(const struct gpu_inventory *inv, char *err, size
             continue;
         enabled++;
         if (g->mig_count == 0) {
-            snprintf(err, errlen, "mig-strategy single: GPU %u (%s) has MIG enabled but no MIG "
-                     "devices; create MIG devices or use --mig-strategy none", g->index, g->uuid);
+            snprintf(err, errlen,
+                     "mig-strategy single: GPU %u (%s) has MIG enabled but no MIG "
+                     "devices; create MIG devices or use --mig-strategy none",
+                     g->index, g->uuid);
             return -1;
         }
         for (size_t j = 0; j < g->mig_count; j++) {
             if (profile == NULL)
                 profile = g->migs[j].profile;
             if (strcmp(profile, g->migs[j].profile) != 0) {
-                snprintf(err, errlen, "mig-strategy single needs all MIG devices to have the "
+                snprintf(err, errlen,
+                         "mig-strategy single needs all MIG devices to have the "
                          "same profile, found %s and %s (GPU %u); use --mig-strategy mixed",
                          profile, g->migs[j].profile, g->index);
                 return -1;
@@ -252,8 +258,10 @@ static int check_single_uniform(const struct gpu_inventory *inv, char *err, size
         }
     }
     if (enabled != 0 && enabled != identified) {
-        snprintf(err, errlen, "mig-strategy single needs MIG enabled on all GPUs or on none; "
-                 "%zu of %zu GPUs have it; use --mig-strategy mixed", enabled, identified);
+        snprintf(err, errlen,
+                 "mig-strategy single needs MIG enabled on all GPUs or on none; "
+                 "%zu of %zu GPUs have it; use --mig-strategy mixed",
+                 enabled, identified);
         return -1;
     }
     return 0;
@@ -290,7 +298,8 @@ static void warn_absent_slice_refs(const struct config_time_slice *ts,
             found = device_matches_ref(&e->devices[i], ts->devices[k]);
         if (!found)
             log_warn("sharing.timeSlicing: device \"%s\" of resource %s is not a device of "
-                     "this node; sharing the devices that are", ts->devices[k], ts->name);
+                     "this node; sharing the devices that are",
+                     ts->devices[k], ts->name);
     }
 }
 

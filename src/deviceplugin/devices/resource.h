@@ -26,28 +26,28 @@
 
 /* One device as the kubelet sees it. */
 struct resource_device {
-    char id[RESOURCE_ID_LEN];          /* advertised: "GPU-..", "MIG-..", "GPU-..::3" */
-    char uuid[GPU_UUID_LEN];           /* the GPU or MIG device behind it */
-    char index[RESOURCE_INDEX_LEN];    /* "0" or "1:0" (--device-id-strategy index) */
-    size_t gpu;                        /* position of the physical GPU in the inventory */
-    int mig;                           /* position in gpus[gpu].migs, or RESOURCE_NO_MIG */
-    int replica;                       /* k of "::k", or RESOURCE_NO_REPLICA */
-    int numa_node;                     /* GPU_NUMA_UNKNOWN when unknown */
+    char id[RESOURCE_ID_LEN];       /* advertised: "GPU-..", "MIG-..", "GPU-..::3" */
+    char uuid[GPU_UUID_LEN];        /* the GPU or MIG device behind it */
+    char index[RESOURCE_INDEX_LEN]; /* "0" or "1:0" (--device-id-strategy index) */
+    size_t gpu;                     /* position of the physical GPU in the inventory */
+    int mig;                        /* position in gpus[gpu].migs, or RESOURCE_NO_MIG */
+    int replica;                    /* k of "::k", or RESOURCE_NO_REPLICA */
+    int numa_node;                  /* GPU_NUMA_UNKNOWN when unknown */
     bool healthy;
 };
 
 struct resource {
-    char name[CONFIG_NAME_LEN];        /* "nvidia.com/gpu" */
+    char name[CONFIG_NAME_LEN];            /* "nvidia.com/gpu" */
     char socket_name[RESOURCE_SOCKET_LEN]; /* "gpupool-nvidia-gpu.sock" */
-    bool shared;                       /* some devices are time-sliced replicas */
+    bool shared;                           /* some devices are time-sliced replicas */
     bool fail_requests_greater_than_one;
     size_t device_count;
-    struct resource_device *devices;   /* owned */
+    struct resource_device *devices; /* owned */
 };
 
 struct resource_set {
     size_t count;
-    struct resource *resources;        /* owned */
+    struct resource *resources; /* owned */
 };
 
 /* Builds the resources. Fails (-1 + err) on configurations that cannot be
@@ -57,7 +57,7 @@ struct resource_set {
  * warning and the devices that are present are shared: one configuration
  * serves a whole cluster. Devices of lost GPUs start Unhealthy. */
 GP_MUST_USE int resource_set_build(const struct gpu_inventory *inv, const struct gp_config *cfg,
-                       struct resource_set *set, char *err, size_t errlen);
+                                   struct resource_set *set, char *err, size_t errlen);
 void resource_set_free(struct resource_set *set);
 
 /* A whole-GPU device of inventory GPU `pos`: ID and UUID the GPU's UUID,

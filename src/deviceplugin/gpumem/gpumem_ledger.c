@@ -95,10 +95,12 @@ int gpumem_ledger_open(const char *dir, struct gpumem_ledger **out, char *err, s
         free(l);
         return -1;
     }
-    if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(l->dir, 0700) != 0 && errno != EEXIST)) {
-        snprintf(err, errlen, "cannot create the gpu-mem ledger directory %s: %s (set "
-                 "--state-dir to a writable directory that survives plugin restarts)", l->dir,
-                 strerror(errno));
+    if ((mkdir(dir, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(l->dir, 0700) != 0 && errno != EEXIST)) {
+        snprintf(err, errlen,
+                 "cannot create the gpu-mem ledger directory %s: %s (set "
+                 "--state-dir to a writable directory that survives plugin restarts)",
+                 l->dir, strerror(errno));
         free(l);
         return -1;
     }

@@ -26,22 +26,22 @@
 #include "poolapi_demand.h"
 #include "poolapi_gpus.h"
 
-#define MAINTENANCE_MS (30 * 1000LL)      /* ledger pruning, lost ASSIGNED patches */
-#define REPUBLISH_MS (5 * 60 * 1000LL)    /* node status/annotation refresh */
+#define MAINTENANCE_MS (30 * 1000LL)   /* ledger pruning, lost ASSIGNED patches */
+#define REPUBLISH_MS (5 * 60 * 1000LL) /* node status/annotation refresh */
 #define RETRY_MIN_MS 200
 #define RETRY_MAX_MS 10000
 #define ASSIGN_MAX_ATTEMPTS 12
 #define LIST_TIMEOUT_MS 2000
-#define RELIST_MS 250                     /* re-ask the kubelet while waiting */
+#define RELIST_MS 250 /* re-ask the kubelet while waiting */
 #define API_TIMEOUT_MS 10000
 
 struct alloc_item {
-    struct plugin_allocation *job;  /* parked; answered through plugin.h */
+    struct plugin_allocation *job; /* parked; answered through plugin.h */
     size_t resource;
     size_t units;
     long long arrived_ms;
-    long long arrived_us;     /* for the -v 4 timing line */
-    long long list_us;        /* time spent in PodResources List */
+    long long arrived_us; /* for the -v 4 timing line */
+    long long list_us;    /* time spent in PodResources List */
     struct alloc_item *next;
 };
 
@@ -55,14 +55,14 @@ struct assign_task {
 struct gpumem_service {
     const struct gp_config *cfg;
     const struct gpu_inventory *inv;
-    struct plugin_node *node;               /* borrowed; we are its allocator */
+    struct plugin_node *node; /* borrowed; we are its allocator */
     struct kube_client *kc;
     struct podview *view;
-    struct gpumem_ledger *ledger;           /* allocator thread only */
-    struct podresources_client *pr;         /* allocator thread only */
+    struct gpumem_ledger *ledger;   /* allocator thread only */
+    struct podresources_client *pr; /* allocator thread only */
 
-    pthread_mutex_t lock;                   /* everything below */
-    pthread_cond_t wake;                    /* CLOCK_MONOTONIC */
+    pthread_mutex_t lock; /* everything below */
+    pthread_cond_t wake;  /* CLOCK_MONOTONIC */
     atomic_bool stopping;
     struct alloc_item *head, *tail;
     struct assign_task *assigns;
@@ -73,7 +73,7 @@ struct gpumem_service {
     pthread_t allocator, writer;
     bool allocator_started, writer_started;
     bool have_lock;
-    bool observing, allocating;             /* registered with the node */
+    bool observing, allocating; /* registered with the node */
 };
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -105,8 +105,8 @@ static void queue_assign(struct gpumem_service *s, const char *ns, const char *n
         (t->uid = strdup(uid)) == NULL) {
         if (t != NULL)
             assign_task_free(t);
-        log_error("gpu-mem: out of memory queueing %s=true for pod %s/%s", POOL_ANN_GPU_MEM_ASSIGNED,
-                  ns, name);
+        log_error("gpu-mem: out of memory queueing %s=true for pod %s/%s",
+                  POOL_ANN_GPU_MEM_ASSIGNED, ns, name);
         return;
     }
     pthread_mutex_lock(&s->lock);
@@ -212,7 +212,8 @@ static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *i
         podview_lock(s->view);
         unsigned long long gen = podview_generation(s->view);
         if (!podview_synced(s->view)) {
-            snprintf(why, whylen, "the plugin has not finished listing this node's pods from "
+            snprintf(why, whylen,
+                     "the plugin has not finished listing this node's pods from "
                      "the API server");
         } else if (!listed) {
             snprintf(why, whylen, "cannot ask the kubelet which pod is being admitted (%s): %s",
@@ -249,8 +250,10 @@ static int check_gpus_usable(struct gpumem_service *s, const struct gpumem_assig
         if (!plugin_node_gpu_lost(s->node, as->gpus[i]))
             continue;
         const struct gpu_device *g = &s->inv->gpus[as->gpus[i]];
-        snprintf(why, whylen, "its GPU %u (%s) is lost (fallen off the bus or not identified by "
-                 "NVML)", g->index, g->uuid);
+        snprintf(why, whylen,
+                 "its GPU %u (%s) is lost (fallen off the bus or not identified by "
+                 "NVML)",
+                 g->index, g->uuid);
         rc = -1;
     }
     return rc;
@@ -266,8 +269,8 @@ static int reply(struct gpumem_service *s, struct alloc_item *it,
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    if (gpumem_container_reply(&a, s->cfg, s->inv, plugin_node_resource(s->node, it->resource),
-                               as, it->units, cresp, err, errlen) != 0)
+    if (gpumem_container_reply(&a, s->cfg, s->inv, plugin_node_resource(s->node, it->resource), as,
+                               it->units, cresp, err, errlen) != 0)
         goto out;
     /* plugin.c packs the AllocateResponse, as for every other reply. */
     if (plugin_allocation_reply(it->job, cresp, err, errlen) != 0)
@@ -291,18 +294,21 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
         answer_error(it, RPC_FAILED_PRECONDITION, "%s", why);
         return;
     case FIND_TIMEOUT:
-        answer_error(it, RPC_DEADLINE_EXCEEDED, "no certain pod for this request of %zu units "
-                     "after %d ms: %s", it->units, s->cfg->allocate_wait_ms, why);
+        answer_error(it, RPC_DEADLINE_EXCEEDED,
+                     "no certain pod for this request of %zu units "
+                     "after %d ms: %s",
+                     it->units, s->cfg->allocate_wait_ms, why);
         return;
     case FIND_OK:
         break;
     }
     struct gpumem_assignment as;
     if (!f.has_idx) {
-        answer_error(it, RPC_FAILED_PRECONDITION, "pod %s/%s requests %s but has no %s "
+        answer_error(it, RPC_FAILED_PRECONDITION,
+                     "pod %s/%s requests %s but has no %s "
                      "annotation: no gpupool (or gpushare) scheduler extender placed it; check "
-                     "that the scheduler's extender configuration manages %s", f.ns, f.name,
-                     POOL_RES_GPU_MEM, POOL_ANN_GPU_MEM_IDX, POOL_RES_GPU_MEM);
+                     "that the scheduler's extender configuration manages %s",
+                     f.ns, f.name, POOL_RES_GPU_MEM, POOL_ANN_GPU_MEM_IDX, POOL_RES_GPU_MEM);
         return;
     }
     if (gpumem_parse_idx(f.idx, s->inv, &as, why, sizeof why) != 0 ||
@@ -317,8 +323,8 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
     /* Durable before the reply: a restarted plugin must know this call
      * was answered (docs/gpumem.md, "What is durable"). */
     if (!f.repeat && gpumem_ledger_set(s->ledger, f.uid, done + 1, why, sizeof why) != 0) {
-        answer_error(it, RPC_INTERNAL, "pod %s/%s: cannot record the allocation: %s", f.ns,
-                     f.name, why);
+        answer_error(it, RPC_INTERNAL, "pod %s/%s: cannot record the allocation: %s", f.ns, f.name,
+                     why);
         return;
     }
     if (reply(s, it, &as, why, sizeof why) != 0) {
@@ -326,8 +332,8 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
         return;
     }
     log_info("Allocate %s: %zu units for pod %s/%s (uid %s), call %u of %u, GPU(s) %s%s",
-             POOL_RES_GPU_MEM, it->units, f.ns, f.name, f.uid, f.repeat ? done : done + 1,
-             f.calls, as.idx, f.repeat ? " (repeated by the kubelet)" : "");
+             POOL_RES_GPU_MEM, it->units, f.ns, f.name, f.uid, f.repeat ? done : done + 1, f.calls,
+             as.idx, f.repeat ? " (repeated by the kubelet)" : "");
     log_v(4, "Allocate %zu units answered in %lld us, of which %lld us in PodResources List",
           it->units, clock_now_us() - it->arrived_us, it->list_us);
     if (!f.assigned)
@@ -371,8 +377,7 @@ static void *allocator_main(void *arg)
     long long next_maintenance = clock_now_ms() + MAINTENANCE_MS;
     for (;;) {
         pthread_mutex_lock(&s->lock);
-        while (!atomic_load(&s->stopping) && s->head == NULL &&
-               clock_now_ms() < next_maintenance)
+        while (!atomic_load(&s->stopping) && s->head == NULL && clock_now_ms() < next_maintenance)
             wait_until(s, next_maintenance);
         struct alloc_item *it = s->head;
         if (it != NULL) {
@@ -433,12 +438,11 @@ static int publish_node(struct gpumem_service *s)
     struct kube_error kerr;
     snprintf(count, sizeof count, "%zu", s->inv->count);
     char *gpus = gpus_annotation(s);
-    json_t *status = json_pack("{s:{s:{s:s},s:{s:s}}}", "status", "capacity",
-                               POOL_RES_GPU_COUNT, count, "allocatable",
-                               POOL_RES_GPU_COUNT, count);
-    json_t *meta = gpus ? json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
-                                    POOL_ANN_NODE_GPUS, gpus)
-                        : NULL;
+    json_t *status = json_pack("{s:{s:{s:s},s:{s:s}}}", "status", "capacity", POOL_RES_GPU_COUNT,
+                               count, "allocatable", POOL_RES_GPU_COUNT, count);
+    json_t *meta =
+        gpus ? json_pack("{s:{s:{s:s}}}", "metadata", "annotations", POOL_ANN_NODE_GPUS, gpus)
+             : NULL;
     int rc = -1;
     if (status == NULL || meta == NULL) {
         log_error("gpu-mem: out of memory publishing the node");
@@ -446,8 +450,8 @@ static int publish_node(struct gpumem_service *s)
     }
     snprintf(path, sizeof path, "/api/v1/nodes/%s/status", s->cfg->node_name);
     if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, status, NULL, &kerr) != 0) {
-        log_warn("gpu-mem: cannot patch %s of node %s: %s (HTTP %d); retrying",
-                 POOL_RES_GPU_COUNT, s->cfg->node_name, kerr.message, kerr.http_status);
+        log_warn("gpu-mem: cannot patch %s of node %s: %s (HTTP %d); retrying", POOL_RES_GPU_COUNT,
+                 s->cfg->node_name, kerr.message, kerr.http_status);
         goto out;
     }
     snprintf(path, sizeof path, "/api/v1/nodes/%s", s->cfg->node_name);
@@ -456,8 +460,8 @@ static int publish_node(struct gpumem_service *s)
                  s->cfg->node_name, POOL_ANN_NODE_GPUS, kerr.message, kerr.http_status);
         goto out;
     }
-    log_info("gpu-mem: published node %s: %s=%s, %s=%s", s->cfg->node_name,
-             POOL_RES_GPU_COUNT, count, POOL_ANN_NODE_GPUS, gpus);
+    log_info("gpu-mem: published node %s: %s=%s, %s=%s", s->cfg->node_name, POOL_RES_GPU_COUNT,
+             count, POOL_ANN_NODE_GPUS, gpus);
     rc = 0;
 out:
     json_decref(status);
@@ -475,8 +479,8 @@ static enum assign_outcome patch_assigned(struct gpumem_service *s, const struct
     char *ns = kube_escape(t->ns), *name = kube_escape(t->name);
     char path[1024];
     struct kube_error kerr;
-    json_t *body = json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:s}]", "op", "test", "path",
-                             "/metadata/uid", "value", t->uid, "op", "add", "path",
+    json_t *body = json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:s}]", "op", "test", "path", "/metadata/uid",
+                             "value", t->uid, "op", "add", "path",
                              "/metadata/annotations/" POOL_ANN_GPU_MEM_ASSIGNED, "value", "true");
     enum assign_outcome out = ASSIGN_RETRY;
     if (ns == NULL || name == NULL || body == NULL)
@@ -486,8 +490,8 @@ static enum assign_outcome patch_assigned(struct gpumem_service *s, const struct
         log_v(1, "gpu-mem: pod %s/%s marked %s=true", t->ns, t->name, POOL_ANN_GPU_MEM_ASSIGNED);
         out = ASSIGN_DONE;
     } else if (kerr.http_status == 404 || kerr.http_status == 422) {
-        log_info("gpu-mem: pod %s/%s (uid %s) is gone; not marking it %s", t->ns, t->name,
-                 t->uid, POOL_ANN_GPU_MEM_ASSIGNED);
+        log_info("gpu-mem: pod %s/%s (uid %s) is gone; not marking it %s", t->ns, t->name, t->uid,
+                 POOL_ANN_GPU_MEM_ASSIGNED);
         out = ASSIGN_DONE;
     } else {
         log_warn("gpu-mem: cannot mark pod %s/%s %s=true: %s (HTTP %d, %s)", t->ns, t->name,
@@ -556,8 +560,8 @@ static void *writer_main(void *arg)
         } else {
             if (o == ASSIGN_RETRY)
                 log_error("gpu-mem: giving up marking pod %s/%s %s=true after %d attempts "
-                          "(the ledger still records its allocation)", t->ns, t->name,
-                          POOL_ANN_GPU_MEM_ASSIGNED, t->attempts);
+                          "(the ledger still records its allocation)",
+                          t->ns, t->name, POOL_ANN_GPU_MEM_ASSIGNED, t->attempts);
             assign_task_free(t);
         }
     }
@@ -568,8 +572,8 @@ static void *writer_main(void *arg)
 /* ---- public -------------------------------------------------------------------------- */
 
 /* The node's allocator (plugin.h): queues the call for the allocator thread. */
-static enum rpc_status service_allocate(void *ctx, struct plugin_allocation *job,
-                                        size_t resource, size_t units, char *msg, size_t msglen)
+static enum rpc_status service_allocate(void *ctx, struct plugin_allocation *job, size_t resource,
+                                        size_t units, char *msg, size_t msglen)
 {
     struct gpumem_service *s = ctx;
     struct alloc_item *it = calloc(1, sizeof *it);
@@ -620,8 +624,10 @@ static int open_api(struct gpumem_service *s, char *err, size_t errlen)
     char kerr[512];
     s->kc = kube_client_new(&opt, kerr, sizeof kerr);
     if (s->kc == NULL) {
-        snprintf(err, errlen, "cannot configure the Kubernetes API client (--kubeconfig, "
-                 "KUBECONFIG or the in-cluster service account): %s", kerr);
+        snprintf(err, errlen,
+                 "cannot configure the Kubernetes API client (--kubeconfig, "
+                 "KUBECONFIG or the in-cluster service account): %s",
+                 kerr);
         return -1;
     }
     return 0;
@@ -632,7 +638,8 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
                          struct gpumem_service **out, char *err, size_t errlen)
 {
     if (cfg->node_name == NULL || cfg->node_name[0] == '\0') {
-        snprintf(err, errlen, "--resource-mode=gpu-mem needs this node's name: set NODE_NAME "
+        snprintf(err, errlen,
+                 "--resource-mode=gpu-mem needs this node's name: set NODE_NAME "
                  "(downward API fieldRef spec.nodeName) or --node-name");
         return -1;
     }
@@ -672,9 +679,10 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
     plugin_node_set_allocator(node, &(struct plugin_allocator){s, service_allocate});
     s->allocating = true;
     log_info("gpu-mem mode: node %s, %zu GPUs, unit %s, %zu devices of %s, ledger in %s/gpumem, "
-             "pod identity through %s", cfg->node_name, inv->count,
-             gpumem_unit_name(cfg->memory_unit), plugin_node_resource(node, 0)->device_count,
-             POOL_RES_GPU_MEM, cfg->state_dir, cfg->pod_resources_socket);
+             "pod identity through %s",
+             cfg->node_name, inv->count, gpumem_unit_name(cfg->memory_unit),
+             plugin_node_resource(node, 0)->device_count, POOL_RES_GPU_MEM, cfg->state_dir,
+             cfg->pod_resources_socket);
     *out = s;
     return 0;
 fail:

@@ -160,8 +160,10 @@ enum identity_result identify_pod(const struct identity_source *src, const struc
 
     if (k.unknown.count > 0) {
         names_text(&k.unknown, names, sizeof names);
-        return say(out, IDENTITY_WAIT, "the kubelet holds pod(s) %s that the plugin's watch of "
-                   "this node's pods has not delivered yet", names);
+        return say(out, IDENTITY_WAIT,
+                   "the kubelet holds pod(s) %s that the plugin's watch of "
+                   "this node's pods has not delivered yet",
+                   names);
     }
     size_t candidates = k.fresh.count + k.repeat.count + k.bad.count;
     if (candidates == 1 && k.bad.count == 1)
@@ -180,14 +182,18 @@ enum identity_result identify_pod(const struct identity_source *src, const struc
         for (size_t i = 0; i < k.bad.count && i < NAMES_SHOWN; i++)
             name_add(&all, k.bad.ns[i], k.bad.name[i], NULL, false);
         names_text(&all, names, sizeof names);
-        return say(out, IDENTITY_WAIT, "%zu pods the kubelet holds could be the one asking for "
+        return say(out, IDENTITY_WAIT,
+                   "%zu pods the kubelet holds could be the one asking for "
                    "%llu units: %s (waiting for the others to be rejected or to finish)",
                    candidates, units, names);
     }
     if (k.mismatch.count > 0)
-        return say(out, IDENTITY_FAIL, "no pod the kubelet holds asks for %llu units next: pod "
-                   "%s/%s expects a request of %llu", units, k.mismatch_pod->ns,
-                   k.mismatch_pod->name, k.mismatch_expected);
-    return say(out, IDENTITY_FAIL, "no pod the kubelet holds (%zu listed by its PodResources "
-               "API) is waiting for aliyun.com/gpu-mem", list->n_pods);
+        return say(out, IDENTITY_FAIL,
+                   "no pod the kubelet holds asks for %llu units next: pod "
+                   "%s/%s expects a request of %llu",
+                   units, k.mismatch_pod->ns, k.mismatch_pod->name, k.mismatch_expected);
+    return say(out, IDENTITY_FAIL,
+               "no pod the kubelet holds (%zu listed by its PodResources "
+               "API) is waiting for aliyun.com/gpu-mem",
+               list->n_pods);
 }

@@ -28,21 +28,21 @@
 /* A container requesting aliyun.com/gpu-mem, in the kubelet's order. */
 struct gpumem_container {
     char *name;
-    unsigned long long units;   /* its limit */
+    unsigned long long units; /* its limit */
     bool init;
-    bool sidecar;               /* an init container with restartPolicy Always */
+    bool sidecar; /* an init container with restartPolicy Always */
 };
 
 /* One pod of the watched view (pods with spec.nodeName = this node). */
 struct gpumem_pod {
     char *ns, *name, *uid;
-    bool terminal;              /* phase Succeeded or Failed */
-    bool deleted;               /* gone from the API: kept a while as a tombstone */
-    char *idx;                  /* ALIYUN_COM_GPU_MEM_IDX, NULL when absent */
+    bool terminal; /* phase Succeeded or Failed */
+    bool deleted;  /* gone from the API: kept a while as a tombstone */
+    char *idx;     /* ALIYUN_COM_GPU_MEM_IDX, NULL when absent */
     bool has_pod_units;
     unsigned long long pod_units; /* ALIYUN_COM_GPU_MEM_POD */
-    bool assigned;              /* ALIYUN_COM_GPU_MEM_ASSIGNED == "true" */
-    char *bad;                  /* why its gpu-mem limits could not be read, or NULL */
+    bool assigned;                /* ALIYUN_COM_GPU_MEM_ASSIGNED == "true" */
+    char *bad;                    /* why its gpu-mem limits could not be read, or NULL */
     size_t n_containers;
     struct gpumem_container *containers; /* gpu-mem containers: init ones, then app ones */
 };
@@ -56,20 +56,21 @@ struct identity_source {
 };
 
 enum identity_result {
-    IDENTITY_FOUND,  /* pod is the one */
-    IDENTITY_WAIT,   /* not certain yet: wait for the view to change, then ask again */
-    IDENTITY_FAIL,   /* certain that no pod matches: why says so */
+    IDENTITY_FOUND, /* pod is the one */
+    IDENTITY_WAIT,  /* not certain yet: wait for the view to change, then ask again */
+    IDENTITY_FAIL,  /* certain that no pod matches: why says so */
 };
 
 struct identity_decision {
-    const struct gpumem_pod *pod;  /* FOUND: the pod (borrowed from the view) */
-    bool repeat;     /* FOUND: the pod was fully answered before (kubelet re-Allocate) */
-    char why[768];   /* WAIT / FAIL: the reason, for logs and the gRPC error */
+    const struct gpumem_pod *pod; /* FOUND: the pod (borrowed from the view) */
+    bool repeat;   /* FOUND: the pod was fully answered before (kubelet re-Allocate) */
+    char why[768]; /* WAIT / FAIL: the reason, for logs and the gRPC error */
 };
 
 /* units: the number of device IDs in the container request. */
-GP_MUST_USE enum identity_result identify_pod(const struct identity_source *src, const struct pr_list *list,
-                                  unsigned long long units, struct identity_decision *out);
+GP_MUST_USE enum identity_result identify_pod(const struct identity_source *src,
+                                              const struct pr_list *list, unsigned long long units,
+                                              struct identity_decision *out);
 
 /* Allocate calls a pod gets from the kubelet: one per gpu-mem container. */
 static inline unsigned gpumem_pod_calls(const struct gpumem_pod *pod)

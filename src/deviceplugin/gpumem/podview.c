@@ -21,13 +21,13 @@
 
 struct view_entry {
     struct gpumem_pod pod;
-    bool seen;                /* during a re-list */
+    bool seen; /* during a re-list */
     long long deleted_at_ms;
 };
 
 struct podview {
     pthread_mutex_t lock;
-    pthread_cond_t changed;   /* CLOCK_MONOTONIC */
+    pthread_cond_t changed; /* CLOCK_MONOTONIC */
     unsigned long long generation;
     bool synced;
     size_t count, cap;
@@ -83,7 +83,8 @@ static int add_containers(struct gpumem_pod *pod, const json_t *list, bool init)
 {
     size_t i;
     const json_t *c;
-    json_array_foreach(list, i, c) {
+    json_array_foreach(list, i, c)
+    {
         const json_t *limit = json_object_get(
             json_object_get(json_object_get(c, "resources"), "limits"), POOL_RES_GPU_MEM);
         if (limit == NULL)
@@ -133,7 +134,8 @@ int gpumem_pod_parse(const json_t *obj, struct gpumem_pod *out, char *err, size_
     out->ns = dup_string(json_object_get(meta, "namespace"));
     out->name = dup_string(json_object_get(meta, "name"));
     out->uid = dup_string(json_object_get(meta, "uid"));
-    out->terminal = phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+    out->terminal =
+        phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
     const char *idx = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_IDX));
     const char *assigned = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_ASSIGNED));
     const json_t *pod_units = json_object_get(ann, POOL_ANN_GPU_MEM_POD);

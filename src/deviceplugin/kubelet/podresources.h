@@ -20,7 +20,7 @@
  * containers and how many device IDs of one resource each holds. */
 struct pr_container {
     char *name;
-    size_t units;               /* device IDs of the listed resource */
+    size_t units; /* device IDs of the listed resource */
 };
 struct pr_pod {
     char *ns, *name;

@@ -86,9 +86,8 @@ struct rpc_handlers {
      *   - write a message naming the problem into msg, return the status;
      *   - d = rpc_call_defer(call), hand d to another thread, return
      *     RPC_DEFERRED; that thread answers with rpc_call_complete(d, ...). */
-    enum rpc_status (*unary)(void *ctx, struct rpc_call *call, size_t method,
-                             const uint8_t *req, size_t req_len, struct rpc_buf *resp,
-                             char *msg, size_t msglen);
+    enum rpc_status (*unary)(void *ctx, struct rpc_call *call, size_t method, const uint8_t *req,
+                             size_t req_len, struct rpc_buf *resp, char *msg, size_t msglen);
     /* RPC_METHOD_STREAM methods (ListAndWatch): the request's content is
      * ignored; the stream sends the current encoded snapshot (for the
      * DevicePlugin, a ListAndWatchResponse) and its generation (bumped on
@@ -163,10 +162,9 @@ void rpc_client_connect(struct rpc_client *client);
  * responsive. timeout_ms < 0: no deadline. Errors read
  * "<Method> failed: <STATUS> (<code>): <message>", <Method> being the
  * name's last component ("Register failed: UNAVAILABLE (14): ..."). */
-GP_MUST_USE int rpc_client_call(struct rpc_client *client, const char *method,
-                                const uint8_t *req, size_t req_len, int timeout_ms,
-                                bool wait_for_ready, struct rpc_buf *resp, char *err,
-                                size_t errlen);
+GP_MUST_USE int rpc_client_call(struct rpc_client *client, const char *method, const uint8_t *req,
+                                size_t req_len, int timeout_ms, bool wait_for_ready,
+                                struct rpc_buf *resp, char *err, size_t errlen);
 /* NULL is a no-op. */
 void rpc_client_close(struct rpc_client *client);
 

@@ -18,9 +18,22 @@ gpr_timespec rpc_deadline_after_ms(int timeout_ms)
 const char *rpc_status_name(int status)
 {
     static const char *const names[] = {
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
         "UNAUTHENTICATED",
     };
     if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
@@ -44,8 +57,8 @@ grpc_byte_buffer *rpc_buffer_take(uint8_t *data, size_t len)
 
 grpc_byte_buffer *rpc_buffer_copy(const uint8_t *data, size_t len)
 {
-    grpc_slice slice = len == 0 ? grpc_empty_slice()
-                                : grpc_slice_from_copied_buffer((const char *)data, len);
+    grpc_slice slice =
+        len == 0 ? grpc_empty_slice() : grpc_slice_from_copied_buffer((const char *)data, len);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
     grpc_slice_unref(slice);
     return bb;

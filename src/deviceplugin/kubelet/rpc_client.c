@@ -31,11 +31,14 @@ static grpc_channel *channel_open(const char *socket_path)
     grpc_arg args[] = {
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_CHANNELZ, .value.integer = 0},
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
          .value.integer = RPC_RECONNECT_BACKOFF_MS},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
          .value.integer = RPC_RECONNECT_BACKOFF_MAX_MS},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = RPC_MAX_REPLY_BYTES},
     };
     grpc_channel_args channel_args = {.num_args = sizeof args / sizeof args[0], .args = args};
@@ -55,8 +58,8 @@ void rpc_pluck_queue_destroy(grpc_completion_queue *cq)
 
 /* Status, message and reply of a finished call into the caller's terms. */
 static int unary_outcome(grpc_status_code code, grpc_slice details, const char *error_string,
-                         grpc_byte_buffer *response, struct rpc_buf *resp, int *status,
-                         char *msg, size_t msglen)
+                         grpc_byte_buffer *response, struct rpc_buf *resp, int *status, char *msg,
+                         size_t msglen)
 {
     *status = (int)code;
     if (code != GRPC_STATUS_OK) {
@@ -202,8 +205,8 @@ int rpc_client_call(struct rpc_client *client, const char *method, const uint8_t
     int status = RPC_INTERNAL;
 
     uint32_t flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
-    int rc = rpc_client_unary(client, method, req, req_len, timeout_ms, flags, &reply, &status,
-                              msg, sizeof msg);
+    int rc = rpc_client_unary(client, method, req, req_len, timeout_ms, flags, &reply, &status, msg,
+                              sizeof msg);
     if (rc != 0) {
         /* "/v1beta1.Registration/Register" -> "Register failed: ..." */
         const char *slash = strrchr(method, '/');

@@ -50,16 +50,16 @@ struct rpc_call {
     grpc_metadata_array request_metadata;
     struct rpc_tag new_call_tag, recv_tag, send_tag, status_tag, close_tag;
     enum rpc_route route;
-    size_t method;            /* position in srv->handlers.methods */
-    int outstanding;          /* batches started and not yet completed, + 1 while parked */
-    bool started;             /* the slot completed: a real call */
-    bool closed;              /* RECV_CLOSE_ON_SERVER completed */
-    int cancelled;            /* filled by RECV_CLOSE_ON_SERVER */
+    size_t method;   /* position in srv->handlers.methods */
+    int outstanding; /* batches started and not yet completed, + 1 while parked */
+    bool started;    /* the slot completed: a real call */
+    bool closed;     /* RECV_CLOSE_ON_SERVER completed */
+    int cancelled;   /* filled by RECV_CLOSE_ON_SERVER */
     bool initial_metadata_sent;
     bool status_started;
-    bool sending;             /* a stream SEND_MESSAGE is in flight */
-    bool dirty;               /* a notify arrived: send the newest snapshot */
-    bool have_sent;           /* sent_generation is meaningful */
+    bool sending;   /* a stream SEND_MESSAGE is in flight */
+    bool dirty;     /* a notify arrived: send the newest snapshot */
+    bool have_sent; /* sent_generation is meaningful */
     uint64_t sent_generation;
     grpc_byte_buffer *recv_buffer;
     grpc_byte_buffer *send_buffer;
@@ -87,7 +87,7 @@ struct rpc_runtime {
     grpc_completion_queue *cq;
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t changed;   /* a server's shutdown progressed */
+    pthread_cond_t changed; /* a server's shutdown progressed */
     struct rpc_server *servers;
 };
 
@@ -120,10 +120,9 @@ void rpc_copy_slice_text(grpc_slice slice, char *out, size_t outlen);
  * 0 when the status is OK (*resp malloc'd), otherwise -1 with *status (a
  * gRPC code, RPC_INTERNAL for local failures) and the message in msg.
  * timeout_ms < 0: no deadline. flags: GRPC_INITIAL_METADATA_* bits. */
-GP_MUST_USE int rpc_client_unary(struct rpc_client *client, const char *method,
-                                 const uint8_t *req, size_t req_len, int timeout_ms,
-                                 uint32_t flags, struct rpc_buf *resp, int *status, char *msg,
-                                 size_t msglen);
+GP_MUST_USE int rpc_client_unary(struct rpc_client *client, const char *method, const uint8_t *req,
+                                 size_t req_len, int timeout_ms, uint32_t flags,
+                                 struct rpc_buf *resp, int *status, char *msg, size_t msglen);
 /* Shut down and destroy a pluck queue whose tags were all collected. */
 void rpc_pluck_queue_destroy(grpc_completion_queue *cq);
 

@@ -83,7 +83,7 @@ static int copy_pod(const V1__PodResources *in, const char *resource, struct pr_
 
 /* The response, or NULL with err naming the problem. */
 static V1__ListPodResourcesResponse *unpack_response(const unsigned char *data, size_t len,
-                                                    char *err, size_t errlen)
+                                                     char *err, size_t errlen)
 {
     V1__ListPodResourcesResponse *resp = v1__list_pod_resources_response__unpack(NULL, len, data);
     if (resp == NULL)
@@ -114,8 +114,8 @@ int podresources_decode(const unsigned char *data, size_t len, const char *resou
 }
 
 /* One List call: the encoded response in *resp (free resp->data). */
-static int list_call(struct podresources_client *c, int timeout_ms, struct rpc_buf *resp,
-                     char *err, size_t errlen)
+static int list_call(struct podresources_client *c, int timeout_ms, struct rpc_buf *resp, char *err,
+                     size_t errlen)
 {
     V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
     uint8_t buf[8];

@@ -474,8 +474,8 @@ static void *cq_thread_main(void *arg)
 {
     struct rpc_runtime *rt = arg;
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(rt->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                                   NULL);
+        grpc_event ev =
+            grpc_completion_queue_next(rt->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type != GRPC_OP_COMPLETE)
@@ -502,9 +502,9 @@ static int post_slot(struct rpc_server *srv)
     c->status_tag = (struct rpc_tag){TAG_STATUS, c};
     c->close_tag = (struct rpc_tag){TAG_CLOSE, c};
     srv->live_calls++;
-    grpc_call_error e = grpc_server_request_call(srv->server, &c->call, &c->details,
-                                                 &c->request_metadata, srv->rt->cq,
-                                                 srv->rt->cq, &c->new_call_tag);
+    grpc_call_error e =
+        grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_metadata,
+                                 srv->rt->cq, srv->rt->cq, &c->new_call_tag);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_call failed: %d", (int)e);
         call_free(c);
@@ -586,7 +586,8 @@ static grpc_server *server_create(void)
     grpc_arg args[] = {
         /* channelz keeps per-channel bookkeeping nobody reads here */
         {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_CHANNELZ, .value.integer = 0},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = RPC_MAX_REQUEST_BYTES},
     };
     grpc_channel_args channel_args = {.num_args = sizeof args / sizeof args[0], .args = args};
@@ -630,8 +631,8 @@ static int check_handlers(const struct rpc_handlers *h, char *err, size_t errlen
 }
 
 int rpc_server_start(struct rpc_runtime *rt, const char *socket_path,
-                     const struct rpc_handlers *handlers, struct rpc_server **out,
-                     char *err, size_t errlen)
+                     const struct rpc_handlers *handlers, struct rpc_server **out, char *err,
+                     size_t errlen)
 {
     if (check_handlers(handlers, err, errlen) != 0)
         return -1;

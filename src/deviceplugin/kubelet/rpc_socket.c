@@ -100,8 +100,8 @@ int rpc_socket_install(struct rpc_socket *s, const char *bind_path, char *err, s
 
 static bool socket_is_ours(const struct rpc_socket *s, const struct stat *st)
 {
-    return st->st_dev == s->dev && st->st_ino == s->ino &&
-           st->st_ctim.tv_sec == s->ctime.tv_sec && st->st_ctim.tv_nsec == s->ctime.tv_nsec;
+    return st->st_dev == s->dev && st->st_ino == s->ino && st->st_ctim.tv_sec == s->ctime.tv_sec &&
+           st->st_ctim.tv_nsec == s->ctime.tv_nsec;
 }
 
 void rpc_socket_release(struct rpc_socket *s)

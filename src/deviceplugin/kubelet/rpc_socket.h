@@ -20,11 +20,11 @@
 
 /* The socket file a server created, as recorded after it was bound. */
 struct rpc_socket {
-    char *path;               /* owned */
+    char *path; /* owned */
     dev_t dev;
     ino_t ino;
     struct timespec ctime;
-    bool have_identity;       /* dev/ino/ctime were recorded */
+    bool have_identity; /* dev/ino/ctime were recorded */
 };
 
 /* Make `path` free for a new server: nothing there is fine; a socket file

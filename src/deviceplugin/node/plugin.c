@@ -16,11 +16,11 @@
 
 /* A gpu-mem Allocate handed to the allocator; parked once it is taken. */
 struct plugin_allocation {
-    struct rpc_call *call;           /* while the handler runs */
-    struct rpc_deferred *deferred;   /* once parked */
-    struct plugin_node *node;        /* alive until the allocator unregistered */
-    const char *resource;            /* its name, for the allocate observers */
-    struct timespec arrived;         /* CLOCK_MONOTONIC */
+    struct rpc_call *call;         /* while the handler runs */
+    struct rpc_deferred *deferred; /* once parked */
+    struct plugin_node *node;      /* alive until the allocator unregistered */
+    const char *resource;          /* its name, for the allocate observers */
+    struct timespec arrived;       /* CLOCK_MONOTONIC */
 };
 
 static const struct rpc_method METHODS[PLUGIN_METHOD_COUNT] = {
@@ -130,8 +130,8 @@ void plugin_node_free(struct plugin_node *node)
     node->endpoints = NULL;
 }
 
-void plugin_node_move(struct plugin_node *to, struct plugin_node *from,
-                      const struct gp_config *cfg, const struct gpu_inventory *inv)
+void plugin_node_move(struct plugin_node *to, struct plugin_node *from, const struct gp_config *cfg,
+                      const struct gpu_inventory *inv)
 {
     /* Mutexes are not copied (POSIX leaves a copy undefined): the new home
      * gets fresh ones, the old ones are destroyed. Nothing is registered
@@ -227,16 +227,20 @@ static enum rpc_status check_container_request(const struct resource *res, size_
                                                size_t msglen)
 {
     if (n == 0) {
-        snprintf(msg, msglen, "invalid allocation request for \"%s\": container request %zu "
-                 "lists no devices", res->name, container);
+        snprintf(msg, msglen,
+                 "invalid allocation request for \"%s\": container request %zu "
+                 "lists no devices",
+                 res->name, container);
         return RPC_INVALID_ARGUMENT;
     }
     if (!res->fail_requests_greater_than_one || n < 2)
         return RPC_OK;
     for (size_t i = 0; i < n; i++) {
         if (res->devices[positions[i]].replica != RESOURCE_NO_REPLICA) {
-            snprintf(msg, msglen, "invalid allocation request for \"%s\": maximum request size "
-                     "for shared resources is 1; found %zu", res->name, n);
+            snprintf(msg, msglen,
+                     "invalid allocation request for \"%s\": maximum request size "
+                     "for shared resources is 1; found %zu",
+                     res->name, n);
             return RPC_INVALID_ARGUMENT;
         }
     }
@@ -248,8 +252,7 @@ static enum rpc_status check_container_request(const struct resource *res, size_
  * start a container on it. Unhealthy devices of live GPUs still answer,
  * as NVIDIA's do: the kubelet decides what is available. */
 static enum rpc_status check_not_lost(struct plugin_node *node, const struct resource *res,
-                                      const size_t *positions, size_t n, char *msg,
-                                      size_t msglen)
+                                      const size_t *positions, size_t n, char *msg, size_t msglen)
 {
     enum rpc_status st = RPC_OK;
     pthread_mutex_lock(&node->lock);
@@ -258,18 +261,18 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
         if (!node->gpu_lost[d->gpu])
             continue;
         const struct gpu_device *g = &node->inv->gpus[d->gpu];
-        snprintf(msg, msglen, "cannot allocate \"%s\" of \"%s\": its GPU %u (%s) is lost "
-                 "(fallen off the bus or not identified by NVML)", d->id, res->name, g->index,
-                 g->uuid);
+        snprintf(msg, msglen,
+                 "cannot allocate \"%s\" of \"%s\": its GPU %u (%s) is lost "
+                 "(fallen off the bus or not identified by NVML)",
+                 d->id, res->name, g->index, g->uuid);
         st = RPC_FAILED_PRECONDITION;
     }
     pthread_mutex_unlock(&node->lock);
     return st;
 }
 
-static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t *req,
-                                       size_t len, struct rpc_buf *resp, char *msg,
-                                       size_t msglen)
+static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t *req, size_t len,
+                                       struct rpc_buf *resp, char *msg, size_t msglen)
 {
     const struct resource *res = endpoint_resource(ep);
     struct plugin_node *node = ep->node;
@@ -297,8 +300,8 @@ static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t
             st = check_not_lost(node, res, positions, creq->n_devices_ids, msg, msglen);
         if (st != RPC_OK)
             goto out;
-        if (allocate_container(&a, node->cfg, node->inv, res, positions, creq->n_devices_ids,
-                               cresp, msg, msglen) != 0)
+        if (allocate_container(&a, node->cfg, node->inv, res, positions, creq->n_devices_ids, cresp,
+                               msg, msglen) != 0)
             goto oom;
         out.container_responses[out.n_container_responses++] = cresp;
         log_v(1, "Allocate %s: %zu devices for container %zu", res->name, creq->n_devices_ids, c);
@@ -332,8 +335,7 @@ static void observe_allocate(struct plugin_node *node, const char *resource,
     if (node->allocate_observer_count > 0) {
         double seconds = seconds_since(arrived);
         for (size_t i = 0; i < node->allocate_observer_count; i++)
-            node->allocate_observers[i].fn(node->allocate_observers[i].ctx, resource, seconds,
-                                           ok);
+            node->allocate_observers[i].fn(node->allocate_observers[i].ctx, resource, seconds, ok);
     }
     pthread_mutex_unlock(&node->alloc_lock);
 }
@@ -342,8 +344,8 @@ static void observe_allocate(struct plugin_node *node, const char *resource,
  * job (parked, RPC_DEFERRED), the job is still ours and the call is
  * answered at once with the allocator's status. */
 static enum rpc_status defer_to_allocator(struct plugin_endpoint *ep, struct rpc_call *call,
-                                          const struct timespec *arrived, size_t units,
-                                          char *msg, size_t msglen)
+                                          const struct timespec *arrived, size_t units, char *msg,
+                                          size_t msglen)
 {
     struct plugin_node *node = ep->node;
     struct plugin_allocation *job = calloc(1, sizeof *job);
@@ -368,9 +370,8 @@ static enum rpc_status defer_to_allocator(struct plugin_endpoint *ep, struct rpc
 /* gpu-mem mode: the IDs are checked here; which GPU the container gets is
  * the pod's (the extender's choice), found by the registered allocator. */
 static enum rpc_status handle_gpumem_allocate(struct plugin_endpoint *ep, struct rpc_call *call,
-                                              const struct timespec *arrived,
-                                              const uint8_t *req, size_t len, char *msg,
-                                              size_t msglen)
+                                              const struct timespec *arrived, const uint8_t *req,
+                                              size_t len, char *msg, size_t msglen)
 {
     const struct resource *res = endpoint_resource(ep);
     V1beta1__AllocateRequest *in = (V1beta1__AllocateRequest *)decode(
@@ -380,8 +381,10 @@ static enum rpc_status handle_gpumem_allocate(struct plugin_endpoint *ep, struct
     enum rpc_status st = RPC_OK;
     size_t units = 0;
     if (in->n_container_requests != 1) {
-        snprintf(msg, msglen, "invalid allocation request for \"%s\": %zu container requests; "
-                 "the kubelet sends one per container", res->name, in->n_container_requests);
+        snprintf(msg, msglen,
+                 "invalid allocation request for \"%s\": %zu container requests; "
+                 "the kubelet sends one per container",
+                 res->name, in->n_container_requests);
         st = RPC_INVALID_ARGUMENT;
     } else {
         V1beta1__ContainerAllocateRequest *creq = in->container_requests[0];
@@ -434,11 +437,11 @@ static enum rpc_status prefer_container(struct plugin_endpoint *ep, struct arena
     /* Checked before anything is allocated: allocation_size comes from the
      * wire (up to 2^31-1) and sizes two arrays below. More than the listed
      * IDs can never be met (duplicates only lower the count). */
-    if (creq->allocation_size <= 0 ||
-        (size_t)creq->allocation_size > creq->n_available_deviceids) {
-        snprintf(msg, msglen, "invalid preferred allocation request for \"%s\": allocation "
-                 "size %d with %zu available devices", res->name, (int)creq->allocation_size,
-                 creq->n_available_deviceids);
+    if (creq->allocation_size <= 0 || (size_t)creq->allocation_size > creq->n_available_deviceids) {
+        snprintf(msg, msglen,
+                 "invalid preferred allocation request for \"%s\": allocation "
+                 "size %d with %zu available devices",
+                 res->name, (int)creq->allocation_size, creq->n_available_deviceids);
         return RPC_INVALID_ARGUMENT;
     }
     size_t n_avail = 0, n_req = 0;
@@ -448,12 +451,11 @@ static enum rpc_status prefer_container(struct plugin_endpoint *ep, struct arena
     bool *seen_req = arena_calloc(a, res->device_count + 1, sizeof *seen_req);
     if (!avail || !req || !seen_avail || !seen_req)
         return RPC_RESOURCE_EXHAUSTED;
-    enum rpc_status st = resolve_unique(ep, creq->available_deviceids,
-                                        creq->n_available_deviceids, avail, &n_avail, seen_avail,
-                                        msg, msglen);
+    enum rpc_status st = resolve_unique(ep, creq->available_deviceids, creq->n_available_deviceids,
+                                        avail, &n_avail, seen_avail, msg, msglen);
     if (st == RPC_OK)
-        st = resolve_unique(ep, creq->must_include_deviceids, creq->n_must_include_deviceids,
-                            req, &n_req, seen_req, msg, msglen);
+        st = resolve_unique(ep, creq->must_include_deviceids, creq->n_must_include_deviceids, req,
+                            &n_req, seen_req, msg, msglen);
     if (st != RPC_OK)
         return st;
     size_t size = (size_t)creq->allocation_size;
@@ -462,8 +464,8 @@ static enum rpc_status prefer_container(struct plugin_endpoint *ep, struct arena
     if (!chosen || !ids)
         return RPC_RESOURCE_EXHAUSTED;
     char why[256];
-    if (preferred_choose(res, node->inv, node->cfg->shared_alloc_policy, avail, n_avail, req,
-                         n_req, size, chosen, why, sizeof why) != 0) {
+    if (preferred_choose(res, node->inv, node->cfg->shared_alloc_policy, avail, n_avail, req, n_req,
+                         size, chosen, why, sizeof why) != 0) {
         snprintf(msg, msglen, "invalid preferred allocation request for \"%s\": %s", res->name,
                  why);
         return RPC_INVALID_ARGUMENT;
@@ -476,9 +478,8 @@ static enum rpc_status prefer_container(struct plugin_endpoint *ep, struct arena
     return RPC_OK;
 }
 
-static enum rpc_status handle_preferred(struct plugin_endpoint *ep, const uint8_t *req,
-                                        size_t len, struct rpc_buf *resp, char *msg,
-                                        size_t msglen)
+static enum rpc_status handle_preferred(struct plugin_endpoint *ep, const uint8_t *req, size_t len,
+                                        struct rpc_buf *resp, char *msg, size_t msglen)
 {
     V1beta1__PreferredAllocationRequest *in = (V1beta1__PreferredAllocationRequest *)decode(
         &v1beta1__preferred_allocation_request__descriptor, req, len, msg, msglen);
@@ -570,8 +571,8 @@ static enum rpc_status timed_allocate(struct plugin_endpoint *ep, struct rpc_cal
 
 /* Whole-GPU handlers answer at once; `call` is for rpc_call_defer(). */
 static enum rpc_status plugin_unary(void *ctx, struct rpc_call *call, size_t method,
-                                    const uint8_t *req, size_t len, struct rpc_buf *resp,
-                                    char *msg, size_t msglen)
+                                    const uint8_t *req, size_t len, struct rpc_buf *resp, char *msg,
+                                    size_t msglen)
 {
     struct plugin_endpoint *ep = ctx;
     switch ((enum plugin_method)method) {
@@ -825,8 +826,7 @@ int plugin_allocation_reply(struct plugin_allocation *job,
     return 0;
 }
 
-void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status status,
-                            const char *msg)
+void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status status, const char *msg)
 {
     rpc_call_complete(job->deferred, status, NULL, msg);
     observe_allocate(job->node, job->resource, &job->arrived, false);
@@ -864,7 +864,8 @@ void plugin_node_gpu_states(struct plugin_node *node, struct plugin_gpu_state *s
         n = node->inv->count;
     pthread_mutex_lock(&node->lock);
     for (size_t g = 0; g < n; g++)
-        states[g] = (struct plugin_gpu_state){.lost = node->gpu_lost[g], .healthy = !node->gpu_lost[g]};
+        states[g] =
+            (struct plugin_gpu_state){.lost = node->gpu_lost[g], .healthy = !node->gpu_lost[g]};
     /* A GPU is healthy when every device carved from it is. */
     for (size_t r = 0; r < node->resources.count; r++) {
         const struct resource *res = &node->resources.resources[r];

@@ -101,23 +101,23 @@ struct plugin_allocate_observer {
 
 struct plugin_endpoint {
     struct plugin_node *node;
-    size_t resource;                 /* position in node->resources */
-    uint64_t generation;             /* bumped on every health change */
-    struct rpc_server *server;       /* attached by the daemon while serving */
-    size_t *by_id;                   /* device positions sorted by ID (lookups) */
+    size_t resource;           /* position in node->resources */
+    uint64_t generation;       /* bumped on every health change */
+    struct rpc_server *server; /* attached by the daemon while serving */
+    size_t *by_id;             /* device positions sorted by ID (lookups) */
 };
 
 /* Embedded by its owner (the daemon); every field is plugin.c's. */
 struct plugin_node {
-    pthread_mutex_t lock;            /* device health, gpu_lost, generations */
-    pthread_mutex_t notify_lock;     /* endpoint->server while it is used */
-    pthread_mutex_t observer_lock;   /* health_observers, held while they run */
-    pthread_mutex_t alloc_lock;      /* allocator, allocate_observers, held while they run */
-    const struct gp_config *cfg;     /* borrowed */
-    const struct gpu_inventory *inv; /* borrowed */
-    struct resource_set resources;   /* owned */
+    pthread_mutex_t lock;              /* device health, gpu_lost, generations */
+    pthread_mutex_t notify_lock;       /* endpoint->server while it is used */
+    pthread_mutex_t observer_lock;     /* health_observers, held while they run */
+    pthread_mutex_t alloc_lock;        /* allocator, allocate_observers, held while they run */
+    const struct gp_config *cfg;       /* borrowed */
+    const struct gpu_inventory *inv;   /* borrowed */
+    struct resource_set resources;     /* owned */
     struct plugin_endpoint *endpoints; /* owned, one per resource */
-    bool *gpu_lost;                  /* owned, per inventory GPU; under `lock` */
+    bool *gpu_lost;                    /* owned, per inventory GPU; under `lock` */
     /* Registrations (borrowed contexts). [0] of the health observers is the
      * node's own: it pushes ListAndWatch snapshots to attached servers. */
     struct plugin_health_observer health_observers[PLUGIN_MAX_OBSERVERS];
@@ -131,7 +131,7 @@ struct plugin_node {
 
 /* Builds the resources; -1 + err when the configuration cannot be served. */
 GP_MUST_USE int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
-                     const struct gpu_inventory *inv, char *err, size_t errlen);
+                                 const struct gpu_inventory *inv, char *err, size_t errlen);
 void plugin_node_free(struct plugin_node *node);
 
 /* Moves a node built by plugin_node_init() (and not yet served: no server
@@ -140,8 +140,8 @@ void plugin_node_free(struct plugin_node *node);
  * running one, then moves it into place with the configuration and
  * inventory it was built from. *from is left empty (plugin_node_free() on
  * it does nothing). */
-void plugin_node_move(struct plugin_node *to, struct plugin_node *from,
-                      const struct gp_config *cfg, const struct gpu_inventory *inv);
+void plugin_node_move(struct plugin_node *to, struct plugin_node *from, const struct gp_config *cfg,
+                      const struct gpu_inventory *inv);
 
 /* Handlers for resource `resource` with the DevicePlugin method table
  * (enum plugin_method), ready for rpc_server_start(). */
@@ -153,7 +153,8 @@ void plugin_node_attach_server(struct plugin_node *node, size_t resource, struct
 
 /* Encoded RegisterRequest for resource `resource` (socket_name as
  * endpoint), for PLUGIN_REGISTER_METHOD. */
-GP_MUST_USE int plugin_node_register_request(struct plugin_node *node, size_t resource, struct rpc_buf *out);
+GP_MUST_USE int plugin_node_register_request(struct plugin_node *node, size_t resource,
+                                             struct rpc_buf *out);
 
 /* Marks every device carved from physical GPU `gpu` (the GPU itself, its
  * replicas, its MIG devices, in every resource) healthy or not; when any
@@ -207,15 +208,14 @@ GP_MUST_USE int plugin_allocation_reply(struct plugin_allocation *job,
                                         char *err, size_t errlen);
 /* Answers job with an error status (not RPC_OK) and msg, tells the
  * allocate observers and frees job. Any thread. */
-void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status status,
-                            const char *msg);
+void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status status, const char *msg);
 
 /* ---- locked accessors (any thread) ------------------------------------------------ */
 
 /* What one inventory GPU looks like now. */
 struct plugin_gpu_state {
-    bool lost;     /* fallen off the bus, or never identified */
-    bool healthy;  /* not lost, and every device carved from it Healthy */
+    bool lost;    /* fallen off the bus, or never identified */
+    bool healthy; /* not lost, and every device carved from it Healthy */
 };
 
 /* The resources (read-only after init: names, sockets, devices; not the

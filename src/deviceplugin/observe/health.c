@@ -33,11 +33,11 @@ static const unsigned long long default_ignored_xids[] = {13, 31, 43, 45, 68, 10
 /* A GPU's devices are Healthy when it is watched (its events flow), not
  * unhealthy and not lost. */
 struct gpu_state {
-    nvmlDevice_t handle;      /* NULL until registered */
-    bool registered;          /* events registered (or the GPU cannot have any) */
-    bool watched;             /* what its devices last showed about monitoring */
-    bool unhealthy;           /* an XID: recovery probes bring it back */
-    bool lost;                /* fell off the bus: never recovers */
+    nvmlDevice_t handle; /* NULL until registered */
+    bool registered;     /* events registered (or the GPU cannot have any) */
+    bool watched;        /* what its devices last showed about monitoring */
+    bool unhealthy;      /* an XID: recovery probes bring it back */
+    bool lost;           /* fell off the bus: never recovers */
     int good_probes;
     char probe_why[HEALTH_WHY_LEN]; /* last failed probe's reason, logged once */
 };
@@ -50,11 +50,11 @@ struct health_monitor {
     struct health_policy policy;
     int recovery_probes;
     int probe_interval_ms;
-    nvmlEventSet_t set;       /* NULL until nvmlEventSetCreate succeeds */
-    bool wait_failing;        /* nvmlEventSetWait fails: nothing is watched */
-    bool started;             /* "Health checks started" was logged */
-    int retry_ms;             /* delay before the next retry */
-    uint64_t next_retry;      /* CLOCK_MONOTONIC ms of the next set-up / wait retry */
+    nvmlEventSet_t set;  /* NULL until nvmlEventSetCreate succeeds */
+    bool wait_failing;   /* nvmlEventSetWait fails: nothing is watched */
+    bool started;        /* "Health checks started" was logged */
+    int retry_ms;        /* delay before the next retry */
+    uint64_t next_retry; /* CLOCK_MONOTONIC ms of the next set-up / wait retry */
     struct gpu_state *gpus;
     pthread_t thread;
     atomic_bool stop;
@@ -192,8 +192,7 @@ static void update_watched(struct health_monitor *m, size_t i)
               changed);
     } else if (!s->unhealthy) {
         size_t changed = plugin_node_set_gpu_health(m->node, i, true);
-        log_info("GPU %u (%s) is monitored again; %zu devices Healthy", g->index, g->uuid,
-                 changed);
+        log_info("GPU %u (%s) is monitored again; %zu devices Healthy", g->index, g->uuid, changed);
     }
 }
 
@@ -254,7 +253,8 @@ static bool register_gpu(struct health_monitor *m, size_t i, char *why, size_t w
         return false;
     }
     unsigned long long mask = (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
-                               nvmlEventTypeSingleBitEccError) & supported;
+                               nvmlEventTypeSingleBitEccError) &
+                              supported;
     rc = m->nvml->DeviceRegisterEvents(s->handle, mask, m->set);
     if (rc == NVML_ERROR_NOT_SUPPORTED) {
         log_warn("GPU %u (%s) is too old to support health checking", g->index, g->uuid);
@@ -262,8 +262,8 @@ static bool register_gpu(struct health_monitor *m, size_t i, char *why, size_t w
         return true;
     }
     if (rc != NVML_SUCCESS) {
-        snprintf(why, whylen, "GPU %u (%s): cannot register for XID events: %s", g->index,
-                 g->uuid, nvml_strerror(m->nvml, rc));
+        snprintf(why, whylen, "GPU %u (%s): cannot register for XID events: %s", g->index, g->uuid,
+                 nvml_strerror(m->nvml, rc));
         return false;
     }
     s->registered = true;
@@ -363,8 +363,8 @@ static void handle_event(struct health_monitor *m, const nvmlEventData_t *ev)
     const struct gpu_device *g = &m->inv->gpus[gpu];
     metrics_count_xid(m->metrics, g, xid);
     if (!health_xid_is_critical(&m->policy, xid)) {
-        log_info("Skipping XID %llu on GPU %u (%s): application error, not a device failure",
-                 xid, g->index, g->uuid);
+        log_info("Skipping XID %llu on GPU %u (%s): application error, not a device failure", xid,
+                 g->index, g->uuid);
         return;
     }
     if (xid == HEALTH_XID_GPU_LOST)
@@ -385,7 +385,8 @@ static void wait_failed(struct health_monitor *m, nvmlReturn_t rc)
     int delay = schedule_retry(m);
     if (first)
         log_error("waiting for NVML events failed: %s; all devices Unhealthy until it works; "
-                  "retrying in %d ms", nvml_strerror(m->nvml, rc), delay);
+                  "retrying in %d ms",
+                  nvml_strerror(m->nvml, rc), delay);
     else
         log_warn("waiting for NVML events still fails: %s; retrying in %d ms",
                  nvml_strerror(m->nvml, rc), delay);
@@ -492,8 +493,8 @@ static void probe_failed(struct health_monitor *m, size_t i, const char *why)
         return;
     }
     snprintf(s->probe_why, sizeof s->probe_why, "%s", why);
-    log_info("GPU %u (%s) fails its health probe: %s; it stays Unhealthy",
-             m->inv->gpus[i].index, m->inv->gpus[i].uuid, why);
+    log_info("GPU %u (%s) fails its health probe: %s; it stays Unhealthy", m->inv->gpus[i].index,
+             m->inv->gpus[i].uuid, why);
 }
 
 static void probe_unhealthy(struct health_monitor *m)
@@ -522,8 +523,8 @@ static void probe_unhealthy(struct health_monitor *m)
         s->probe_why[0] = '\0';
         if (!s->watched) {
             log_info("GPU %u (%s) answered %d health probes in a row; Healthy once it is "
-                     "monitored again", m->inv->gpus[i].index, m->inv->gpus[i].uuid,
-                     m->recovery_probes);
+                     "monitored again",
+                     m->inv->gpus[i].index, m->inv->gpus[i].uuid, m->recovery_probes);
             continue;
         }
         size_t changed = plugin_node_set_gpu_health(m->node, i, true);
@@ -611,8 +612,7 @@ int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
     struct health_policy policy;
     health_policy_init(&policy, cfg->disable_healthchecks, cfg->enable_healthchecks);
     if (policy.disabled) {
-        log_info("Health checks disabled (DP_DISABLE_HEALTHCHECKS=%s)",
-                 cfg->disable_healthchecks);
+        log_info("Health checks disabled (DP_DISABLE_HEALTHCHECKS=%s)", cfg->disable_healthchecks);
         return 0;
     }
     struct health_monitor *m = calloc(1, sizeof *m);
@@ -636,7 +636,7 @@ int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
         /* The inventory could not identify it: already Unhealthy and lost. */
         gpus[i].lost = inv->gpus[i].lost;
         gpus[i].unhealthy = inv->gpus[i].lost;
-        gpus[i].watched = true;  /* what the devices show at start: Healthy */
+        gpus[i].watched = true; /* what the devices show at start: Healthy */
     }
     /* The first attempt runs before the servers start, so that their first
      * snapshot already shows unmonitored GPUs Unhealthy. */
@@ -645,12 +645,15 @@ int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
     if (!complete) {
         int delay = schedule_retry(m);
         log_error("Health checks not ready: %s; unmonitored devices are Unhealthy until that "
-                  "works; retrying in %d ms", why, delay);
+                  "works; retrying in %d ms",
+                  why, delay);
     }
     int prc = pthread_create(&m->thread, NULL, health_thread, m);
     if (prc != 0) {
-        snprintf(err, errlen, "cannot start the health thread: %s; continuing without health "
-                 "checks", strerror(prc));
+        snprintf(err, errlen,
+                 "cannot start the health thread: %s; continuing without health "
+                 "checks",
+                 strerror(prc));
         if (m->set != NULL)
             nvml->EventSetFree(m->set);
         free(gpus);

@@ -33,8 +33,8 @@
 #define HEALTH_XID_GPU_LOST 79
 
 struct health_policy {
-    bool disabled;                   /* DP_DISABLE_HEALTHCHECKS=all|xids */
-    bool enable_all;                 /* DP_ENABLE_HEALTHCHECKS=all */
+    bool disabled;   /* DP_DISABLE_HEALTHCHECKS=all|xids */
+    bool enable_all; /* DP_ENABLE_HEALTHCHECKS=all */
     size_t ignored_count, enabled_count;
     unsigned long long ignored[HEALTH_MAX_XIDS];
     unsigned long long enabled[HEALTH_MAX_XIDS];
@@ -60,9 +60,9 @@ struct plugin_metrics;
  * cannot start. nvml, inv, node and metrics (XID counters; NULL = off) are
  * borrowed and must outlive the monitor. */
 GP_MUST_USE int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
-                         struct plugin_node *node, struct plugin_metrics *metrics,
-                         const struct gp_config *cfg, struct health_monitor **out, char *err,
-                         size_t errlen);
+                                     struct plugin_node *node, struct plugin_metrics *metrics,
+                                     const struct gp_config *cfg, struct health_monitor **out,
+                                     char *err, size_t errlen);
 /* Stops and joins the thread (within one wait timeout), frees. NULL ok. */
 void health_monitor_stop(struct health_monitor *m);
 

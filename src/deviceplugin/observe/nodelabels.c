@@ -30,9 +30,9 @@ static void label_safe(const char *in, char *out, size_t outlen)
         out[n++] = ok ? c : '-';
     }
     out[n] = '\0';
-    while (n > 0 && !((out[n - 1] >= 'a' && out[n - 1] <= 'z') ||
-                      (out[n - 1] >= 'A' && out[n - 1] <= 'Z') ||
-                      (out[n - 1] >= '0' && out[n - 1] <= '9')))
+    while (n > 0 &&
+           !((out[n - 1] >= 'a' && out[n - 1] <= 'z') || (out[n - 1] >= 'A' && out[n - 1] <= 'Z') ||
+             (out[n - 1] >= '0' && out[n - 1] <= '9')))
         out[--n] = '\0';
 }
 
@@ -55,17 +55,27 @@ static int set_num(json_t *labels, const char *prefix, const char *suffix, long 
 static const char *arch_family(int major, int minor)
 {
     switch (major) {
-    case 1: return "tesla";
-    case 2: return "fermi";
-    case 3: return "kepler";
-    case 5: return "maxwell";
-    case 6: return "pascal";
-    case 7: return minor < 5 ? "volta" : "turing";
-    case 8: return minor < 9 ? "ampere" : "ada-lovelace";
-    case 9: return "hopper";
+    case 1:
+        return "tesla";
+    case 2:
+        return "fermi";
+    case 3:
+        return "kepler";
+    case 5:
+        return "maxwell";
+    case 6:
+        return "pascal";
+    case 7:
+        return minor < 5 ? "volta" : "turing";
+    case 8:
+        return minor < 9 ? "ampere" : "ada-lovelace";
+    case 9:
+        return "hopper";
     case 10:
-    case 12: return "blackwell";
-    default: return "undefined";
+    case 12:
+        return "blackwell";
+    default:
+        return "undefined";
     }
 }
 
@@ -121,9 +131,11 @@ static int gpu_labels(json_t *labels, const struct gp_config *cfg, const struct 
 {
     int rc = base_labels(labels, cfg, POOL_LABEL_NODE_GPU_PREFIX, g->name, count, !g->mig_enabled);
     if (g->memory_bytes > 0)
-        rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "memory", (long long)(g->memory_bytes >> 20));
+        rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "memory",
+                      (long long)(g->memory_bytes >> 20));
     if (g->cc_major > 0) {
-        rc |= set_str(labels, POOL_LABEL_NODE_GPU_PREFIX, "family", arch_family(g->cc_major, g->cc_minor));
+        rc |= set_str(labels, POOL_LABEL_NODE_GPU_PREFIX, "family",
+                      arch_family(g->cc_major, g->cc_minor));
         rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "compute.major", g->cc_major);
         rc |= set_num(labels, POOL_LABEL_NODE_GPU_PREFIX, "compute.minor", g->cc_minor);
     }
@@ -275,8 +287,7 @@ json_t *nodelabels_patch(const json_t *labels, const json_t *node)
     json_t *patch_labels = json_object_get(meta, "labels");
     /* Keys we wrote last time and do not write now are removed (null). */
     const char *owned = json_string_value(json_object_get(
-        json_object_get(json_object_get(node, "metadata"), "annotations"),
-        POOL_ANN_NODE_LABELS));
+        json_object_get(json_object_get(node, "metadata"), "annotations"), POOL_ANN_NODE_LABELS));
     for (const char *p = owned; p != NULL && *p != '\0';) {
         size_t len = strcspn(p, ",");
         char key[256];
@@ -297,7 +308,8 @@ json_t *nodelabels_patch(const json_t *labels, const json_t *node)
     }
     const char *key;
     json_t *value;
-    json_object_foreach((json_t *)labels, key, value) {
+    json_object_foreach((json_t *)labels, key, value)
+    {
         keys[i++] = key;
         total += strlen(key) + 1;
     }
@@ -326,11 +338,11 @@ json_t *nodelabels_patch(const json_t *labels, const json_t *node)
 struct node_labeler {
     pthread_t thread;
     struct kube_client *kc;
-    pthread_mutex_t lock;            /* stopping */
+    pthread_mutex_t lock; /* stopping */
     pthread_cond_t wake;
     bool stopping;
     json_t *labels;
-    char *path;                      /* /api/v1/nodes/<node> */
+    char *path; /* /api/v1/nodes/<node> */
     char *node;
 };
 
@@ -374,8 +386,8 @@ static void *labeler_main(void *arg)
                      json_object_size(l->labels));
             return NULL;
         }
-        log_warn("Cannot write the node labels of %s: HTTP %d %s: %s; retrying in %ld ms",
-                 l->node, kerr.http_status, kerr.reason, kerr.message, delay);
+        log_warn("Cannot write the node labels of %s: HTTP %d %s: %s; retrying in %ld ms", l->node,
+                 kerr.http_status, kerr.reason, kerr.message, delay);
         if (wait_or_stop(l, delay))
             return NULL;
         delay = delay * 2 < RETRY_MAX_MS ? delay * 2 : RETRY_MAX_MS;
@@ -422,8 +434,10 @@ int nodelabels_start(const struct gp_config *cfg, const struct gpu_inventory *in
     l->node = strdup(cfg->node_name);
     l->kc = kube_client_new(&opt, kerr, sizeof kerr);
     if (l->kc == NULL) {
-        snprintf(err, errlen, "cannot configure the Kubernetes API client (--kubeconfig, "
-                 "KUBECONFIG or the in-cluster service account): %s", kerr);
+        snprintf(err, errlen,
+                 "cannot configure the Kubernetes API client (--kubeconfig, "
+                 "KUBECONFIG or the in-cluster service account): %s",
+                 kerr);
         labeler_free(l);
         return -1;
     }

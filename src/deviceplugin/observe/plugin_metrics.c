@@ -23,10 +23,10 @@
  * which runs the core's transport on this thread: the same budget as the
  * RPC thread's, doubled for the sanitizer build's larger frames. */
 #define METRICS_STACK_BYTES (512 * 1024)
-#define METRICS_MAX_CONNECTIONS 8        /* scrapers are few; refuse floods early */
+#define METRICS_MAX_CONNECTIONS 8 /* scrapers are few; refuse floods early */
 #define METRICS_CONNECTION_TIMEOUT_S 10
-#define METRICS_MAX_RESOURCES 64         /* distinct resource names over all reloads */
-#define METRICS_MAX_XIDS 256             /* distinct (GPU, XID) pairs kept */
+#define METRICS_MAX_RESOURCES 64 /* distinct resource names over all reloads */
+#define METRICS_MAX_XIDS 256     /* distinct (GPU, XID) pairs kept */
 /* Telemetry is read at scrape time; a GPU whose NVML calls hang must not
  * stall the scrape for ever: once this much time went, later GPUs are
  * left out of that scrape (gpupool_gpu_telemetry_complete says so). */
@@ -37,8 +37,9 @@
 
 /* Allocate latency buckets, seconds: an Allocate is sub-millisecond in
  * whole-GPU mode and waits for the API in gpu-mem mode. */
-static const double allocate_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                          0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+static const double allocate_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                          0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                          1,      2.5,     5,      10};
 #define BUCKETS (sizeof allocate_buckets / sizeof allocate_buckets[0])
 
 /* Per resource name: written by the RPC thread (Allocate) and the main
@@ -61,16 +62,16 @@ struct xid_counter {
 struct plugin_metrics {
     struct httpd *http;
 
-    pthread_mutex_t slots_lock;      /* appending to resources[] */
+    pthread_mutex_t slots_lock; /* appending to resources[] */
     struct resource_counters resources[METRICS_MAX_RESOURCES];
-    atomic_size_t resource_count;    /* release on append, acquire on read */
+    atomic_size_t resource_count; /* release on append, acquire on read */
 
     pthread_mutex_t xid_lock;
     struct xid_counter xids[METRICS_MAX_XIDS];
     size_t xid_count;
     unsigned long long xids_dropped; /* pairs beyond METRICS_MAX_XIDS */
 
-    pthread_mutex_t attach_lock;     /* held by a scrape while it reads the node */
+    pthread_mutex_t attach_lock; /* held by a scrape while it reads the node */
     struct nvml *nvml;
     const struct gpu_inventory *inv;
     struct plugin_node *node;
@@ -79,10 +80,10 @@ struct plugin_metrics {
      * scrape for its whole List, so the client is used by one thread at a
      * time (the HTTP thread, or a test calling plugin_metrics_render). */
     pthread_mutex_t pr_lock;
-    struct rpc_runtime *pr_runtime;  /* borrowed; outlives m */
-    char *pr_socket;                 /* owned; NULL = not configured */
+    struct rpc_runtime *pr_runtime;        /* borrowed; outlives m */
+    char *pr_socket;                       /* owned; NULL = not configured */
     struct podresources_client *pr_client; /* opened by a scrape, closed on failure */
-    bool pr_failing;                 /* the last List failed (logged once per streak) */
+    bool pr_failing;                       /* the last List failed (logged once per streak) */
 };
 
 /* ---- counters ------------------------------------------------------------------ */
@@ -144,8 +145,7 @@ void metrics_count_registration(struct plugin_metrics *m, const char *resource, 
                                   memory_order_relaxed);
 }
 
-void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g,
-                       unsigned long long xid)
+void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g, unsigned long long xid)
 {
     if (m == NULL)
         return;
@@ -188,7 +188,7 @@ static void put_gpu_sample(struct buf *f, const char *name, const struct gpu_dev
 static void render_xids(struct plugin_metrics *m, struct buf *f)
 {
     prom_header(f, "gpupool_gpu_xid_errors_total", "counter",
-               "XID events NVML reported per GPU and XID code, ignored ones included.");
+                "XID events NVML reported per GPU and XID code, ignored ones included.");
     pthread_mutex_lock(&m->xid_lock);
     for (size_t i = 0; i < m->xid_count; i++) {
         const struct xid_counter *c = &m->xids[i];
@@ -199,7 +199,7 @@ static void render_xids(struct plugin_metrics *m, struct buf *f)
     unsigned long long dropped = m->xids_dropped;
     pthread_mutex_unlock(&m->xid_lock);
     prom_header(f, "gpupool_gpu_xid_errors_untracked_total", "counter",
-               "XID events not broken down because the table of (GPU, XID) pairs is full.");
+                "XID events not broken down because the table of (GPU, XID) pairs is full.");
     buf_printf(f, "gpupool_gpu_xid_errors_untracked_total %llu\n", dropped);
 }
 
@@ -207,7 +207,7 @@ static void render_resources(struct plugin_metrics *m, struct buf *f)
 {
     size_t n = atomic_load_explicit(&m->resource_count, memory_order_acquire);
     prom_header(f, "gpupool_deviceplugin_allocate_duration_seconds", "histogram",
-               "Time to answer one Allocate call (gpu-mem mode: until the call is parked).");
+                "Time to answer one Allocate call (gpu-mem mode: until the call is parked).");
     for (size_t i = 0; i < n; i++) {
         struct resource_counters *r = &m->resources[i];
         /* count first: a concurrent Allocate may land in a bucket after
@@ -227,18 +227,22 @@ static void render_resources(struct plugin_metrics *m, struct buf *f)
                        (double)atomic_load(&r->sum_ns) / 1e9);
     }
     prom_header(f, "gpupool_deviceplugin_allocate_errors_total", "counter",
-               "Allocate calls answered with an error status.");
+                "Allocate calls answered with an error status.");
     for (size_t i = 0; i < n; i++)
         buf_printf(f, "gpupool_deviceplugin_allocate_errors_total{resource=\"%s\"} %llu\n",
-                m->resources[i].name, atomic_load(&m->resources[i].errors));
+                   m->resources[i].name, atomic_load(&m->resources[i].errors));
     prom_header(f, "gpupool_deviceplugin_registrations_total", "counter",
-               "Registration attempts with the kubelet, by result.");
+                "Registration attempts with the kubelet, by result.");
     for (size_t i = 0; i < n; i++) {
         struct resource_counters *r = &m->resources[i];
-        buf_printf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"success\"} "
-                   "%llu\n", r->name, atomic_load(&r->registrations_ok));
-        buf_printf(f, "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"failure\"} "
-                   "%llu\n", r->name, atomic_load(&r->registrations_failed));
+        buf_printf(f,
+                   "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"success\"} "
+                   "%llu\n",
+                   r->name, atomic_load(&r->registrations_ok));
+        buf_printf(f,
+                   "gpupool_deviceplugin_registrations_total{resource=\"%s\",result=\"failure\"} "
+                   "%llu\n",
+                   r->name, atomic_load(&r->registrations_failed));
     }
 }
 
@@ -246,18 +250,19 @@ static void render_devices(struct plugin_node *node, struct buf *f)
 {
     size_t count = plugin_node_resource_count(node);
     prom_header(f, "gpupool_deviceplugin_devices_advertised", "gauge",
-               "Devices advertised to the kubelet per resource.");
+                "Devices advertised to the kubelet per resource.");
     for (size_t r = 0; r < count; r++)
         buf_printf(f, "gpupool_deviceplugin_devices_advertised{resource=\"%s\"} %zu\n",
-                   plugin_node_resource(node, r)->name, plugin_node_resource(node, r)->device_count);
+                   plugin_node_resource(node, r)->name,
+                   plugin_node_resource(node, r)->device_count);
     prom_header(f, "gpupool_deviceplugin_devices_healthy", "gauge",
-               "Devices advertised Healthy per resource.");
+                "Devices advertised Healthy per resource.");
     for (size_t r = 0; r < count; r++) {
         const struct resource *res = plugin_node_resource(node, r);
         /* Read under the node's lock: the health thread writes it. */
         size_t healthy = plugin_node_healthy_devices(node, r);
         buf_printf(f, "gpupool_deviceplugin_devices_healthy{resource=\"%s\"} %zu\n", res->name,
-                healthy);
+                   healthy);
     }
 }
 
@@ -325,10 +330,10 @@ static void render_allocated(struct plugin_metrics *m, const char *const names[]
     pthread_mutex_unlock(&m->pr_lock);
 
     prom_header(f, "gpupool_deviceplugin_pod_resources_up", "gauge",
-               "1 when the kubelet's PodResources List answered this scrape, else 0.");
+                "1 when the kubelet's PodResources List answered this scrape, else 0.");
     buf_printf(f, "gpupool_deviceplugin_pod_resources_up %d\n", rc == 0);
     prom_header(f, "gpupool_deviceplugin_devices_allocated", "gauge",
-               "Device IDs of the resource the kubelet assigned to containers (PodResources).");
+                "Device IDs of the resource the kubelet assigned to containers (PodResources).");
     for (size_t i = 0; rc == 0 && i < n; i++) {
         buf_str(f, "gpupool_deviceplugin_devices_allocated{resource=\"");
         prom_label_value(f, names[i]);
@@ -384,7 +389,7 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
     }
 
     prom_header(f, "gpupool_gpu_healthy", "gauge",
-               "1 when every device of the GPU is advertised Healthy, else 0.");
+                "1 when every device of the GPU is advertised Healthy, else 0.");
     for (size_t i = 0; i < n; i++)
         put_gpu_sample(f, "gpupool_gpu_healthy", &inv->gpus[i], state[i].healthy);
     prom_header(f, "gpupool_gpu_memory_total_bytes", "gauge", "GPU memory size (NVML).");
@@ -398,7 +403,7 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
             put_gpu_sample(f, "gpupool_gpu_memory_used_bytes", &inv->gpus[i],
                            (double)tel[i].memory.used);
     prom_header(f, "gpupool_gpu_utilization_ratio", "gauge",
-               "Fraction of the last sample period the GPU was busy (NVML, 0-1).");
+                "Fraction of the last sample period the GPU was busy (NVML, 0-1).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_util)
             put_gpu_sample(f, "gpupool_gpu_utilization_ratio", &inv->gpus[i],
@@ -412,7 +417,7 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
         if (tel[i].have_power)
             put_gpu_sample(f, "gpupool_gpu_power_watts", &inv->gpus[i], tel[i].power_mw / 1000.0);
     prom_header(f, "gpupool_gpu_telemetry_complete", "gauge",
-               "0 when NVML was too slow and some GPUs were left out of this scrape.");
+                "0 when NVML was too slow and some GPUs were left out of this scrape.");
     buf_printf(f, "gpupool_gpu_telemetry_complete %d\n", complete);
 out:
     free(state);

@@ -26,8 +26,8 @@ static void test_clock_deadline_normalised(void **state)
         struct timespec before, d = clock_deadline(CLOCK_MONOTONIC, ms);
         clock_gettime(CLOCK_MONOTONIC, &before);
         assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
-        long long diff_ms = ((long long)d.tv_sec - before.tv_sec) * 1000 +
-                            (d.tv_nsec - before.tv_nsec) / 1000000;
+        long long diff_ms =
+            ((long long)d.tv_sec - before.tv_sec) * 1000 + (d.tv_nsec - before.tv_nsec) / 1000000;
         assert_true(diff_ms <= ms && diff_ms >= ms - 50);
     }
     int64_t a = clock_now_ns(), b = clock_now_ns();

@@ -53,38 +53,102 @@ static json_t *odd_json(const void *field)
 static const struct option_custom odd_type = {
     .parse = odd_parse, .to_json = odd_json, .type_name = "an odd number", .plain = true};
 
-static const struct option_value colors[] = {
-    {"red", RED, NULL}, {"green", GREEN, NULL}, {"blue", BLUE, "blue is refused here"}, {NULL, 0, NULL}};
-static const struct option_value features[] = {
-    {"all", FEAT_A | FEAT_B | FEAT_C, NULL}, {"a", FEAT_A, NULL}, {"b", FEAT_B, NULL},
-    {"c", FEAT_C, NULL}, {NULL, 0, NULL}};
+static const struct option_value colors[] = {{"red", RED, NULL},
+                                             {"green", GREEN, NULL},
+                                             {"blue", BLUE, "blue is refused here"},
+                                             {NULL, 0, NULL}};
+static const struct option_value features[] = {{"all", FEAT_A | FEAT_B | FEAT_C, NULL},
+                                               {"a", FEAT_A, NULL},
+                                               {"b", FEAT_B, NULL},
+                                               {"c", FEAT_C, NULL},
+                                               {NULL, 0, NULL}};
 
 #define F(x) offsetof(struct test_config, x)
 
 static const struct option_spec specs[] = {
-    {.flag = "port", .env = {"PORT"}, .path = "server.port", .flags = OPT_IN_FILE, .type = OPT_INT,
-     .offset = F(port), .def = "8888", .min = 1, .max = 65535, .help = "TCP port"},
-    {.flag = "kubeconfig", .env = {"KUBECONFIG", "KCFG"}, .path = "kube.config",
-     .flags = OPT_IN_FILE, .type = OPT_STRING, .offset = F(kubeconfig), .def = "",
+    {.flag = "port",
+     .env = {"PORT"},
+     .path = "server.port",
+     .flags = OPT_IN_FILE,
+     .type = OPT_INT,
+     .offset = F(port),
+     .def = "8888",
+     .min = 1,
+     .max = 65535,
+     .help = "TCP port"},
+    {.flag = "kubeconfig",
+     .env = {"KUBECONFIG", "KCFG"},
+     .path = "kube.config",
+     .flags = OPT_IN_FILE,
+     .type = OPT_STRING,
+     .offset = F(kubeconfig),
+     .def = "",
      .help = "kubeconfig path"},
-    {.flag = "dry-run", .alias = {"n"}, .env = {"DRY_RUN"}, .path = "dryRun", .flags = OPT_IN_FILE,
-     .type = OPT_BOOL, .offset = F(dry_run), .def = "false", .help = "change nothing"},
-    {.flag = "timeout", .env = {"TIMEOUT"}, .path = "server.timeout", .flags = OPT_IN_FILE,
-     .type = OPT_DURATION, .offset = F(timeout_ms), .def = "1m30s", .min = 1,
+    {.flag = "dry-run",
+     .alias = {"n"},
+     .env = {"DRY_RUN"},
+     .path = "dryRun",
+     .flags = OPT_IN_FILE,
+     .type = OPT_BOOL,
+     .offset = F(dry_run),
+     .def = "false",
+     .help = "change nothing"},
+    {.flag = "timeout",
+     .env = {"TIMEOUT"},
+     .path = "server.timeout",
+     .flags = OPT_IN_FILE,
+     .type = OPT_DURATION,
+     .offset = F(timeout_ms),
+     .def = "1m30s",
+     .min = 1,
      .help = "request timeout"},
-    {.flag = "color", .env = {"COLOR"}, .path = "color", .flags = OPT_IN_FILE, .type = OPT_ENUM,
-     .offset = F(color), .def = "red", .values = colors, .help = "a color"},
-    {.flag = "feature", .env = {"FEATURES"}, .path = "features", .flags = OPT_IN_FILE,
-     .type = OPT_ENUM_SET, .offset = F(features), .def = "a", .values = features,
+    {.flag = "color",
+     .env = {"COLOR"},
+     .path = "color",
+     .flags = OPT_IN_FILE,
+     .type = OPT_ENUM,
+     .offset = F(color),
+     .def = "red",
+     .values = colors,
+     .help = "a color"},
+    {.flag = "feature",
+     .env = {"FEATURES"},
+     .path = "features",
+     .flags = OPT_IN_FILE,
+     .type = OPT_ENUM_SET,
+     .offset = F(features),
+     .def = "a",
+     .values = features,
      .help = "features"},
-    {.flag = "tag", .env = {"TAGS"}, .path = "tags", .flags = OPT_IN_FILE, .type = OPT_STRLIST,
-     .offset = F(tags), .help = "tags"},
-    {.flag = "odd", .path = "odd", .flags = OPT_IN_FILE, .type = OPT_CUSTOM, .offset = F(odd),
-     .def = "1", .custom = &odd_type, .help = "an odd number"},
-    {.flag = "v", .env = {"LOG_LEVEL"}, .path = "verbosity", .type = OPT_INT,
-     .offset = F(verbosity), .def = "0", .help = "log verbosity"},
-    {.flag = "config", .env = {"CONFIG"}, .type = OPT_STRING, .flags = OPT_CONFIG_FILE,
-     .offset = F(config_file), .def = "/nonexistent/default.yaml", .help = "config file"},
+    {.flag = "tag",
+     .env = {"TAGS"},
+     .path = "tags",
+     .flags = OPT_IN_FILE,
+     .type = OPT_STRLIST,
+     .offset = F(tags),
+     .help = "tags"},
+    {.flag = "odd",
+     .path = "odd",
+     .flags = OPT_IN_FILE,
+     .type = OPT_CUSTOM,
+     .offset = F(odd),
+     .def = "1",
+     .custom = &odd_type,
+     .help = "an odd number"},
+    {.flag = "v",
+     .env = {"LOG_LEVEL"},
+     .path = "verbosity",
+     .type = OPT_INT,
+     .offset = F(verbosity),
+     .def = "0",
+     .help = "log verbosity"},
+    {.flag = "config",
+     .env = {"CONFIG"},
+     .type = OPT_STRING,
+     .flags = OPT_CONFIG_FILE,
+     .offset = F(config_file),
+     .def = "/nonexistent/default.yaml",
+     .help = "config file"},
     {.path = "legacy.knob", .flags = OPT_IN_FILE, .type = OPT_INT, .offset = OPTION_NO_FIELD},
     {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show help"},
     {.flag = "version", .type = OPT_VERSION, .help = "print the version"},
@@ -97,16 +161,18 @@ static int extra_key(void *obj, const struct options_file *f, const struct ycfg_
     if (strcmp(ycfg_text(key), "extra") != 0)
         return options_file_error(f, key, "unknown key \"%s\"", ycfg_text(key));
     if (ycfg_kind(value) != YCFG_SCALAR)
-        return options_file_error(f, value, "extra: want a string, got %s",
-                                  ycfg_kind_name(value));
+        return options_file_error(f, value, "extra: want a string, got %s", ycfg_kind_name(value));
     free(c->extra);
     c->extra = strdup(ycfg_text(value));
     return 0;
 }
 
-static const struct options_table table = {
-    .program = "test-prog", .version = "1.2.3", .summary = "A test program.", .specs = specs,
-    .count = sizeof specs / sizeof specs[0], .file_key = extra_key};
+static const struct options_table table = {.program = "test-prog",
+                                           .version = "1.2.3",
+                                           .summary = "A test program.",
+                                           .specs = specs,
+                                           .count = sizeof specs / sizeof specs[0],
+                                           .file_key = extra_key};
 
 static char err[1024];
 
@@ -184,9 +250,23 @@ static void test_every_type_from_flags(void **state)
 {
     (void)state;
     struct test_config c;
-    const char *args[] = {"--port=80", "--kubeconfig", "/k", "-n", "--timeout=250ms",
-                          "-color=green", "--feature", "b", "--feature=c", "--tag=x",
-                          "--tag", "y,z", "--odd=7", "-v", "3", "--", NULL};
+    const char *args[] = {"--port=80",
+                          "--kubeconfig",
+                          "/k",
+                          "-n",
+                          "--timeout=250ms",
+                          "-color=green",
+                          "--feature",
+                          "b",
+                          "--feature=c",
+                          "--tag=x",
+                          "--tag",
+                          "y,z",
+                          "--odd=7",
+                          "-v",
+                          "3",
+                          "--",
+                          NULL};
     load_ok(&c, args, NULL);
     assert_int_equal(c.port, 80);
     assert_string_equal(c.kubeconfig, "/k");
@@ -211,8 +291,8 @@ static void test_env(void **state)
 {
     (void)state;
     struct test_config c;
-    const char *env[] = {"PORT=9000", "KCFG=/second", "DRY_RUN=1", "TIMEOUT=2s",
-                         "FEATURES=a,b", "TAGS=p,q", "LOG_LEVEL=5", "COLOR=", NULL};
+    const char *env[] = {"PORT=9000", "KCFG=/second", "DRY_RUN=1", "TIMEOUT=2s", "FEATURES=a,b",
+                         "TAGS=p,q",  "LOG_LEVEL=5",  "COLOR=",    NULL};
     load_ok(&c, NULL, env);
     assert_int_equal(c.port, 9000);
     assert_string_equal(c.kubeconfig, "/second"); /* second variable of the option */
@@ -246,8 +326,8 @@ static void test_file_and_precedence(void **state)
     const char *args[] = {"--config", path, "--port=1", NULL};
     const char *env[] = {"PORT=2", "TIMEOUT=4s", NULL};
     load_ok(&c, args, env);
-    assert_int_equal(c.port, 1);           /* flag > env > file */
-    assert_int_equal(c.timeout_ms, 4000);  /* env > file */
+    assert_int_equal(c.port, 1);                /* flag > env > file */
+    assert_int_equal(c.timeout_ms, 4000);       /* env > file */
     assert_string_equal(c.kubeconfig, "/file"); /* file > default */
     assert_true(c.dry_run);
     assert_int_equal(c.color, GREEN);
@@ -299,8 +379,7 @@ static void test_file_errors(void **state)
     expect_file_error("odd: '5'\n", "1: odd: want an odd number, got a string");
     expect_file_error("legacy:\n  knob: x\n",
                       "2: invalid value \"x\" for legacy.knob: want an integer >= 0");
-    expect_file_error("color: red\ncolor: green\n",
-                      "2: duplicate key \"color\" (first at line 1)");
+    expect_file_error("color: red\ncolor: green\n", "2: duplicate key \"color\" (first at line 1)");
     expect_file_error("extra: [1]\n", "1: extra: want a string, got a list");
     expect_file_error("- 1\n", "1: want a mapping at the top level, got a list");
 }
@@ -315,14 +394,15 @@ static void test_cli_errors(void **state)
     expect_error(NULL, e1,
                  "invalid value \"70000\" for --port (PORT): want an integer from 1 to 65535");
     const char *a2[] = {"--timeout=5", NULL};
-    expect_error(a2, NULL, "invalid value \"5\" for --timeout (TIMEOUT): want a duration such "
-                           "as 5s or 500ms (at least 1ms)");
+    expect_error(a2, NULL,
+                 "invalid value \"5\" for --timeout (TIMEOUT): want a duration such "
+                 "as 5s or 500ms (at least 1ms)");
     const char *a3[] = {"--color=blue", NULL};
-    expect_error(a3, NULL, "invalid value \"blue\" for --color (COLOR): blue is refused here "
-                           "(want red or green)");
+    expect_error(a3, NULL,
+                 "invalid value \"blue\" for --color (COLOR): blue is refused here "
+                 "(want red or green)");
     const char *a4[] = {"--feature=a,zz", NULL};
-    expect_error(a4, NULL,
-                 "invalid value \"zz\" for --feature (FEATURES): want all, a, b or c");
+    expect_error(a4, NULL, "invalid value \"zz\" for --feature (FEATURES): want all, a, b or c");
     const char *a5[] = {"-v=x", NULL};
     expect_error(a5, NULL, "invalid value \"x\" for -v (LOG_LEVEL): want an integer >= 0");
     const char *a6[] = {"--bogus", "-q=1", NULL};
@@ -358,11 +438,18 @@ static void test_help_version_and_usage(void **state)
     FILE *mem = open_memstream(&text, &len);
     options_print_usage(&table, mem);
     fclose(mem);
-    static const char *const must[] = {
-        "Usage: test-prog [options]", "A test program.", "config file > default",
-        "--port value  $PORT", "(1 to 65535)", "(default: 8888)", "[file: server.port]",
-        "--kubeconfig value  $KUBECONFIG, $KCFG", "--dry-run, -n  $DRY_RUN", "red or green",
-        "-v value  $LOG_LEVEL", "--help, -h"};
+    static const char *const must[] = {"Usage: test-prog [options]",
+                                       "A test program.",
+                                       "config file > default",
+                                       "--port value  $PORT",
+                                       "(1 to 65535)",
+                                       "(default: 8888)",
+                                       "[file: server.port]",
+                                       "--kubeconfig value  $KUBECONFIG, $KCFG",
+                                       "--dry-run, -n  $DRY_RUN",
+                                       "red or green",
+                                       "-v value  $LOG_LEVEL",
+                                       "--help, -h"};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         if (strstr(text, must[i]) == NULL)
             fail_msg("usage lacks \"%s\":\n%s", must[i], text);
@@ -382,8 +469,8 @@ static void test_json(void **state)
     json_t *server = json_object_get(root, "server");
     assert_int_equal(json_integer_value(json_object_get(server, "port")), 8888);
     assert_string_equal(json_string_value(json_object_get(server, "timeout")), "2m");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "kube"),
-                                                          "config")), "");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "kube"), "config")),
+                        "");
     assert_true(json_is_false(json_object_get(root, "dryRun")));
     assert_string_equal(json_string_value(json_object_get(root, "color")), "red");
     json_t *f = json_object_get(root, "features");
@@ -449,8 +536,13 @@ struct hp_config {
 };
 
 static const struct option_spec hp_specs[] = {
-    {.flag = "listen", .env = {"LISTEN"}, .path = "listen", .flags = OPT_IN_FILE,
-     .type = OPT_HOSTPORT, .offset = offsetof(struct hp_config, listen), .def = "",
+    {.flag = "listen",
+     .env = {"LISTEN"},
+     .path = "listen",
+     .flags = OPT_IN_FILE,
+     .type = OPT_HOSTPORT,
+     .offset = offsetof(struct hp_config, listen),
+     .def = "",
      .help = "HOST:PORT"},
 };
 static const struct options_table hp_table = {
@@ -517,8 +609,8 @@ static void test_hostport(void **state)
     char host[4];
     unsigned port;
     char why[64];
-    assert_int_equal(options_parse_hostport("long-host:1", host, sizeof host, &port, why,
-                                            sizeof why), -1);
+    assert_int_equal(
+        options_parse_hostport("long-host:1", host, sizeof host, &port, why, sizeof why), -1);
     assert_string_equal(why, "host too long");
 }
 

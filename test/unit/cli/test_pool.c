@@ -14,8 +14,7 @@
 
 #include <string.h>
 
-static void add_json(struct pool *pool, int (*add)(struct pool *, const json_t *),
-                     const char *text)
+static void add_json(struct pool *pool, int (*add)(struct pool *, const json_t *), const char *text)
 {
     json_error_t error;
     json_t *obj = json_loads(text, 0, &error);
@@ -29,12 +28,13 @@ static void node(struct pool *pool, const char *name, const char *ip, const char
                  const char *count, const char *annotations)
 {
     char text[2048];
-    snprintf(text, sizeof text,
-             "{\"metadata\": {\"name\": \"%s\", \"annotations\": {%s}},"
-             " \"status\": {\"addresses\": [{\"type\": \"Hostname\", \"address\": \"h\"},"
-             " {\"type\": \"InternalIP\", \"address\": \"%s\"}],"
-             " \"allocatable\": {\"aliyun.com/gpu-mem\": \"%s\", \"aliyun.com/gpu-count\": \"%s\"}}}",
-             name, annotations ? annotations : "", ip, mem, count);
+    snprintf(
+        text, sizeof text,
+        "{\"metadata\": {\"name\": \"%s\", \"annotations\": {%s}},"
+        " \"status\": {\"addresses\": [{\"type\": \"Hostname\", \"address\": \"h\"},"
+        " {\"type\": \"InternalIP\", \"address\": \"%s\"}],"
+        " \"allocatable\": {\"aliyun.com/gpu-mem\": \"%s\", \"aliyun.com/gpu-count\": \"%s\"}}}",
+        name, annotations ? annotations : "", ip, mem, count);
     add_json(pool, pool_add_node, text);
 }
 
@@ -88,13 +88,14 @@ static void test_gpushare_summary_matches_userguide(void **state)
     (void)state;
     struct pool pool;
     userguide_cluster(&pool);
-    expect_render(&pool, render_gpushare_summary,
-                  "NAME                                IPADDRESS     GPU0(Allocated/Total)  GPU Memory(GiB)\n"
-                  "cn-shanghai.i-uf61h64dz1tmlob9hmtb  192.168.0.71  6/15                   6/15\n"
-                  "cn-shanghai.i-uf61h64dz1tmlob9hmtc  192.168.0.70  3/15                   3/15\n"
-                  "------------------------------------------------------------------------------\n"
-                  "Allocated/Total GPU Memory In Cluster:\n"
-                  "9/30 (30%)  \n");
+    expect_render(
+        &pool, render_gpushare_summary,
+        "NAME                                IPADDRESS     GPU0(Allocated/Total)  GPU Memory(GiB)\n"
+        "cn-shanghai.i-uf61h64dz1tmlob9hmtb  192.168.0.71  6/15                   6/15\n"
+        "cn-shanghai.i-uf61h64dz1tmlob9hmtc  192.168.0.70  3/15                   3/15\n"
+        "------------------------------------------------------------------------------\n"
+        "Allocated/Total GPU Memory In Cluster:\n"
+        "9/30 (30%)  \n");
     pool_free(&pool);
 }
 
@@ -125,12 +126,14 @@ static void test_gpushare_details(void **state)
                   "\n"
                   "\n"
                   "Allocated/Total GPU Memory In Cluster:  10/30 (33%)  \n");
-    expect_render(&pool, render_gpushare_summary,
-                  "NAME  IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  PENDING(Allocated)  GPU Memory(GiB)\n"
-                  "n1    10.0.0.1   3/15                   5/15                   2                   10/30\n"
-                  "--------------------------------------------------\n"
-                  "Allocated/Total GPU Memory In Cluster:\n"
-                  "10/30 (33%)  \n");
+    expect_render(
+        &pool, render_gpushare_summary,
+        "NAME  IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  PENDING(Allocated)  GPU "
+        "Memory(GiB)\n"
+        "n1    10.0.0.1   3/15                   5/15                   2                   10/30\n"
+        "--------------------------------------------------\n"
+        "Allocated/Total GPU Memory In Cluster:\n"
+        "10/30 (33%)  \n");
     pool_free(&pool);
 }
 
@@ -165,13 +168,16 @@ static void test_accounting(void **state)
     struct pool pool;
     pool_init(&pool, NULL, NULL);
     node(&pool, "het", "10.0.0.2", "56", "2",
-         "\"gpupool.io/gpus\": \"[{\\\"index\\\":0,\\\"memory\\\":16,\\\"model\\\":\\\"V100\\\",\\\"healthy\\\":true},"
+         "\"gpupool.io/gpus\": "
+         "\"[{\\\"index\\\":0,\\\"memory\\\":16,\\\"model\\\":\\\"V100\\\",\\\"healthy\\\":true},"
          "{\\\"index\\\":1,\\\"memory\\\":40,\\\"model\\\":\\\"A100\\\",\\\"healthy\\\":false}]\"");
-    node(&pool, "bad-annotation", "10.0.0.3", "32", "2", "\"gpupool.io/gpus\": \"[{\\\"index\\\": -1}]\"");
+    node(&pool, "bad-annotation", "10.0.0.3", "32", "2",
+         "\"gpupool.io/gpus\": \"[{\\\"index\\\": -1}]\"");
     share(&pool, "d", "one", "het", "4", "\"ALIYUN_COM_GPU_MEM_IDX\": \"1\"", "Running");
     share(&pool, "d", "split", "het", "8", "\"ALIYUN_COM_GPU_MEM_IDX\": \"0,1\"", "Running");
     share(&pool, "d", "v2", "het", "6",
-          "\"scheduler.framework.gpushare.allocation\": \"{\\\"0\\\": {\\\"0\\\": 2, \\\"1\\\": 4}}\"",
+          "\"scheduler.framework.gpushare.allocation\": \"{\\\"0\\\": {\\\"0\\\": 2, \\\"1\\\": "
+          "4}}\"",
           "Running");
     share(&pool, "d", "done", "het", "9", "\"ALIYUN_COM_GPU_MEM_IDX\": \"0\"", "Succeeded");
     share(&pool, "d", "failed", "het", "9", "\"ALIYUN_COM_GPU_MEM_IDX\": \"0\"", "Failed");
@@ -179,7 +185,8 @@ static void test_accounting(void **state)
     share(&pool, "d", "not-a-number", "het", "1", "\"ALIYUN_COM_GPU_MEM_IDX\": \"x\"", "Running");
     share(&pool, "d", "elsewhere", "no-such-node", "5", NULL, "Running");
     add_json(&pool, pool_add_configmap,
-             "{\"metadata\": {\"name\": \"unhealthy-gpu-bad-annotation\", \"namespace\": \"kube-system\"},"
+             "{\"metadata\": {\"name\": \"unhealthy-gpu-bad-annotation\", \"namespace\": "
+             "\"kube-system\"},"
              " \"data\": {\"gpus\": \"1,x,9\"}}");
     add_json(&pool, pool_add_configmap,
              "{\"metadata\": {\"name\": \"unhealthy-gpu-het\", \"namespace\": \"default\"},"
@@ -238,17 +245,22 @@ static void test_nvidia_resources(void **state)
     add_json(&pool, pool_add_node,
              "{\"metadata\": {\"name\": \"whole\"}, \"status\": {\"allocatable\":"
              " {\"nvidia.com/gpu\": \"8\", \"nvidia.com/mig-1g.5gb\": \"7\", \"cpu\": \"4\"}}}");
-    add_json(&pool, pool_add_node,
-             "{\"metadata\": {\"name\": \"cpu\"}, \"status\": {\"allocatable\": {\"cpu\": \"4\"}}}");
+    add_json(
+        &pool, pool_add_node,
+        "{\"metadata\": {\"name\": \"cpu\"}, \"status\": {\"allocatable\": {\"cpu\": \"4\"}}}");
     /* effective request: max(sum of containers 1+2, init container 4) = 4 */
     add_json(&pool, pool_add_pod,
-             "{\"metadata\": {\"name\": \"train\", \"namespace\": \"team\"}, \"spec\": {\"nodeName\": \"whole\","
+             "{\"metadata\": {\"name\": \"train\", \"namespace\": \"team\"}, \"spec\": "
+             "{\"nodeName\": \"whole\","
              " \"initContainers\": [{\"resources\": {\"limits\": {\"nvidia.com/gpu\": \"4\"}}}],"
              " \"containers\": [{\"resources\": {\"limits\": {\"nvidia.com/gpu\": \"1\"}}},"
-             "  {\"resources\": {\"requests\": {\"nvidia.com/gpu\": \"2\"}}}]}, \"status\": {\"phase\": \"Running\"}}");
-    add_json(&pool, pool_add_pod,
-             "{\"metadata\": {\"name\": \"mig\", \"namespace\": \"other\"}, \"spec\": {\"nodeName\": \"whole\","
-             " \"containers\": [{\"resources\": {\"limits\": {\"nvidia.com/mig-1g.5gb\": \"2\"}}}]}}");
+             "  {\"resources\": {\"requests\": {\"nvidia.com/gpu\": \"2\"}}}]}, \"status\": "
+             "{\"phase\": \"Running\"}}");
+    add_json(
+        &pool, pool_add_pod,
+        "{\"metadata\": {\"name\": \"mig\", \"namespace\": \"other\"}, \"spec\": {\"nodeName\": "
+        "\"whole\","
+        " \"containers\": [{\"resources\": {\"limits\": {\"nvidia.com/mig-1g.5gb\": \"2\"}}}]}}");
     pool_finish(&pool);
     assert_int_equal(pool.nnodes, 1);
     const struct pool_node *n = pool.nodes[0];

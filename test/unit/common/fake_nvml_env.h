@@ -89,8 +89,8 @@ static inline void fake_add_error(json_t *root, const char *function, int gpu, c
         errors = json_array();
         json_object_set_new(root, "errors", errors);
     }
-    json_t *rule = json_pack("{s:s, s:s, s:i}", "function", function, "error", error,
-                             "after_calls", after_calls);
+    json_t *rule = json_pack("{s:s, s:s, s:i}", "function", function, "error", error, "after_calls",
+                             after_calls);
     if (gpu >= 0)
         json_object_set_new(rule, "gpu", json_integer(gpu));
     json_array_append_new(errors, rule);

@@ -91,11 +91,11 @@ static inline void fixture_config(struct gp_config *cfg)
     cfg->health_probe_interval_ms = 5000;
 }
 
-static inline struct config_time_slice *fixture_time_slice(struct gp_config *cfg,
-                                                           const char *name, int replicas)
+static inline struct config_time_slice *fixture_time_slice(struct gp_config *cfg, const char *name,
+                                                           int replicas)
 {
-    cfg->time_slices = realloc(cfg->time_slices, (cfg->time_slice_count + 1) *
-                                                     sizeof *cfg->time_slices);
+    cfg->time_slices =
+        realloc(cfg->time_slices, (cfg->time_slice_count + 1) * sizeof *cfg->time_slices);
     struct config_time_slice *ts = &cfg->time_slices[cfg->time_slice_count++];
     memset(ts, 0, sizeof *ts);
     snprintf(ts->name, sizeof ts->name, "%s", name);

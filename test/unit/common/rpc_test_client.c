@@ -15,8 +15,7 @@ int rpc_test_client_call(struct rpc_client *client, const char *method, const ui
                          size_t req_len, int timeout_ms, struct rpc_buf *resp, int *status,
                          char *msg, size_t msglen)
 {
-    return rpc_client_unary(client, method, req, req_len, timeout_ms, 0, resp, status, msg,
-                            msglen);
+    return rpc_client_unary(client, method, req, req_len, timeout_ms, 0, resp, status, msg, msglen);
 }
 
 int rpc_test_call(struct rpc_runtime *rt, const char *socket_path, const char *method,
@@ -30,8 +29,8 @@ int rpc_test_call(struct rpc_runtime *rt, const char *socket_path, const char *m
         *status = RPC_INTERNAL;
         return -1;
     }
-    int rc = rpc_test_client_call(client, method, req, req_len, timeout_ms, resp, status, err,
-                                  errlen);
+    int rc =
+        rpc_test_client_call(client, method, req, req_len, timeout_ms, resp, status, err, errlen);
     rpc_client_close(client);
     return rc;
 }
@@ -103,8 +102,7 @@ static grpc_call_error watch_start(struct rpc_watch *w)
     return grpc_call_start_batch(w->call, &status_op, 1, &w->status_tag, NULL);
 }
 
-int rpc_test_watch_open(struct rpc_client *client, struct rpc_watch **out, char *err,
-                        size_t errlen)
+int rpc_test_watch_open(struct rpc_client *client, struct rpc_watch **out, char *err, size_t errlen)
 {
     struct rpc_watch *w = calloc(1, sizeof *w);
     if (w == NULL) {
@@ -118,8 +116,8 @@ int rpc_test_watch_open(struct rpc_client *client, struct rpc_watch **out, char 
         return -1;
     }
     w->call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, w->cq,
-                                       grpc_slice_from_static_string(LIST_AND_WATCH_PATH),
-                                       NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+                                       grpc_slice_from_static_string(LIST_AND_WATCH_PATH), NULL,
+                                       gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (w->call == NULL) {
         snprintf(err, errlen, "cannot create the ListAndWatch call");
         rpc_pluck_queue_destroy(w->cq);
@@ -143,8 +141,8 @@ int rpc_test_watch_open(struct rpc_client *client, struct rpc_watch **out, char 
 static void watch_report_end(struct rpc_watch *w, int *status, char *err, size_t errlen)
 {
     if (!w->status_done) {
-        grpc_completion_queue_pluck(w->cq, &w->status_tag,
-                                    gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_completion_queue_pluck(w->cq, &w->status_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                    NULL);
         w->status_done = true;
     }
     w->ended = true;
@@ -176,8 +174,8 @@ int rpc_test_watch_next(struct rpc_watch *w, int timeout_ms, struct rpc_buf *msg
         }
         w->recv_pending = true;
     }
-    grpc_event ev = grpc_completion_queue_pluck(w->cq, &w->recv_tag,
-                                                rpc_deadline_after_ms(timeout_ms), NULL);
+    grpc_event ev =
+        grpc_completion_queue_pluck(w->cq, &w->recv_tag, rpc_deadline_after_ms(timeout_ms), NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT)
         return 0;
     w->recv_pending = false;

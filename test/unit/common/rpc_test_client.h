@@ -29,8 +29,7 @@
  * deadline. method is the full path ("/v1beta1.DevicePlugin/Allocate"). */
 GP_MUST_USE int rpc_test_client_call(struct rpc_client *client, const char *method,
                                      const uint8_t *req, size_t req_len, int timeout_ms,
-                                     struct rpc_buf *resp, int *status, char *msg,
-                                     size_t msglen);
+                                     struct rpc_buf *resp, int *status, char *msg, size_t msglen);
 /* open + call + close. */
 GP_MUST_USE int rpc_test_call(struct rpc_runtime *rt, const char *socket_path, const char *method,
                               const uint8_t *req, size_t req_len, int timeout_ms,
@@ -50,8 +49,8 @@ GP_MUST_USE int rpc_test_watch_open(struct rpc_client *client, struct rpc_watch 
 /* Next stream message: 1 with *msg malloc'd, 0 when timeout_ms passed first
  * (call again; nothing is lost), -1 when the stream ended (status and message
  * in err; *status set when status is not NULL). */
-GP_MUST_USE int rpc_test_watch_next(struct rpc_watch *watch, int timeout_ms,
-                                    struct rpc_buf *msg, int *status, char *err, size_t errlen);
+GP_MUST_USE int rpc_test_watch_next(struct rpc_watch *watch, int timeout_ms, struct rpc_buf *msg,
+                                    int *status, char *err, size_t errlen);
 /* Cancels the stream if still open and frees it. NULL is a no-op. */
 void rpc_test_watch_close(struct rpc_watch *watch);
 

@@ -65,8 +65,8 @@ static enum rpc_status kubelet_answer(struct rpc_test_kubelet *k, const grpc_cal
         snprintf(msg, msglen, "request message missing");
         return RPC_INVALID_ARGUMENT;
     }
-    enum rpc_status st = k->on_register(k->ctx, GRPC_SLICE_START_PTR(bytes),
-                                        GRPC_SLICE_LENGTH(bytes), msg, msglen);
+    enum rpc_status st =
+        k->on_register(k->ctx, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes), msg, msglen);
     grpc_slice_unref(bytes);
     return st;
 }

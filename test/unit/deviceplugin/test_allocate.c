@@ -45,7 +45,8 @@ static void allocate(struct world *w, const size_t *positions, size_t n)
     resource_set_free(&w->set);
     assert_int_equal(resource_set_build(&w->inv, &w->cfg, &w->set, err, sizeof err), 0);
     assert_int_equal(allocate_container(&w->arena, &w->cfg, &w->inv, &w->set.resources[0],
-                                        positions, n, &w->out, err, sizeof err), 0);
+                                        positions, n, &w->out, err, sizeof err),
+                     0);
 }
 
 static const char *env(const V1beta1__ContainerAllocateResponse *o, const char *key)
@@ -97,7 +98,8 @@ static void test_volume_mounts(void **state)
     w->cfg.device_list_strategy = DEVICE_LIST_VOLUME_MOUNTS;
     size_t pos[] = {0, 1};
     allocate(w, pos, 2);
-    assert_string_equal(env(&w->out, "NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
+    assert_string_equal(env(&w->out, "NVIDIA_VISIBLE_DEVICES"),
+                        "/var/run/nvidia-container-devices");
     assert_int_equal(w->out.n_mounts, 2);
     char want[256];
     snprintf(want, sizeof want, "/var/run/nvidia-container-devices/%s", w->inv.gpus[1].uuid);
@@ -179,8 +181,8 @@ static void test_mig_device_specs(void **state)
     const struct resource *mig = &w->set.resources[1];
     assert_string_equal(mig->name, "nvidia.com/mig-3g.20gb");
     size_t pos[] = {1};
-    assert_int_equal(allocate_container(&w->arena, &w->cfg, &w->inv, mig, pos, 1, &w->out, err,
-                                        sizeof err), 0);
+    assert_int_equal(
+        allocate_container(&w->arena, &w->cfg, &w->inv, mig, pos, 1, &w->out, err, sizeof err), 0);
     assert_string_equal(env(&w->out, "NVIDIA_VISIBLE_DEVICES"), w->inv.gpus[0].migs[1].uuid);
     assert_int_equal(w->out.n_devices, 3);
     assert_string_equal(w->out.devices[0]->container_path, "/dev/nvidia0");

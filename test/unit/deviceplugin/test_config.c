@@ -201,8 +201,13 @@ static void test_aliases(void **state)
 {
     (void)state;
     struct gp_config cfg;
-    const char *args[] = {"--nvidia-driver-root=/a", "--nvidia-dev-root", "/b",
-                          "--nvidia-ctk-path=/c", "--container-driver-root=/d", "--v=2", NULL};
+    const char *args[] = {"--nvidia-driver-root=/a",
+                          "--nvidia-dev-root",
+                          "/b",
+                          "--nvidia-ctk-path=/c",
+                          "--container-driver-root=/d",
+                          "--v=2",
+                          NULL};
     load_ok(&cfg, args, NULL);
     assert_string_equal(cfg.nvidia_driver_root, "/a");
     assert_string_equal(cfg.nvidia_dev_root, "/b");
@@ -301,8 +306,8 @@ static void test_list_strategies(void **state)
 {
     (void)state;
     struct gp_config cfg;
-    const char *repeated[] = {"--device-list-strategy=envvar", "--device-list-strategy",
-                              "cdi-cri", NULL};
+    const char *repeated[] = {"--device-list-strategy=envvar", "--device-list-strategy", "cdi-cri",
+                              NULL};
     load_ok(&cfg, repeated, NULL);
     assert_int_equal(cfg.device_list_strategy, DEVICE_LIST_ENVVAR | DEVICE_LIST_CDI_CRI);
     config_free(&cfg);
@@ -310,9 +315,8 @@ static void test_list_strategies(void **state)
     const char *mixed[] = {"--device-list-strategy=volume-mounts,cdi-annotations",
                            "--device-list-strategy=cdi-cri", NULL};
     load_ok(&cfg, mixed, NULL);
-    assert_int_equal(cfg.device_list_strategy, DEVICE_LIST_VOLUME_MOUNTS |
-                                                   DEVICE_LIST_CDI_ANNOTATIONS |
-                                                   DEVICE_LIST_CDI_CRI);
+    assert_int_equal(cfg.device_list_strategy,
+                     DEVICE_LIST_VOLUME_MOUNTS | DEVICE_LIST_CDI_ANNOTATIONS | DEVICE_LIST_CDI_CRI);
     config_free(&cfg);
 
     /* The flag replaces the environment's list rather than adding to it. */
@@ -363,8 +367,7 @@ static void test_precedence(void **state)
     assert_int_equal(cfg.device_id_strategy, DEVICE_ID_INDEX);
     config_free(&cfg);
     /* flag over env over file */
-    const char *a1[] = {"--config-file", path, "--mig-strategy=none",
-                        "--fail-on-init-error", NULL};
+    const char *a1[] = {"--config-file", path, "--mig-strategy=none", "--fail-on-init-error", NULL};
     load_ok(&cfg, a1, env);
     assert_int_equal(cfg.mig_strategy, MIG_STRATEGY_NONE);
     assert_true(cfg.fail_on_init_error);
@@ -394,8 +397,8 @@ static void test_durations(void **state)
     static const struct {
         const char *text;
         int ms;
-    } good[] = {{"5s", 5000}, {"500ms", 500}, {"1m30s", 90000}, {"1.5s", 1500},
-                {"1h", 3600000}, {"2000us", 2}, {"0.5m", 30000}, {"1000000ns", 1}};
+    } good[] = {{"5s", 5000},    {"500ms", 500}, {"1m30s", 90000}, {"1.5s", 1500},
+                {"1h", 3600000}, {"2000us", 2},  {"0.5m", 30000},  {"1000000ns", 1}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         struct gp_config cfg;
         char arg[64];
@@ -405,8 +408,8 @@ static void test_durations(void **state)
         assert_int_equal(cfg.health_probe_interval_ms, good[i].ms);
         config_free(&cfg);
     }
-    static const char *const bad[] = {"5", "s", "5x", "-1s", "", "1.s.", "500us", "0",
-                                      "99999999999h"};
+    static const char *const bad[] = {"5",    "s",     "5x", "-1s",         "",
+                                      "1.s.", "500us", "0",  "99999999999h"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char arg[64], want[256];
         snprintf(arg, sizeof arg, "--health-probe-interval=%s", bad[i]);
@@ -592,13 +595,22 @@ static void test_help_and_version(void **state)
     FILE *mem = open_memstream(&text, &len);
     config_print_usage(mem);
     fclose(mem);
-    static const char *const must[] = {
-        "--mig-strategy value", "$MIG_STRATEGY", "--nvidia-driver-root value",
-        "--nvidia-ctk-path value", "$NVIDIA_CDI_HOOK_PATH, $NVIDIA_CTK_PATH",
-        "--container-driver-root value", "--kubelet-socket value", "$GP_HEALTH_PROBE_INTERVAL",
-        "$DP_DISABLE_HEALTHCHECKS", "none, single or mixed", "(default: \"envvar\")",
-        "[file: flags.plugin.deviceListStrategy]", "--imex-required", "-v value", "--help, -h",
-        "--version"};
+    static const char *const must[] = {"--mig-strategy value",
+                                       "$MIG_STRATEGY",
+                                       "--nvidia-driver-root value",
+                                       "--nvidia-ctk-path value",
+                                       "$NVIDIA_CDI_HOOK_PATH, $NVIDIA_CTK_PATH",
+                                       "--container-driver-root value",
+                                       "--kubelet-socket value",
+                                       "$GP_HEALTH_PROBE_INTERVAL",
+                                       "$DP_DISABLE_HEALTHCHECKS",
+                                       "none, single or mixed",
+                                       "(default: \"envvar\")",
+                                       "[file: flags.plugin.deviceListStrategy]",
+                                       "--imex-required",
+                                       "-v value",
+                                       "--help, -h",
+                                       "--version"};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         if (strstr(text, must[i]) == NULL)
             fail_msg("usage lacks \"%s\":\n%s", must[i], text);
@@ -678,8 +690,10 @@ static void test_nvidia_multiple_resources(void **state)
     static const struct {
         const char *name;
         int replicas;
-    } want[] = {{"nvidia.com/gpu", 8}, {"nvidia.com/mig-1g.5gb", 2},
-                {"nvidia.com/mig-2g.10gb", 2}, {"nvidia.com/mig-3g.20gb", 3},
+    } want[] = {{"nvidia.com/gpu", 8},
+                {"nvidia.com/mig-1g.5gb", 2},
+                {"nvidia.com/mig-2g.10gb", 2},
+                {"nvidia.com/mig-3g.20gb", 3},
                 {"nvidia.com/mig-7g.40gb", 7}};
     assert_int_equal(cfg.time_slice_count, 5);
     for (size_t i = 0; i < 5; i++) {
@@ -850,7 +864,7 @@ static void test_file_errors(void **state)
                       "2: imex.channelIDs: want a list of integers, got a scalar");
     expect_file_error("- a\n- b\n", "1: want a mapping at the top level, got a list");
     expect_file_error("flags: [\n", "2: invalid YAML: did not find expected node content while "
-                                   "parsing a flow node");
+                                    "parsing a flow node");
 }
 
 static void test_file_errors_sharing(void **state)
@@ -959,9 +973,9 @@ static void test_json(void **state)
     json_t *dls = json_object_get(plugin, "deviceListStrategy");
     assert_int_equal(json_array_size(dls), 1);
     assert_string_equal(json_string_value(json_array_get(dls, 0)), "envvar");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(flags, "health"),
-                                                          "probeInterval")),
-                        "5s");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(flags, "health"), "probeInterval")),
+        "5s");
     json_t *gpus = json_object_get(json_object_get(root, "resources"), "gpus");
     assert_int_equal(json_array_size(gpus), 2);
     assert_string_equal(json_string_value(json_object_get(json_array_get(gpus, 0), "name")),
@@ -969,17 +983,15 @@ static void test_json(void **state)
     json_t *ts = json_object_get(json_object_get(root, "sharing"), "timeSlicing");
     assert_true(json_is_true(json_object_get(ts, "failRequestsGreaterThanOne")));
     json_t *r0 = json_array_get(json_object_get(ts, "resources"), 0);
-    assert_string_equal(json_string_value(json_object_get(r0, "rename")),
-                        "nvidia.com/a100-shared");
+    assert_string_equal(json_string_value(json_object_get(r0, "rename")), "nvidia.com/a100-shared");
     assert_int_equal(json_array_size(json_object_get(r0, "devices")), 3);
     assert_int_equal(json_integer_value(json_object_get(r0, "replicas")), 4);
     json_t *r1 = json_array_get(json_object_get(ts, "resources"), 1);
     assert_string_equal(json_string_value(json_object_get(r1, "devices")), "all");
-    assert_int_equal(json_array_size(json_object_get(json_object_get(root, "imex"),
-                                                     "channelIDs")),
+    assert_int_equal(json_array_size(json_object_get(json_object_get(root, "imex"), "channelIDs")),
                      0);
-    assert_true(json_is_null(json_object_get(json_object_get(root, "gpupool"),
-                                             "disableHealthchecks")));
+    assert_true(
+        json_is_null(json_object_get(json_object_get(root, "gpupool"), "disableHealthchecks")));
     /* NVIDIA's key order: version, flags, resources, sharing. */
     assert_true(strstr(text, "\"version\"") < strstr(text, "\"flags\""));
     assert_true(strstr(text, "\"flags\"") < strstr(text, "\"resources\""));

@@ -152,8 +152,9 @@ static void test_container_reply(void **state)
     assert_int_equal(gpumem_resource_build(&inv, &cfg, &set, err, sizeof err), 0);
     assert_int_equal(gpumem_parse_idx("1,3", &inv, &as, err, sizeof err), 0);
     as.pod_units = 8;
-    assert_int_equal(gpumem_container_reply(&a, &cfg, &inv, &set.resources[0], &as, 3, &out, err,
-                                            sizeof err), 0);
+    assert_int_equal(
+        gpumem_container_reply(&a, &cfg, &inv, &set.resources[0], &as, 3, &out, err, sizeof err),
+        0);
     char want[256];
     snprintf(want, sizeof want, "%s,%s", inv.gpus[1].uuid, inv.gpus[3].uuid);
     assert_string_equal(env_of(&out, "NVIDIA_VISIBLE_DEVICES"), want);
@@ -163,8 +164,9 @@ static void test_container_reply(void **state)
     assert_string_equal(env_of(&out, "ALIYUN_COM_GPU_MEM_DEV"), "40");
     arena_free(&a);
     cfg.device_id_strategy = DEVICE_ID_INDEX;
-    assert_int_equal(gpumem_container_reply(&a, &cfg, &inv, &set.resources[0], &as, 3, &out, err,
-                                            sizeof err), 0);
+    assert_int_equal(
+        gpumem_container_reply(&a, &cfg, &inv, &set.resources[0], &as, 3, &out, err, sizeof err),
+        0);
     assert_string_equal(env_of(&out, "NVIDIA_VISIBLE_DEVICES"), "1,3");
     arena_free(&a);
     resource_set_free(&set);
@@ -198,7 +200,8 @@ static unsigned w_progress(void *ctx, const char *uid)
 }
 
 static struct gpumem_container ctr_a[] = {{"main", 4, false, false}};
-static struct gpumem_container ctr_init_app[] = {{"init", 2, true, false}, {"main", 4, false, false}};
+static struct gpumem_container ctr_init_app[] = {{"init", 2, true, false},
+                                                 {"main", 4, false, false}};
 static struct gpumem_container ctr_init_only[] = {{"init", 3, true, false}};
 
 static struct gpumem_pod *w_add(struct world *w, const char *name, struct gpumem_container *c,
@@ -221,7 +224,9 @@ static struct pr_container listed_main_without = {"main", 0};
 
 static struct pr_pod listed(const char *name, bool has_devices)
 {
-    struct pr_pod p = {.ns = "default", .name = (char *)name, .n_containers = 1,
+    struct pr_pod p = {.ns = "default",
+                       .name = (char *)name,
+                       .n_containers = 1,
                        .containers = has_devices ? &listed_main_with : &listed_main_without};
     return p;
 }
@@ -347,7 +352,8 @@ static void test_pod_parse(void **state)
         "\"spec\":{\"initContainers\":[{\"name\":\"i\",\"resources\":{\"limits\":"
         "{\"aliyun.com/gpu-mem\":\"2\"}}}],\"containers\":[{\"name\":\"a\"},{\"name\":\"b\","
         "\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":4}}}]},"
-        "\"status\":{\"phase\":\"Running\"}}", 0, &jerr);
+        "\"status\":{\"phase\":\"Running\"}}",
+        0, &jerr);
     assert_non_null(obj);
     struct gpumem_pod p;
     char err[128];
@@ -369,7 +375,8 @@ static void test_pod_parse(void **state)
     json_decref(obj);
     obj = json_loads("{\"metadata\":{\"name\":\"x\"},\"spec\":{\"containers\":[{\"name\":\"c\","
                      "\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":\"1500m\"}}}]},"
-                     "\"status\":{\"phase\":\"Failed\"}}", 0, &jerr);
+                     "\"status\":{\"phase\":\"Failed\"}}",
+                     0, &jerr);
     assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), 0);
     assert_true(p.terminal);
     assert_non_null(p.bad);
@@ -377,7 +384,8 @@ static void test_pod_parse(void **state)
     json_decref(obj);
     /* "1k" is a quantity like any other (the view refused it before poolapi). */
     obj = json_loads("{\"metadata\":{\"name\":\"k\"},\"spec\":{\"containers\":[{\"name\":\"c\","
-                     "\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":\"1k\"}}}]}}", 0, &jerr);
+                     "\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":\"1k\"}}}]}}",
+                     0, &jerr);
     assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), 0);
     assert_null(p.bad);
     assert_int_equal(p.n_containers, 1);
@@ -463,7 +471,8 @@ static void test_podresources_decode(void **state)
     size_t len = v1__list_pod_resources_response__pack(&resp, buf);
     struct pr_list list;
     char err[128];
-    assert_int_equal(podresources_decode(buf, len, "aliyun.com/gpu-mem", &list, err, sizeof err), 0);
+    assert_int_equal(podresources_decode(buf, len, "aliyun.com/gpu-mem", &list, err, sizeof err),
+                     0);
     assert_int_equal(list.n_pods, 1);
     assert_string_equal(list.pods[0].ns, "ns");
     assert_int_equal(list.pods[0].n_containers, 2);

@@ -79,8 +79,10 @@ static void test_options(void **state)
     V1beta1__Empty e = V1BETA1__EMPTY__INIT;
     struct rpc_buf resp;
     char msg[256];
-    assert_int_equal(call(w, PLUGIN_GET_DEVICE_PLUGIN_OPTIONS, &e.base, &resp, msg, sizeof msg), RPC_OK);
-    V1beta1__DevicePluginOptions *o = v1beta1__device_plugin_options__unpack(NULL, resp.len, resp.data);
+    assert_int_equal(call(w, PLUGIN_GET_DEVICE_PLUGIN_OPTIONS, &e.base, &resp, msg, sizeof msg),
+                     RPC_OK);
+    V1beta1__DevicePluginOptions *o =
+        v1beta1__device_plugin_options__unpack(NULL, resp.len, resp.data);
     assert_non_null(o);
     assert_true(o->get_preferred_allocation_available);
     assert_false(o->pre_start_required);
@@ -114,9 +116,9 @@ static void test_allocate_garbage(void **state)
     uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
     struct rpc_buf resp = {0};
     char msg[256];
-    assert_int_equal(w->h.unary(w->h.ctx, NULL, PLUGIN_ALLOCATE, junk, sizeof junk, &resp, msg,
-                                sizeof msg),
-                     RPC_INVALID_ARGUMENT);
+    assert_int_equal(
+        w->h.unary(w->h.ctx, NULL, PLUGIN_ALLOCATE, junk, sizeof junk, &resp, msg, sizeof msg),
+        RPC_INVALID_ARGUMENT);
     assert_non_null(strstr(msg, "cannot decode AllocateRequest"));
     assert_null(resp.data);
 }
@@ -143,7 +145,8 @@ static void test_preferred(void **state)
 {
     struct world *w = *state;
     start(w);
-    V1beta1__ContainerPreferredAllocationRequest c = V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
+    V1beta1__ContainerPreferredAllocationRequest c =
+        V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT;
     V1beta1__ContainerPreferredAllocationRequest *cp = &c;
     V1beta1__PreferredAllocationRequest req = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
     char *avail[] = {w->inv.gpus[0].uuid, w->inv.gpus[2].uuid, w->inv.gpus[3].uuid,
@@ -158,7 +161,8 @@ static void test_preferred(void **state)
     req.container_requests = &cp;
     struct rpc_buf resp;
     char msg[256];
-    assert_int_equal(call(w, PLUGIN_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg), RPC_OK);
+    assert_int_equal(call(w, PLUGIN_GET_PREFERRED_ALLOCATION, &req.base, &resp, msg, sizeof msg),
+                     RPC_OK);
     V1beta1__PreferredAllocationResponse *r =
         v1beta1__preferred_allocation_response__unpack(NULL, resp.len, resp.data);
     assert_non_null(r);
@@ -183,7 +187,8 @@ static V1beta1__ListAndWatchResponse *snapshot(struct world *w, size_t resource,
     struct rpc_handlers h = plugin_node_handlers(&w->node, resource);
     struct rpc_buf buf;
     assert_int_equal(h.snapshot(h.ctx, &buf, gen), 0);
-    V1beta1__ListAndWatchResponse *r = v1beta1__list_and_watch_response__unpack(NULL, buf.len, buf.data);
+    V1beta1__ListAndWatchResponse *r =
+        v1beta1__list_and_watch_response__unpack(NULL, buf.len, buf.data);
     free(buf.data);
     assert_non_null(r);
     return r;

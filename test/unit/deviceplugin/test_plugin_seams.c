@@ -26,7 +26,7 @@
 
 struct trace {
     pthread_mutex_t lock;
-    char order[16];              /* one letter per health observer call */
+    char order[16]; /* one letter per health observer call */
     size_t devices[16];
     int allocations;
     double last_seconds;
@@ -82,7 +82,7 @@ struct world {
     struct gp_config cfg;
     struct plugin_node node;
     struct trace trace;
-    struct trace *trace_ptr;    /* the allocate observer's context */
+    struct trace *trace_ptr; /* the allocate observer's context */
 };
 
 static int setup(void **state)
@@ -307,8 +307,8 @@ static void test_deferred_allocate_is_timed_to_its_answer(void **state)
     assert_int_equal(plugin_allocation_reply(fa.held, &cresp, err, sizeof err), 0);
     pthread_join(t, NULL);
     assert_int_equal(c.rc, 0);
-    V1beta1__AllocateResponse *out = v1beta1__allocate_response__unpack(NULL, c.resp.len,
-                                                                        c.resp.data);
+    V1beta1__AllocateResponse *out =
+        v1beta1__allocate_response__unpack(NULL, c.resp.len, c.resp.data);
     assert_non_null(out);
     assert_int_equal(out->n_container_responses, 1); /* packed by plugin.c */
     v1beta1__allocate_response__free_unpacked(out, NULL);
@@ -359,8 +359,8 @@ static const struct rpc_method ECHO_METHODS[] = {
 };
 
 static enum rpc_status echo_unary(void *ctx, struct rpc_call *call, size_t method,
-                                  const uint8_t *req, size_t len, struct rpc_buf *resp,
-                                  char *msg, size_t msglen)
+                                  const uint8_t *req, size_t len, struct rpc_buf *resp, char *msg,
+                                  size_t msglen)
 {
     (void)ctx;
     (void)call;
@@ -398,15 +398,16 @@ static void test_transport_serves_any_table(void **state)
     assert_int_equal(rpc_client_open(rt, path, &client, err, sizeof err), 0);
     struct rpc_buf resp = {0};
     assert_int_equal(rpc_client_call(client, "/test.v1.Echo/Say", (const uint8_t *)"hi", 2,
-                                     TIMEOUT_MS, true, &resp, err, sizeof err), 0);
+                                     TIMEOUT_MS, true, &resp, err, sizeof err),
+                     0);
     assert_int_equal(resp.len, 6);
     assert_memory_equal(resp.data, "say:hi", 6);
     free(resp.data);
 
     /* The DevicePlugin is not served here. */
-    assert_int_equal(rpc_client_call(client, "/v1beta1.DevicePlugin/Allocate",
-                                     (const uint8_t *)"", 0, TIMEOUT_MS, true, NULL, err,
-                                     sizeof err), -1);
+    assert_int_equal(rpc_client_call(client, "/v1beta1.DevicePlugin/Allocate", (const uint8_t *)"",
+                                     0, TIMEOUT_MS, true, NULL, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "Allocate failed: UNIMPLEMENTED (12)"));
 
     rpc_client_close(client);

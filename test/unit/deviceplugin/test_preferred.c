@@ -50,8 +50,9 @@ static void test_nvlink_pair_preferred(void **state)
     size_t avail[] = {0, 2, 3, 5, 6};
     size_t out[2];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 5, NULL, 0, 2, out, err, sizeof err), 0);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      5, NULL, 0, 2, out, err, sizeof err),
+                     0);
     sort_sizes(out, 2);
     assert_int_equal(out[0], 2); /* 2-3 share NVLink; 5-6 do not (pairs are 4-5, 6-7) */
     assert_int_equal(out[1], 3);
@@ -67,8 +68,9 @@ static void test_must_include_honoured(void **state)
     size_t req[] = {5};
     size_t out[2];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 8, req, 1, 2, out, err, sizeof err), 0);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      8, req, 1, 2, out, err, sizeof err),
+                     0);
     assert_int_equal(out[0], 5);
     assert_int_equal(out[1], 4); /* its NVLink peer */
     destroy(&w);
@@ -84,8 +86,9 @@ static void test_same_numa_preferred_without_nvlink(void **state)
     size_t avail[] = {3, 4, 6};
     size_t out[2];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 3, NULL, 0, 2, out, err, sizeof err), 0);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      3, NULL, 0, 2, out, err, sizeof err),
+                     0);
     sort_sizes(out, 2);
     assert_int_equal(out[0], 4); /* 4 and 6 share NUMA 1; 3 is on NUMA 0 */
     assert_int_equal(out[1], 6);
@@ -101,8 +104,9 @@ static void test_single_gpu_keeps_pairs_intact(void **state)
     size_t avail[] = {1, 2, 3, 4, 5};
     size_t out[1];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 5, NULL, 0, 1, out, err, sizeof err), 0);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      5, NULL, 0, 1, out, err, sizeof err),
+                     0);
     assert_int_equal(out[0], 1);
     destroy(&w);
 }
@@ -116,11 +120,13 @@ static void test_bad_sizes(void **state)
     size_t req[] = {2};
     size_t out[4];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 2, NULL, 0, 3, out, err, sizeof err), -1);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      2, NULL, 0, 3, out, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "cannot choose 3"));
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 2, req, 1, 1, out, err, sizeof err), -1);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      2, req, 1, 1, out, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "not among the available"));
     destroy(&w);
 }
@@ -135,8 +141,9 @@ static void test_lost_topology_scores_zero(void **state)
     size_t avail[] = {0, 1, 2, 3};
     size_t out[2];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 4, NULL, 0, 2, out, err, sizeof err), 0);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      4, NULL, 0, 2, out, err, sizeof err),
+                     0);
     sort_sizes(out, 2);
     assert_int_equal(out[0], 2);
     assert_int_equal(out[1], 3);
@@ -157,8 +164,9 @@ static void test_replicas_distributed(void **state)
     size_t avail[] = {3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     size_t out[3];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED,
-                                      avail, 11, NULL, 0, 3, out, err, sizeof err), 0);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_DISTRIBUTED, avail,
+                                      11, NULL, 0, 3, out, err, sizeof err),
+                     0);
     size_t g[3] = {gpu_of(&w, out[0]), gpu_of(&w, out[1]), gpu_of(&w, out[2])};
     sort_sizes(g, 3);
     /* 2 and 3 (idle) first; then they carry 1 each, still below GPU 1's 2. */
@@ -177,8 +185,9 @@ static void test_replicas_packed(void **state)
     size_t avail[] = {3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     size_t out[3];
     char err[256];
-    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_PACKED, avail,
-                                      11, NULL, 0, 3, out, err, sizeof err), 0);
+    assert_int_equal(preferred_choose(&w.set.resources[0], &w.inv, SHARED_ALLOC_PACKED, avail, 11,
+                                      NULL, 0, 3, out, err, sizeof err),
+                     0);
     assert_int_equal(gpu_of(&w, out[0]), 0); /* the last replica of the busiest GPU */
     assert_int_equal(gpu_of(&w, out[1]), 1);
     assert_int_equal(gpu_of(&w, out[2]), 1);

@@ -14,7 +14,7 @@ static void test_pattern_match(void **state)
     assert_true(resource_pattern_match("*", "NVIDIA A100"));
     assert_true(resource_pattern_match("*A100*", "NVIDIA A100-SXM4-40GB"));
     assert_true(resource_pattern_match("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"));
-    assert_false(resource_pattern_match("A100", "NVIDIA A100"));     /* anchored */
+    assert_false(resource_pattern_match("A100", "NVIDIA A100"));      /* anchored */
     assert_false(resource_pattern_match("*A100", "NVIDIA A100-SXM")); /* anchored end */
     assert_true(resource_pattern_match("1g.*gb", "1g.10gb"));
     assert_false(resource_pattern_match("2g.*", "1g.10gb"));
@@ -119,7 +119,7 @@ static void test_time_slicing_rename_and_devices(void **state)
     assert_int_equal(shared->devices[1].gpu, 1);
     resource_set_free(&set);
 
-    snprintf(refs[0], sizeof refs[0], "7");   /* past the last GPU */
+    snprintf(refs[0], sizeof refs[0], "7"); /* past the last GPU */
     assert_int_equal(resource_set_build(&inv, &cfg, &set, err, sizeof err), 0);
     assert_int_equal(set.count, 1);
     assert_string_equal(set.resources[0].name, "nvidia.com/gpu");

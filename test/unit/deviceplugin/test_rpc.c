@@ -51,8 +51,8 @@ static const struct rpc_method FAKE_METHODS[] = {
 };
 
 static enum rpc_status fake_unary(void *ctx, struct rpc_call *call, size_t method,
-                                  const uint8_t *req, size_t len, struct rpc_buf *resp,
-                                  char *msg, size_t msglen)
+                                  const uint8_t *req, size_t len, struct rpc_buf *resp, char *msg,
+                                  size_t msglen)
 {
     struct fake_plugin *p = ctx;
     pthread_mutex_lock(&p->lock);
@@ -98,8 +98,8 @@ static int fake_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
     *generation = p->generation;
     out->data = malloc(32);
     if (out->data != NULL)
-        out->len = (size_t)snprintf((char *)out->data, 32, "gen=%llu",
-                                    (unsigned long long)p->generation);
+        out->len =
+            (size_t)snprintf((char *)out->data, 32, "gen=%llu", (unsigned long long)p->generation);
     pthread_mutex_unlock(&p->lock);
     return out->data != NULL ? 0 : -1;
 }
@@ -143,9 +143,11 @@ static int group_teardown(void **state)
 
 static struct rpc_handlers fake_handlers(struct fake_plugin *p)
 {
-    struct rpc_handlers h = {.ctx = p, .methods = FAKE_METHODS,
+    struct rpc_handlers h = {.ctx = p,
+                             .methods = FAKE_METHODS,
                              .method_count = sizeof FAKE_METHODS / sizeof FAKE_METHODS[0],
-                             .unary = fake_unary, .snapshot = fake_snapshot};
+                             .unary = fake_unary,
+                             .snapshot = fake_snapshot};
     return h;
 }
 
@@ -199,8 +201,8 @@ static int call(struct fixture *f, const char *method, const void *req, size_t l
 {
     struct rpc_buf resp = {0};
     int status = -1;
-    int rc = rpc_test_call(f->rt, f->path, method, req, len, TIMEOUT_MS, &resp, &status, msg,
-                      msglen);
+    int rc =
+        rpc_test_call(f->rt, f->path, method, req, len, TIMEOUT_MS, &resp, &status, msg, msglen);
     if (rc == 0) {
         assert_int_equal(status, RPC_OK);
         size_t n = resp.len < outlen - 1 ? resp.len : outlen - 1;
@@ -234,7 +236,8 @@ static void test_unary_round_trip(void **state)
         struct rpc_buf resp = {0};
         int status = -1;
         assert_int_equal(rpc_test_client_call(client, ALLOCATE, (const uint8_t *)"x", 1, TIMEOUT_MS,
-                                         &resp, &status, msg, sizeof msg), 0);
+                                              &resp, &status, msg, sizeof msg),
+                         0);
         assert_int_equal(status, RPC_OK);
         assert_int_equal(resp.len, 6);
         assert_memory_equal(resp.data, "echo:x", 6);
@@ -248,8 +251,7 @@ static void test_handler_error_reaches_client(void **state)
 {
     struct fixture *f = *state;
     char out[64], msg[256];
-    assert_int_equal(call(f, ALLOCATE, "fail", 4, out, sizeof out, msg, sizeof msg),
-                     RPC_NOT_FOUND);
+    assert_int_equal(call(f, ALLOCATE, "fail", 4, out, sizeof out, msg, sizeof msg), RPC_NOT_FOUND);
     assert_string_equal(msg, "unknown device GPU-x");
 }
 
@@ -257,12 +259,13 @@ static void test_unknown_method(void **state)
 {
     struct fixture *f = *state;
     char out[64], msg[256];
-    assert_int_equal(call(f, "/v1beta1.DevicePlugin/Nope", "", 0, out, sizeof out, msg,
-                          sizeof msg), RPC_UNIMPLEMENTED);
+    assert_int_equal(call(f, "/v1beta1.DevicePlugin/Nope", "", 0, out, sizeof out, msg, sizeof msg),
+                     RPC_UNIMPLEMENTED);
     assert_non_null(strstr(msg, "/v1beta1.DevicePlugin/Nope"));
     /* Register is not served by a plugin server. */
-    assert_int_equal(call(f, "/v1beta1.Registration/Register", "", 0, out, sizeof out, msg,
-                          sizeof msg), RPC_UNIMPLEMENTED);
+    assert_int_equal(
+        call(f, "/v1beta1.Registration/Register", "", 0, out, sizeof out, msg, sizeof msg),
+        RPC_UNIMPLEMENTED);
     assert_int_equal(f->plugin.unary_calls, 0);
 }
 
@@ -271,8 +274,8 @@ static void test_garbage_protobuf_reaches_handler(void **state)
     struct fixture *f = *state;
     const uint8_t garbage[] = {0xff, 0x00, 0x13, 0x37, 0x80, 0x80, 0x80};
     char out[64], msg[256];
-    assert_int_equal(call(f, ALLOCATE, garbage, sizeof garbage, out, sizeof out, msg,
-                          sizeof msg), RPC_OK);
+    assert_int_equal(call(f, ALLOCATE, garbage, sizeof garbage, out, sizeof out, msg, sizeof msg),
+                     RPC_OK);
     assert_int_equal(f->plugin.last_request_len, sizeof garbage);
     assert_memory_equal(f->plugin.last_request, garbage, sizeof garbage);
 }
@@ -437,8 +440,7 @@ static void test_notify_races_with_cancel(void **state)
             assert_int_equal(rpc_test_watch_open(client, &w[j], err, sizeof err), 0);
         for (int j = 0; j < 3; j++) {
             struct rpc_buf m = {0};
-            assert_int_equal(rpc_test_watch_next(w[j], TIMEOUT_MS, &m, NULL, err, sizeof err),
-                             1);
+            assert_int_equal(rpc_test_watch_next(w[j], TIMEOUT_MS, &m, NULL, err, sizeof err), 1);
             assert_memory_equal(m.data, "gen=", 4);
             free(m.data);
         }
@@ -496,7 +498,8 @@ static void test_stale_socket_replaced(void **state)
     struct rpc_buf resp = {0};
     int status = -1;
     assert_int_equal(rpc_test_call(f->rt, path, ALLOCATE, (const uint8_t *)"s", 1, TIMEOUT_MS,
-                              &resp, &status, err, sizeof err), 0);
+                                   &resp, &status, err, sizeof err),
+                     0);
     free(resp.data);
     rpc_server_stop(srv);
 }
@@ -599,9 +602,9 @@ static void *async_call_main(void *arg)
 {
     struct async_call *a = arg;
     struct rpc_buf resp = {0};
-    a->rc = rpc_test_call(a->f->rt, a->f->path, ALLOCATE, (const uint8_t *)a->request,
-                          strlen(a->request), a->timeout_ms, &resp, &a->status, a->msg,
-                          sizeof a->msg);
+    a->rc =
+        rpc_test_call(a->f->rt, a->f->path, ALLOCATE, (const uint8_t *)a->request,
+                      strlen(a->request), a->timeout_ms, &resp, &a->status, a->msg, sizeof a->msg);
     snprintf(a->reply, sizeof a->reply, "%.*s", (int)resp.len,
              resp.data != NULL ? (const char *)resp.data : "");
     free(resp.data);
@@ -746,16 +749,15 @@ static void test_deferred_without_parking(void **state)
 {
     struct fixture *f = *state;
     char out[64], msg[256];
-    assert_int_equal(call(f, ALLOCATE, "lie", 3, out, sizeof out, msg, sizeof msg),
-                     RPC_INTERNAL);
+    assert_int_equal(call(f, ALLOCATE, "lie", 3, out, sizeof out, msg, sizeof msg), RPC_INTERNAL);
     assert_int_equal(call(f, ALLOCATE, "ok", 2, out, sizeof out, msg, sizeof msg), RPC_OK);
 }
 
 /* ---- Register against a fake kubelet --------------------------------------------------- */
 
 struct fake_kubelet {
-    struct rpc_runtime *rt;     /* for the callback's client */
-    const char *plugin_socket;  /* called back inside Register, like the kubelet */
+    struct rpc_runtime *rt;    /* for the callback's client */
+    const char *plugin_socket; /* called back inside Register, like the kubelet */
     enum rpc_status answer;
     int registrations;
     int callback_status;
@@ -805,8 +807,7 @@ static void test_register_with_callback(void **state)
     struct rpc_test_kubelet *kubelet = kubelet_start(&k, kubelet_path);
 
     const uint8_t req[] = {0x0a, 0x07, 'v', '1', 'b', 'e', 't', 'a', '1'};
-    int rc = rpc_test_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err,
-                               sizeof err);
+    int rc = rpc_test_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err, sizeof err);
     if (rc != 0)
         fail_msg("rpc_test_register: %s", err);
     assert_int_equal(k.registrations, 1);
@@ -818,8 +819,8 @@ static void test_register_with_callback(void **state)
 
     /* A refusal carries status and message. */
     k.answer = RPC_INVALID_ARGUMENT;
-    assert_int_equal(rpc_test_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err,
-                                       sizeof err), -1);
+    assert_int_equal(
+        rpc_test_register(f->rt, kubelet_path, req, sizeof req, TIMEOUT_MS, err, sizeof err), -1);
     assert_non_null(strstr(err, "INVALID_ARGUMENT"));
     assert_non_null(strstr(err, "bad version"));
 
@@ -828,8 +829,9 @@ static void test_register_with_callback(void **state)
     k.answer = RPC_OK;
     assert_int_equal(rpc_client_open(f->rt, kubelet_path, &client, err, sizeof err), 0);
     rpc_client_connect(client);
-    assert_int_equal(rpc_client_call(client, REGISTER, req, sizeof req, TIMEOUT_MS, true, NULL,
-                                     err, sizeof err), 0);
+    assert_int_equal(
+        rpc_client_call(client, REGISTER, req, sizeof req, TIMEOUT_MS, true, NULL, err, sizeof err),
+        0);
     assert_int_equal(k.registrations, 3);
     rpc_client_close(client);
     rpc_test_kubelet_stop(kubelet);
@@ -857,15 +859,16 @@ static void test_register_waits_for_kubelet(void **state)
     snprintf(kubelet_path, sizeof kubelet_path, "%s/kubelet.sock", f->dir);
 
     /* Nobody there: the deadline ends the wait. */
-    assert_int_equal(rpc_test_register(f->rt, kubelet_path, (const uint8_t *)"", 0, 200, err,
-                                       sizeof err), -1);
+    assert_int_equal(
+        rpc_test_register(f->rt, kubelet_path, (const uint8_t *)"", 0, 200, err, sizeof err), -1);
     assert_non_null(strstr(err, "DEADLINE_EXCEEDED"));
 
     /* Without wait-for-ready the daemon's client fails at once instead. */
     struct rpc_client *client = NULL;
     assert_int_equal(rpc_client_open(f->rt, kubelet_path, &client, err, sizeof err), 0);
     assert_int_equal(rpc_client_call(client, REGISTER, (const uint8_t *)"", 0, TIMEOUT_MS, false,
-                                     NULL, err, sizeof err), -1);
+                                     NULL, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "UNAVAILABLE"));
     assert_non_null(strstr(err, "Register failed: "));
     rpc_client_close(client);
@@ -874,8 +877,8 @@ static void test_register_waits_for_kubelet(void **state)
     struct late_kubelet late = {.k = &k, .path = kubelet_path};
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, NULL, start_kubelet_later, &late), 0);
-    int rc = rpc_test_register(f->rt, kubelet_path, (const uint8_t *)"", 0, TIMEOUT_MS, err,
-                               sizeof err);
+    int rc =
+        rpc_test_register(f->rt, kubelet_path, (const uint8_t *)"", 0, TIMEOUT_MS, err, sizeof err);
     pthread_join(thread, NULL);
     if (rc != 0)
         fail_msg("rpc_test_register: %s", err);
@@ -890,8 +893,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_handler_error_reaches_client, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_method, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_protobuf_reaches_handler, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_missing_request_is_invalid_argument, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_missing_request_is_invalid_argument, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_and_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_ends_streams_with_ok, setup, teardown),
@@ -901,8 +903,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_non_socket_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_removes_only_our_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_garbage_keeps_serving, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deferred_does_not_block_other_calls, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_does_not_block_other_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_and_watch_while_parked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_with_parked_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_parked_call_client_gives_up, setup, teardown),

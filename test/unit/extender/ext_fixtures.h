@@ -28,10 +28,10 @@ static inline json_t *fx_node(const char *name, int memory, int count)
 static inline json_t *fx_pod(const char *uid, const char *name, int memory, const char *node,
                              const char *idx)
 {
-    json_t *pod = json_pack("{s:{s:s, s:s, s:s, s:{}}, s:{s:[{s:s, s:{s:{s:s}}}]}, s:{s:s}}",
-                            "metadata", "name", name, "namespace", "default", "uid", uid,
-                            "annotations", "spec", "containers", "name", "c", "resources",
-                            "requests", "cpu", "1", "status", "phase", node ? "Running" : "Pending");
+    json_t *pod = json_pack(
+        "{s:{s:s, s:s, s:s, s:{}}, s:{s:[{s:s, s:{s:{s:s}}}]}, s:{s:s}}", "metadata", "name", name,
+        "namespace", "default", "uid", uid, "annotations", "spec", "containers", "name", "c",
+        "resources", "requests", "cpu", "1", "status", "phase", node ? "Running" : "Pending");
     json_t *spec = json_object_get(pod, "spec");
     if (memory > 0) {
         char m[32];

@@ -13,9 +13,9 @@
 
 /* A scripted API server: what it was asked, and how to fail. */
 struct fake_api {
-    json_t *pod;            /* GET answer (NULL: 404) */
-    int patch_status;       /* 0: ok; else fail with this status */
-    int bind_status;        /* 0: ok; -1: connection lost; else a Status */
+    json_t *pod;      /* GET answer (NULL: 404) */
+    int patch_status; /* 0: ok; else fail with this status */
+    int bind_status;  /* 0: ok; -1: connection lost; else a Status */
     int gets, patches, binds;
     json_t *last_patch;
     json_t *first_patch;
@@ -29,7 +29,8 @@ static int api_fail(struct kube_error *err, int status, const char *message)
     return -1;
 }
 
-static int fake_get(void *ctx, const char *ns, const char *name, json_t **out, struct kube_error *err)
+static int fake_get(void *ctx, const char *ns, const char *name, json_t **out,
+                    struct kube_error *err)
 {
     struct fake_api *a = ctx;
     (void)ns;
@@ -114,7 +115,8 @@ static int bind(struct fixture *fx, const char *uid, char *err, size_t len)
 static long long used(struct cache *c, int dev)
 {
     json_t *v = cache_inspect(c, "n1");
-    json_t *d = json_array_get(json_object_get(json_array_get(json_object_get(v, "nodes"), 0), "devs"), (size_t)dev);
+    json_t *d = json_array_get(
+        json_object_get(json_array_get(json_object_get(v, "nodes"), 0), "devs"), (size_t)dev);
     long long u = json_integer_value(json_object_get(d, "usedGPU"));
     json_decref(v);
     return u;
@@ -122,7 +124,8 @@ static long long used(struct cache *c, int dev)
 
 static const char *ann(const json_t *patch, const char *key)
 {
-    return json_string_value(json_object_get(json_object_get(json_object_get(patch, "metadata"), "annotations"), key));
+    return json_string_value(
+        json_object_get(json_object_get(json_object_get(patch, "metadata"), "annotations"), key));
 }
 
 static void test_success_writes_gpushare_annotations(void **state)

@@ -31,7 +31,8 @@ static void pod_in(struct cache *c, json_t *pod)
 static long long used(struct cache *c, const char *name, int dev)
 {
     json_t *v = cache_inspect(c, name);
-    json_t *d = json_array_get(json_object_get(json_array_get(json_object_get(v, "nodes"), 0), "devs"), (size_t)dev);
+    json_t *d = json_array_get(
+        json_object_get(json_array_get(json_object_get(v, "nodes"), 0), "devs"), (size_t)dev);
     long long u = d ? json_integer_value(json_object_get(d, "usedGPU")) : -1;
     json_decref(v);
     return u;
@@ -52,7 +53,8 @@ static void collect(void *ctx, size_t i, bool fits, const char *reason)
 }
 
 /* Filters a pod asking for `memory` over names; returns the fit bit mask. */
-static int filter(struct cache *c, int memory, const char *const *names, size_t n, struct verdicts *v)
+static int filter(struct cache *c, int memory, const char *const *names, size_t n,
+                  struct verdicts *v)
 {
     json_t *pod = fx_pod("filter-uid", "f", memory, NULL, NULL);
     struct pod_facts f;
@@ -71,11 +73,11 @@ static void test_usage_from_annotations(void **state)
 {
     (void)state;
     struct cache *c = cache_new(PLACEMENT_BINPACK);
-    node_in(c, fx_node("n1", 32, 2));                       /* 2 x 16 */
+    node_in(c, fx_node("n1", 32, 2)); /* 2 x 16 */
     pod_in(c, fx_pod("u1", "a", 10, "n1", "0"));
-    pod_in(c, fx_pod("u2", "b", 8, "n1", "0,1"));           /* 4 on each */
-    pod_in(c, fx_pod("u3", "c", 4, "n1", NULL));            /* bound, no annotation: no GPU */
-    pod_in(c, fx_pod("u4", "d", 4, NULL, "1"));             /* annotated, not bound: nothing */
+    pod_in(c, fx_pod("u2", "b", 8, "n1", "0,1")); /* 4 on each */
+    pod_in(c, fx_pod("u3", "c", 4, "n1", NULL));  /* bound, no annotation: no GPU */
+    pod_in(c, fx_pod("u4", "d", 4, NULL, "1"));   /* annotated, not bound: nothing */
     assert_int_equal(used(c, "n1", 0), 14);
     assert_int_equal(used(c, "n1", 1), 4);
 
@@ -153,8 +155,9 @@ static void test_filter_reasons(void **state)
     assert_int_equal(filter(c, 16, names, 1, &v), 0x1);
 
     /* An unhealthy-gpu ConfigMap takes GPU 1 away: 16 no longer fits. */
-    json_t *cm = fx_json("{\"metadata\":{\"name\":\"unhealthy-gpu-big\",\"namespace\":\"kube-system\"},"
-                         "\"data\":{\"gpus\":\"1\"}}");
+    json_t *cm =
+        fx_json("{\"metadata\":{\"name\":\"unhealthy-gpu-big\",\"namespace\":\"kube-system\"},"
+                "\"data\":{\"gpus\":\"1\"}}");
     char err[256];
     assert_int_equal(cache_configmap_upsert(c, cm, err, sizeof err), 0);
     assert_int_equal(filter(c, 16, names, 1, &v), 0);

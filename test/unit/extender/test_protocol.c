@@ -10,7 +10,9 @@
 #include "ext_fixtures.h"
 #include "protocol.h"
 
-#define POD "{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\",\"uid\":\"u\"},\"spec\":{\"containers\":[]}}"
+#define POD                                                                                        \
+    "{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\",\"uid\":\"u\"},\"spec\":{\"containers\":[]" \
+    "}}"
 
 static int parse(const char *body, struct extender_args *a, char *err, size_t len)
 {
@@ -22,7 +24,9 @@ static void test_node_names(void **state)
     (void)state;
     struct extender_args a;
     char err[256];
-    assert_int_equal(parse("{\"Pod\":" POD ",\"Nodes\":null,\"NodeNames\":[\"a\",\"b\"]}", &a, err, sizeof err), 0);
+    assert_int_equal(
+        parse("{\"Pod\":" POD ",\"Nodes\":null,\"NodeNames\":[\"a\",\"b\"]}", &a, err, sizeof err),
+        0);
     assert_true(a.node_cache_capable);
     assert_int_equal(a.count, 2);
     assert_string_equal(a.names[1], "b");
@@ -51,14 +55,16 @@ static void test_node_names(void **state)
         protocol_filter_add(&r, 0, true, NULL);
         protocol_filter_add(&r, 1, false, "no");
         char *body = protocol_filter_finish(&r, &len);
-        assert_string_equal(body, "{\"Nodes\":null,\"NodeNames\":[\"a\"],\"FailedNodes\":{\"b\":\"no\"},"
-                                  "\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
+        assert_string_equal(body,
+                            "{\"Nodes\":null,\"NodeNames\":[\"a\"],\"FailedNodes\":{\"b\":\"no\"},"
+                            "\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
         free(body);
         protocol_args_free(&a);
     }
     /* The fast path refuses what the general path refuses. */
     assert_int_equal(parse("{\"Pod\":" POD ",\"NodeNames\":[\"a\",]}", &a, err, sizeof err), -1);
-    assert_int_equal(parse("{\"Pod\":{\"a\":1,\"a\":2},\"NodeNames\":[\"a\"]}", &a, err, sizeof err), -1);
+    assert_int_equal(
+        parse("{\"Pod\":{\"a\":1,\"a\":2},\"NodeNames\":[\"a\"]}", &a, err, sizeof err), -1);
     assert_int_equal(parse("{\"Pod\":" POD ",\"NodeNames\":[\"a\"]} x", &a, err, sizeof err), -1);
 }
 
@@ -67,8 +73,11 @@ static void test_full_nodes(void **state)
     (void)state;
     struct extender_args a;
     char err[256];
-    assert_int_equal(parse("{\"Pod\":" POD ",\"Nodes\":{\"items\":[{\"metadata\":{\"name\":\"n1\"}}]},\"NodeNames\":null}",
-                           &a, err, sizeof err), 0);
+    assert_int_equal(
+        parse("{\"Pod\":" POD
+              ",\"Nodes\":{\"items\":[{\"metadata\":{\"name\":\"n1\"}}]},\"NodeNames\":null}",
+              &a, err, sizeof err),
+        0);
     assert_false(a.node_cache_capable);
     assert_int_equal(a.count, 1);
     assert_string_equal(a.names[0], "n1");
@@ -81,10 +90,15 @@ static void test_full_nodes(void **state)
     protocol_filter_add(&r, 0, true, NULL);
     char *body = protocol_filter_finish(&r, &len);
     json_t *out = fx_json(body);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(
-                            json_object_get(json_object_get(out, "Nodes"), "items"), 0), "metadata"), "name")),
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(
+                json_array_get(json_object_get(json_object_get(out, "Nodes"), "items"), 0),
+                "metadata"),
+            "name")),
+        "n1");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), 0)),
                         "n1");
-    assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), 0)), "n1");
     assert_string_equal(json_string_value(json_object_get(out, "Error")), "");
     json_decref(out);
     free(body);
@@ -115,7 +129,8 @@ static void test_bad_args(void **state)
     bad("{\"Pod\":" POD ",\"NodeNames\":[1]}", "NodeNames[0] must be a string");
     bad("{\"Pod\":" POD ",\"Nodes\":{\"items\":{}}}", "NodeList");
     bad("{\"Pod\":" POD ",\"Nodes\":{\"items\":[{}]}}", "metadata.name");
-    bad("{\"Pod\":{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":\"x\"}}}]}},\"NodeNames\":[]}",
+    bad("{\"Pod\":{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":\"x\"}}}]}},"
+        "\"NodeNames\":[]}",
         "ExtenderArgs.Pod:");
     bad("{\"Pod\":" POD ",\"Pod\":" POD ",\"NodeNames\":[]}", "duplicate");
 }
@@ -129,7 +144,8 @@ static void test_depth(void **state)
         deep[n++] = '[';
     deep[n] = '\0';
     assert_int_equal(protocol_json_depth(deep, n, PROTOCOL_MAX_DEPTH), -1);
-    assert_int_equal(protocol_json_depth("{\"a\":\"[[[[\\\"[[[\"}", 17, 2), 1); /* strings skipped */
+    assert_int_equal(protocol_json_depth("{\"a\":\"[[[[\\\"[[[\"}", 17, 2),
+                     1); /* strings skipped */
     assert_int_equal(protocol_json_depth("{\"a\":[{}]}", 10, 64), 3);
     bad(deep, "nested deeper");
 }
@@ -139,7 +155,8 @@ static void test_binding_args(void **state)
     (void)state;
     struct binding_args b;
     char err[256];
-    const char *ok = "{\"PodName\":\"p-1\",\"PodNamespace\":\"default\",\"PodUID\":\"abc\",\"Node\":\"n1.x\"}";
+    const char *ok =
+        "{\"PodName\":\"p-1\",\"PodNamespace\":\"default\",\"PodUID\":\"abc\",\"Node\":\"n1.x\"}";
     assert_int_equal(protocol_parse_binding(ok, strlen(ok), &b, err, sizeof err), 0);
     assert_string_equal(b.pod_name, "p-1");
     assert_string_equal(b.pod_uid, "abc");
@@ -154,13 +171,16 @@ static void test_binding_args(void **state)
         {"{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"Node\":\"\"}", "Node is missing"},
         {"{\"PodName\":5,\"PodNamespace\":\"d\",\"Node\":\"n\"}", "must be a string"},
         {"{\"PodName\":\"../x\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "not a valid object name"},
-        {"{\"PodName\":\"p\",\"PodNamespace\":\"d?x=1\",\"Node\":\"n\"}", "not a valid object name"},
-        {"{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"a/b\",\"Node\":\"n\"}", "not a UID"},
+        {"{\"PodName\":\"p\",\"PodNamespace\":\"d?x=1\",\"Node\":\"n\"}",
+         "not a valid object name"},
+        {"{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"a/b\",\"Node\":\"n\"}",
+         "not a UID"},
         {"[]", "must be a JSON object"},
     };
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
         err[0] = '\0';
-        assert_int_equal(protocol_parse_binding(bads[i][0], strlen(bads[i][0]), &b, err, sizeof err), -1);
+        assert_int_equal(
+            protocol_parse_binding(bads[i][0], strlen(bads[i][0]), &b, err, sizeof err), -1);
         if (!strstr(err, bads[i][1]))
             fail_msg("%s: \"%s\" lacks \"%s\"", bads[i][0], err, bads[i][1]);
     }
@@ -186,7 +206,8 @@ static void test_replies(void **state)
 
     struct extender_args a;
     char err[128];
-    assert_int_equal(parse("{\"Pod\":" POD ",\"NodeNames\":[\"a\",\"b\"]}", &a, err, sizeof err), 0);
+    assert_int_equal(parse("{\"Pod\":" POD ",\"NodeNames\":[\"a\",\"b\"]}", &a, err, sizeof err),
+                     0);
     int prio[2] = {10, 3};
     body = protocol_priorities(&a, prio, &len);
     assert_string_equal(body, "[{\"Host\":\"a\",\"Score\":10},{\"Host\":\"b\",\"Score\":3}]");
@@ -196,8 +217,9 @@ static void test_replies(void **state)
     protocol_filter_add(&r, 0, false, "full");
     protocol_filter_add(&r, 1, true, NULL);
     body = protocol_filter_finish(&r, &len);
-    assert_string_equal(body, "{\"Nodes\":null,\"NodeNames\":[\"b\"],\"FailedNodes\":{\"a\":\"full\"},"
-                              "\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
+    assert_string_equal(body,
+                        "{\"Nodes\":null,\"NodeNames\":[\"b\"],\"FailedNodes\":{\"a\":\"full\"},"
+                        "\"FailedAndUnresolvableNodes\":null,\"Error\":\"\"}");
     free(body);
     protocol_args_free(&a);
 }
@@ -205,8 +227,8 @@ static void test_replies(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_node_names),  cmocka_unit_test(test_full_nodes),
-        cmocka_unit_test(test_bad_args),    cmocka_unit_test(test_depth),
+        cmocka_unit_test(test_node_names),   cmocka_unit_test(test_full_nodes),
+        cmocka_unit_test(test_bad_args),     cmocka_unit_test(test_depth),
         cmocka_unit_test(test_binding_args), cmocka_unit_test(test_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

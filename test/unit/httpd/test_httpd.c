@@ -72,8 +72,11 @@ static void test_httpd_serves_and_stops(void **state)
 {
     (void)state;
     int calls = 0;
-    const struct httpd_options opt = {.host = "127.0.0.1", .port = 0, .what = "test address",
-                                      .max_body = 16, .thread_per_connection = true};
+    const struct httpd_options opt = {.host = "127.0.0.1",
+                                      .port = 0,
+                                      .what = "test address",
+                                      .max_body = 16,
+                                      .thread_per_connection = true};
     struct httpd *server = NULL;
     char err[256];
     assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
@@ -85,8 +88,8 @@ static void test_httpd_serves_and_stops(void **state)
 
     expect(exchange(port, "GET /static HTTP/1.0\r\n\r\n"), " 200 ", "fixed");
     expect(exchange(port, "GET /nowhere HTTP/1.0\r\n\r\n"), " 404 ", "");
-    expect(exchange(port, "POST /echo?x=1 HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello"),
-           " 201 ", "POST hello x=1");
+    expect(exchange(port, "POST /echo?x=1 HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello"), " 201 ",
+           "POST hello x=1");
     assert_int_equal(calls, 3);
     /* Announced too large: refused from the headers, the handler not called. */
     expect(exchange(port, "POST /echo HTTP/1.0\r\nContent-Length: 17\r\n\r\n0123456789abcdefg"),
@@ -127,8 +130,11 @@ static void test_httpd_one_polling_thread_drops_bodies(void **state)
 {
     (void)state;
     int calls = 0;
-    const struct httpd_options opt = {.host = "", .port = 0, .max_connections = 2,
-                                      .listen_backlog = 16, .thread_stack_bytes = 512 * 1024};
+    const struct httpd_options opt = {.host = "",
+                                      .port = 0,
+                                      .max_connections = 2,
+                                      .listen_backlog = 16,
+                                      .thread_stack_bytes = 512 * 1024};
     struct httpd *server = NULL;
     char err[256];
     assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);

@@ -45,9 +45,8 @@ static void test_missing_library(void **state)
     struct kube_curl api;
     void *library = &api;
     char err[512] = "";
-    assert_int_equal(kube_curl_open("libgpupool-test-missing.so.4", &api, &library, err,
-                                    sizeof err),
-                     -1);
+    assert_int_equal(
+        kube_curl_open("libgpupool-test-missing.so.4", &api, &library, err, sizeof err), -1);
     assert_null(library);
     assert_true(table_is_empty(&api));
     assert_non_null(strstr(err, "libgpupool-test-missing.so.4: cannot open shared object file"));

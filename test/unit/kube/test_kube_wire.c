@@ -42,7 +42,8 @@ static const char STREAM[] =
 static void assert_three_events(const struct collected *c)
 {
     assert_int_equal(c->count, 3);
-    assert_string_equal(c->lines[0], "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}");
+    assert_string_equal(c->lines[0],
+                        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}");
     assert_string_equal(c->lines[1],
                         "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"b\"}}}");
     assert_string_equal(c->lines[2],
@@ -60,8 +61,10 @@ static void test_lines_every_two_cuts(void **state)
             bool too_large;
             kube_lines_init(&lines, 1024);
             assert_int_equal(kube_lines_feed(&lines, STREAM, i, collect, &c, &too_large), 0);
-            assert_int_equal(kube_lines_feed(&lines, STREAM + i, j - i, collect, &c, &too_large), 0);
-            assert_int_equal(kube_lines_feed(&lines, STREAM + j, n - j, collect, &c, &too_large), 0);
+            assert_int_equal(kube_lines_feed(&lines, STREAM + i, j - i, collect, &c, &too_large),
+                             0);
+            assert_int_equal(kube_lines_feed(&lines, STREAM + j, n - j, collect, &c, &too_large),
+                             0);
             assert_three_events(&c);
             assert_int_equal(kube_lines_pending(&lines), 0);
             kube_lines_free(&lines);
@@ -100,7 +103,8 @@ static void test_lines_bounded(void **state)
     bool too_large = false;
     kube_lines_init(&lines, 16);
     /* A whole line inside one chunk is not copied, so it passes... */
-    assert_int_equal(kube_lines_feed(&lines, "0123456789abcdefXYZ\n", 20, collect, &c, &too_large), 0);
+    assert_int_equal(kube_lines_feed(&lines, "0123456789abcdefXYZ\n", 20, collect, &c, &too_large),
+                     0);
     assert_int_equal(c.count, 1);
     /* ...but an unfinished line longer than the bound is refused. */
     assert_int_equal(kube_lines_feed(&lines, "0123456789", 10, collect, &c, &too_large), 0);
@@ -239,8 +243,8 @@ static void test_retry_classes(void **state)
 
 static void test_backoff(void **state)
 {
-    struct kube_retry_policy p = {.max_attempts = 10, .initial_backoff_ms = 100,
-                                  .max_backoff_ms = 1000};
+    struct kube_retry_policy p = {
+        .max_attempts = 10, .initial_backoff_ms = 100, .max_backoff_ms = 1000};
     /* Without jitter (random01 = 0 gives the lower half bound). */
     assert_int_equal(kube_backoff_ms(&p, 1, 0.0, 0), 50);
     assert_int_equal(kube_backoff_ms(&p, 2, 0.0, 0), 100);

@@ -20,8 +20,10 @@
 #define PEM_CERT "-----BEGIN CERTIFICATE-----\nQ0VSVAo=\n-----END CERTIFICATE-----\n"
 #define PEM_KEY "-----BEGIN PRIVATE KEY-----\nS0VZCg==\n-----END PRIVATE KEY-----\n"
 /* base64 of PEM_CA and PEM_KEY */
-#define PEM_CA_B64 "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tClEwRUsKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
-#define PEM_KEY_B64 "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tClMwVlpDZz09Ci0tLS0tRU5EIFBSSVZBVEUgS0VZLS0tLS0K"
+#define PEM_CA_B64 \
+    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tClEwRUsKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
+#define PEM_KEY_B64 \
+    "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tClMwVlpDZz09Ci0tLS0tRU5EIFBSSVZBVEUgS0VZLS0tLS0K"
 
 struct fixture {
     char dir[64];
@@ -191,14 +193,13 @@ static void test_token_file_relative(void **state)
     free(token);
 }
 
-static const char TWO_CONTEXTS[] =
-    "current-context: a\n"
-    "clusters:\n"
-    "- {name: ca, cluster: {server: 'https://a:6443'}}\n"
-    "- {name: cb, cluster: {server: 'https://b:6443'}}\n"
-    "contexts:\n"
-    "- {name: a, context: {cluster: ca}}\n"
-    "- {name: b, context: {cluster: cb, namespace: other}}\n";
+static const char TWO_CONTEXTS[] = "current-context: a\n"
+                                   "clusters:\n"
+                                   "- {name: ca, cluster: {server: 'https://a:6443'}}\n"
+                                   "- {name: cb, cluster: {server: 'https://b:6443'}}\n"
+                                   "contexts:\n"
+                                   "- {name: a, context: {cluster: ca}}\n"
+                                   "- {name: b, context: {cluster: cb, namespace: other}}\n";
 
 static void test_context_selection(void **state)
 {
@@ -276,9 +277,9 @@ static void test_errors(void **state)
 static void test_missing_file(void **state)
 {
     struct fixture *fx = *state;
-    assert_int_equal(kube_config_load_file("/nonexistent/kubeconfig", NULL, &fx->cfg, fx->err,
-                                           sizeof fx->err),
-                     -1);
+    assert_int_equal(
+        kube_config_load_file("/nonexistent/kubeconfig", NULL, &fx->cfg, fx->err, sizeof fx->err),
+        -1);
     assert_err_contains(fx, "/nonexistent/kubeconfig");
 }
 
@@ -330,23 +331,23 @@ static void test_search_order(void **state)
     /* $KUBECONFIG: the first entry that exists. */
     snprintf(list, sizeof list, "/nonexistent/one:%s", fx->path);
     setenv("KUBECONFIG", list, 1);
-    assert_int_equal(kube_config_resolve(NULL, "b", false, NULL, &fx->cfg, fx->err,
-                                         sizeof fx->err), 0);
+    assert_int_equal(kube_config_resolve(NULL, "b", false, NULL, &fx->cfg, fx->err, sizeof fx->err),
+                     0);
     assert_string_equal(fx->cfg.server, "https://b:6443");
     kube_config_free(&fx->cfg);
     /* An explicit path wins over $KUBECONFIG. */
     setenv("KUBECONFIG", "/nonexistent/one", 1);
-    assert_int_equal(kube_config_resolve(fx->path, NULL, false, NULL, &fx->cfg, fx->err,
-                                         sizeof fx->err), 0);
+    assert_int_equal(
+        kube_config_resolve(fx->path, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), 0);
     kube_config_free(&fx->cfg);
-    assert_int_equal(kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err,
-                                         sizeof fx->err), -1);
+    assert_int_equal(
+        kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), -1);
     assert_err_contains(fx, "KUBECONFIG=/nonexistent/one: no such file");
     /* No $KUBECONFIG, no ~/.kube/config: in-cluster, which also fails here. */
     unsetenv("KUBECONFIG");
     setenv("HOME", fx->dir, 1);
-    assert_int_equal(kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err,
-                                         sizeof fx->err), -1);
+    assert_int_equal(
+        kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), -1);
     assert_err_contains(fx, "no kubeconfig");
     assert_err_contains(fx, "not running in a pod");
     /* ~/.kube/config is found. */
@@ -354,8 +355,8 @@ static void test_search_order(void **state)
     snprintf(kube, sizeof kube, "%s/.kube", fx->dir);
     mkdir(kube, 0700);
     write_file(kube, "config", TWO_CONTEXTS);
-    assert_int_equal(kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err,
-                                         sizeof fx->err), 0);
+    assert_int_equal(
+        kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), 0);
     assert_string_equal(fx->cfg.server, "https://a:6443");
     kube_config_free(&fx->cfg);
     /* Forced in-cluster ignores the files. */
@@ -363,8 +364,8 @@ static void test_search_order(void **state)
     write_serviceaccount(fx, sa, sizeof sa);
     setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
     setenv("KUBERNETES_SERVICE_PORT", "6443", 1);
-    assert_int_equal(kube_config_resolve(NULL, NULL, true, sa, &fx->cfg, fx->err,
-                                         sizeof fx->err), 0);
+    assert_int_equal(kube_config_resolve(NULL, NULL, true, sa, &fx->cfg, fx->err, sizeof fx->err),
+                     0);
     assert_string_equal(fx->cfg.server, "https://10.0.0.1:6443");
     unsetenv("KUBERNETES_SERVICE_HOST");
     unsetenv("KUBERNETES_SERVICE_PORT");

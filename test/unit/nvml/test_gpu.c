@@ -67,7 +67,8 @@ static void assert_matches_inventory(const struct gpu_inventory *inv, const char
         for (size_t j = 0; j < d->mig_count; j++) {
             json_t *m = json_array_get(migs, j);
             assert_string_equal(d->migs[j].uuid, json_string_value(json_object_get(m, "uuid")));
-            assert_int_equal(d->migs[j].gpu_instance_id, json_integer_value(json_object_get(m, "gi")));
+            assert_int_equal(d->migs[j].gpu_instance_id,
+                             json_integer_value(json_object_get(m, "gi")));
             assert_int_equal(d->migs[j].compute_instance_id,
                              json_integer_value(json_object_get(m, "ci")));
             assert_int_equal(d->migs[j].index, json_integer_value(json_object_get(m, "slot")));
@@ -251,8 +252,8 @@ static void test_compute_instance_profile_name(void **state)
 {
     (void)state;
     json_t *root = fake_inventory_load("2gpu-mig-single.json");
-    json_t *mig = json_array_get(json_object_get(json_array_get(json_object_get(root, "gpus"), 0),
-                                                 "migs"), 0);
+    json_t *mig = json_array_get(
+        json_object_get(json_array_get(json_object_get(root, "gpus"), 0), "migs"), 0);
     json_object_set_new(mig, "gi_slices", json_integer(2));
     json_object_set_new(mig, "ci_slices", json_integer(1));
     json_object_set_new(mig, "memory_mib", json_integer(9856));
@@ -268,7 +269,7 @@ static void test_compute_instance_profile_name(void **state)
     json_decref(root);
 
     char name[GPU_PROFILE_LEN];
-    gpu_mig_profile_name(1, 1, 9728, 81920ull << 20, name, sizeof name);  /* A100-80GB */
+    gpu_mig_profile_name(1, 1, 9728, 81920ull << 20, name, sizeof name); /* A100-80GB */
     assert_string_equal(name, "1g.10gb");
     gpu_mig_profile_name(7, 7, 40192, 40960ull << 20, name, sizeof name);
     assert_string_equal(name, "7g.40gb");
@@ -307,10 +308,10 @@ static void test_numa_from_sysfs_first(void **state)
     struct gpu_inventory inv;
     struct gpu_host_paths paths = {dir, no_host_files.mig_minors_file};
     load_ok(nvml, &paths, &inv);
-    assert_int_equal(inv.gpus[0].numa_node, 0);  /* no sysfs entry: NVML says 0 */
-    assert_int_equal(inv.gpus[1].numa_node, 1);  /* sysfs says 1, NVML 0 */
-    assert_int_equal(inv.gpus[2].numa_node, GPU_NUMA_UNKNOWN);  /* sysfs -1 */
-    assert_int_equal(inv.gpus[3].numa_node, 1);  /* sysfs entry is not NVIDIA's */
+    assert_int_equal(inv.gpus[0].numa_node, 0);                /* no sysfs entry: NVML says 0 */
+    assert_int_equal(inv.gpus[1].numa_node, 1);                /* sysfs says 1, NVML 0 */
+    assert_int_equal(inv.gpus[2].numa_node, GPU_NUMA_UNKNOWN); /* sysfs -1 */
+    assert_int_equal(inv.gpus[3].numa_node, 1);                /* sysfs entry is not NVIDIA's */
     gpu_inventory_free(&inv);
     nvml_close(nvml);
     const char *files[] = {"0000:0f:00.0/vendor", "0000:4e:00.0/numa_node", "0000:4e:00.0/vendor"};
@@ -337,7 +338,8 @@ static void assert_load_fails(json_t *root, const char *expected1, const char *e
     struct nvml *nvml = open_fake();
     struct gpu_inventory inv;
     char err[1024] = "";
-    assert_int_equal(gpu_inventory_load_with_paths(nvml, &no_host_files, &inv, err, sizeof err), -1);
+    assert_int_equal(gpu_inventory_load_with_paths(nvml, &no_host_files, &inv, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, expected1));
     assert_non_null(strstr(err, expected2));
     assert_int_equal(inv.count, 0);
@@ -432,7 +434,7 @@ static void test_optional_fact_errors_are_tolerated(void **state)
     assert_int_equal(inv.gpus[2].numa_node, 0);
     assert_int_equal(inv.gpus[3].mig_count, 4);
     assert_string_equal(inv.gpus[3].migs[0].profile, "");
-    assert_int_equal(inv.gpus[3].migs[0].memory_bytes, 19968ull << 20);  /* from MemoryInfo */
+    assert_int_equal(inv.gpus[3].migs[0].memory_bytes, 19968ull << 20); /* from MemoryInfo */
     assert_false(inv.gpus[5].mig_capable);
     assert_int_equal(inv.gpus[5].mig_count, 0);
     gpu_inventory_free(&inv);

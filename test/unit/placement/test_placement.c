@@ -14,8 +14,10 @@
 
 static struct placement_node gpu_node(uint32_t gpus, uint64_t per_gpu)
 {
-    struct placement_node n = {.cpu_allocatable = 64000, .memory_allocatable = 262144,
-                               .gpu_count = gpus, .model = PLACEMENT_MODEL_NONE};
+    struct placement_node n = {.cpu_allocatable = 64000,
+                               .memory_allocatable = 262144,
+                               .gpu_count = gpus,
+                               .model = PLACEMENT_MODEL_NONE};
     for (uint32_t g = 0; g < gpus; g++)
         n.gpu_total[g] = per_gpu;
     return n;
@@ -23,8 +25,7 @@ static struct placement_node gpu_node(uint32_t gpus, uint64_t per_gpu)
 
 static struct placement_request share(uint64_t units)
 {
-    return (struct placement_request){.cpu = 1000, .memory = 1024, .gpu_count = 1,
-                                      .units = units};
+    return (struct placement_request){.cpu = 1000, .memory = 1024, .gpu_count = 1, .units = units};
 }
 
 /* ---- feasibility -------------------------------------------------------- */
@@ -296,8 +297,8 @@ static void test_gpupool_cpu_pod_avoids_stranding(void **state)
     (void)state;
     struct placement_ctx ctx;
     placement_ctx_init(&ctx);
-    struct placement_request whole = {.cpu = 12000, .memory = 1024, .gpu_count = 1,
-                                      .whole = true, .units = 1000};
+    struct placement_request whole = {
+        .cpu = 12000, .memory = 1024, .gpu_count = 1, .whole = true, .units = 1000};
     observe_n(&ctx, whole, 10);
     struct placement_request cpu_pod = {.cpu = 16000, .memory = 1024};
     observe_n(&ctx, cpu_pod, 2);
@@ -526,8 +527,7 @@ static void run_property(enum placement_policy policy, uint64_t seed)
             r.units = prop_rng(&s) % 12000;
         }
         if (prop_rng(&s) % 4 == 0)
-            assert_int_equal(placement_request_allow_model(&ctx, &r, models[prop_rng(&s) % 3]),
-                             0);
+            assert_int_equal(placement_request_allow_model(&ctx, &r, models[prop_rng(&s) % 3]), 0);
         placement_stats_observe(&ctx, &r);
         int best = -1;
         double best_score = PLACEMENT_NO_FIT;
@@ -543,13 +543,13 @@ static void run_property(enum placement_policy policy, uint64_t seed)
             }
         }
         if (best >= 0) {
-            assert_int_equal(placement_commit(&nodes[best], &r, &best_choice, err, sizeof(err)),
-                             0);
+            assert_int_equal(placement_commit(&nodes[best], &r, &best_choice, err, sizeof(err)), 0);
             placed[placed_count++] = (struct placed){best, r, best_choice};
         }
         /* A random, probably infeasible, choice must be refused or stay in bounds. */
         int i = (int)(prop_rng(&s) % PROP_NODES);
-        struct placement_choice wild = {.count = r.gpu_count > PLACEMENT_MAX_GPUS ? 0 : r.gpu_count};
+        struct placement_choice wild = {.count =
+                                            r.gpu_count > PLACEMENT_MAX_GPUS ? 0 : r.gpu_count};
         for (uint32_t k = 0; k < wild.count; k++)
             wild.gpu[k] = (uint8_t)(prop_rng(&s) % (PLACEMENT_MAX_GPUS + 2));
         struct placement_node saved = nodes[i];
@@ -597,10 +597,11 @@ static struct ref_state ref_state_of(const struct placement_node *n)
         st.total[g] = (n->unhealthy >> g) & 1 ? 0 : n->gpu_total[g];
         st.free_sum += st.free[g];
     }
-    st.cpu_left = n->cpu_requested >= n->cpu_allocatable ? 0
-                                                         : n->cpu_allocatable - n->cpu_requested;
+    st.cpu_left =
+        n->cpu_requested >= n->cpu_allocatable ? 0 : n->cpu_allocatable - n->cpu_requested;
     st.memory_left = n->memory_requested >= n->memory_allocatable
-                         ? 0 : n->memory_allocatable - n->memory_requested;
+                         ? 0
+                         : n->memory_allocatable - n->memory_requested;
     return st;
 }
 
@@ -636,8 +637,8 @@ static double ref_frag(const struct placement_ctx *ctx, const struct ref_state *
     double stranded = 0.0;
     if (ctx->gpu_pod_units > 0.0) {
         if (ctx->gpu_pod_cpu > 0.0)
-            stranded = (double)st->free_sum -
-                       (double)st->cpu_left * ctx->gpu_pod_units / ctx->gpu_pod_cpu;
+            stranded =
+                (double)st->free_sum - (double)st->cpu_left * ctx->gpu_pod_units / ctx->gpu_pod_cpu;
         if (ctx->gpu_pod_memory > 0.0) {
             double left = (double)st->free_sum -
                           (double)st->memory_left * ctx->gpu_pod_units / ctx->gpu_pod_memory;
@@ -656,8 +657,8 @@ static double ref_fullness(const struct placement_node *n, const struct ref_stat
     for (uint32_t g = 0; g < n->gpu_count; g++)
         capacity += after->total[g];
     double gpu = capacity ? 1.0 - (double)after->free_sum / (double)capacity : 0.0;
-    double cpu = n->cpu_allocatable ? 1.0 - (double)after->cpu_left / (double)n->cpu_allocatable
-                                    : 0.0;
+    double cpu =
+        n->cpu_allocatable ? 1.0 - (double)after->cpu_left / (double)n->cpu_allocatable : 0.0;
     return 0.5 * gpu + 0.5 * cpu;
 }
 
@@ -675,8 +676,7 @@ static struct ref_state ref_apply(struct ref_state st, const struct placement_re
 
 /* The reference score of node n for r, given the engine's choice: for a
  * single share the best over all GPUs must also be the engine's. */
-static void check_against_reference(const struct placement_ctx *ctx,
-                                    const struct placement_node *n,
+static void check_against_reference(const struct placement_ctx *ctx, const struct placement_node *n,
                                     const struct placement_request *r)
 {
     struct placement_choice c;

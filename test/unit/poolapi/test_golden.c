@@ -26,12 +26,14 @@
 /* ---- quantities and pod shapes: the pod's aliyun.com/gpu-mem ---- */
 
 struct pod_case {
-    const char *spec;   /* the pod's spec (JSON), bound to node "n" */
-    long long want;     /* the pod's gpu-mem, or BAD: every program refuses it */
+    const char *spec; /* the pod's spec (JSON), bound to node "n" */
+    long long want;   /* the pod's gpu-mem, or BAD: every program refuses it */
 };
 
-#define C(name, q) "{\"name\":\"" name "\",\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":" q "}}}"
-#define SIDE(name, q) "{\"name\":\"" name "\",\"restartPolicy\":\"Always\",\"resources\":" \
+#define C(name, q) \
+    "{\"name\":\"" name "\",\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":" q "}}}"
+#define SIDE(name, q)                                                    \
+    "{\"name\":\"" name "\",\"restartPolicy\":\"Always\",\"resources\":" \
     "{\"limits\":{\"aliyun.com/gpu-mem\":" q "}}}"
 
 static const struct pod_case pod_cases[] = {
@@ -42,7 +44,7 @@ static const struct pod_case pod_cases[] = {
     {"{\"containers\":[" C("a", "\"2e3\"") "]}", 2000},
     {"{\"containers\":[" C("a", "\"1Ki\"") "]}", 1024},
     {"{\"containers\":[" C("a", "\"1000m\"") "]}", 1},
-    {"{\"containers\":[" C("a", "\"500m\"") "]}", BAD},  /* not a whole number */
+    {"{\"containers\":[" C("a", "\"500m\"") "]}", BAD}, /* not a whole number */
     {"{\"containers\":[" C("a", "\"0.5\"") "]}", BAD},
     {"{\"containers\":[" C("a", "\"-1\"") "]}", BAD},
     {"{\"containers\":[" C("a", "\"1 \"") "]}", BAD},
@@ -53,12 +55,15 @@ static const struct pod_case pod_cases[] = {
     {"{\"initContainers\":[" C("i", "\"8\"") "],\"containers\":[" C("a", "\"2\"") "]}", 8},
     {"{\"initContainers\":[" C("i", "\"1\"") "],\"containers\":[" C("a", "\"2\"") "]}", 2},
     {"{\"initContainers\":[" SIDE("s", "\"1\"") "],\"containers\":[" C("a", "\"2\"") "]}", 3},
-    {"{\"initContainers\":[" SIDE("s", "\"1\"") "," C("i", "\"5\"") "," SIDE("t", "\"2\"")
-     "],\"containers\":[" C("a", "\"3\"") "]}", 6},
-    {"{\"initContainers\":[" SIDE("s", "\"2\"") "," C("i", "\"5\"") "],\"containers\":["
-     C("a", "\"1\"") "]}", 7},
-    {"{\"initContainers\":[" C("i", "\"4\"") "," C("j", "\"6\"") "],\"containers\":["
-     C("a", "\"1\"") "," C("b", "\"1\"") "]}", 6},
+    {"{\"initContainers\":[" SIDE("s", "\"1\"") "," C("i", "\"5\"") "," SIDE(
+         "t", "\"2\"") "],\"containers\":[" C("a", "\"3\"") "]}",
+     6},
+    {"{\"initContainers\":[" SIDE("s", "\"2\"") "," C("i", "\"5\"") "],\"containers\":[" C(
+         "a", "\"1\"") "]}",
+     7},
+    {"{\"initContainers\":[" C("i", "\"4\"") "," C("j", "\"6\"") "],\"containers\":[" C(
+         "a", "\"1\"") "," C("b", "\"1\"") "]}",
+     6},
 };
 
 static json_t *pod_json(const char *spec, const char *idx)
@@ -145,8 +150,8 @@ struct idx_case {
 };
 
 static const struct idx_case idx_cases[] = {
-    {"1", 0x2}, {"0,1", 0x3}, {"3,0", 0x9}, {"", 0}, {"0, 1", 0}, {" 1", 0}, {"+1", 0},
-    {"1,1", 0}, {"1,", 0}, {",1", 0}, {"-1", 0}, {"16", 0}, {"x", 0},
+    {"1", 0x2}, {"0,1", 0x3}, {"3,0", 0x9}, {"", 0},   {"0, 1", 0}, {" 1", 0}, {"+1", 0},
+    {"1,1", 0}, {"1,", 0},    {",1", 0},    {"-1", 0}, {"16", 0},   {"x", 0},
 };
 
 static void test_index_lists(void **state)
@@ -165,9 +170,10 @@ static void test_index_lists(void **state)
         /* CLI: the GPUs the share is charged to on a 4-GPU node */
         struct pool pool;
         pool_init(&pool, NULL, NULL);
-        json_t *node = json_loads("{\"metadata\":{\"name\":\"n\"},\"status\":{\"allocatable\":"
-                                  "{\"aliyun.com/gpu-mem\":\"64\",\"aliyun.com/gpu-count\":\"4\"}}}",
-                                  0, NULL);
+        json_t *node =
+            json_loads("{\"metadata\":{\"name\":\"n\"},\"status\":{\"allocatable\":"
+                       "{\"aliyun.com/gpu-mem\":\"64\",\"aliyun.com/gpu-count\":\"4\"}}}",
+                       0, NULL);
         assert_int_equal(pool_add_node(&pool, node), 0);
         assert_int_equal(pool_add_pod(&pool, pod), 0);
         struct pool_node *n = pool_find(&pool, "n");
@@ -193,14 +199,15 @@ static void test_index_lists(void **state)
 /* ---- the node annotation gpupool.io/gpus ---- */
 
 struct node_case {
-    const char *gpus;        /* the annotation */
-    int count;               /* GPUs read from it; 0: ignored (2 x 8 fallback) */
-    long long memory0;       /* GPU 0's memory */
+    const char *gpus;  /* the annotation */
+    int count;         /* GPUs read from it; 0: ignored (2 x 8 fallback) */
+    long long memory0; /* GPU 0's memory */
 };
 
 static const struct node_case node_cases[] = {
     {"[{\"index\":0,\"memory\":16,\"model\":\"V100\",\"healthy\":true},"
-     "{\"index\":1,\"memory\":40,\"healthy\":false}]", 2, 16},
+     "{\"index\":1,\"memory\":40,\"healthy\":false}]",
+     2, 16},
     {"[{\"index\":0,\"memory\":24}]", 1, 24},
     {"[]", 0, 8},
     {"{}", 0, 8},
@@ -217,11 +224,11 @@ static void test_node_annotations(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof node_cases / sizeof node_cases[0]; i++) {
         const struct node_case *k = &node_cases[i];
-        json_t *node = json_pack("{s:{s:s,s:{s:s}},s:{s:{s:s,s:s},s:{s:s,s:s}}}", "metadata",
-                                 "name", "n", "annotations", "gpupool.io/gpus", k->gpus, "status",
-                                 "capacity", "aliyun.com/gpu-mem", "16", "aliyun.com/gpu-count",
-                                 "2", "allocatable", "aliyun.com/gpu-mem", "16",
-                                 "aliyun.com/gpu-count", "2");
+        json_t *node =
+            json_pack("{s:{s:s,s:{s:s}},s:{s:{s:s,s:s},s:{s:s,s:s}}}", "metadata", "name", "n",
+                      "annotations", "gpupool.io/gpus", k->gpus, "status", "capacity",
+                      "aliyun.com/gpu-mem", "16", "aliyun.com/gpu-count", "2", "allocatable",
+                      "aliyun.com/gpu-mem", "16", "aliyun.com/gpu-count", "2");
         struct node_facts f;
         char err[256];
         assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), 0);
@@ -234,8 +241,8 @@ static void test_node_annotations(void **state)
             n->gpus_annotated != (k->count > 0) || (long long)f.gpu_memory[0] != k->memory0 ||
             n->gpus[0].total != k->memory0)
             fail_msg("annotation %s: want %d GPUs (%lld), extender %u (%llu), cli %d (%lld)",
-                     k->gpus, want, k->memory0, f.gpu_count,
-                     (unsigned long long)f.gpu_memory[0], n->ngpus, (long long)n->gpus[0].total);
+                     k->gpus, want, k->memory0, f.gpu_count, (unsigned long long)f.gpu_memory[0],
+                     n->ngpus, (long long)n->gpus[0].total);
         pool_free(&pool);
         json_decref(node);
     }

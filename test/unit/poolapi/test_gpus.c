@@ -48,9 +48,14 @@ static void test_bad_annotations(void **state)
 {
     (void)state;
     const char *bad[] = {
-        "", "{}", "[]", "not json", "[{\"index\":1,\"memory\":1}]",
+        "",
+        "{}",
+        "[]",
+        "not json",
+        "[{\"index\":1,\"memory\":1}]",
         "[{\"index\":0,\"memory\":1},{\"index\":0,\"memory\":1}]",
-        "[{\"index\":0,\"memory\":-1}]", "[{\"index\":0,\"memory\":\"16\"}]",
+        "[{\"index\":0,\"memory\":-1}]",
+        "[{\"index\":0,\"memory\":\"16\"}]",
         "[{\"index\":0,\"memory\":1,\"healthy\":\"yes\"}]",
         "[{\"index\":0,\"memory\":1,\"memory\":2}]", /* duplicate key */
     };
@@ -63,11 +68,12 @@ static void test_bad_annotations(void **state)
         assert_null(out);
     }
     assert_int_equal(poolapi_gpus_parse("[{\"index\":0,\"memory\":1},{\"index\":1,\"memory\":1}]",
-                                        1, &out, &n, err, sizeof err), -1);
+                                        1, &out, &n, err, sizeof err),
+                     -1);
     assert_string_equal(err, "more than 1 GPUs");
     /* healthy and model are optional. */
-    assert_int_equal(poolapi_gpus_parse("[{\"index\":0,\"memory\":0}]", 1, &out, &n, err,
-                                        sizeof err), 0);
+    assert_int_equal(
+        poolapi_gpus_parse("[{\"index\":0,\"memory\":0}]", 1, &out, &n, err, sizeof err), 0);
     assert_true(out[0].healthy);
     assert_false(out[0].has_model);
     free(out);
@@ -79,9 +85,9 @@ static void test_demand_walk(void **state)
     /* KEP-753's example shape: sidecar 1, init 5, sidecar 2, app 3. */
     struct poolapi_demand d = {0};
     poolapi_demand_add_init(&d, 1, true);
-    poolapi_demand_add_init(&d, 5, false);  /* 5 + 1 running sidecar = 6 */
-    poolapi_demand_add_init(&d, 2, true);   /* sidecars 3 */
-    poolapi_demand_add_app(&d, 3);           /* 3 + 3 = 6 */
+    poolapi_demand_add_init(&d, 5, false); /* 5 + 1 running sidecar = 6 */
+    poolapi_demand_add_init(&d, 2, true);  /* sidecars 3 */
+    poolapi_demand_add_app(&d, 3);         /* 3 + 3 = 6 */
     assert_int_equal(poolapi_demand_total(&d), 6);
     poolapi_demand_add_app(&d, 1);
     assert_int_equal(poolapi_demand_total(&d), 7);

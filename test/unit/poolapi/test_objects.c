@@ -36,7 +36,7 @@ static void test_quantities(void **state)
     assert_int_equal(q("2", 1000), 2000);
     assert_int_equal(q("0.5", 1000), 500);
     assert_int_equal(q("1.5", 1000), 1500);
-    assert_int_equal(q("100u", 1000), 1);          /* rounds up */
+    assert_int_equal(q("100u", 1000), 1); /* rounds up */
     assert_int_equal(q("1Gi", 1), 1073741824ull);
     assert_int_equal(q("512Mi", 1), 536870912ull);
     assert_int_equal(q("1G", 1), 1000000000ull);
@@ -47,7 +47,7 @@ static void test_quantities(void **state)
     assert_int_equal(q("100k", 1), 100000);
     assert_int_equal(q("+7", 1), 7);
     assert_int_equal(q("0", 1000), 0);
-    assert_int_equal(q("0.0001", 1), 1);           /* a speck rounds up to one unit */
+    assert_int_equal(q("0.0001", 1), 1); /* a speck rounds up to one unit */
     assert_int_equal(q("1n", 1), 1);
     assert_int_equal(q("16", 1), 16);
     assert_int_equal(q("007", 1), 7);
@@ -66,14 +66,16 @@ static void test_quantities(void **state)
 static void test_pod_requests_sum_and_init_max(void **state)
 {
     (void)state;
-    json_t *pod = fx_json(
-        "{\"metadata\":{\"name\":\"p\",\"namespace\":\"ns\",\"uid\":\"u1\"},"
-        "\"spec\":{\"containers\":["
-        " {\"resources\":{\"requests\":{\"cpu\":\"500m\",\"memory\":\"1Gi\"},\"limits\":{\"aliyun.com/gpu-mem\":\"3\"}}},"
-        " {\"resources\":{\"limits\":{\"cpu\":\"1\",\"aliyun.com/gpu-mem\":\"2\"}}}],"
-        " \"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"4\",\"aliyun.com/gpu-mem\":\"4\"}}}],"
-        " \"overhead\":{\"cpu\":\"100m\"}},"
-        "\"status\":{\"phase\":\"Pending\"}}");
+    json_t *pod =
+        fx_json("{\"metadata\":{\"name\":\"p\",\"namespace\":\"ns\",\"uid\":\"u1\"},"
+                "\"spec\":{\"containers\":["
+                " {\"resources\":{\"requests\":{\"cpu\":\"500m\",\"memory\":\"1Gi\"},\"limits\":{"
+                "\"aliyun.com/gpu-mem\":\"3\"}}},"
+                " {\"resources\":{\"limits\":{\"cpu\":\"1\",\"aliyun.com/gpu-mem\":\"2\"}}}],"
+                " \"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"4\",\"aliyun.com/"
+                "gpu-mem\":\"4\"}}}],"
+                " \"overhead\":{\"cpu\":\"100m\"}},"
+                "\"status\":{\"phase\":\"Pending\"}}");
     struct pod_facts f;
     char err[256];
     assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
@@ -81,9 +83,9 @@ static void test_pod_requests_sum_and_init_max(void **state)
     assert_string_equal(f.ns, "ns");
     assert_string_equal(f.uid, "u1");
     assert_null(f.node_name);
-    assert_int_equal(f.cpu_milli, 4100);           /* max(0.5+1, 4) + 0.1 */
+    assert_int_equal(f.cpu_milli, 4100); /* max(0.5+1, 4) + 0.1 */
     assert_int_equal(f.memory_bytes, 1073741824ull);
-    assert_int_equal(f.gpu_memory, 5);             /* max(3+2, 4) */
+    assert_int_equal(f.gpu_memory, 5); /* max(3+2, 4) */
     assert_int_equal(f.gpu_count, 1);
     assert_false(f.assigned.present);
     json_decref(pod);
@@ -92,9 +94,10 @@ static void test_pod_requests_sum_and_init_max(void **state)
 static void test_pod_multi_gpu_and_request(void **state)
 {
     (void)state;
-    json_t *pod = fx_json("{\"metadata\":{\"uid\":\"u\",\"annotations\":{\"gpupool.io/gpu-model\":\"V100|A100\"}},"
-                          "\"spec\":{\"containers\":[{\"resources\":{\"limits\":"
-                          "{\"aliyun.com/gpu-mem\":\"8\",\"aliyun.com/gpu-count\":\"2\"}}}]}}");
+    json_t *pod = fx_json(
+        "{\"metadata\":{\"uid\":\"u\",\"annotations\":{\"gpupool.io/gpu-model\":\"V100|A100\"}},"
+        "\"spec\":{\"containers\":[{\"resources\":{\"limits\":"
+        "{\"aliyun.com/gpu-mem\":\"8\",\"aliyun.com/gpu-count\":\"2\"}}}]}}");
     struct pod_facts f;
     struct placement_request req;
     char err[256];
@@ -146,7 +149,8 @@ static void test_pod_mistyped(void **state)
         "{\"metadata\":{\"name\":5}}",
         "{\"spec\":{\"containers\":{}}}",
         "{\"spec\":{\"containers\":[5]}}",
-        "{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":\"lots\"}}}]}}",
+        "{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"aliyun.com/"
+        "gpu-mem\":\"lots\"}}}]}}",
         "{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":true}}}]}}",
         "{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"aliyun.com/gpu-mem\":-3}}}]}}",
         "{\"metadata\":{\"annotations\":{\"gpupool.io/gpu-count\":\"two\"}}}",
@@ -180,9 +184,11 @@ static void test_node_uniform_and_annotation(void **state)
     assert_false(f.from_annotation);
 
     json_t *meta = json_object_get(node, "metadata");
-    json_object_set_new(meta, "annotations", json_pack("{s:s}", "gpupool.io/gpus",
-        "[{\"index\":1,\"memory\":24,\"model\":\"A10\",\"healthy\":false},"
-        "{\"index\":0,\"memory\":8,\"model\":\"T4\"}]"));
+    json_object_set_new(
+        meta, "annotations",
+        json_pack("{s:s}", "gpupool.io/gpus",
+                  "[{\"index\":1,\"memory\":24,\"model\":\"A10\",\"healthy\":false},"
+                  "{\"index\":0,\"memory\":8,\"model\":\"T4\"}]"));
     assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), 0);
     assert_true(f.from_annotation);
     assert_int_equal(f.gpu_count, 2);
@@ -192,8 +198,9 @@ static void test_node_uniform_and_annotation(void **state)
     assert_string_equal(f.model, "T4");
 
     /* A broken annotation falls back to total / count, with a warning. */
-    json_object_set_new(meta, "annotations", json_pack("{s:s}", "gpupool.io/gpus",
-        "[{\"index\":0,\"memory\":8},{\"index\":0,\"memory\":8}]"));
+    json_object_set_new(meta, "annotations",
+                        json_pack("{s:s}", "gpupool.io/gpus",
+                                  "[{\"index\":0,\"memory\":8},{\"index\":0,\"memory\":8}]"));
     json_object_set_new(meta, "labels", json_pack("{s:s}", "nvidia.com/gpu.product", "Tesla-V100"));
     assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), 0);
     assert_false(f.from_annotation);
@@ -222,8 +229,8 @@ static void test_index_lists(void **state)
     assert_string_equal(poolapi_index_format(l.mask, buf, sizeof buf), "0,3,15");
     /* The one grammar: blanks (the extender took "0, 3"), signs, repeats,
      * empty items and indices >= 16 are refused. */
-    const char *bad[] = {"", "16", "1,1", "1,", ",1", "-1", "+1", "a", "0, 3", " 1", "1 ",
-                         "99999999999999999999"};
+    const char *bad[] = {"",   "16", "1,1",  "1,", ",1", "-1",
+                         "+1", "a",  "0, 3", " 1", "1 ", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (poolapi_index_parse(bad[i], &l, err, sizeof err) != -1)
             fail_msg("accepted \"%s\"", bad[i]);

@@ -40,7 +40,7 @@ static void test_plain_and_suffixes(void **state)
     assert_int_equal(q("2e3"), 2000);
     assert_int_equal(q("2E2"), 200);
     assert_int_equal(q("1.5Gi"), 1610612736LL);
-    assert_int_equal(q("1.5"), 2);  /* rounded up, like Value() */
+    assert_int_equal(q("1.5"), 2); /* rounded up, like Value() */
     assert_int_equal(q("500m"), 1);
     assert_int_equal(q("1000m"), 1);
     assert_int_equal(q("1001m"), 2);
@@ -54,9 +54,23 @@ static void test_plain_and_suffixes(void **state)
 static void test_rejected(void **state)
 {
     (void)state;
-    const char *bad[] = {"", "-1", "abc", "1Q", "1.2.3", "1 Gi", " 1", "1Gi ", ".", "+",
-                         "9223372036854775808", "8Ei", "1e19999", "10000000000000000000000",
-                         "1e", "1e+", "Gi"};
+    const char *bad[] = {"",
+                         "-1",
+                         "abc",
+                         "1Q",
+                         "1.2.3",
+                         "1 Gi",
+                         " 1",
+                         "1Gi ",
+                         ".",
+                         "+",
+                         "9223372036854775808",
+                         "8Ei",
+                         "1e19999",
+                         "10000000000000000000000",
+                         "1e",
+                         "1e+",
+                         "Gi"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t v = 7;
         if (quantity_parse(bad[i], &v) != -1)

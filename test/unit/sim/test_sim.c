@@ -16,8 +16,8 @@
 #include "trace.h"
 
 #define NODE_HEADER "sn,cpu_milli,memory_mib,gpu,model\n"
-#define POD_HEADER                                                                              \
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"        \
+#define POD_HEADER                                                                      \
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time," \
     "deletion_time,scheduled_time\n"
 #define POD_HEADER_SHORT "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
 
@@ -292,15 +292,13 @@ static void test_replay_respects_cpu(void **state)
     for (int p = PLACEMENT_GPUPOOL; p <= PLACEMENT_SPREAD; p++) {
         struct sim_result r, again;
         char err[128];
-        assert_int_equal(sim_replay(&t, (enum placement_policy)p, 5, 130, &r, err, sizeof(err)),
-                         0);
+        assert_int_equal(sim_replay(&t, (enum placement_policy)p, 5, 130, &r, err, sizeof(err)), 0);
         assert_int_equal(r.capacity_milli, 8000);
         assert_int_equal(r.alloc_milli, 2000); /* one 3-core pod per 4-core node */
         assert_int_equal(r.pods, 11);          /* 11 * 1000 >= 1.3 * 8000 */
         assert_int_equal(r.failed, 9);
         assert_true(r.alloc_pct == 25.0);
-        assert_int_equal(sim_replay(&t, (enum placement_policy)p, 5, 130, &again, err,
-                                    sizeof(err)),
+        assert_int_equal(sim_replay(&t, (enum placement_policy)p, 5, 130, &again, err, sizeof(err)),
                          0);
         assert_memory_equal(&r, &again, sizeof(r));
     }
