@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define POOL_WUR __attribute__((warn_unused_result))
+#include "compiler.h"
 
 /* The names shared with the extender, the device plugin and gpushare are
  * the contract's (poolapi_names.h). The most GPUs one node may have for
@@ -115,11 +115,11 @@ void pool_free(struct pool *pool);
 
 /* Adds one v1.Node. Nodes outside the pool are skipped (returns 0).
  * -1 only when out of memory. */
-int pool_add_node(struct pool *pool, const json_t *node) POOL_WUR;
+int pool_add_node(struct pool *pool, const json_t *node) GP_MUST_USE;
 /* Adds one ConfigMap; only kube-system/unhealthy-gpu-<pool node> matter. */
-int pool_add_configmap(struct pool *pool, const json_t *configmap) POOL_WUR;
+int pool_add_configmap(struct pool *pool, const json_t *configmap) GP_MUST_USE;
 /* Adds one v1.Pod. -1 only when out of memory. */
-int pool_add_pod(struct pool *pool, const json_t *pod) POOL_WUR;
+int pool_add_pod(struct pool *pool, const json_t *pod) GP_MUST_USE;
 
 /* A pod reduced to what the pool charges: pods can then be read (in
  * another thread, into a struct pool_pods) before their nodes are known. */
@@ -148,10 +148,10 @@ struct pool_pods {
 };
 
 /* Records one v1.Pod (see struct pool_pods). -1 only when out of memory. */
-int pool_pods_add(struct pool_pods *pods, const json_t *pod) POOL_WUR;
+int pool_pods_add(struct pool_pods *pods, const json_t *pod) GP_MUST_USE;
 /* Charges every recorded pod to the pool, which takes over their memory
  * (call after the nodes). pods is left for pool_pods_free(). */
-int pool_add_pods(struct pool *pool, struct pool_pods *pods) POOL_WUR;
+int pool_add_pods(struct pool *pool, struct pool_pods *pods) GP_MUST_USE;
 void pool_pods_free(struct pool_pods *pods);
 /* Sorts the nodes by name and applies the unhealthy lists. Call once, after
  * the last object. */

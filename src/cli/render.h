@@ -18,12 +18,14 @@
 
 #include <stdio.h>
 
-int render_gpushare_summary(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
-int render_gpushare_details(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+#include "compiler.h"
 
-int render_table(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
-int render_wide(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
-int render_details(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
-int render_json(const struct pool *pool, FILE *out) __attribute__((warn_unused_result));
+int render_gpushare_summary(const struct pool *pool, FILE *out) GP_MUST_USE;
+int render_gpushare_details(const struct pool *pool, FILE *out) GP_MUST_USE;
+
+int render_table(const struct pool *pool, FILE *out) GP_MUST_USE;
+int render_wide(const struct pool *pool, FILE *out) GP_MUST_USE;
+int render_details(const struct pool *pool, FILE *out) GP_MUST_USE;
+int render_json(const struct pool *pool, FILE *out) GP_MUST_USE;
 
 #endif

@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "buf.h"
+#include "compiler.h"
 
 struct tabwriter {
     struct buf text; /* its failed flag: tabwriter_flush reports it */
@@ -38,6 +39,6 @@ void tabwriter_write(struct tabwriter *tw, const char *text, size_t len);
 
 /* Aligns everything appended so far, writes it to out and empties the
  * writer. Returns 0, or -1 when out of memory or the write failed. */
-int tabwriter_flush(struct tabwriter *tw, FILE *out) __attribute__((warn_unused_result));
+int tabwriter_flush(struct tabwriter *tw, FILE *out) GP_MUST_USE;
 
 #endif
