@@ -117,8 +117,7 @@ static const char *node_address(struct pool *pool, const json_t *status)
     const json_t *addresses = json_object_get(status, "addresses");
     size_t i;
     const json_t *a;
-    json_array_foreach(addresses, i, a)
-    {
+    json_array_foreach (addresses, i, a) {
         const char *type = jstr(a, "type"), *address = jstr(a, "address");
         if (type && address && strcmp(type, "InternalIP") == 0)
             return arena_strdup(&pool->arena, address);
@@ -184,8 +183,7 @@ static int node_resources(struct pool *pool, struct pool_node *n, const json_t *
     const char *key;
     const json_t *v;
     size_t count = 0;
-    json_object_foreach((json_t *)allocatable, key, v)
-    {
+    json_object_foreach ((json_t *)allocatable, key, v) {
         if (has_prefix(key, POOL_RES_NVIDIA_PREFIX) && jquantity(allocatable, key) > 0)
             count++;
     }
@@ -194,8 +192,7 @@ static int node_resources(struct pool *pool, struct pool_node *n, const json_t *
     n->resources = calloc(count, sizeof *n->resources);
     if (!n->resources)
         return -1;
-    json_object_foreach((json_t *)allocatable, key, v)
-    {
+    json_object_foreach ((json_t *)allocatable, key, v) {
         int64_t amount = jquantity(allocatable, key);
         if (!has_prefix(key, POOL_RES_NVIDIA_PREFIX) || amount <= 0)
             continue;
@@ -322,8 +319,7 @@ static void container_requests(const json_t *container, bool init, struct pod_re
     for (int l = 0; l < 2; l++) {
         const char *key;
         const json_t *v;
-        json_object_foreach((json_t *)lists[l], key, v)
-        {
+        json_object_foreach ((json_t *)lists[l], key, v) {
             if (!has_prefix(key, POOL_RES_NVIDIA_PREFIX))
                 continue;
             if (l == 1 && json_object_get(lists[0], key))
@@ -408,16 +404,14 @@ static bool parts_from_allocation(struct pool *pool, const struct pool_node *n,
     *oom = n->ngpus && !per_gpu;
     const char *ckey, *gkey;
     json_t *container, *amount;
-    json_object_foreach(doc, ckey, container)
-    {
+    json_object_foreach (doc, ckey, container) {
         char *end;
         (void)strtol(ckey, &end, 10);
         if (!ok || !json_is_object(container) || end == ckey || *end) {
             ok = false;
             break;
         }
-        json_object_foreach(container, gkey, amount)
-        {
+        json_object_foreach (container, gkey, amount) {
             long gpu = strtol(gkey, &end, 10);
             if (end == gkey || *end || gpu < 0 || gpu >= n->ngpus || !json_is_integer(amount) ||
                 json_integer_value(amount) < 0) {
@@ -528,9 +522,9 @@ static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *o
     struct pod_requests req = {.n = 0};
     size_t i;
     const json_t *c;
-    json_array_foreach(json_object_get(spec, "containers"), i, c)
+    json_array_foreach (json_object_get(spec, "containers"), i, c)
         container_requests(c, false, &req);
-    json_array_foreach(json_object_get(spec, "initContainers"), i, c)
+    json_array_foreach (json_object_get(spec, "initContainers"), i, c)
         container_requests(c, true, &req);
     size_t nrequests = 0;
     int64_t counts[POD_RESOURCES_MAX];

@@ -114,9 +114,9 @@ static json_t *cluster_json(const struct pool *pool, bool mib, bool *failed)
             const struct pool_resource *res = &n->resources[r];
             size_t k;
             json_t *entry = NULL, *e;
-            json_array_foreach(resources, k,
-                               e) if (strcmp(json_string_value(json_object_get(e, "name")),
-                                             res->name) == 0) entry = e;
+            json_array_foreach (resources, k, e)
+                if (strcmp(json_string_value(json_object_get(e, "name")), res->name) == 0)
+                    entry = e;
             if (!entry) {
                 entry = json_pack("{s:s, s:I, s:I}", "name", res->name, "requested", (json_int_t)0,
                                   "allocatable", (json_int_t)0);

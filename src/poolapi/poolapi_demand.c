@@ -115,15 +115,13 @@ int poolapi_pod_demand(const json_t *spec, const char *resource, uint64_t scale,
     if (array_member(spec, "containers", &containers, err, errlen) < 0 ||
         array_member(spec, "initContainers", &inits, err, errlen) < 0)
         return -1;
-    json_array_foreach(containers, i, c)
-    {
+    json_array_foreach (containers, i, c) {
         snprintf(where, sizeof(where), "spec.containers[%zu]", i);
         if (poolapi_container_request(c, where, resource, scale, &one, err, errlen) < 0)
             return -1;
         poolapi_demand_add_app(&d, one);
     }
-    json_array_foreach(inits, i, c)
-    {
+    json_array_foreach (inits, i, c) {
         snprintf(where, sizeof(where), "spec.initContainers[%zu]", i);
         if (poolapi_container_request(c, where, resource, scale, &one, err, errlen) < 0)
             return -1;

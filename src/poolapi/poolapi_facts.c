@@ -51,6 +51,35 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/* Adds each container of spec.<field> to the demand walk (app containers,
+ * or init containers in order, sidecars among them); the GPU count is the
+ * largest any container names. */
+static int add_containers(const json_t *list, const char *field, bool init,
+                          struct poolapi_demand demand[R_COUNT], uint64_t *gpu_count, char *err,
+                          size_t errlen)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach (list, i, c) {
+        char where[64];
+        snprintf(where, sizeof(where), "spec.%s[%zu]", field, i);
+        bool sidecar = init && poolapi_container_is_sidecar(c);
+        for (int r = 0; r < R_COUNT; r++) {
+            uint64_t one;
+            if (poolapi_container_request(c, where, resource_names[r], resource_scales[r], &one,
+                                          err, errlen) < 0)
+                return -1;
+            if (r == R_GPU_COUNT)
+                *gpu_count = one > *gpu_count ? one : *gpu_count;
+            else if (init)
+                poolapi_demand_add_init(&demand[r], one, sidecar);
+            else
+                poolapi_demand_add_app(&demand[r], one);
+        }
+    }
+    return 0;
+}
+
 /* NodeResourcesFit: the effective request of each resource (the walk of
  * poolapi_demand.h) + overhead; the GPU count is the largest any container
  * names. */
@@ -58,43 +87,15 @@ static int pod_requests(const json_t *spec, uint64_t total[R_COUNT], char *err, 
 {
     json_t *containers, *inits, *overhead;
     struct poolapi_demand demand[R_COUNT];
-    uint64_t one;
     memset(demand, 0, sizeof(demand));
     if (member(spec, "containers", JSON_ARRAY, "spec", &containers, err, errlen) < 0 ||
         member(spec, "initContainers", JSON_ARRAY, "spec", &inits, err, errlen) < 0 ||
         member(spec, "overhead", JSON_OBJECT, "spec", &overhead, err, errlen) < 0)
         return -1;
-    size_t i;
-    json_t *c;
-    char where[64];
     uint64_t gpu_count = 0;
-    json_array_foreach(containers, i, c)
-    {
-        snprintf(where, sizeof(where), "spec.containers[%zu]", i);
-        for (int r = 0; r < R_COUNT; r++) {
-            if (poolapi_container_request(c, where, resource_names[r], resource_scales[r], &one,
-                                          err, errlen) < 0)
-                return -1;
-            if (r == R_GPU_COUNT)
-                gpu_count = one > gpu_count ? one : gpu_count;
-            else
-                poolapi_demand_add_app(&demand[r], one);
-        }
-    }
-    json_array_foreach(inits, i, c)
-    {
-        snprintf(where, sizeof(where), "spec.initContainers[%zu]", i);
-        bool sidecar = poolapi_container_is_sidecar(c);
-        for (int r = 0; r < R_COUNT; r++) {
-            if (poolapi_container_request(c, where, resource_names[r], resource_scales[r], &one,
-                                          err, errlen) < 0)
-                return -1;
-            if (r == R_GPU_COUNT)
-                gpu_count = one > gpu_count ? one : gpu_count;
-            else
-                poolapi_demand_add_init(&demand[r], one, sidecar);
-        }
-    }
+    if (add_containers(containers, "containers", false, demand, &gpu_count, err, errlen) < 0 ||
+        add_containers(inits, "initContainers", true, demand, &gpu_count, err, errlen) < 0)
+        return -1;
     for (int r = 0; r < R_COUNT; r++) {
         if (r == R_GPU_COUNT) {
             total[r] = gpu_count;

@@ -38,8 +38,7 @@ int poolapi_gpus_parse(const char *text, size_t max_gpus, struct poolapi_gpu **g
     else if (!(seen = calloc(n, 1)) || !(out = calloc(n, sizeof *out)))
         why = "out of memory";
     json_t *gpu;
-    json_array_foreach(arr, i, gpu)
-    {
+    json_array_foreach (arr, i, gpu) {
         if (why || (why = entry_defect(gpu, n, seen)) != NULL)
             break;
         size_t x = (size_t)json_integer_value(json_object_get(gpu, "index"));

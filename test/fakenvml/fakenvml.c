@@ -576,8 +576,7 @@ static void warn_unknown_keys(json_t *object, const char *where, const char *con
 {
     const char *key;
     json_t *value;
-    json_object_foreach(object, key, value)
-    {
+    json_object_foreach (object, key, value) {
         bool found = false;
         for (size_t i = 0; known[i] != NULL && !found; i++)
             found = strcmp(key, known[i]) == 0;

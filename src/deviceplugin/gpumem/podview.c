@@ -83,8 +83,7 @@ static int add_containers(struct gpumem_pod *pod, const json_t *list, bool init)
 {
     size_t i;
     const json_t *c;
-    json_array_foreach(list, i, c)
-    {
+    json_array_foreach (list, i, c) {
         const json_t *limit = json_object_get(
             json_object_get(json_object_get(c, "resources"), "limits"), POOL_RES_GPU_MEM);
         if (limit == NULL)

@@ -308,8 +308,7 @@ json_t *nodelabels_patch(const json_t *labels, const json_t *node)
     }
     const char *key;
     json_t *value;
-    json_object_foreach((json_t *)labels, key, value)
-    {
+    json_object_foreach ((json_t *)labels, key, value) {
         keys[i++] = key;
         total += strlen(key) + 1;
     }
