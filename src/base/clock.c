@@ -48,3 +48,9 @@ void clock_cond_init(pthread_cond_t *cond)
     pthread_cond_init(cond, &attr);
     pthread_condattr_destroy(&attr);
 }
+
+struct timespec clock_timespec_ms(int64_t ms)
+{
+    return (struct timespec){.tv_sec = (time_t)(ms / 1000),
+                             .tv_nsec = (long)(ms % 1000) * 1000000L};
+}

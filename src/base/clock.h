@@ -26,6 +26,10 @@ int64_t clock_wall_ns(void);
 /* Now on `clock` plus ms (>= 0), tv_nsec normalised to [0, 1e9). */
 struct timespec clock_deadline(clockid_t clock, long ms);
 
+/* A time in clock_now_ms() terms (CLOCK_MONOTONIC milliseconds) as the
+ * absolute timespec a clock_cond_init() condition variable waits for. */
+struct timespec clock_timespec_ms(int64_t ms);
+
 /* Initialises a condition variable whose timed waits run on CLOCK_MONOTONIC
  * (deadlines from clock_deadline(CLOCK_MONOTONIC, ...)). */
 void clock_cond_init(pthread_cond_t *cond);

@@ -30,8 +30,8 @@ struct kube_client {
     /* Token, counters and the jitter generator: short critical sections,
      * never held across network I/O. */
     pthread_mutex_t state_lock;
-    char *token;                /* current bearer token, NULL for none */
-    struct timespec token_read; /* monotonic time token_file was last read */
+    char *token;           /* current bearer token, NULL for none */
+    int64_t token_read_ms; /* clock_now_ms() when token_file was last read */
     struct kube_client_stats stats;
     uint64_t random_state;
 };

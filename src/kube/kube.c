@@ -2,6 +2,7 @@
  * See kube.h for the contract and docs/kube.md for the design. */
 #include "buf.h"
 #include "client.h"
+#include "clock.h"
 #include "wire.h"
 
 #include <stdio.h>
@@ -23,26 +24,19 @@
 #define DEFAULT_MAX_BACKOFF_MS 10000
 #define TOKEN_REREAD_S 60
 
-static long elapsed_s(const struct timespec *since)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (long)(now.tv_sec - since->tv_sec);
-}
-
 void kube_token_refresh(struct kube_client *c, bool force)
 {
     if (c->cfg.token_file == NULL)
         return;
     pthread_mutex_lock(&c->state_lock);
-    if (force || c->token == NULL || elapsed_s(&c->token_read) >= TOKEN_REREAD_S) {
+    if (force || c->token == NULL || clock_now_ms() - c->token_read_ms >= TOKEN_REREAD_S * 1000) {
         char why[256];
         char *fresh = kube_read_token_file(c->cfg.token_file, why, sizeof why);
         if (fresh != NULL) { /* else keep the old one: a rotation may be mid-write */
             free(c->token);
             c->token = fresh;
         }
-        clock_gettime(CLOCK_MONOTONIC, &c->token_read);
+        c->token_read_ms = clock_now_ms();
     }
     pthread_mutex_unlock(&c->state_lock);
 }
@@ -676,10 +670,8 @@ struct kube_client *kube_client_new(const struct kube_client_options *opt, char 
         c->token = strdup(c->cfg.token);
     pthread_mutex_init(&c->request_lock, NULL);
     pthread_mutex_init(&c->state_lock, NULL);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    c->random_state = ((uint64_t)now.tv_nsec << 20) ^ (uint64_t)now.tv_sec ^
-                      ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)c;
+    c->random_state =
+        (uint64_t)clock_wall_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)c;
     if (c->random_state == 0)
         c->random_state = 0x9e3779b97f4a7c15ULL;
     if (c->user_agent == NULL || c->handle == NULL || (c->cfg.token != NULL && c->token == NULL)) {

@@ -80,7 +80,7 @@ struct gpumem_service {
 
 static void wait_until(struct gpumem_service *s, long long deadline_ms)
 {
-    struct timespec ts = {.tv_sec = deadline_ms / 1000, .tv_nsec = (deadline_ms % 1000) * 1000000L};
+    struct timespec ts = clock_timespec_ms(deadline_ms);
     pthread_cond_timedwait(&s->wake, &s->lock, &ts);
 }
 

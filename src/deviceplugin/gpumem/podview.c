@@ -402,7 +402,7 @@ unsigned long long podview_generation(const struct podview *v)
 
 bool podview_wait(struct podview *v, unsigned long long gen, long long deadline_ms)
 {
-    struct timespec ts = {.tv_sec = deadline_ms / 1000, .tv_nsec = (deadline_ms % 1000) * 1000000L};
+    struct timespec ts = clock_timespec_ms(deadline_ms);
     while (v->generation == gen) {
         int rc = pthread_cond_timedwait(&v->changed, &v->lock, &ts);
         if (rc == ETIMEDOUT)

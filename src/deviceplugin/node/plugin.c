@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "allocate.h"
 #include "api.pb-c.h"
@@ -20,7 +19,7 @@ struct plugin_allocation {
     struct rpc_deferred *deferred; /* once parked */
     struct plugin_node *node;      /* alive until the allocator unregistered */
     const char *resource;          /* its name, for the allocate observers */
-    struct timespec arrived;       /* CLOCK_MONOTONIC */
+    int64_t arrived_ns;            /* clock_now_ns() */
 };
 
 static const struct rpc_method METHODS[PLUGIN_METHOD_COUNT] = {
@@ -319,21 +318,14 @@ out:
     return st;
 }
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 /* Called with no lock of the node held: an answered Allocate, timed from
  * its arrival. */
-static void observe_allocate(struct plugin_node *node, const char *resource,
-                             const struct timespec *arrived, bool ok)
+static void observe_allocate(struct plugin_node *node, const char *resource, int64_t arrived_ns,
+                             bool ok)
 {
     pthread_mutex_lock(&node->alloc_lock);
     if (node->allocate_observer_count > 0) {
-        double seconds = seconds_since(arrived);
+        double seconds = (double)(clock_now_ns() - arrived_ns) / 1e9;
         for (size_t i = 0; i < node->allocate_observer_count; i++)
             node->allocate_observers[i].fn(node->allocate_observers[i].ctx, resource, seconds, ok);
     }
@@ -344,7 +336,7 @@ static void observe_allocate(struct plugin_node *node, const char *resource,
  * job (parked, RPC_DEFERRED), the job is still ours and the call is
  * answered at once with the allocator's status. */
 static enum rpc_status defer_to_allocator(struct plugin_endpoint *ep, struct rpc_call *call,
-                                          const struct timespec *arrived, size_t units, char *msg,
+                                          int64_t arrived_ns, size_t units, char *msg,
                                           size_t msglen)
 {
     struct plugin_node *node = ep->node;
@@ -356,7 +348,7 @@ static enum rpc_status defer_to_allocator(struct plugin_endpoint *ep, struct rpc
     job->call = call;
     job->node = node;
     job->resource = endpoint_resource(ep)->name;
-    job->arrived = *arrived;
+    job->arrived_ns = arrived_ns;
     enum rpc_status st =
         node->allocator.allocate(node->allocator.ctx, job, ep->resource, units, msg, msglen);
     if (st == RPC_DEFERRED)
@@ -370,8 +362,8 @@ static enum rpc_status defer_to_allocator(struct plugin_endpoint *ep, struct rpc
 /* gpu-mem mode: the IDs are checked here; which GPU the container gets is
  * the pod's (the extender's choice), found by the registered allocator. */
 static enum rpc_status handle_gpumem_allocate(struct plugin_endpoint *ep, struct rpc_call *call,
-                                              const struct timespec *arrived, const uint8_t *req,
-                                              size_t len, char *msg, size_t msglen)
+                                              int64_t arrived_ns, const uint8_t *req, size_t len,
+                                              char *msg, size_t msglen)
 {
     const struct resource *res = endpoint_resource(ep);
     V1beta1__AllocateRequest *in = (V1beta1__AllocateRequest *)decode(
@@ -403,7 +395,7 @@ static enum rpc_status handle_gpumem_allocate(struct plugin_endpoint *ep, struct
     v1beta1__allocate_request__free_unpacked(in, NULL);
     if (st != RPC_OK)
         return st;
-    return defer_to_allocator(ep, call, arrived, units, msg, msglen);
+    return defer_to_allocator(ep, call, arrived_ns, units, msg, msglen);
 }
 
 /* ---- GetPreferredAllocation ------------------------------------------------------------ */
@@ -557,15 +549,14 @@ static enum rpc_status timed_allocate(struct plugin_endpoint *ep, struct rpc_cal
                                       char *msg, size_t msglen)
 {
     struct plugin_node *node = ep->node;
-    struct timespec arrived;
-    clock_gettime(CLOCK_MONOTONIC, &arrived);
+    int64_t arrived_ns = clock_now_ns();
     pthread_mutex_lock(&node->alloc_lock);
     enum rpc_status st = node->allocator.allocate != NULL
-                             ? handle_gpumem_allocate(ep, call, &arrived, req, len, msg, msglen)
+                             ? handle_gpumem_allocate(ep, call, arrived_ns, req, len, msg, msglen)
                              : handle_allocate(ep, req, len, resp, msg, msglen);
     pthread_mutex_unlock(&node->alloc_lock);
     if (st != RPC_DEFERRED)
-        observe_allocate(node, endpoint_resource(ep)->name, &arrived, st == RPC_OK);
+        observe_allocate(node, endpoint_resource(ep)->name, arrived_ns, st == RPC_OK);
     return st;
 }
 
@@ -821,7 +812,7 @@ int plugin_allocation_reply(struct plugin_allocation *job,
         return -1;
     }
     rpc_call_complete(job->deferred, RPC_OK, &buf, NULL);
-    observe_allocate(job->node, job->resource, &job->arrived, true);
+    observe_allocate(job->node, job->resource, job->arrived_ns, true);
     free(job);
     return 0;
 }
@@ -829,7 +820,7 @@ int plugin_allocation_reply(struct plugin_allocation *job,
 void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status status, const char *msg)
 {
     rpc_call_complete(job->deferred, status, NULL, msg);
-    observe_allocate(job->node, job->resource, &job->arrived, false);
+    observe_allocate(job->node, job->resource, job->arrived_ns, false);
     free(job);
 }
 
