@@ -318,17 +318,24 @@ out:
     return st;
 }
 
-/* Called with no lock of the node held: an answered Allocate, timed from
- * its arrival. */
+/* Tells the allocate observers of an answered Allocate, timed from its
+ * arrival. alloc_lock held. */
+static void notify_allocate_observers(struct plugin_node *node, const char *resource,
+                                      int64_t arrived_ns, bool ok)
+{
+    if (node->allocate_observer_count == 0)
+        return;
+    double seconds = (double)(clock_now_ns() - arrived_ns) / 1e9;
+    for (size_t i = 0; i < node->allocate_observer_count; i++)
+        node->allocate_observers[i].fn(node->allocate_observers[i].ctx, resource, seconds, ok);
+}
+
+/* The same for a parked Allocate answered later: no lock of the node held. */
 static void observe_allocate(struct plugin_node *node, const char *resource, int64_t arrived_ns,
                              bool ok)
 {
     pthread_mutex_lock(&node->alloc_lock);
-    if (node->allocate_observer_count > 0) {
-        double seconds = (double)(clock_now_ns() - arrived_ns) / 1e9;
-        for (size_t i = 0; i < node->allocate_observer_count; i++)
-            node->allocate_observers[i].fn(node->allocate_observers[i].ctx, resource, seconds, ok);
-    }
+    notify_allocate_observers(node, resource, arrived_ns, ok);
     pthread_mutex_unlock(&node->alloc_lock);
 }
 
@@ -554,9 +561,10 @@ static enum rpc_status timed_allocate(struct plugin_endpoint *ep, struct rpc_cal
     enum rpc_status st = node->allocator.allocate != NULL
                              ? handle_gpumem_allocate(ep, call, arrived_ns, req, len, msg, msglen)
                              : handle_allocate(ep, req, len, resp, msg, msglen);
-    pthread_mutex_unlock(&node->alloc_lock);
+    /* Answered here: observed in the same critical section. */
     if (st != RPC_DEFERRED)
-        observe_allocate(node, endpoint_resource(ep)->name, arrived_ns, st == RPC_OK);
+        notify_allocate_observers(node, endpoint_resource(ep)->name, arrived_ns, st == RPC_OK);
+    pthread_mutex_unlock(&node->alloc_lock);
     return st;
 }
 
