@@ -14,6 +14,7 @@
 
 #include <microhttpd.h> /* types and constants only: the functions come from dl_bind */
 
+#include "buf.h"
 #include "dl.h"
 #include "errmsg.h"
 #include "log.h"
@@ -56,8 +57,7 @@ struct httpd {
 
 /* One request in progress (MHD's per-connection "con_cls"). */
 struct request {
-    char *body;
-    size_t len, cap;
+    struct buf body; /* first_cap 16 KiB: most bodies fit in one allocation */
     bool too_large;
 };
 
@@ -82,7 +82,7 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)code;
     struct request *req = *con_cls;
     if (req) {
-        free(req->body);
+        buf_free(&req->body);
         free(req);
         *con_cls = NULL;
     }
@@ -113,33 +113,16 @@ static enum MHD_Result send_too_large(struct httpd *server, struct MHD_Connectio
 }
 
 /* Appends a chunk of the body, or notes that the cap was passed (the rest
- * is then read and dropped, so the connection stays usable for the 413). */
+ * is then read and dropped, so the connection stays usable for the 413).
+ * Out of memory is refused like an oversized body. */
 static void request_append(struct request *req, size_t max, const char *data, size_t n)
 {
     if (req->too_large)
         return;
-    if (n > max - req->len) {
+    if (n > max - req->body.len || !buf_add(&req->body, data, n)) {
         req->too_large = true;
-        free(req->body);
-        req->body = NULL;
-        req->len = req->cap = 0;
-        return;
+        buf_free(&req->body);
     }
-    if (req->len + n + 1 > req->cap) {
-        size_t cap = req->cap ? req->cap : 16384;
-        while (cap < req->len + n + 1)
-            cap *= 2;
-        char *body = realloc(req->body, cap);
-        if (!body) {
-            req->too_large = true; /* out of memory: refuse like an oversized body */
-            return;
-        }
-        req->body = body;
-        req->cap = cap;
-    }
-    memcpy(req->body + req->len, data, n);
-    req->len += n;
-    req->body[req->len] = '\0';
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -158,6 +141,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return send_too_large(server, conn);
         if (!(req = calloc(1, sizeof(*req))))
             return MHD_NO;
+        req->body.first_cap = 16384;
         *con_cls = req;
         return MHD_YES;
     }
@@ -169,8 +153,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (req->too_large)
         return send_too_large(server, conn);
-    const struct httpd_request request = {method,   url,    req->body ? req->body : "",
-                                          req->len, server, conn};
+    const struct httpd_request request = {
+        method, url, req->body.data ? req->body.data : "", req->body.len, server, conn};
     struct httpd_response resp = {.status = 500, .content_type = "application/json"};
     server->handler(server->ctx, &request, &resp);
     return send_reply(server, conn, resp.status, resp.content_type, resp.body, resp.len,
@@ -212,8 +196,8 @@ static void format_address(char *out, size_t outlen, const char *host, unsigned 
 
 /* Our own socket: a clear error for a bad host or a port in use, and the
  * bound address when port 0 was asked for. Returns the fd or -1. */
-static int listen_on(const struct httpd_options *opt, char *bound, size_t boundlen, int *family,
-                     char *err, size_t errlen)
+static int listen_on(const struct httpd_options *opt, char *bound, size_t boundlen, unsigned *port,
+                     int *family, char *err, size_t errlen)
 {
     const char *what = opt->what ? opt->what : "address";
     char host[256], port_text[8], shown[300];
@@ -260,20 +244,15 @@ static int listen_on(const struct httpd_options *opt, char *bound, size_t boundl
     if (ss.ss_family == AF_INET6) {
         struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
         inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
-        snprintf(bound, boundlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
+        *port = ntohs(s6->sin6_port);
+        snprintf(bound, boundlen, "[%s]:%u", ip, *port);
     } else {
         struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
         inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
-        snprintf(bound, boundlen, "%s:%u", ip, ntohs(s4->sin_port));
+        *port = ntohs(s4->sin_port);
+        snprintf(bound, boundlen, "%s:%u", ip, *port);
     }
     return fd;
-}
-
-/* The bound port, from "...:PORT". */
-static unsigned port_of(const char *bound)
-{
-    const char *colon = strrchr(bound, ':');
-    return colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
 }
 
 int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void *ctx,
@@ -287,14 +266,14 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
     server->ctx = ctx;
     server->max_body = opt->max_body;
     int family = AF_INET;
-    int fd = listen_on(opt, server->bound, sizeof server->bound, &family, err, errlen);
+    int fd =
+        listen_on(opt, server->bound, sizeof server->bound, &server->port, &family, err, errlen);
     if (fd < 0 || load_mhd(server, err, errlen) != 0) {
         if (fd >= 0)
             close(fd);
         httpd_stop(server);
         return -1;
     }
-    server->port = port_of(server->bound);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     flags |= opt->thread_per_connection ? MHD_USE_THREAD_PER_CONNECTION : MHD_USE_POLL;
     if (family == AF_INET6)
