@@ -103,30 +103,55 @@ static int array_member(const json_t *spec, const char *key, json_t **out, char 
     return 0;
 }
 
+int poolapi_pod_containers(const json_t *spec, poolapi_container_fn fn, void *ctx, char *err,
+                           size_t errlen)
+{
+    json_t *lists[2], *c;
+    if (array_member(spec, "containers", &lists[0], err, errlen) < 0 ||
+        array_member(spec, "initContainers", &lists[1], err, errlen) < 0)
+        return -1;
+    for (int init = 0; init < 2; init++) {
+        size_t i;
+        json_array_foreach (lists[init], i, c) {
+            char where[64];
+            snprintf(where, sizeof(where), "spec.%s[%zu]", init ? "initContainers" : "containers",
+                     i);
+            bool sidecar = init && poolapi_container_is_sidecar(c);
+            if (fn(ctx, c, where, init, sidecar, err, errlen) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* One resource's walk for poolapi_pod_demand. */
+struct demand_walk {
+    const char *resource;
+    uint64_t scale;
+    struct poolapi_demand d;
+};
+
+static int add_to_demand(void *ctx, const json_t *c, const char *where, bool init, bool sidecar,
+                         char *err, size_t errlen)
+{
+    struct demand_walk *w = ctx;
+    uint64_t one;
+    if (poolapi_container_request(c, where, w->resource, w->scale, &one, err, errlen) < 0)
+        return -1;
+    if (init)
+        poolapi_demand_add_init(&w->d, one, sidecar);
+    else
+        poolapi_demand_add_app(&w->d, one);
+    return 0;
+}
+
 int poolapi_pod_demand(const json_t *spec, const char *resource, uint64_t scale, uint64_t *out,
                        char *err, size_t errlen)
 {
-    json_t *containers, *inits, *c;
-    struct poolapi_demand d = {0};
-    uint64_t one;
-    size_t i;
-    char where[64];
+    struct demand_walk w = {.resource = resource, .scale = scale};
     *out = 0;
-    if (array_member(spec, "containers", &containers, err, errlen) < 0 ||
-        array_member(spec, "initContainers", &inits, err, errlen) < 0)
+    if (poolapi_pod_containers(spec, add_to_demand, &w, err, errlen) < 0)
         return -1;
-    json_array_foreach (containers, i, c) {
-        snprintf(where, sizeof(where), "spec.containers[%zu]", i);
-        if (poolapi_container_request(c, where, resource, scale, &one, err, errlen) < 0)
-            return -1;
-        poolapi_demand_add_app(&d, one);
-    }
-    json_array_foreach (inits, i, c) {
-        snprintf(where, sizeof(where), "spec.initContainers[%zu]", i);
-        if (poolapi_container_request(c, where, resource, scale, &one, err, errlen) < 0)
-            return -1;
-        poolapi_demand_add_init(&d, one, poolapi_container_is_sidecar(c));
-    }
-    *out = poolapi_demand_total(&d);
+    *out = poolapi_demand_total(&w.d);
     return 0;
 }

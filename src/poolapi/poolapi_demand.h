@@ -46,6 +46,18 @@ bool poolapi_container_is_sidecar(const json_t *container);
 int poolapi_container_request(const json_t *container, const char *where, const char *resource,
                               uint64_t scale, uint64_t *out, char *err, size_t errlen) GP_MUST_USE;
 
+/* Called for each container of a pod spec: where names it
+ * ("spec.initContainers[1]"), init says which list, sidecar whether it is
+ * an init container with restartPolicy Always. Non-zero stops the walk. */
+typedef int (*poolapi_container_fn)(void *ctx, const json_t *container, const char *where,
+                                    bool init, bool sidecar, char *err, size_t errlen);
+
+/* Walks spec.containers, then spec.initContainers in spec order (the order
+ * poolapi_demand_add_init needs). -1 with a reason when a list is not an
+ * array, or when fn fails (its err). */
+int poolapi_pod_containers(const json_t *spec, poolapi_container_fn fn, void *ctx, char *err,
+                           size_t errlen) GP_MUST_USE;
+
 /* The demand of `resource` of a pod spec (containers and initContainers,
  * no overhead). -1 with a reason on a mistyped spec or a bad quantity. */
 int poolapi_pod_demand(const json_t *spec, const char *resource, uint64_t scale, uint64_t *out,

@@ -51,31 +51,28 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-/* Adds each container of spec.<field> to the demand walk (app containers,
- * or init containers in order, sidecars among them); the GPU count is the
- * largest any container names. */
-static int add_containers(const json_t *list, const char *field, bool init,
-                          struct poolapi_demand demand[R_COUNT], uint64_t *gpu_count, char *err,
-                          size_t errlen)
+/* The walk of every resource at once, and the largest GPU count any
+ * container names. */
+struct requests_walk {
+    struct poolapi_demand demand[R_COUNT];
+    uint64_t gpu_count;
+};
+
+static int add_container(void *ctx, const json_t *c, const char *where, bool init, bool sidecar,
+                         char *err, size_t errlen)
 {
-    size_t i;
-    json_t *c;
-    json_array_foreach (list, i, c) {
-        char where[64];
-        snprintf(where, sizeof(where), "spec.%s[%zu]", field, i);
-        bool sidecar = init && poolapi_container_is_sidecar(c);
-        for (int r = 0; r < R_COUNT; r++) {
-            uint64_t one;
-            if (poolapi_container_request(c, where, resource_names[r], resource_scales[r], &one,
-                                          err, errlen) < 0)
-                return -1;
-            if (r == R_GPU_COUNT)
-                *gpu_count = one > *gpu_count ? one : *gpu_count;
-            else if (init)
-                poolapi_demand_add_init(&demand[r], one, sidecar);
-            else
-                poolapi_demand_add_app(&demand[r], one);
-        }
+    struct requests_walk *w = ctx;
+    for (int r = 0; r < R_COUNT; r++) {
+        uint64_t one;
+        if (poolapi_container_request(c, where, resource_names[r], resource_scales[r], &one, err,
+                                      errlen) < 0)
+            return -1;
+        if (r == R_GPU_COUNT)
+            w->gpu_count = one > w->gpu_count ? one : w->gpu_count;
+        else if (init)
+            poolapi_demand_add_init(&w->demand[r], one, sidecar);
+        else
+            poolapi_demand_add_app(&w->demand[r], one);
     }
     return 0;
 }
@@ -85,23 +82,18 @@ static int add_containers(const json_t *list, const char *field, bool init,
  * names. */
 static int pod_requests(const json_t *spec, uint64_t total[R_COUNT], char *err, size_t errlen)
 {
-    json_t *containers, *inits, *overhead;
-    struct poolapi_demand demand[R_COUNT];
-    memset(demand, 0, sizeof(demand));
-    if (member(spec, "containers", JSON_ARRAY, "spec", &containers, err, errlen) < 0 ||
-        member(spec, "initContainers", JSON_ARRAY, "spec", &inits, err, errlen) < 0 ||
-        member(spec, "overhead", JSON_OBJECT, "spec", &overhead, err, errlen) < 0)
-        return -1;
-    uint64_t gpu_count = 0;
-    if (add_containers(containers, "containers", false, demand, &gpu_count, err, errlen) < 0 ||
-        add_containers(inits, "initContainers", true, demand, &gpu_count, err, errlen) < 0)
+    json_t *overhead;
+    struct requests_walk w;
+    memset(&w, 0, sizeof(w));
+    if (member(spec, "overhead", JSON_OBJECT, "spec", &overhead, err, errlen) < 0 ||
+        poolapi_pod_containers(spec, add_container, &w, err, errlen) < 0)
         return -1;
     for (int r = 0; r < R_COUNT; r++) {
         if (r == R_GPU_COUNT) {
-            total[r] = gpu_count;
+            total[r] = w.gpu_count;
             continue;
         }
-        total[r] = poolapi_demand_total(&demand[r]);
+        total[r] = poolapi_demand_total(&w.demand[r]);
         json_t *v = overhead ? json_object_get(overhead, resource_names[r]) : NULL;
         uint64_t extra = 0;
         if (v &&
