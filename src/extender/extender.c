@@ -3,7 +3,6 @@
 #include "clock.h"
 #include "extender.h"
 
-#include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -726,24 +725,11 @@ static void serve_metrics(struct extender *ext)
     log_info("metrics at http://<address>:%u/metrics", httpd_port(ext->metrics_http));
 }
 
-/* --address takes numeric addresses only (no resolver at start-up). */
-static bool address_is_numeric(const char *address)
-{
-    char host[INET6_ADDRSTRLEN + 2];
-    unsigned char raw[sizeof(struct in6_addr)];
-    snprintf(host, sizeof(host), "%s", address);
-    size_t n = strlen(host);
-    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') { /* "[::1]" */
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = '\0';
-    }
-    return inet_pton(AF_INET, host, raw) == 1 || inet_pton(AF_INET6, host, raw) == 1;
-}
 
 int extender_serve(struct extender *ext, char *err, size_t errlen)
 {
     const char *address = ext->cfg->address;
-    if (address && *address && !address_is_numeric(address)) {
+    if (address && *address && !httpd_host_is_numeric(address)) { /* no resolver at start-up */
         snprintf(err, errlen, "--address %s is not a numeric IPv4 or IPv6 address", address);
         return -1;
     }

@@ -194,6 +194,25 @@ static void format_address(char *out, size_t outlen, const char *host, unsigned 
         snprintf(out, outlen, "%s:%u", host, port);
 }
 
+/* host without the brackets of "[::1]" into out. */
+static void unbracket(const char *host, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s", host ? host : "");
+    size_t n = strlen(out);
+    if (n >= 2 && out[0] == '[' && out[n - 1] == ']') {
+        memmove(out, out + 1, n - 2);
+        out[n - 2] = '\0';
+    }
+}
+
+bool httpd_host_is_numeric(const char *host)
+{
+    char bare[INET6_ADDRSTRLEN + 2];
+    unsigned char raw[sizeof(struct in6_addr)];
+    unbracket(host, bare, sizeof bare);
+    return inet_pton(AF_INET, bare, raw) == 1 || inet_pton(AF_INET6, bare, raw) == 1;
+}
+
 /* Our own socket: a clear error for a bad host or a port in use, and the
  * bound address when port 0 was asked for. Returns the fd or -1. */
 static int listen_on(const struct httpd_options *opt, char *bound, size_t boundlen, unsigned *port,
@@ -201,12 +220,7 @@ static int listen_on(const struct httpd_options *opt, char *bound, size_t boundl
 {
     const char *what = opt->what ? opt->what : "address";
     char host[256], port_text[8], shown[300];
-    snprintf(host, sizeof host, "%s", opt->host ? opt->host : "");
-    size_t n = strlen(host);
-    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') { /* "[::1]" */
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = '\0';
-    }
+    unbracket(opt->host, host, sizeof host);
     format_address(shown, sizeof shown, host, opt->port);
     snprintf(port_text, sizeof port_text, "%u", opt->port);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};

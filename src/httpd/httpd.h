@@ -71,6 +71,10 @@ struct httpd_options {
     size_t thread_stack_bytes; /* 0 = the default */
 };
 
+/* Whether host is a numeric IPv4 or IPv6 address ("[::1]" too), for a
+ * caller that takes no names (nothing is resolved at start-up). */
+bool httpd_host_is_numeric(const char *host);
+
 /* Binds opt->host:opt->port, loads libmicrohttpd and starts serving.
  * -1 + err: "invalid <what> \"H:P\": <resolver error>", "cannot listen on
  * <what> H:P: <errno text>", the library's absence, TLS refused. */

@@ -126,6 +126,18 @@ static void test_httpd_bad_host(void **state)
     assert_non_null(strstr(err, "invalid x \"no such host.invalid:0\""));
 }
 
+/* The extender's --address takes numeric addresses only. */
+static void test_httpd_host_is_numeric(void **state)
+{
+    (void)state;
+    assert_true(httpd_host_is_numeric("127.0.0.1"));
+    assert_true(httpd_host_is_numeric("::1"));
+    assert_true(httpd_host_is_numeric("[::1]"));
+    assert_false(httpd_host_is_numeric("localhost"));
+    assert_false(httpd_host_is_numeric("[127.0.0.1"));
+    assert_false(httpd_host_is_numeric(""));
+}
+
 static void test_httpd_one_polling_thread_drops_bodies(void **state)
 {
     (void)state;
@@ -152,6 +164,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_httpd_serves_and_stops),
         cmocka_unit_test(test_httpd_bad_host),
+        cmocka_unit_test(test_httpd_host_is_numeric),
         cmocka_unit_test(test_httpd_one_polling_thread_drops_bodies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
