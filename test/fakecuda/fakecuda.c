@@ -1,0 +1,1883 @@
+/* fakecuda.c -- a libcuda.so.1 that serves a CUDA driver API subset over host memory.
+ *
+ * Exports the driver's symbol names (versioned and legacy) with the documented
+ * signatures (fakecuda_api.h) so that a program, or an interposer between a
+ * program and the driver, loads it exactly as it loads the real libcuda. See
+ * README.md for the devices (FAKECUDA_DEVICES), failure injection
+ * (FAKECUDA_FAIL) and the semantics chosen where the documentation is silent.
+ *
+ * Device memory is bookkeeping only: allocations get unique fake device
+ * addresses and are charged against the device's configured total; nothing is
+ * mapped on the host. All state is process-global and guarded by one mutex;
+ * the current context is per thread. The hot paths (cuMemAlloc/cuMemFree)
+ * take the mutex, hash a key and reuse a record from a free list: no syscall.
+ *
+ * Every entry point is defined as a file-local fc_<name> and exported under
+ * <name> as an alias, so cuGetProcAddress hands out this library's own code
+ * (never a symbol an LD_PRELOADed interposer put in front of it), as the real
+ * driver does; -fno-ipa-icf keeps identical bodies (legacy vs _v2) apart. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakecuda_api.h"
+
+#define FC_DRIVER_VERSION 12040
+#define FC_MAX_DEVICES 16
+#define FC_DEFAULT_TOTAL (16ULL << 30)
+#define FC_GRANULARITY (2ULL << 20)
+#define FC_PTR_ALIGN 512ULL
+#define FC_PITCH_ALIGN 512ULL
+#define FC_VA_BASE (1ULL << 44)
+#define FC_VA_LIMIT (1ULL << 62)
+#define FC_VA32_BASE 0x10000000ULL
+#define FC_VA32_LIMIT 0xfffffe00ULL
+#define FC_HANDLE_BASE 0xcafe00000000ULL
+#define FC_MAX_ATTRIBUTE 200
+#define FC_CTX_MAGIC 0x46434358u
+
+/* Every exported entry point, once: failure injection names them, and each
+ * one is exported from its fc_ definition. */
+#define FC_ENTRY_POINTS(XX)           \
+    XX(cuInit)                        \
+    XX(cuDriverGetVersion)            \
+    XX(cuGetErrorName)                \
+    XX(cuGetErrorString)              \
+    XX(cuGetProcAddress)              \
+    XX(cuGetProcAddress_v2)           \
+    XX(cuDeviceGet)                   \
+    XX(cuDeviceGetCount)              \
+    XX(cuDeviceGetName)               \
+    XX(cuDeviceGetUuid)               \
+    XX(cuDeviceGetUuid_v2)            \
+    XX(cuDeviceTotalMem)              \
+    XX(cuDeviceTotalMem_v2)           \
+    XX(cuDeviceGetAttribute)          \
+    XX(cuCtxCreate)                   \
+    XX(cuCtxCreate_v2)                \
+    XX(cuCtxDestroy)                  \
+    XX(cuCtxDestroy_v2)               \
+    XX(cuCtxGetCurrent)               \
+    XX(cuCtxSetCurrent)               \
+    XX(cuCtxGetDevice)                \
+    XX(cuCtxSynchronize)              \
+    XX(cuDevicePrimaryCtxRetain)      \
+    XX(cuDevicePrimaryCtxRelease)     \
+    XX(cuDevicePrimaryCtxRelease_v2)  \
+    XX(cuDevicePrimaryCtxReset)       \
+    XX(cuDevicePrimaryCtxReset_v2)    \
+    XX(cuMemAlloc)                    \
+    XX(cuMemAlloc_v2)                 \
+    XX(cuMemFree)                     \
+    XX(cuMemFree_v2)                  \
+    XX(cuMemAllocPitch)               \
+    XX(cuMemAllocPitch_v2)            \
+    XX(cuMemAllocManaged)             \
+    XX(cuMemGetInfo)                  \
+    XX(cuMemGetInfo_v2)               \
+    XX(cuMemAllocAsync)               \
+    XX(cuMemAllocAsync_ptsz)          \
+    XX(cuMemFreeAsync)                \
+    XX(cuMemFreeAsync_ptsz)           \
+    XX(cuMemPoolCreate)               \
+    XX(cuMemPoolDestroy)              \
+    XX(cuDeviceGetDefaultMemPool)     \
+    XX(cuDeviceGetMemPool)            \
+    XX(cuMemAllocFromPoolAsync)       \
+    XX(cuMemAllocFromPoolAsync_ptsz)  \
+    XX(cuMemCreate)                   \
+    XX(cuMemRelease)                  \
+    XX(cuMemMap)                      \
+    XX(cuMemUnmap)                    \
+    XX(cuMemAddressReserve)           \
+    XX(cuMemAddressFree)              \
+    XX(cuMemGetAllocationGranularity) \
+    XX(cuArrayCreate)                 \
+    XX(cuArrayCreate_v2)              \
+    XX(cuArray3DCreate)               \
+    XX(cuArray3DCreate_v2)            \
+    XX(cuArrayDestroy)                \
+    XX(cuMipmappedArrayCreate)        \
+    XX(cuMipmappedArrayDestroy)       \
+    XX(cuStreamCreate)                \
+    XX(cuStreamDestroy)               \
+    XX(cuStreamDestroy_v2)            \
+    XX(cuStreamSynchronize)           \
+    XX(cuStreamSynchronize_ptsz)      \
+    XX(cuLaunchKernel)                \
+    XX(cuLaunchKernel_ptsz)           \
+    XX(cuGraphAddKernelNode)          \
+    XX(cuGraphAddKernelNode_v2)
+
+enum fc_ep {
+#define FC_EP_ENUM(sym) EP_##sym,
+    FC_ENTRY_POINTS(FC_EP_ENUM)
+#undef FC_EP_ENUM
+        EP_COUNT
+};
+
+static const char *const ep_names[EP_COUNT] = {
+#define FC_EP_NAME(sym) #sym,
+    FC_ENTRY_POINTS(FC_EP_NAME)
+#undef FC_EP_NAME
+};
+
+/* What a key in the object table names; the kind sits in the key's low bits
+ * (addresses and handles are 512-aligned), so a handle of one kind is never
+ * found as another. */
+enum fc_kind {
+    KIND_PTR = 1, /* cuMemAlloc*, cuMemAllocManaged, async and pool allocations */
+    KIND_ARRAY,
+    KIND_MIPMAP,
+    KIND_STREAM,
+    KIND_POOL,
+    KIND_VMM,     /* cuMemCreate handle */
+    KIND_RESERVE, /* cuMemAddressReserve range */
+    KIND_MAP,     /* cuMemMap mapping */
+};
+
+struct fc_obj {
+    uint64_t key;               /* address or handle | kind */
+    struct fc_obj *hnext;       /* hash chain */
+    struct fc_obj *prev, *next; /* the owning context's list, or the VA list */
+    struct fc_ctx *ctx;         /* owning context; NULL: device-level (pools, VMM) */
+    enum fc_kind kind;
+    int dev;
+    uint64_t addr, size; /* address range (pointers, reservations, maps) */
+    uint64_t charged;    /* bytes charged to the device */
+    uint64_t link;       /* map: the VMM handle's key */
+    int maps;            /* VMM handle: live mappings */
+    bool released;       /* VMM handle: cuMemRelease called */
+    bool is_default;     /* pool: a device's default pool */
+};
+
+struct fc_ctx {
+    uint32_t magic;
+    int dev;
+    bool primary;
+    bool live;
+    int refs;          /* primary: retain count */
+    struct fc_obj own; /* list head: what teardown frees */
+    struct fc_ctx *next_all;
+};
+
+struct fc_dev {
+    char uuid[48];
+    unsigned char raw[16];
+    uint64_t total;
+    uint64_t used;
+    struct fc_ctx primary;
+    uint64_t default_pool; /* key of the default pool */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    const char *broken; /* non-NULL: bad configuration, every call fails */
+    atomic_int initialized;
+    int fail[EP_COUNT]; /* FAKECUDA_FAIL: code to return, 0 = none */
+    int ndev;
+    struct fc_dev dev[FC_MAX_DEVICES];
+    struct fc_ctx *ctxs; /* every context ever created (kept: stale handles stay checkable) */
+    struct fc_obj **buckets;
+    unsigned bits;
+    size_t count;
+    struct fc_obj *spare; /* free records */
+    struct fc_obj va;     /* list head: reservations and mappings */
+    uint64_t next_va, next_va32, next_handle;
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local struct fc_ctx *tls_ctx;
+
+/* --- configuration ------------------------------------------------------- */
+
+static int parse_size(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    if (n == 0)
+        return -1;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (i == 0)
+        return -1;
+    unsigned shift = 0;
+    if (i < n) {
+        switch (s[i]) {
+        case 'k':
+        case 'K':
+            shift = 10;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            break;
+        case 't':
+        case 'T':
+            shift = 40;
+            break;
+        default:
+            return -1;
+        }
+        if (++i != n)
+            return -1;
+    }
+    if (v == 0 || v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx into its 16 raw bytes. */
+static int parse_uuid(const char *s, size_t n, unsigned char raw[16])
+{
+    static const char shape[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    if (n != sizeof(shape) - 1)
+        return -1;
+    unsigned nib = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (shape[i] != 'x') {
+            if (s[i] != shape[i])
+                return -1;
+            continue;
+        }
+        int h = hexval(s[i]);
+        if (h < 0)
+            return -1;
+        if (nib % 2 == 0)
+            raw[nib / 2] = (unsigned char)(h << 4);
+        else
+            raw[nib / 2] |= (unsigned char)h;
+        nib++;
+    }
+    return 0;
+}
+
+static const char *parse_devices(const char *spec)
+{
+    static char why[160];
+    const char *p = spec;
+    g.ndev = 0;
+    if (*p == '\0')
+        return "FAKECUDA_DEVICES is empty";
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (g.ndev == FC_MAX_DEVICES) {
+            snprintf(why, sizeof(why), "FAKECUDA_DEVICES lists more than %d devices",
+                     FC_MAX_DEVICES);
+            return why;
+        }
+        struct fc_dev *d = &g.dev[g.ndev];
+        const char *size = eq ? eq + 1 : p;
+        size_t size_n = eq ? n - (size_t)(eq + 1 - p) : n;
+        if (eq) {
+            if (parse_uuid(p, (size_t)(eq - p), d->raw) != 0) {
+                snprintf(why, sizeof(why),
+                         "FAKECUDA_DEVICES: \"%.*s\" is not a GPU-xxxxxxxx-xxxx-xxxx-xxxx-"
+                         "xxxxxxxxxxxx UUID",
+                         (int)(eq - p), p);
+                return why;
+            }
+            memcpy(d->uuid, p, (size_t)(eq - p));
+            d->uuid[eq - p] = '\0';
+        } else {
+            snprintf(d->uuid, sizeof(d->uuid), "GPU-fa4ecada-0000-0000-0000-%012x", g.ndev);
+            if (parse_uuid(d->uuid, strlen(d->uuid), d->raw) != 0)
+                return "FAKECUDA_DEVICES: internal UUID error";
+        }
+        if (parse_size(size, size_n, &d->total) != 0) {
+            snprintf(why, sizeof(why),
+                     "FAKECUDA_DEVICES: \"%.*s\" is not a size (bytes, or a number with k/m/g/t)",
+                     (int)size_n, size);
+            return why;
+        }
+        g.ndev++;
+        if (!end)
+            return NULL;
+        p = end + 1;
+    }
+}
+
+static int parse_code(const char *s, size_t n, int *code)
+{
+#define FC_CODE_BY_NAME(name, value, text)                    \
+    if (n == sizeof(#name) - 1 && memcmp(s, #name, n) == 0) { \
+        *code = value;                                        \
+        return 0;                                             \
+    }
+    CU_RESULT_MAP(FC_CODE_BY_NAME)
+#undef FC_CODE_BY_NAME
+    char buf[16];
+    if (n == 0 || n >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *endp;
+    errno = 0;
+    long v = strtol(buf, &endp, 10);
+    if (errno != 0 || *endp != '\0' || v <= 0 || v > 100000)
+        return -1;
+    *code = (int)v;
+    return 0;
+}
+
+static const char *parse_fail(const char *spec)
+{
+    static char why[160];
+    const char *p = spec;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', n);
+        size_t name_n = colon ? (size_t)(colon - p) : n;
+        int code = CUDA_ERROR_OUT_OF_MEMORY;
+        if (colon && parse_code(colon + 1, n - name_n - 1, &code) != 0) {
+            snprintf(why, sizeof(why), "FAKECUDA_FAIL: bad code in \"%.*s\"", (int)n, p);
+            return why;
+        }
+        int ep = -1;
+        for (int i = 0; i < EP_COUNT; i++)
+            if (strlen(ep_names[i]) == name_n && memcmp(ep_names[i], p, name_n) == 0)
+                ep = i;
+        if (ep < 0) {
+            snprintf(why, sizeof(why), "FAKECUDA_FAIL: \"%.*s\" is not an entry point of the fake",
+                     (int)name_n, p);
+            return why;
+        }
+        g.fail[ep] = code;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return NULL;
+}
+
+__attribute__((constructor)) static void fc_load(void)
+{
+    const char *devs = getenv("FAKECUDA_DEVICES");
+    const char *fail = getenv("FAKECUDA_FAIL");
+    if (devs)
+        g.broken = parse_devices(devs);
+    else {
+        g.ndev = 1;
+        g.dev[0].total = FC_DEFAULT_TOTAL;
+        snprintf(g.dev[0].uuid, sizeof(g.dev[0].uuid), "GPU-fa4ecada-0000-0000-0000-%012x", 0);
+        (void)parse_uuid(g.dev[0].uuid, strlen(g.dev[0].uuid), g.dev[0].raw);
+    }
+    if (!g.broken && fail)
+        g.broken = parse_fail(fail);
+    if (g.broken) {
+        fprintf(stderr, "fakecuda: %s; every call returns CUDA_ERROR_UNKNOWN\n", g.broken);
+        return;
+    }
+    g.next_va = FC_VA_BASE;
+    g.next_va32 = FC_VA32_BASE;
+    g.next_handle = FC_HANDLE_BASE;
+    g.va.prev = g.va.next = &g.va;
+    for (int i = 0; i < g.ndev; i++) {
+        struct fc_ctx *c = &g.dev[i].primary;
+        c->magic = FC_CTX_MAGIC;
+        c->dev = i;
+        c->primary = true;
+        c->own.prev = c->own.next = &c->own;
+    }
+}
+
+/* --- bookkeeping (callers hold g.lock) ----------------------------------- */
+
+static size_t bucket_of(uint64_t key)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> (64 - g.bits));
+}
+
+static int table_grow(void)
+{
+    unsigned bits = g.bits ? g.bits + 1 : 10;
+    struct fc_obj **nb = calloc((size_t)1 << bits, sizeof(*nb));
+    if (!nb)
+        return -1;
+    struct fc_obj **old = g.buckets;
+    size_t oldn = g.bits ? (size_t)1 << g.bits : 0;
+    g.buckets = nb;
+    g.bits = bits;
+    for (size_t i = 0; i < oldn; i++) {
+        struct fc_obj *o = old[i];
+        while (o) {
+            struct fc_obj *next = o->hnext;
+            size_t b = bucket_of(o->key);
+            o->hnext = nb[b];
+            nb[b] = o;
+            o = next;
+        }
+    }
+    free(old);
+    return 0;
+}
+
+static struct fc_obj *lookup(uint64_t addr, enum fc_kind kind)
+{
+    if (!g.buckets)
+        return NULL;
+    uint64_t key = addr | (uint64_t)kind;
+    for (struct fc_obj *o = g.buckets[bucket_of(key)]; o; o = o->hnext)
+        if (o->key == key)
+            return o;
+    return NULL;
+}
+
+static void list_add(struct fc_obj *head, struct fc_obj *o)
+{
+    o->next = head;
+    o->prev = head->prev;
+    head->prev->next = o;
+    head->prev = o;
+}
+
+static void list_del(struct fc_obj *o)
+{
+    if (!o->next)
+        return;
+    o->prev->next = o->next;
+    o->next->prev = o->prev;
+    o->prev = o->next = NULL;
+}
+
+/* A new record in the table for addr/kind, charged `charge` bytes on dev and
+ * owned by ctx (NULL: device-level). OUT_OF_MEMORY when the device is full
+ * (or the host is); nothing changes then. */
+static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t charge,
+                        struct fc_ctx *ctx, struct fc_obj **out)
+{
+    struct fc_dev *d = &g.dev[dev];
+    if (charge > d->total - d->used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (g.count >= ((size_t)1 << g.bits) && table_grow() != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct fc_obj *o = g.spare;
+    if (o)
+        g.spare = o->hnext;
+    else if (!(o = malloc(sizeof(*o))))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(o, 0, sizeof(*o));
+    o->key = addr | (uint64_t)kind;
+    o->kind = kind;
+    o->dev = dev;
+    o->addr = addr;
+    o->charged = charge;
+    o->ctx = ctx;
+    size_t b = bucket_of(o->key);
+    o->hnext = g.buckets[b];
+    g.buckets[b] = o;
+    g.count++;
+    d->used += charge;
+    if (ctx)
+        list_add(&ctx->own, o);
+    *out = o;
+    return CUDA_SUCCESS;
+}
+
+static void obj_free(struct fc_obj *o)
+{
+    struct fc_obj **pp = &g.buckets[bucket_of(o->key)];
+    while (*pp != o)
+        pp = &(*pp)->hnext;
+    *pp = o->hnext;
+    g.count--;
+    g.dev[o->dev].used -= o->charged;
+    list_del(o);
+    o->hnext = g.spare;
+    g.spare = o;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+/* A fresh device address range: never reused, so a stale pointer is always
+ * unknown rather than someone else's. 0 when the space is exhausted. */
+static uint64_t va_take(uint64_t size, uint64_t align)
+{
+    uint64_t va = round_up(g.next_va, align);
+    uint64_t len = round_up(size, FC_PTR_ALIGN);
+    if (va >= FC_VA_LIMIT || len > FC_VA_LIMIT - va)
+        return 0;
+    g.next_va = va + len;
+    return va;
+}
+
+static uint64_t handle_take(void)
+{
+    g.next_handle += 16 * FC_PTR_ALIGN;
+    return g.next_handle;
+}
+
+static void ctx_teardown(struct fc_ctx *c)
+{
+    while (c->own.next != &c->own)
+        obj_free(c->own.next);
+}
+
+/* The calling thread's usable context. */
+static CUresult current(struct fc_ctx **out)
+{
+    struct fc_ctx *c = tls_ctx;
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!c->live)
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+static bool ctx_known(CUcontext h)
+{
+    for (int i = 0; i < g.ndev; i++)
+        if ((struct fc_ctx *)h == &g.dev[i].primary)
+            return true;
+    for (struct fc_ctx *c = g.ctxs; c; c = c->next_all)
+        if ((struct fc_ctx *)h == c)
+            return true;
+    return false;
+}
+
+/* The first check of every entry point: configuration, injected failure,
+ * initialisation. */
+static CUresult enter(enum fc_ep ep, bool need_init)
+{
+    if (g.broken)
+        return CUDA_ERROR_UNKNOWN;
+    if (g.fail[ep])
+        return (CUresult)g.fail[ep];
+    if (need_init && !atomic_load_explicit(&g.initialized, memory_order_acquire))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return CUDA_SUCCESS;
+}
+
+static CUresult check_dev(CUdevice dev)
+{
+    return dev >= 0 && dev < g.ndev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* --- initialisation, errors, devices ------------------------------------- */
+
+static CUresult fc_cuInit(unsigned int Flags)
+{
+    CUresult rc = enter(EP_cuInit, false);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    if (!atomic_load(&g.initialized)) {
+        if (table_grow() != 0) {
+            pthread_mutex_unlock(&g.lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (int i = 0; i < g.ndev; i++) {
+            struct fc_obj *pool;
+            rc = obj_new(handle_take(), KIND_POOL, i, 0, NULL, &pool);
+            if (rc != CUDA_SUCCESS)
+                break;
+            pool->is_default = true;
+            g.dev[i].default_pool = pool->addr;
+        }
+        if (rc == CUDA_SUCCESS)
+            atomic_store_explicit(&g.initialized, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuDriverGetVersion(int *driverVersion)
+{
+    CUresult rc = enter(EP_cuDriverGetVersion, false);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = FC_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
+
+static CUresult error_text(CUresult error, const char **pStr, bool name)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+#define FC_ERROR_CASE(sym, value, text) \
+    case sym:                           \
+        *pStr = name ? #sym : text;     \
+        return CUDA_SUCCESS;
+        CU_RESULT_MAP(FC_ERROR_CASE)
+#undef FC_ERROR_CASE
+    }
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuGetErrorName(CUresult error, const char **pStr)
+{
+    CUresult rc = enter(EP_cuGetErrorName, false);
+    return rc != CUDA_SUCCESS ? rc : error_text(error, pStr, true);
+}
+
+static CUresult fc_cuGetErrorString(CUresult error, const char **pStr)
+{
+    CUresult rc = enter(EP_cuGetErrorString, false);
+    return rc != CUDA_SUCCESS ? rc : error_text(error, pStr, false);
+}
+
+static CUresult fc_cuDeviceGet(CUdevice *device, int ordinal)
+{
+    CUresult rc = enter(EP_cuDeviceGet, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(ordinal)) != CUDA_SUCCESS)
+        return rc;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetCount(int *count)
+{
+    CUresult rc = enter(EP_cuDeviceGetCount, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = g.ndev;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult rc = enter(EP_cuDeviceGetName, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    snprintf(name, (size_t)len, "fakecuda GPU %d", dev);
+    return CUDA_SUCCESS;
+}
+
+static CUresult device_uuid(enum fc_ep ep, CUuuid *uuid, CUdevice dev)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    memcpy(uuid->bytes, g.dev[dev].raw, sizeof(uuid->bytes));
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    return device_uuid(EP_cuDeviceGetUuid, uuid, dev);
+}
+
+static CUresult fc_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    return device_uuid(EP_cuDeviceGetUuid_v2, uuid, dev);
+}
+
+static CUresult fc_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult rc = enter(EP_cuDeviceTotalMem_v2, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    *bytes = g.dev[dev].total;
+    return CUDA_SUCCESS;
+}
+
+/* The legacy 32-bit form: totals of 4 GiB and more are clamped to UINT_MAX. */
+static CUresult fc_cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    CUresult rc = enter(EP_cuDeviceTotalMem, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    uint64_t t = g.dev[dev].total;
+    *bytes = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    CUresult rc = enter(EP_cuDeviceGetAttribute, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pi || (int)attrib <= 0 || (int)attrib > FC_MAX_ATTRIBUTE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *pi = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+        *pi = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        *pi = 132;
+        break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+        *pi = dev + 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        *pi = 9;
+        break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+        *pi = 1;
+        break;
+    default:
+        *pi = 0;
+        break;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* --- contexts -------------------------------------------------------------- */
+
+static CUresult ctx_create(enum fc_ep ep, CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    struct fc_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->magic = FC_CTX_MAGIC;
+    c->dev = dev;
+    c->live = true;
+    c->own.prev = c->own.next = &c->own;
+    pthread_mutex_lock(&g.lock);
+    c->next_all = g.ctxs;
+    g.ctxs = c;
+    pthread_mutex_unlock(&g.lock);
+    tls_ctx = c;
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return ctx_create(EP_cuCtxCreate, pctx, flags, dev);
+}
+
+static CUresult fc_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return ctx_create(EP_cuCtxCreate_v2, pctx, flags, dev);
+}
+
+static CUresult ctx_destroy(enum fc_ep ep, CUcontext ctx)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct fc_ctx *c = (struct fc_ctx *)ctx;
+    pthread_mutex_lock(&g.lock);
+    if (!ctx || !ctx_known(ctx) || c->primary || !c->live) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    ctx_teardown(c);
+    c->live = false;
+    pthread_mutex_unlock(&g.lock);
+    if (tls_ctx == c)
+        tls_ctx = NULL;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxDestroy(CUcontext ctx)
+{
+    return ctx_destroy(EP_cuCtxDestroy, ctx);
+}
+
+static CUresult fc_cuCtxDestroy_v2(CUcontext ctx)
+{
+    return ctx_destroy(EP_cuCtxDestroy_v2, ctx);
+}
+
+static CUresult fc_cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUresult rc = enter(EP_cuCtxGetCurrent, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = (CUcontext)tls_ctx;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxSetCurrent(CUcontext ctx)
+{
+    CUresult rc = enter(EP_cuCtxSetCurrent, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (ctx) {
+        pthread_mutex_lock(&g.lock);
+        bool ok = ctx_known(ctx) && ((struct fc_ctx *)ctx)->live;
+        pthread_mutex_unlock(&g.lock);
+        if (!ok)
+            return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    tls_ctx = (struct fc_ctx *)ctx;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxGetDevice(CUdevice *device)
+{
+    CUresult rc = enter(EP_cuCtxGetDevice, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxSynchronize(void)
+{
+    CUresult rc = enter(EP_cuCtxSynchronize, true);
+    struct fc_ctx *c;
+    return rc != CUDA_SUCCESS ? rc : current(&c);
+}
+
+static CUresult fc_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult rc = enter(EP_cuDevicePrimaryCtxRetain, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    struct fc_ctx *c = &g.dev[dev].primary;
+    pthread_mutex_lock(&g.lock);
+    c->refs++;
+    c->live = true;
+    pthread_mutex_unlock(&g.lock);
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+/* Release: the last reference resets the context (frees everything in it)
+ * and leaves it inactive until the next retain. */
+static CUresult primary_release(enum fc_ep ep, CUdevice dev)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    struct fc_ctx *c = &g.dev[dev].primary;
+    pthread_mutex_lock(&g.lock);
+    if (c->refs == 0) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    } else if (--c->refs == 0) {
+        ctx_teardown(c);
+        c->live = false;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    return primary_release(EP_cuDevicePrimaryCtxRelease, dev);
+}
+
+static CUresult fc_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    return primary_release(EP_cuDevicePrimaryCtxRelease_v2, dev);
+}
+
+/* Reset: frees everything in the primary context; the retain count is kept
+ * ("resetting does not release it"), so a retained context stays usable. */
+static CUresult primary_reset(enum fc_ep ep, CUdevice dev)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    ctx_teardown(&g.dev[dev].primary);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return primary_reset(EP_cuDevicePrimaryCtxReset, dev);
+}
+
+static CUresult fc_cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    return primary_reset(EP_cuDevicePrimaryCtxReset_v2, dev);
+}
+
+/* --- linear allocations ---------------------------------------------------- */
+
+/* Allocates `bytes` on the current context's device (or on `dev` >= 0):
+ * the common body of every pointer-returning allocator. */
+static CUresult ptr_alloc(enum fc_ep ep, uint64_t *dptr, uint64_t bytes, int dev, bool va32)
+{
+    CUresult rc = enter(ep, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!dptr || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    if (bytes > FC_VA_LIMIT)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (dev < 0)
+        dev = c->dev;
+    pthread_mutex_lock(&g.lock);
+    uint64_t va;
+    if (va32) {
+        uint64_t len = round_up(bytes, FC_PTR_ALIGN);
+        va = g.next_va32;
+        if (len > FC_VA32_LIMIT - va) {
+            pthread_mutex_unlock(&g.lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    } else if (!(va = va_take(0, FC_PTR_ALIGN))) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct fc_obj *o;
+    rc = obj_new(va, KIND_PTR, dev, bytes, c, &o);
+    if (rc == CUDA_SUCCESS) {
+        o->size = bytes;
+        if (va32)
+            g.next_va32 = va + round_up(bytes, FC_PTR_ALIGN);
+        else
+            g.next_va = va + round_up(bytes, FC_PTR_ALIGN);
+        *dptr = va;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult ptr_free(enum fc_ep ep, uint64_t dptr)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    /* cuMemFree(0) is a no-op, like free(NULL). */
+    if (dptr == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup(dptr, KIND_PTR);
+    if (o)
+        obj_free(o);
+    pthread_mutex_unlock(&g.lock);
+    return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    return ptr_alloc(EP_cuMemAlloc_v2, (uint64_t *)dptr, bytesize, -1, false);
+}
+
+static CUresult fc_cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    uint64_t p = 0;
+    CUresult rc = ptr_alloc(EP_cuMemAlloc, dptr ? &p : NULL, bytesize, -1, true);
+    if (rc == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr_v1)p;
+    return rc;
+}
+
+static CUresult fc_cuMemFree_v2(CUdeviceptr dptr)
+{
+    return ptr_free(EP_cuMemFree_v2, dptr);
+}
+
+static CUresult fc_cuMemFree(CUdeviceptr_v1 dptr)
+{
+    return ptr_free(EP_cuMemFree, dptr);
+}
+
+static CUresult pitch_alloc(enum fc_ep ep, uint64_t *dptr, uint64_t *pitch, uint64_t width,
+                            uint64_t height, unsigned elem, bool va32)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!dptr || !pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t p = round_up(width, FC_PITCH_ALIGN);
+    if (p < width || height > UINT64_MAX / p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = ptr_alloc(ep, dptr, p * height, -1, va32);
+    if (rc == CUDA_SUCCESS)
+        *pitch = p;
+    return rc;
+}
+
+static CUresult fc_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                      size_t Height, unsigned int ElementSizeBytes)
+{
+    uint64_t pitch = 0;
+    CUresult rc = pitch_alloc(EP_cuMemAllocPitch_v2, (uint64_t *)dptr, pPitch ? &pitch : NULL,
+                              WidthInBytes, Height, ElementSizeBytes, false);
+    if (rc == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return rc;
+}
+
+static CUresult fc_cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
+                                   unsigned int WidthInBytes, unsigned int Height,
+                                   unsigned int ElementSizeBytes)
+{
+    uint64_t p = 0, pitch = 0;
+    CUresult rc = pitch_alloc(EP_cuMemAllocPitch, dptr ? &p : NULL, pPitch ? &pitch : NULL,
+                              WidthInBytes, Height, ElementSizeBytes, true);
+    if (rc == CUDA_SUCCESS) {
+        *dptr = (CUdeviceptr_v1)p;
+        *pPitch = (unsigned int)pitch;
+    }
+    return rc;
+}
+
+static CUresult fc_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) {
+        CUresult rc = enter(EP_cuMemAllocManaged, true);
+        return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_INVALID_VALUE;
+    }
+    return ptr_alloc(EP_cuMemAllocManaged, (uint64_t *)dptr, bytesize, -1, false);
+}
+
+static CUresult mem_info(enum fc_ep ep, uint64_t *free_out, uint64_t *total_out)
+{
+    CUresult rc = enter(ep, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    *free_out = g.dev[c->dev].total - g.dev[c->dev].used;
+    *total_out = g.dev[c->dev].total;
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    uint64_t f, t;
+    if (!free || !total) {
+        CUresult rc = enter(EP_cuMemGetInfo_v2, true);
+        return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult rc = mem_info(EP_cuMemGetInfo_v2, &f, &t);
+    if (rc == CUDA_SUCCESS) {
+        *free = f;
+        *total = t;
+    }
+    return rc;
+}
+
+/* The legacy 32-bit form: values of 4 GiB and more are clamped to UINT_MAX. */
+static CUresult fc_cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+    uint64_t f, t;
+    if (!free || !total) {
+        CUresult rc = enter(EP_cuMemGetInfo, true);
+        return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult rc = mem_info(EP_cuMemGetInfo, &f, &t);
+    if (rc == CUDA_SUCCESS) {
+        *free = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
+        *total = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+    }
+    return rc;
+}
+
+/* --- streams, pools, stream-ordered allocation ----------------------------- */
+
+/* A stream handle's device: the null and special streams are the current
+ * context's; others must exist. */
+static CUresult stream_dev(CUstream s, int *dev)
+{
+    struct fc_ctx *c;
+    CUresult rc = current(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    *dev = c->dev;
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup((uint64_t)(uintptr_t)s, KIND_STREAM);
+    if (o)
+        *dev = o->dev;
+    pthread_mutex_unlock(&g.lock);
+    return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fc_cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    CUresult rc = enter(EP_cuStreamCreate, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phStream || (Flags != CU_STREAM_DEFAULT && Flags != CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    struct fc_obj *o;
+    pthread_mutex_lock(&g.lock);
+    rc = obj_new(handle_take(), KIND_STREAM, c->dev, 0, c, &o);
+    if (rc == CUDA_SUCCESS)
+        *phStream = (CUstream)(uintptr_t)o->addr;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult stream_destroy(enum fc_ep ep, CUstream s)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = s ? lookup((uint64_t)(uintptr_t)s, KIND_STREAM) : NULL;
+    if (o)
+        obj_free(o);
+    pthread_mutex_unlock(&g.lock);
+    return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fc_cuStreamDestroy(CUstream hStream)
+{
+    return stream_destroy(EP_cuStreamDestroy, hStream);
+}
+
+static CUresult fc_cuStreamDestroy_v2(CUstream hStream)
+{
+    return stream_destroy(EP_cuStreamDestroy_v2, hStream);
+}
+
+static CUresult stream_sync(enum fc_ep ep, CUstream s)
+{
+    CUresult rc = enter(ep, true);
+    int dev;
+    return rc != CUDA_SUCCESS ? rc : stream_dev(s, &dev);
+}
+
+static CUresult fc_cuStreamSynchronize(CUstream hStream)
+{
+    return stream_sync(EP_cuStreamSynchronize, hStream);
+}
+
+static CUresult fc_cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    return stream_sync(EP_cuStreamSynchronize_ptsz, hStream);
+}
+
+/* Stream-ordered allocation happens at once (no stream semantics) and the
+ * pool keeps nothing back: freed bytes return to the device immediately. */
+static CUresult async_alloc(enum fc_ep ep, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                            bool from_pool, CUstream s)
+{
+    CUresult rc = enter(ep, true);
+    int dev;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!dptr || bytesize == 0 || (from_pool && !pool))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = stream_dev(s, &dev)) != CUDA_SUCCESS)
+        return rc;
+    if (from_pool) {
+        pthread_mutex_lock(&g.lock);
+        struct fc_obj *p = lookup((uint64_t)(uintptr_t)pool, KIND_POOL);
+        if (p)
+            dev = p->dev;
+        pthread_mutex_unlock(&g.lock);
+        if (!p)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return ptr_alloc(ep, (uint64_t *)dptr, bytesize, dev, false);
+}
+
+static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return async_alloc(EP_cuMemAllocAsync, dptr, bytesize, NULL, false, hStream);
+}
+
+static CUresult fc_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return async_alloc(EP_cuMemAllocAsync_ptsz, dptr, bytesize, NULL, false, hStream);
+}
+
+static CUresult fc_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                           CUstream hStream)
+{
+    return async_alloc(EP_cuMemAllocFromPoolAsync, dptr, bytesize, pool, true, hStream);
+}
+
+static CUresult fc_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                                CUmemoryPool pool, CUstream hStream)
+{
+    return async_alloc(EP_cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, true, hStream);
+}
+
+static CUresult async_free(enum fc_ep ep, CUdeviceptr dptr, CUstream s)
+{
+    CUresult rc = enter(ep, true);
+    int dev;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = stream_dev(s, &dev)) != CUDA_SUCCESS)
+        return rc;
+    if (dptr == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return ptr_free(ep, dptr);
+}
+
+static CUresult fc_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    return async_free(EP_cuMemFreeAsync, dptr, hStream);
+}
+
+static CUresult fc_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    return async_free(EP_cuMemFreeAsync_ptsz, dptr, hStream);
+}
+
+static CUresult device_location(const CUmemLocation *loc)
+{
+    if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return check_dev(loc->id);
+}
+
+static CUresult fc_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    CUresult rc = enter(EP_cuMemPoolCreate, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pool || !poolProps || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = device_location(&poolProps->location)) != CUDA_SUCCESS)
+        return rc;
+    struct fc_obj *o;
+    pthread_mutex_lock(&g.lock);
+    rc = obj_new(handle_take(), KIND_POOL, poolProps->location.id, 0, NULL, &o);
+    if (rc == CUDA_SUCCESS)
+        *pool = (CUmemoryPool)(uintptr_t)o->addr;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* Allocations still out of the pool stay valid (and charged) until freed. */
+static CUresult fc_cuMemPoolDestroy(CUmemoryPool pool)
+{
+    CUresult rc = enter(EP_cuMemPoolDestroy, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = pool ? lookup((uint64_t)(uintptr_t)pool, KIND_POOL) : NULL;
+    if (o && !o->is_default)
+        obj_free(o);
+    else
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult default_pool(enum fc_ep ep, CUmemoryPool *pool, CUdevice dev)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    *pool = (CUmemoryPool)(uintptr_t)g.dev[dev].default_pool;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    return default_pool(EP_cuDeviceGetDefaultMemPool, pool_out, dev);
+}
+
+/* cuDeviceSetMemPool is not implemented: the current pool is the default. */
+static CUresult fc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    return default_pool(EP_cuDeviceGetMemPool, pool, dev);
+}
+
+/* --- virtual memory management --------------------------------------------- */
+
+static CUresult fc_cuMemGetAllocationGranularity(size_t *granularity,
+                                                 const CUmemAllocationProp *prop,
+                                                 CUmemAllocationGranularity_flags option)
+{
+    CUresult rc = enter(EP_cuMemGetAllocationGranularity, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!granularity || !prop ||
+        (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+         option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = device_location(&prop->location)) != CUDA_SUCCESS)
+        return rc;
+    *granularity = FC_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+/* Physical allocations are device-level: a context's teardown leaves them. */
+static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                               const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    CUresult rc = enter(EP_cuMemCreate, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!handle || !prop || size == 0 || size % FC_GRANULARITY != 0 || flags != 0 ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = device_location(&prop->location)) != CUDA_SUCCESS)
+        return rc;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    struct fc_obj *o;
+    pthread_mutex_lock(&g.lock);
+    rc = obj_new(handle_take(), KIND_VMM, prop->location.id, size, NULL, &o);
+    if (rc == CUDA_SUCCESS) {
+        o->size = size;
+        *handle = o->addr;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* The memory goes back once the handle is released and no mapping is left. */
+static CUresult fc_cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    CUresult rc = enter(EP_cuMemRelease, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup(handle, KIND_VMM);
+    if (!o || o->released) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (o->maps > 0) {
+        o->released = true;
+    } else {
+        obj_free(o);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                       CUdeviceptr addr, unsigned long long flags)
+{
+    CUresult rc = enter(EP_cuMemAddressReserve, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!ptr || size == 0 || size % FC_GRANULARITY != 0 || flags != 0 ||
+        (alignment & (alignment - 1)) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    uint64_t va = va_take(size, alignment > FC_GRANULARITY ? alignment : FC_GRANULARITY);
+    struct fc_obj *o = NULL;
+    rc = va ? obj_new(va, KIND_RESERVE, 0, 0, NULL, &o) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS) {
+        o->size = size;
+        list_add(&g.va, o);
+        *ptr = va;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* Mappings left inside the range are not checked (the caller's bug). */
+static CUresult fc_cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    CUresult rc = enter(EP_cuMemAddressFree, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup(ptr, KIND_RESERVE);
+    if (o && o->size == size)
+        obj_free(o);
+    else
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                            CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    CUresult rc = enter(EP_cuMemMap, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (size == 0 || size % FC_GRANULARITY != 0 || offset != 0 || flags != 0 ||
+        ptr % FC_GRANULARITY != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *h = lookup(handle, KIND_VMM);
+    bool inside = false, overlap = false;
+    for (struct fc_obj *o = g.va.next; o != &g.va; o = o->next) {
+        if (o->kind == KIND_RESERVE && ptr >= o->addr && ptr - o->addr <= o->size &&
+            size <= o->size - (ptr - o->addr))
+            inside = true;
+        if (o->kind == KIND_MAP && ptr < o->addr + o->size && o->addr < ptr + size)
+            overlap = true;
+    }
+    struct fc_obj *m = NULL;
+    if (!h || h->released || size > h->size || !inside || overlap)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = obj_new(ptr, KIND_MAP, h->dev, 0, NULL, &m);
+    if (rc == CUDA_SUCCESS) {
+        m->size = size;
+        m->link = handle;
+        list_add(&g.va, m);
+        h->maps++;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* Unmaps every mapping inside [ptr, ptr+size); one straddling its edge, or
+ * none at all, is INVALID_VALUE and nothing changes. */
+static CUresult fc_cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    CUresult rc = enter(EP_cuMemUnmap, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    int found = 0;
+    for (struct fc_obj *o = g.va.next; o != &g.va; o = o->next) {
+        if (o->kind != KIND_MAP || !(ptr < o->addr + o->size && o->addr < ptr + size))
+            continue;
+        if (o->addr < ptr || o->addr + o->size > ptr + size)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        found++;
+    }
+    if (found == 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    for (struct fc_obj *o = g.va.next; rc == CUDA_SUCCESS && o != &g.va;) {
+        struct fc_obj *next = o->next;
+        if (o->kind == KIND_MAP && o->addr >= ptr && o->addr + o->size <= ptr + size) {
+            struct fc_obj *h = lookup(o->link, KIND_VMM);
+            obj_free(o);
+            if (h && --h->maps == 0 && h->released)
+                obj_free(h);
+        }
+        o = next;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* --- arrays ----------------------------------------------------------------- */
+
+static uint64_t format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    }
+    return 0;
+}
+
+static bool mul_ok(uint64_t *acc, uint64_t v)
+{
+    if (v != 0 && *acc > UINT64_MAX / v)
+        return false;
+    *acc *= v;
+    return true;
+}
+
+/* Bytes of a w x h x d array (h, d of 0 count as 1); 0 for a bad descriptor,
+ * UINT64_MAX when it overflows. */
+static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned ch)
+{
+    uint64_t e = format_bytes(f), b = 1;
+    if (w == 0 || e == 0 || (ch != 1 && ch != 2 && ch != 4))
+        return 0;
+    if (!mul_ok(&b, w) || !mul_ok(&b, h ? h : 1) || !mul_ok(&b, d ? d : 1) || !mul_ok(&b, e) ||
+        !mul_ok(&b, ch))
+        return UINT64_MAX;
+    return b;
+}
+
+static CUresult handle_alloc(enum fc_ep ep, enum fc_kind kind, bool out, uint64_t *h,
+                             uint64_t bytes)
+{
+    CUresult rc = enter(ep, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!out || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (bytes == UINT64_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    struct fc_obj *o;
+    pthread_mutex_lock(&g.lock);
+    rc = obj_new(handle_take(), kind, c->dev, bytes, c, &o);
+    if (rc == CUDA_SUCCESS) {
+        o->size = bytes;
+        *h = o->addr;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult handle_free(enum fc_ep ep, enum fc_kind kind, const void *h)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = h ? lookup((uint64_t)(uintptr_t)h, kind) : NULL;
+    if (o)
+        obj_free(o);
+    pthread_mutex_unlock(&g.lock);
+    return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult fc_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    uint64_t b = d ? array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
+    uint64_t h = 0;
+    CUresult rc = handle_alloc(EP_cuArrayCreate_v2, KIND_ARRAY, pHandle != NULL, &h, b);
+    if (rc == CUDA_SUCCESS)
+        *pHandle = (CUarray)(uintptr_t)h;
+    return rc;
+}
+
+static CUresult fc_cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
+{
+    uint64_t b = d ? array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
+    uint64_t h = 0;
+    CUresult rc = handle_alloc(EP_cuArrayCreate, KIND_ARRAY, pHandle != NULL, &h, b);
+    if (rc == CUDA_SUCCESS)
+        *pHandle = (CUarray)(uintptr_t)h;
+    return rc;
+}
+
+static CUresult fc_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    uint64_t b = d ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
+    uint64_t h = 0;
+    CUresult rc = handle_alloc(EP_cuArray3DCreate_v2, KIND_ARRAY, pHandle != NULL, &h, b);
+    if (rc == CUDA_SUCCESS)
+        *pHandle = (CUarray)(uintptr_t)h;
+    return rc;
+}
+
+static CUresult fc_cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
+{
+    uint64_t b = d ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels) : 0;
+    uint64_t h = 0;
+    CUresult rc = handle_alloc(EP_cuArray3DCreate, KIND_ARRAY, pHandle != NULL, &h, b);
+    if (rc == CUDA_SUCCESS)
+        *pHandle = (CUarray)(uintptr_t)h;
+    return rc;
+}
+
+static CUresult fc_cuArrayDestroy(CUarray hArray)
+{
+    return handle_free(EP_cuArrayDestroy, KIND_ARRAY, hArray);
+}
+
+/* Sum over the levels, each dimension halved per level (at least 1); more
+ * levels than the largest dimension allows is INVALID_VALUE. */
+static CUresult fc_cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                          const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                          unsigned int numMipmapLevels)
+{
+    uint64_t total = 0;
+    if (d && numMipmapLevels > 0) {
+        uint64_t w = d->Width, h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1;
+        uint64_t max = w > h ? (w > z ? w : z) : (h > z ? h : z);
+        unsigned levels = 1;
+        while (max >>= 1)
+            levels++;
+        for (unsigned l = 0; l < numMipmapLevels && numMipmapLevels <= levels; l++) {
+            uint64_t b = array_bytes(w, h, z, d->Format, d->NumChannels);
+            if (b == 0 || b == UINT64_MAX || total > UINT64_MAX - b) {
+                total = b == 0 ? 0 : UINT64_MAX;
+                break;
+            }
+            total += b;
+            w = w > 1 ? w / 2 : 1;
+            h = h > 1 ? h / 2 : 1;
+            z = z > 1 ? z / 2 : 1;
+        }
+    }
+    uint64_t h = 0;
+    CUresult rc = handle_alloc(EP_cuMipmappedArrayCreate, KIND_MIPMAP, pHandle != NULL, &h, total);
+    if (rc == CUDA_SUCCESS)
+        *pHandle = (CUmipmappedArray)(uintptr_t)h;
+    return rc;
+}
+
+static CUresult fc_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    return handle_free(EP_cuMipmappedArrayDestroy, KIND_MIPMAP, hMipmappedArray);
+}
+
+/* --- launches and graphs (stubs) ------------------------------------------- */
+
+/* A no-op: benches time the call itself. */
+static CUresult fc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                  unsigned int gridDimZ, unsigned int blockDimX,
+                                  unsigned int blockDimY, unsigned int blockDimZ,
+                                  unsigned int sharedMemBytes, CUstream hStream,
+                                  void **kernelParams, void **extra)
+{
+    return enter(EP_cuLaunchKernel, true);
+}
+
+static CUresult fc_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                       unsigned int gridDimZ, unsigned int blockDimX,
+                                       unsigned int blockDimY, unsigned int blockDimZ,
+                                       unsigned int sharedMemBytes, CUstream hStream,
+                                       void **kernelParams, void **extra)
+{
+    return enter(EP_cuLaunchKernel_ptsz, true);
+}
+
+/* The two ABIs answer with different node values (FAKECUDA_GRAPH_NODE_V1/V2). */
+static CUresult graph_node(enum fc_ep ep, CUgraphNode *node, CUgraph graph, const void *params,
+                           CUgraphNode value)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!node || !graph || !params)
+        return CUDA_ERROR_INVALID_VALUE;
+    *node = value;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                        const CUgraphNode *dependencies, size_t numDependencies,
+                                        const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    return graph_node(EP_cuGraphAddKernelNode, phGraphNode, hGraph, nodeParams,
+                      FAKECUDA_GRAPH_NODE_V1);
+}
+
+static CUresult fc_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode *dependencies, size_t numDependencies,
+                                           const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)
+{
+    return graph_node(EP_cuGraphAddKernelNode_v2, phGraphNode, hGraph, nodeParams,
+                      FAKECUDA_GRAPH_NODE_V2);
+}
+
+/* --- cuGetProcAddress ----------------------------------------------------- */
+
+/* One row per ABI of a base name: the version that introduced it, its code,
+ * and its per-thread-default-stream variant where one exists. A request for
+ * cudaVersion V gets the newest row with since <= V. */
+struct fc_proc {
+    const char *name;
+    int since;
+    void *fn;
+    void *ptsz;
+};
+
+static CUresult fc_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags);
+static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                       cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *symbolStatus);
+
+#define FC_FN(f) ((void *)fc_##f)
+
+static const struct fc_proc procs[] = {
+    {"cuInit", 2000, FC_FN(cuInit), NULL},
+    {"cuDriverGetVersion", 2020, FC_FN(cuDriverGetVersion), NULL},
+    {"cuGetErrorName", 6000, FC_FN(cuGetErrorName), NULL},
+    {"cuGetErrorString", 6000, FC_FN(cuGetErrorString), NULL},
+    {"cuGetProcAddress", 11030, FC_FN(cuGetProcAddress), NULL},
+    {"cuGetProcAddress", 12000, FC_FN(cuGetProcAddress_v2), NULL},
+    {"cuDeviceGet", 2000, FC_FN(cuDeviceGet), NULL},
+    {"cuDeviceGetCount", 2000, FC_FN(cuDeviceGetCount), NULL},
+    {"cuDeviceGetName", 2000, FC_FN(cuDeviceGetName), NULL},
+    {"cuDeviceGetUuid", 9020, FC_FN(cuDeviceGetUuid), NULL},
+    {"cuDeviceGetUuid", 11040, FC_FN(cuDeviceGetUuid_v2), NULL},
+    {"cuDeviceTotalMem", 2000, FC_FN(cuDeviceTotalMem), NULL},
+    {"cuDeviceTotalMem", 3020, FC_FN(cuDeviceTotalMem_v2), NULL},
+    {"cuDeviceGetAttribute", 2000, FC_FN(cuDeviceGetAttribute), NULL},
+    {"cuCtxCreate", 2000, FC_FN(cuCtxCreate), NULL},
+    {"cuCtxCreate", 3020, FC_FN(cuCtxCreate_v2), NULL},
+    {"cuCtxDestroy", 2000, FC_FN(cuCtxDestroy), NULL},
+    {"cuCtxDestroy", 4000, FC_FN(cuCtxDestroy_v2), NULL},
+    {"cuCtxGetCurrent", 4000, FC_FN(cuCtxGetCurrent), NULL},
+    {"cuCtxSetCurrent", 4000, FC_FN(cuCtxSetCurrent), NULL},
+    {"cuCtxGetDevice", 2000, FC_FN(cuCtxGetDevice), NULL},
+    {"cuCtxSynchronize", 2000, FC_FN(cuCtxSynchronize), NULL},
+    {"cuDevicePrimaryCtxRetain", 7000, FC_FN(cuDevicePrimaryCtxRetain), NULL},
+    {"cuDevicePrimaryCtxRelease", 7000, FC_FN(cuDevicePrimaryCtxRelease), NULL},
+    {"cuDevicePrimaryCtxRelease", 11000, FC_FN(cuDevicePrimaryCtxRelease_v2), NULL},
+    {"cuDevicePrimaryCtxReset", 7000, FC_FN(cuDevicePrimaryCtxReset), NULL},
+    {"cuDevicePrimaryCtxReset", 11000, FC_FN(cuDevicePrimaryCtxReset_v2), NULL},
+    {"cuMemAlloc", 2000, FC_FN(cuMemAlloc), NULL},
+    {"cuMemAlloc", 3020, FC_FN(cuMemAlloc_v2), NULL},
+    {"cuMemFree", 2000, FC_FN(cuMemFree), NULL},
+    {"cuMemFree", 3020, FC_FN(cuMemFree_v2), NULL},
+    {"cuMemAllocPitch", 2000, FC_FN(cuMemAllocPitch), NULL},
+    {"cuMemAllocPitch", 3020, FC_FN(cuMemAllocPitch_v2), NULL},
+    {"cuMemAllocManaged", 6000, FC_FN(cuMemAllocManaged), NULL},
+    {"cuMemGetInfo", 2000, FC_FN(cuMemGetInfo), NULL},
+    {"cuMemGetInfo", 3020, FC_FN(cuMemGetInfo_v2), NULL},
+    {"cuMemAllocAsync", 11020, FC_FN(cuMemAllocAsync), FC_FN(cuMemAllocAsync_ptsz)},
+    {"cuMemFreeAsync", 11020, FC_FN(cuMemFreeAsync), FC_FN(cuMemFreeAsync_ptsz)},
+    {"cuMemPoolCreate", 11020, FC_FN(cuMemPoolCreate), NULL},
+    {"cuMemPoolDestroy", 11020, FC_FN(cuMemPoolDestroy), NULL},
+    {"cuDeviceGetDefaultMemPool", 11020, FC_FN(cuDeviceGetDefaultMemPool), NULL},
+    {"cuDeviceGetMemPool", 11020, FC_FN(cuDeviceGetMemPool), NULL},
+    {"cuMemAllocFromPoolAsync", 11020, FC_FN(cuMemAllocFromPoolAsync),
+     FC_FN(cuMemAllocFromPoolAsync_ptsz)},
+    {"cuMemCreate", 10020, FC_FN(cuMemCreate), NULL},
+    {"cuMemRelease", 10020, FC_FN(cuMemRelease), NULL},
+    {"cuMemMap", 10020, FC_FN(cuMemMap), NULL},
+    {"cuMemUnmap", 10020, FC_FN(cuMemUnmap), NULL},
+    {"cuMemAddressReserve", 10020, FC_FN(cuMemAddressReserve), NULL},
+    {"cuMemAddressFree", 10020, FC_FN(cuMemAddressFree), NULL},
+    {"cuMemGetAllocationGranularity", 10020, FC_FN(cuMemGetAllocationGranularity), NULL},
+    {"cuArrayCreate", 2000, FC_FN(cuArrayCreate), NULL},
+    {"cuArrayCreate", 3020, FC_FN(cuArrayCreate_v2), NULL},
+    {"cuArray3DCreate", 2000, FC_FN(cuArray3DCreate), NULL},
+    {"cuArray3DCreate", 3020, FC_FN(cuArray3DCreate_v2), NULL},
+    {"cuArrayDestroy", 2000, FC_FN(cuArrayDestroy), NULL},
+    {"cuMipmappedArrayCreate", 5000, FC_FN(cuMipmappedArrayCreate), NULL},
+    {"cuMipmappedArrayDestroy", 5000, FC_FN(cuMipmappedArrayDestroy), NULL},
+    {"cuStreamCreate", 2000, FC_FN(cuStreamCreate), NULL},
+    {"cuStreamDestroy", 2000, FC_FN(cuStreamDestroy), NULL},
+    {"cuStreamDestroy", 4000, FC_FN(cuStreamDestroy_v2), NULL},
+    {"cuStreamSynchronize", 2000, FC_FN(cuStreamSynchronize), FC_FN(cuStreamSynchronize_ptsz)},
+    {"cuLaunchKernel", 4000, FC_FN(cuLaunchKernel), FC_FN(cuLaunchKernel_ptsz)},
+    {"cuGraphAddKernelNode", 10000, FC_FN(cuGraphAddKernelNode), NULL},
+    {"cuGraphAddKernelNode", 12000, FC_FN(cuGraphAddKernelNode_v2), NULL},
+};
+
+static CUresult proc_address(enum fc_ep ep, const char *symbol, void **pfn, int cudaVersion,
+                             cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    CUresult rc = enter(ep, false);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!symbol || !pfn || flags > CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct fc_proc *best = NULL;
+    bool named = false;
+    for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+        if (strcmp(procs[i].name, symbol) != 0)
+            continue;
+        named = true;
+        if (procs[i].since <= cudaVersion && (!best || procs[i].since > best->since))
+            best = &procs[i];
+    }
+    *pfn = NULL;
+    if (!best) {
+        if (status)
+            *status = named ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                            : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    *pfn = flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM && best->ptsz ? best->ptsz
+                                                                                : best->fn;
+    if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags)
+{
+    return proc_address(EP_cuGetProcAddress, symbol, pfn, cudaVersion, flags, NULL);
+}
+
+static CUresult fc_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                       cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *symbolStatus)
+{
+    return proc_address(EP_cuGetProcAddress_v2, symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+/* --- exports --------------------------------------------------------------- */
+
+#define FC_EXPORT(sym) \
+    extern __typeof__(fc_##sym) sym __attribute__((alias("fc_" #sym), visibility("default")));
+FC_ENTRY_POINTS(FC_EXPORT)
+#undef FC_EXPORT
