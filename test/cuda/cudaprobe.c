@@ -1,0 +1,919 @@
+/* cudaprobe.c -- gpupool-cudaprobe: reach libcuda as applications do and run a script.
+ *
+ * Usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] COMMAND...
+ * Runs the commands given on the command line in order and prints one line
+ * per command, "<command> <CUDA error name> [values]", flushed at once (tests
+ * kill the probe mid-script). Exit 0 once the script ran (whatever the CUDA
+ * calls answered), 2 on a usage error, 3 when libcuda cannot be loaded.
+ *
+ * How the entry points are found (--via):
+ *   dlsym     dlopen("libcuda.so.1") + dlsym of the _v2 names (the default)
+ *   proc      cuGetProcAddress, cudaVersion 12040
+ *   proc2     cuGetProcAddress_v2, cudaVersion 12040
+ *   proc-old  cuGetProcAddress, cudaVersion 11030
+ * --ptsz asks the proc paths for the per-thread-default-stream variants.
+ * Built with GP_CUDAPROBE_LINKED (gpupool-cudaprobe-linked), it links
+ * libcuda.so.1 and calls the _v2 symbols by name instead: the direct path.
+ *
+ * The commands (SIZE takes k/m/g) are listed in usage() and README.md. Needs
+ * only libc (dlopen, dladdr and threads live there since glibc 2.34), so it
+ * can be copied into a container image. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fakecuda_api.h"
+
+#define PROBE_MAX_THREADS 1024
+#define PROBE_MAX_DEVICES 64
+#define PROBE_FILL_MAX (1u << 24)
+#define PROBE_THREAD_ROUNDS 100
+#define PROBE_VERSION_NEW 12040
+#define PROBE_VERSION_OLD 11030
+
+/* The entry points the commands call: the symbol a dlsym/direct caller uses
+ * and the base name cuGetProcAddress takes. */
+#define PROBE_FNS(XX)                                                  \
+    XX(cuInit, "cuInit")                                               \
+    XX(cuDeviceGet, "cuDeviceGet")                                     \
+    XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                        \
+    XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")           \
+    XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")          \
+    XX(cuCtxCreate_v2, "cuCtxCreate")                                  \
+    XX(cuCtxDestroy_v2, "cuCtxDestroy")                                \
+    XX(cuCtxSetCurrent, "cuCtxSetCurrent")                             \
+    XX(cuMemAlloc_v2, "cuMemAlloc")                                    \
+    XX(cuMemFree_v2, "cuMemFree")                                      \
+    XX(cuMemAllocPitch_v2, "cuMemAllocPitch")                          \
+    XX(cuMemAllocManaged, "cuMemAllocManaged")                         \
+    XX(cuMemGetInfo_v2, "cuMemGetInfo")                                \
+    XX(cuMemAllocAsync, "cuMemAllocAsync")                             \
+    XX(cuMemFreeAsync, "cuMemFreeAsync")                               \
+    XX(cuMemPoolCreate, "cuMemPoolCreate")                             \
+    XX(cuMemPoolDestroy, "cuMemPoolDestroy")                           \
+    XX(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")             \
+    XX(cuMemCreate, "cuMemCreate")                                     \
+    XX(cuMemRelease, "cuMemRelease")                                   \
+    XX(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity") \
+    XX(cuArrayCreate_v2, "cuArrayCreate")                              \
+    XX(cuArray3DCreate_v2, "cuArray3DCreate")                          \
+    XX(cuArrayDestroy, "cuArrayDestroy")                               \
+    XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")               \
+    XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")             \
+    XX(cuLaunchKernel, "cuLaunchKernel")
+
+static struct {
+#define PROBE_FIELD(sym, base) __typeof__(sym) *sym;
+    PROBE_FNS(PROBE_FIELD)
+#undef PROBE_FIELD
+    __typeof__(cuGetProcAddress) *gpa;
+    __typeof__(cuGetProcAddress_v2) *gpa2;
+} cu;
+
+/* Calls an entry point, or answers NOT_FOUND where the library did not
+ * provide it (dlsym or cuGetProcAddress came back empty). */
+#define CALL(fn, ...) (cu.fn ? cu.fn(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
+
+enum via { VIA_DLSYM, VIA_PROC, VIA_PROC2, VIA_PROC_OLD };
+
+/* --- the script ----------------------------------------------------------- */
+
+enum arg { A_NONE, A_INT, A_SIZE, A_NAME };
+
+struct op {
+    const char *name;
+    enum arg args[3];
+};
+
+enum opcode {
+    OP_INIT,
+    OP_DEVICE,
+    OP_CTX_CREATE,
+    OP_CTX_DESTROY,
+    OP_PRIMARY_RESET,
+    OP_ALLOC,
+    OP_PITCH,
+    OP_MANAGED,
+    OP_ASYNC,
+    OP_POOLALLOC,
+    OP_CREATE,
+    OP_ARRAY,
+    OP_ARRAY3D,
+    OP_MIPMAP,
+    OP_FREE,
+    OP_FREE_ALL,
+    OP_INFO,
+    OP_TOTAL,
+    OP_FILL,
+    OP_FILL_FREE,
+    OP_LOOP,
+    OP_LAUNCH,
+    OP_THREADS,
+    OP_NVML,
+    OP_HOLD,
+    OP_SLEEP,
+    OP_NULL_INFO,
+    OP_NULL_ALLOC,
+    OP_PROCADDR,
+    OP_GRAPH_NODE,
+    OP_COUNT
+};
+
+static const struct op ops[OP_COUNT] = {
+    [OP_INIT] = {"init", {A_NONE}},
+    [OP_DEVICE] = {"device", {A_INT}},
+    [OP_CTX_CREATE] = {"ctx-create", {A_NONE}},
+    [OP_CTX_DESTROY] = {"ctx-destroy", {A_NONE}},
+    [OP_PRIMARY_RESET] = {"primary-reset", {A_NONE}},
+    [OP_ALLOC] = {"alloc", {A_SIZE}},
+    [OP_PITCH] = {"pitch", {A_SIZE, A_INT}},
+    [OP_MANAGED] = {"managed", {A_SIZE}},
+    [OP_ASYNC] = {"async", {A_SIZE}},
+    [OP_POOLALLOC] = {"poolalloc", {A_SIZE}},
+    [OP_CREATE] = {"create", {A_SIZE}},
+    [OP_ARRAY] = {"array", {A_INT, A_INT}},
+    [OP_ARRAY3D] = {"array3d", {A_INT, A_INT, A_INT}},
+    [OP_MIPMAP] = {"mipmap", {A_INT, A_INT, A_INT}},
+    [OP_FREE] = {"free", {A_NONE}},
+    [OP_FREE_ALL] = {"free-all", {A_NONE}},
+    [OP_INFO] = {"info", {A_NONE}},
+    [OP_TOTAL] = {"total", {A_NONE}},
+    [OP_FILL] = {"fill", {A_SIZE}},
+    [OP_FILL_FREE] = {"fill-free", {A_NONE}},
+    [OP_LOOP] = {"loop", {A_INT, A_SIZE}},
+    [OP_LAUNCH] = {"launch", {A_INT}},
+    [OP_THREADS] = {"threads", {A_INT, A_SIZE}},
+    [OP_NVML] = {"nvml", {A_NONE}},
+    [OP_HOLD] = {"hold", {A_NONE}},
+    [OP_SLEEP] = {"sleep", {A_INT}},
+    [OP_NULL_INFO] = {"null-info", {A_NONE}},
+    [OP_NULL_ALLOC] = {"null-alloc", {A_NONE}},
+    [OP_PROCADDR] = {"procaddr", {A_NAME, A_INT}}, /* [FLAGS] optional */
+    [OP_GRAPH_NODE] = {"graph-node", {A_INT}},
+};
+
+struct cmd {
+    enum opcode op;
+    uint64_t a[3];
+    const char *name;
+};
+
+static void usage(void)
+{
+    fputs("usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] COMMAND...\n"
+          "commands (SIZE: bytes or a number with k/m/g):\n"
+          "  init | device N | ctx-create | ctx-destroy | primary-reset\n"
+          "  alloc SIZE | pitch WIDTH HEIGHT | managed SIZE | async SIZE | poolalloc SIZE\n"
+          "  create SIZE | array W H | array3d W H D | mipmap W H LEVELS\n"
+          "  free | free-all | info | total | fill STEP | fill-free\n"
+          "  loop N SIZE | launch N | threads N SIZE | nvml | hold | sleep MS\n"
+          "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n",
+          stderr);
+}
+
+static int parse_u64(const char *s, bool size, uint64_t *out)
+{
+    char *end;
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return -1;
+    unsigned shift = 0;
+    if (size && *end) {
+        switch (*end++) {
+        case 'k':
+        case 'K':
+            shift = 10;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            break;
+        default:
+            return -1;
+        }
+    }
+    if (*end != '\0' || v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* argv[i..] into cmds; -1 (and a message) on a usage error. */
+static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncmds)
+{
+    int n = 0;
+    while (i < argc) {
+        int op = -1;
+        for (int k = 0; k < OP_COUNT; k++)
+            if (strcmp(argv[i], ops[k].name) == 0)
+                op = k;
+        if (op < 0) {
+            fprintf(stderr, "gpupool-cudaprobe: unknown command \"%s\"\n", argv[i]);
+            return -1;
+        }
+        struct cmd *c = &cmds[n++];
+        memset(c, 0, sizeof(*c));
+        c->op = (enum opcode)op;
+        i++;
+        for (int k = 0; k < 3 && ops[op].args[k] != A_NONE; k++, i++) {
+            enum arg a = ops[op].args[k];
+            if (i >= argc || (a == A_NAME ? (c->name = argv[i]) == NULL
+                                          : parse_u64(argv[i], a == A_SIZE, &c->a[k]) != 0)) {
+                fprintf(stderr, "gpupool-cudaprobe: %s: argument %d missing or not a %s\n",
+                        ops[op].name, k + 1,
+                        a == A_SIZE  ? "size"
+                        : a == A_INT ? "number"
+                                     : "name");
+                return -1;
+            }
+        }
+        /* procaddr's optional FLAGS: a number (no command is one). */
+        if (op == OP_PROCADDR && i < argc && parse_u64(argv[i], false, &c->a[2]) == 0)
+            i++;
+    }
+    *ncmds = n;
+    return 0;
+}
+
+/* --- output ----------------------------------------------------------------- */
+
+static const char *err_name(CUresult rc)
+{
+    static char buf[32];
+    switch (rc) {
+#define PROBE_ERR(sym, value, text) \
+    case sym:                       \
+        return #sym;
+        CU_RESULT_MAP(PROBE_ERR)
+#undef PROBE_ERR
+    }
+    snprintf(buf, sizeof(buf), "CUresult(%d)", (int)rc);
+    return buf;
+}
+
+static void say(const char *cmd, CUresult rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void say(const char *cmd, CUresult rc, const char *fmt, ...)
+{
+    printf("%s %s", cmd, err_name(rc));
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        putchar(' ');
+        vprintf(fmt, ap);
+        va_end(ap);
+    }
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* Where a code pointer lives: "lib=<basename> sym=<name>". */
+static void where(void *fn, char *buf, size_t len)
+{
+    Dl_info info;
+    if (!fn || dladdr(fn, &info) == 0 || !info.dli_fname) {
+        snprintf(buf, len, "lib=? sym=?");
+        return;
+    }
+    const char *slash = strrchr(info.dli_fname, '/');
+    snprintf(buf, len, "lib=%s sym=%s", slash ? slash + 1 : info.dli_fname,
+             info.dli_sname ? info.dli_sname : "?");
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* --- loading ------------------------------------------------------------------ */
+
+static int load(enum via via, bool ptsz)
+{
+#ifdef GP_CUDAPROBE_LINKED
+    (void)via;
+    (void)ptsz;
+#define PROBE_LINK(sym, base) cu.sym = sym;
+    PROBE_FNS(PROBE_LINK)
+#undef PROBE_LINK
+    cu.gpa = cuGetProcAddress;
+    cu.gpa2 = cuGetProcAddress_v2;
+    return 0;
+#else
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        fprintf(stderr, "gpupool-cudaprobe: cannot load libcuda.so.1: %s\n", dlerror());
+        return -1;
+    }
+    cu.gpa = (__typeof__(cu.gpa))dlsym(h, "cuGetProcAddress");
+    cu.gpa2 = (__typeof__(cu.gpa2))dlsym(h, "cuGetProcAddress_v2");
+    if (via == VIA_DLSYM) {
+#define PROBE_DLSYM(sym, base) cu.sym = (__typeof__(cu.sym))dlsym(h, #sym);
+        PROBE_FNS(PROBE_DLSYM)
+#undef PROBE_DLSYM
+        return 0;
+    }
+    if ((via == VIA_PROC2 && !cu.gpa2) || (via != VIA_PROC2 && !cu.gpa)) {
+        fprintf(stderr, "gpupool-cudaprobe: libcuda.so.1 has no %s\n",
+                via == VIA_PROC2 ? "cuGetProcAddress_v2" : "cuGetProcAddress");
+        return -1;
+    }
+    int version = via == VIA_PROC_OLD ? PROBE_VERSION_OLD : PROBE_VERSION_NEW;
+    cuuint64_t flags = ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+    CUdriverProcAddressQueryResult status;
+    void *p;
+#define PROBE_PROC(sym, base)                                                  \
+    p = NULL;                                                                  \
+    if ((via == VIA_PROC2 ? cu.gpa2(base, &p, version, flags, &status)         \
+                          : cu.gpa(base, &p, version, flags)) != CUDA_SUCCESS) \
+        p = NULL;                                                              \
+    cu.sym = (__typeof__(cu.sym))p;
+    PROBE_FNS(PROBE_PROC)
+#undef PROBE_PROC
+    return 0;
+#endif
+}
+
+/* --- state the commands share ------------------------------------------------- */
+
+enum akind { AK_PTR, AK_ASYNC, AK_VMM, AK_ARRAY, AK_MIPMAP };
+
+struct alloc {
+    enum akind kind;
+    uint64_t h;
+    CUcontext ctx;
+};
+
+static struct {
+    CUdevice dev;
+    CUcontext cur;
+    CUcontext primary[PROBE_MAX_DEVICES];
+    CUcontext created[PROBE_MAX_DEVICES];
+    int ncreated;
+    CUmemoryPool pool[PROBE_MAX_DEVICES];
+    struct alloc *live;
+    size_t nlive, caplive;
+    CUdeviceptr *fill;
+    size_t nfill, capfill;
+} st;
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 64;
+    void *np = realloc(*p, n * elem);
+    if (!np)
+        return -1;
+    *p = np;
+    *cap = n;
+    return 0;
+}
+
+static CUresult remember(enum akind kind, uint64_t h)
+{
+    if (grow((void **)&st.live, &st.caplive, st.nlive + 1, sizeof(*st.live)) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    st.live[st.nlive++] = (struct alloc){kind, h, st.cur};
+    return CUDA_SUCCESS;
+}
+
+static CUresult release(const struct alloc *a)
+{
+    switch (a->kind) {
+    case AK_PTR:
+        return CALL(cuMemFree_v2, a->h);
+    case AK_ASYNC:
+        return CALL(cuMemFreeAsync, a->h, NULL);
+    case AK_VMM:
+        return CALL(cuMemRelease, a->h);
+    case AK_ARRAY:
+        return CALL(cuArrayDestroy, (CUarray)(uintptr_t)a->h);
+    case AK_MIPMAP:
+        return CALL(cuMipmappedArrayDestroy, (CUmipmappedArray)(uintptr_t)a->h);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A context's teardown freed what was allocated in it (VMM handles are
+ * device-level and survive). */
+static void forget_ctx(CUcontext ctx)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < st.nlive; i++)
+        if (st.live[i].ctx != ctx || st.live[i].kind == AK_VMM)
+            st.live[k++] = st.live[i];
+    st.nlive = k;
+}
+
+static CUresult use_device(int ordinal)
+{
+    CUdevice d;
+    CUresult rc = CALL(cuDeviceGet, &d, ordinal);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (d < 0 || d >= PROBE_MAX_DEVICES)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!st.primary[d] && (rc = CALL(cuDevicePrimaryCtxRetain, &st.primary[d], d)) != CUDA_SUCCESS)
+        return rc;
+    if ((rc = CALL(cuCtxSetCurrent, st.primary[d])) != CUDA_SUCCESS)
+        return rc;
+    st.dev = d;
+    st.cur = st.primary[d];
+    return CUDA_SUCCESS;
+}
+
+/* --- commands ------------------------------------------------------------------ */
+
+struct worker {
+    pthread_t tid;
+    uint64_t size;
+    int failures;
+    CUresult first;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    CUresult rc = CALL(cuCtxSetCurrent, st.cur);
+    w->first = rc;
+    if (rc != CUDA_SUCCESS) {
+        w->failures = PROBE_THREAD_ROUNDS;
+        return NULL;
+    }
+    for (int i = 0; i < PROBE_THREAD_ROUNDS; i++) {
+        CUdeviceptr p;
+        rc = CALL(cuMemAlloc_v2, &p, w->size);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemFree_v2, p);
+        if (rc != CUDA_SUCCESS) {
+            if (w->failures++ == 0)
+                w->first = rc;
+        }
+    }
+    return NULL;
+}
+
+static void cmd_threads(uint64_t n, uint64_t size)
+{
+    if (n == 0 || n > PROBE_MAX_THREADS) {
+        say("threads", CUDA_ERROR_INVALID_VALUE, "max=%d", PROBE_MAX_THREADS);
+        return;
+    }
+    struct worker *w = calloc(n, sizeof(*w));
+    if (!w) {
+        say("threads", CUDA_ERROR_OUT_OF_MEMORY, NULL);
+        return;
+    }
+    uint64_t started = 0;
+    for (; started < n; started++) {
+        w[started].size = size;
+        if (pthread_create(&w[started].tid, NULL, worker_main, &w[started]) != 0)
+            break;
+    }
+    int failures = (int)(n - started) * PROBE_THREAD_ROUNDS;
+    CUresult first = started < n ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS;
+    for (uint64_t i = 0; i < started; i++) {
+        if (pthread_join(w[i].tid, NULL) != 0)
+            continue;
+        if (w[i].failures && first == CUDA_SUCCESS)
+            first = w[i].first;
+        failures += w[i].failures;
+    }
+    free(w);
+    say("threads", first, "failures=%d", failures);
+}
+
+/* NVML's memory structs (nvml.h), declared here to keep the probe
+ * self-contained. */
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
+struct nvml_memory_v2 {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+};
+
+static void cmd_nvml(void)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!h) {
+        say("nvml", CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "dlopen=failed");
+        return;
+    }
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*by_index)(unsigned, void **) =
+        (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    int (*info)(void *, struct nvml_memory *) =
+        (int (*)(void *, struct nvml_memory *))dlsym(h, "nvmlDeviceGetMemoryInfo");
+    int (*info2)(void *, struct nvml_memory_v2 *) =
+        (int (*)(void *, struct nvml_memory_v2 *))dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
+    if (!init || !by_index || !info || !info2) {
+        say("nvml", CUDA_ERROR_NOT_FOUND, "dlsym=failed");
+        return;
+    }
+    void *dev = NULL;
+    struct nvml_memory m = {0};
+    struct nvml_memory_v2 m2 = {.version = (unsigned)sizeof(m2) | (2u << 24)};
+    int rc = init();
+    const char *step = "nvmlInit_v2";
+    if (rc == 0) {
+        step = "nvmlDeviceGetHandleByIndex_v2";
+        rc = by_index(0, &dev);
+    }
+    if (rc == 0) {
+        step = "nvmlDeviceGetMemoryInfo";
+        rc = info(dev, &m);
+    }
+    if (rc == 0) {
+        step = "nvmlDeviceGetMemoryInfo_v2";
+        rc = info2(dev, &m2);
+    }
+    if (rc != 0) {
+        say("nvml", CUDA_ERROR_UNKNOWN, "call=%s nvml_rc=%d", step, rc);
+        return;
+    }
+    say("nvml", CUDA_SUCCESS, "total=%llu used=%llu free=%llu total2=%llu used2=%llu free2=%llu",
+        m.total, m.used, m.free, m2.total, m2.used, m2.free);
+}
+
+static CUresult proc_lookup(const char *name, int version, cuuint64_t flags, void **p, char *status,
+                            size_t len)
+{
+    CUdriverProcAddressQueryResult s = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult rc;
+    *p = NULL;
+    if (cu.gpa2) {
+        rc = cu.gpa2(name, p, version, flags, &s);
+        snprintf(status, len, "status=%d", (int)s);
+    } else if (cu.gpa) {
+        rc = cu.gpa(name, p, version, flags);
+        snprintf(status, len, "status=none");
+    } else {
+        snprintf(status, len, "status=none");
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    return rc;
+}
+
+static void cmd_procaddr(const char *name, uint64_t version, uint64_t flags)
+{
+    void *p;
+    char status[32], loc[256];
+    CUresult rc = proc_lookup(name, (int)version, flags, &p, status, sizeof(status));
+    if (p)
+        where(p, loc, sizeof(loc));
+    else
+        snprintf(loc, sizeof(loc), "pfn=null");
+    say("procaddr", rc, "%s %s", status, loc);
+}
+
+static void cmd_graph_node(uint64_t version)
+{
+    void *p;
+    char status[32], loc[256];
+    CUresult rc = proc_lookup("cuGraphAddKernelNode", (int)version, 0, &p, status, sizeof(status));
+    if (rc != CUDA_SUCCESS || !p) {
+        say("graph-node", rc, "%s pfn=null", status);
+        return;
+    }
+    /* v2's parameters extend v1's, so one zeroed v2 block serves either ABI. */
+    CUDA_KERNEL_NODE_PARAMS_v2 params = {0};
+    CUgraphNode node = NULL;
+    rc = ((__typeof__(cuGraphAddKernelNode_v2) *)p)(&node, (CUgraph)(uintptr_t)0x1, NULL, 0,
+                                                    &params);
+    where(p, loc, sizeof(loc));
+    say("graph-node", rc, "abi=%s %s",
+        node == FAKECUDA_GRAPH_NODE_V1   ? "v1"
+        : node == FAKECUDA_GRAPH_NODE_V2 ? "v2"
+                                         : "unknown",
+        loc);
+}
+
+static void run(const struct cmd *c)
+{
+    const char *name = ops[c->op].name;
+    CUresult rc = CUDA_SUCCESS;
+    CUdeviceptr p = 0;
+    switch (c->op) {
+    case OP_INIT:
+        rc = CALL(cuInit, 0);
+        if (rc == CUDA_SUCCESS)
+            rc = use_device(0);
+        say(name, rc, NULL);
+        return;
+    case OP_DEVICE:
+        say(name, c->a[0] > INT_MAX ? CUDA_ERROR_INVALID_DEVICE : use_device((int)c->a[0]), NULL);
+        return;
+    case OP_CTX_CREATE: {
+        CUcontext ctx = NULL;
+        if (st.ncreated == PROBE_MAX_DEVICES)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            rc = CALL(cuCtxCreate_v2, &ctx, 0, st.dev);
+        if (rc == CUDA_SUCCESS) {
+            st.created[st.ncreated++] = ctx;
+            st.cur = ctx;
+        }
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_CTX_DESTROY: {
+        CUcontext ctx = st.ncreated ? st.created[st.ncreated - 1] : NULL;
+        rc = CALL(cuCtxDestroy_v2, ctx);
+        if (rc == CUDA_SUCCESS) {
+            st.ncreated--;
+            forget_ctx(ctx);
+            st.cur = st.ncreated ? st.created[st.ncreated - 1] : st.primary[st.dev];
+            if (st.cur)
+                rc = CALL(cuCtxSetCurrent, st.cur);
+        }
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_PRIMARY_RESET:
+        rc = CALL(cuDevicePrimaryCtxReset_v2, st.dev);
+        if (rc == CUDA_SUCCESS)
+            forget_ctx(st.primary[st.dev]);
+        say(name, rc, NULL);
+        return;
+    case OP_ALLOC:
+        rc = CALL(cuMemAlloc_v2, &p, c->a[0]);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_PTR, p);
+        say(name, rc, NULL);
+        return;
+    case OP_PITCH: {
+        size_t pitch = 0;
+        rc = CALL(cuMemAllocPitch_v2, &p, &pitch, c->a[0], c->a[1], 4);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_PTR, p);
+        say(name, rc, "pitch=%zu", pitch);
+        return;
+    }
+    case OP_MANAGED:
+        rc = CALL(cuMemAllocManaged, &p, c->a[0], CU_MEM_ATTACH_GLOBAL);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_PTR, p);
+        say(name, rc, NULL);
+        return;
+    case OP_ASYNC:
+        rc = CALL(cuMemAllocAsync, &p, c->a[0], NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_ASYNC, p);
+        say(name, rc, NULL);
+        return;
+    case OP_POOLALLOC:
+        if (!st.pool[st.dev]) {
+            CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
+            rc = CALL(cuMemPoolCreate, &st.pool[st.dev], &props);
+        }
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemAllocFromPoolAsync, &p, c->a[0], st.pool[st.dev], NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_ASYNC, p);
+        say(name, rc, NULL);
+        return;
+    case OP_CREATE: {
+        CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
+        size_t gran = 0, bytes = 0;
+        CUmemGenericAllocationHandle h = 0;
+        rc = CALL(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (rc == CUDA_SUCCESS && gran == 0)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) {
+            bytes = c->a[0] == 0 ? 0 : (c->a[0] + gran - 1) / gran * gran;
+            rc = CALL(cuMemCreate, &h, bytes, &prop, 0);
+        }
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_VMM, h);
+        say(name, rc, "bytes=%zu", bytes);
+        return;
+    }
+    case OP_ARRAY: {
+        CUDA_ARRAY_DESCRIPTOR d = {c->a[0], c->a[1], CU_AD_FORMAT_FLOAT, 1};
+        CUarray a = NULL;
+        rc = CALL(cuArrayCreate_v2, &a, &d);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_ARRAY, (uint64_t)(uintptr_t)a);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_ARRAY3D:
+    case OP_MIPMAP: {
+        CUDA_ARRAY3D_DESCRIPTOR d = {
+            c->a[0], c->a[1], c->op == OP_ARRAY3D ? c->a[2] : 0, CU_AD_FORMAT_FLOAT, 1, 0};
+        void *h = NULL;
+        if (c->op == OP_ARRAY3D)
+            rc = CALL(cuArray3DCreate_v2, (CUarray *)&h, &d);
+        else
+            rc = CALL(cuMipmappedArrayCreate, (CUmipmappedArray *)&h, &d,
+                      c->a[2] > UINT_MAX ? UINT_MAX : (unsigned)c->a[2]);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(c->op == OP_ARRAY3D ? AK_ARRAY : AK_MIPMAP, (uint64_t)(uintptr_t)h);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_FREE:
+        if (st.nlive == 0) {
+            say(name, CUDA_ERROR_INVALID_VALUE, "nothing-live");
+            return;
+        }
+        rc = release(&st.live[st.nlive - 1]);
+        st.nlive--;
+        say(name, rc, NULL);
+        return;
+    case OP_FREE_ALL: {
+        size_t n = st.nlive;
+        while (st.nlive > 0) {
+            CUresult r = release(&st.live[--st.nlive]);
+            if (rc == CUDA_SUCCESS)
+                rc = r;
+        }
+        say(name, rc, "count=%zu", n);
+        return;
+    }
+    case OP_INFO: {
+        size_t f = 0, t = 0;
+        rc = CALL(cuMemGetInfo_v2, &f, &t);
+        say(name, rc, "free=%zu total=%zu", f, t);
+        return;
+    }
+    case OP_TOTAL: {
+        size_t b = 0;
+        rc = CALL(cuDeviceTotalMem_v2, &b, st.dev);
+        say(name, rc, "bytes=%zu", b);
+        return;
+    }
+    case OP_FILL: {
+        uint64_t bytes = 0;
+        for (unsigned i = 0; i < PROBE_FILL_MAX; i++) {
+            rc = CALL(cuMemAlloc_v2, &p, c->a[0]);
+            if (rc != CUDA_SUCCESS)
+                break;
+            if (grow((void **)&st.fill, &st.capfill, st.nfill + 1, sizeof(*st.fill)) != 0) {
+                rc = CALL(cuMemFree_v2, p);
+                rc = rc == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : rc;
+                break;
+            }
+            st.fill[st.nfill++] = p;
+            bytes += c->a[0];
+        }
+        say(name, rc, "bytes=%" PRIu64, bytes);
+        return;
+    }
+    case OP_FILL_FREE: {
+        size_t n = st.nfill;
+        while (st.nfill > 0) {
+            CUresult r = CALL(cuMemFree_v2, st.fill[--st.nfill]);
+            if (rc == CUDA_SUCCESS)
+                rc = r;
+        }
+        say(name, rc, "count=%zu", n);
+        return;
+    }
+    case OP_LOOP: {
+        double t0 = now_ns();
+        uint64_t i = 0;
+        for (; i < c->a[0]; i++) {
+            rc = CALL(cuMemAlloc_v2, &p, c->a[1]);
+            if (rc == CUDA_SUCCESS)
+                rc = CALL(cuMemFree_v2, p);
+            if (rc != CUDA_SUCCESS)
+                break;
+        }
+        double dt = now_ns() - t0;
+        say(name, rc, "n=%" PRIu64 " ns=%.1f", i, i ? dt / (double)i : 0.0);
+        return;
+    }
+    case OP_LAUNCH: {
+        double t0 = now_ns();
+        uint64_t i = 0;
+        for (; i < c->a[0]; i++) {
+            rc = CALL(cuLaunchKernel, NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            if (rc != CUDA_SUCCESS)
+                break;
+        }
+        double dt = now_ns() - t0;
+        say(name, rc, "n=%" PRIu64 " ns=%.1f", i, i ? dt / (double)i : 0.0);
+        return;
+    }
+    case OP_THREADS:
+        cmd_threads(c->a[0], c->a[1]);
+        return;
+    case OP_NVML:
+        cmd_nvml();
+        return;
+    case OP_HOLD:
+        printf("holding\n");
+        fflush(stdout);
+        for (;;)
+            pause();
+    case OP_SLEEP: {
+        struct timespec ts = {(time_t)(c->a[0] / 1000), (long)(c->a[0] % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        say(name, CUDA_SUCCESS, NULL);
+        return;
+    }
+    case OP_NULL_INFO: {
+        size_t v = 0;
+        CUresult r1 = CALL(cuMemGetInfo_v2, NULL, &v);
+        CUresult r2 = CALL(cuMemGetInfo_v2, &v, NULL);
+        say(name, r1, "%s", err_name(r2));
+        return;
+    }
+    case OP_NULL_ALLOC:
+        say(name, CALL(cuMemAlloc_v2, NULL, 1u << 20), NULL);
+        return;
+    case OP_PROCADDR:
+        cmd_procaddr(c->name, c->a[1], c->a[2]);
+        return;
+    case OP_GRAPH_NODE:
+        cmd_graph_node(c->a[0]);
+        return;
+    case OP_COUNT:
+        break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    enum via via = VIA_DLSYM;
+    bool ptsz = false;
+    int i = 1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+        if (strcmp(argv[i], "--ptsz") == 0) {
+            ptsz = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--via") != 0 || i + 1 >= argc) {
+            usage();
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (strcmp(v, "dlsym") == 0)
+            via = VIA_DLSYM;
+        else if (strcmp(v, "proc") == 0)
+            via = VIA_PROC;
+        else if (strcmp(v, "proc2") == 0)
+            via = VIA_PROC2;
+        else if (strcmp(v, "proc-old") == 0)
+            via = VIA_PROC_OLD;
+        else {
+            usage();
+            return 2;
+        }
+    }
+#ifdef GP_CUDAPROBE_LINKED
+    if (via != VIA_DLSYM || ptsz) {
+        fputs("gpupool-cudaprobe-linked: --via and --ptsz need the dlopen build\n", stderr);
+        return 2;
+    }
+#endif
+    if (i >= argc) {
+        usage();
+        return 2;
+    }
+    struct cmd *cmds = calloc((size_t)(argc - i), sizeof(*cmds));
+    int ncmds = 0;
+    if (!cmds) {
+        fputs("gpupool-cudaprobe: out of memory\n", stderr);
+        return 2;
+    }
+    if (parse_script(argc, argv, i, cmds, &ncmds) != 0) {
+        usage();
+        free(cmds);
+        return 2;
+    }
+    if (load(via, ptsz) != 0) {
+        free(cmds);
+        return 3;
+    }
+    for (int k = 0; k < ncmds; k++)
+        run(&cmds[k]);
+    free(cmds);
+    free(st.live);
+    free(st.fill);
+    return 0;
+}
