@@ -207,16 +207,15 @@ static CUdevice current_device(CUcontext *ctx)
 
 /* Charges bytes on dev before the driver is asked. *reg: the region charged,
  * NULL when dev has no limit (nothing to undo or record). */
+static CUresult refuse_broken(void);
+
 static CUresult charge(CUdevice dev, size_t bytes, struct cudareg **reg)
 {
     *reg = NULL;
     if (cfg.state == CUDACFG_OFF)
         return CUDA_SUCCESS;
-    if (cfg.state == CUDACFG_BROKEN) {
-        complain("%s; CUDA is refused rather than run without the limit (%s)", cfg.why,
-                 "fix or unset the variable");
-        return CUDA_ERROR_NOT_PERMITTED;
-    }
+    if (cfg.state == CUDACFG_BROKEN)
+        return refuse_broken();
     switch (device_state(dev)) {
     case DEV_LIMITED:
         break;
@@ -289,6 +288,22 @@ static void settle_free(CUresult rc, bool had, const struct cudaledger_entry *e)
             return CUDA_ERROR_NOT_INITIALIZED;     \
     } while (0)
 
+static CUresult refuse_broken(void)
+{
+    complain("%s; CUDA is refused rather than run without the limit (%s)", cfg.why,
+             "fix or unset the variable");
+    return CUDA_ERROR_NOT_PERMITTED;
+}
+
+/* An allocating entry point: also refused outright while the limit cannot
+ * be understood, whatever its arguments. */
+#define NEED_ALLOC(fn)                   \
+    do {                                 \
+        NEED(fn);                        \
+        if (cfg.state == CUDACFG_BROKEN) \
+            return refuse_broken();      \
+    } while (0)
+
 /* ---- initialisation ------------------------------------------------------- */
 
 CUDA_EXPORT CUresult cuInit(unsigned flags)
@@ -297,11 +312,8 @@ CUDA_EXPORT CUresult cuInit(unsigned flags)
     CUresult rc = real.cuInit(flags);
     if (rc != CUDA_SUCCESS || cfg.state == CUDACFG_OFF)
         return rc;
-    if (cfg.state == CUDACFG_BROKEN) {
-        complain("%s; CUDA is refused rather than run without the limit (%s)", cfg.why,
-                 "fix or unset the variable");
-        return CUDA_ERROR_NOT_PERMITTED;
-    }
+    if (cfg.state == CUDACFG_BROKEN)
+        return refuse_broken();
     /* Map every limited GPU's region now, so a region that cannot be made
      * fails the process at its start, not at some later allocation. */
     int n = 0;
@@ -338,13 +350,13 @@ CUDA_EXPORT CUresult cuInit(unsigned flags)
 
 CUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    NEED(cuMemAlloc_v2);
+    NEED_ALLOC(cuMemAlloc_v2);
     ALLOC_ON_CURRENT(real.cuMemAlloc_v2(dptr, bytesize), dptr, bytesize);
 }
 
 CUDA_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned flags)
 {
-    NEED(cuMemAllocManaged);
+    NEED_ALLOC(cuMemAllocManaged);
     ALLOC_ON_CURRENT(real.cuMemAllocManaged(dptr, bytesize, flags), dptr, bytesize);
 }
 
@@ -353,13 +365,13 @@ CUDA_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsig
  * pass here (a stream of another context is an error in the driver). */
 CUDA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    NEED(cuMemAllocAsync);
+    NEED_ALLOC(cuMemAllocAsync);
     ALLOC_ON_CURRENT(real.cuMemAllocAsync(dptr, bytesize, s), dptr, bytesize);
 }
 
 CUDA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    NEED(cuMemAllocAsync_ptsz);
+    NEED_ALLOC(cuMemAllocAsync_ptsz);
     ALLOC_ON_CURRENT(real.cuMemAllocAsync_ptsz(dptr, bytesize, s), dptr, bytesize);
 }
 
@@ -422,14 +434,14 @@ static CUresult alloc_from_pool(CUresult (*fn)(CUdeviceptr *, size_t, CUmemoryPo
 CUDA_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream s)
 {
-    NEED(cuMemAllocFromPoolAsync);
+    NEED_ALLOC(cuMemAllocFromPoolAsync);
     return alloc_from_pool(real.cuMemAllocFromPoolAsync, dptr, bytesize, pool, s);
 }
 
 CUDA_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
                                                   CUmemoryPool pool, CUstream s)
 {
-    NEED(cuMemAllocFromPoolAsync_ptsz);
+    NEED_ALLOC(cuMemAllocFromPoolAsync_ptsz);
     return alloc_from_pool(real.cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, s);
 }
 
@@ -438,7 +450,7 @@ CUDA_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
 CUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
                                         size_t height, unsigned elem)
 {
-    NEED(cuMemAllocPitch_v2);
+    NEED_ALLOC(cuMemAllocPitch_v2);
     CUcontext ctx = NULL;
     CUdevice dev = current_device(&ctx);
     size_t bytes;
@@ -511,7 +523,7 @@ CUDA_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 CUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                  const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    NEED(cuMemCreate);
+    NEED_ALLOC(cuMemCreate);
     if (handle == NULL || prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return real.cuMemCreate(handle, size, prop, flags);
     CUdevice dev = prop->location.id;
@@ -600,14 +612,14 @@ static CUresult call_array3d(CUarray *a, const void *d)
 
 CUDA_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *d)
 {
-    NEED(cuArrayCreate_v2);
+    NEED_ALLOC(cuArrayCreate_v2);
     size_t bytes = d ? array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels) : 0;
     return array_create(arr, bytes, d != NULL && bytes > 0, call_array2d, d);
 }
 
 CUDA_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
-    NEED(cuArray3DCreate_v2);
+    NEED_ALLOC(cuArray3DCreate_v2);
     /* A deferred-mapping array has no memory of its own: what backs it comes
      * from cuMemCreate, charged there. */
     bool memory = d != NULL && !(d->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING);
@@ -629,7 +641,7 @@ CUDA_EXPORT CUresult cuArrayDestroy(CUarray arr)
 CUDA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                             unsigned levels)
 {
-    NEED(cuMipmappedArrayCreate);
+    NEED_ALLOC(cuMipmappedArrayCreate);
     CUcontext ctx = NULL;
     CUdevice dev = current_device(&ctx);
     size_t bytes = 0;
@@ -876,16 +888,13 @@ CUDA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
 #n, #n, 0, false, true, (void *)n, (void **)&real.n \
     }
 
-CUresult cuda_intercept_getprocaddress(const char *, void **, int, cuuint64_t);
-CUresult cuda_intercept_getprocaddress_v2(const char *, void **, int, cuuint64_t, int *);
-
 /* clang-format off */
 const struct cuda_hook cuda_hooks[] = {
     HOOK(cuInit, "cuInit", 2000),
     {"cuGetProcAddress", "cuGetProcAddress", 11030, false, false,
-     (void *)cuda_intercept_getprocaddress, (void **)&real.cuGetProcAddress},
+     (void *)cuGetProcAddress, (void **)&real.cuGetProcAddress},
     {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, false, false,
-     (void *)cuda_intercept_getprocaddress_v2, (void **)&real.cuGetProcAddress_v2},
+     (void *)cuGetProcAddress_v2, (void **)&real.cuGetProcAddress_v2},
     HOOK(cuMemAlloc_v2, "cuMemAlloc", 3020),
     HOOK(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020),
     HOOK(cuMemAllocManaged, "cuMemAllocManaged", 6000),
@@ -915,9 +924,6 @@ const struct cuda_hook cuda_hooks[] = {
 };
 /* clang-format on */
 const unsigned cuda_hook_count = sizeof cuda_hooks / sizeof cuda_hooks[0];
-
-CUresult cuda_real_getprocaddress(const char *s, void **p, int v, cuuint64_t f);
-CUresult cuda_real_getprocaddress_v2(const char *s, void **p, int v, cuuint64_t f, int *st);
 
 CUresult cuda_real_getprocaddress(const char *s, void **p, int v, cuuint64_t f)
 {

@@ -5,6 +5,8 @@
 #ifndef GP_CUDA_HOOKS_H
 #define GP_CUDA_HOOKS_H
 
+#include "cuda_abi.h"
+
 #include <stdbool.h>
 
 #define CUDA_EXPORT __attribute__((visibility("default")))
@@ -36,6 +38,13 @@ const struct cuda_hook *cuda_hook_by_name(const char *name);
  * when no libcuda.so.1 can be found. Same for NVML. */
 bool cuda_real_ready(void);
 bool cuda_nvml_ready(void);
+
+/* The driver's cuGetProcAddress[_v2] (cuda_hooks.c keeps the pointers), and
+ * our exported replacements (cuda_intercept.c). */
+CUresult cuda_real_getprocaddress(const char *, void **, int, cuuint64_t);
+CUresult cuda_real_getprocaddress_v2(const char *, void **, int, cuuint64_t, int *);
+CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, int *);
 
 /* True when this process enforces a limit (any limit variable was set). */
 bool cuda_hooks_active(void);

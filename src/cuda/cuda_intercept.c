@@ -99,13 +99,10 @@ static void *substitute(const char *symbol, void *fn, int version, cuuint64_t fl
     return fn;
 }
 
-CUresult cuda_real_getprocaddress(const char *, void **, int, cuuint64_t);
-CUresult cuda_real_getprocaddress_v2(const char *, void **, int, cuuint64_t, int *);
-CUresult cuda_intercept_getprocaddress(const char *, void **, int, cuuint64_t);
-CUresult cuda_intercept_getprocaddress_v2(const char *, void **, int, cuuint64_t, int *);
-
-CUresult cuda_intercept_getprocaddress(const char *symbol, void **pfn, int version,
-                                       cuuint64_t flags)
+/* Exported under the driver's names: for applications linked to libcuda,
+ * and as the wrappers handed out for "cuGetProcAddress" itself, so later
+ * lookups stay covered. */
+CUDA_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
     if (!cuda_real_ready())
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -115,8 +112,8 @@ CUresult cuda_intercept_getprocaddress(const char *symbol, void **pfn, int versi
     return rc;
 }
 
-CUresult cuda_intercept_getprocaddress_v2(const char *symbol, void **pfn, int version,
-                                          cuuint64_t flags, int *status)
+CUDA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                         cuuint64_t flags, int *status)
 {
     if (!cuda_real_ready())
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -124,16 +121,4 @@ CUresult cuda_intercept_getprocaddress_v2(const char *symbol, void **pfn, int ve
     if (rc == CUDA_SUCCESS && symbol != NULL && pfn != NULL && *pfn != NULL)
         *pfn = substitute(symbol, *pfn, version, flags);
     return rc;
-}
-
-/* Exported under the driver's names for applications linked to libcuda. */
-CUDA_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
-{
-    return cuda_intercept_getprocaddress(symbol, pfn, version, flags);
-}
-
-CUDA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
-                                         cuuint64_t flags, int *status)
-{
-    return cuda_intercept_getprocaddress_v2(symbol, pfn, version, flags, status);
 }
