@@ -154,8 +154,8 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
  * each item's last byte comes in, memory holds one item, and a page whose
  * transfer breaks off after its first item is not retried (reason
  * "Interrupted"; the caller lists again). Items:
- *   Node:      metadata.{name, namespace, annotations},
- *              status.allocatable, status.addresses[].{type, address}
+ *   Node:      metadata.{name, namespace, labels, annotations},
+ *              status.{capacity, allocatable}, status.addresses[].{type, address}
  *   Pod:       metadata.{name, namespace, annotations}, spec.nodeName,
  *              spec.{containers, initContainers}[].{name, resources.{limits, requests}},
  *              status.phase
