@@ -26,6 +26,9 @@ enum output { OUTPUT_TABLE, OUTPUT_WIDE, OUTPUT_JSON };
 struct cli_options {
     char *kubeconfig;
     char *context;
+    char *cluster;
+    char *user;
+    int exec_timeout_ms;
     char *pod_namespace;
     bool cache;
     int output;
@@ -48,6 +51,13 @@ static const struct option_value outputs[] = {
      .help = "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"},            \
     {.flag = "context", .type = OPT_STRING, .offset = offsetof(struct cli_options, context),  \
      .def = "", .help = "kubeconfig context (default: its current-context)"},                  \
+    {.flag = "cluster", .type = OPT_STRING, .offset = offsetof(struct cli_options, cluster),  \
+     .def = "", .help = "kubeconfig cluster to use instead of the context's"},                 \
+    {.flag = "user", .type = OPT_STRING, .offset = offsetof(struct cli_options, user),        \
+     .def = "", .help = "kubeconfig user to use instead of the context's"},                    \
+    {.flag = "exec-timeout", .type = OPT_DURATION,                                             \
+     .offset = offsetof(struct cli_options, exec_timeout_ms), .def = "60s", .min = 1,         \
+     .help = "how long an exec credential plugin may run before it is killed"},               \
     {.flag = "details", .alias = {"d"}, .type = OPT_BOOL,                                      \
      .offset = offsetof(struct cli_options, details), .def = "false",                          \
      .help = "per node: GPUs and the pods on them"},                                           \
@@ -421,6 +431,9 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
     struct kube_client_options kopt = {
         .kubeconfig = inv->opt.kubeconfig[0] ? inv->opt.kubeconfig : NULL,
         .context = inv->opt.context[0] ? inv->opt.context : NULL,
+        .cluster = inv->opt.cluster[0] ? inv->opt.cluster : NULL,
+        .user = inv->opt.user[0] ? inv->opt.user : NULL,
+        .exec_timeout_ms = inv->opt.exec_timeout_ms,
         .user_agent =
             inv->gpushare ? GPUSHARE_PROGRAM "/" GP_VERSION : "kubectl-gpupool/" GP_VERSION,
         .connect_timeout_ms = 5000,

@@ -178,7 +178,8 @@ static int node_gpus(struct pool *pool, struct pool_node *n, const json_t *annot
     return 0;
 }
 
-static int node_resources(struct pool *pool, struct pool_node *n, const json_t *allocatable)
+static int node_resources(struct pool *pool, struct pool_node *n, const json_t *allocatable,
+                          const json_t *capacity)
 {
     const char *key;
     const json_t *v;
@@ -199,6 +200,7 @@ static int node_resources(struct pool *pool, struct pool_node *n, const json_t *
         struct pool_resource *r = &n->resources[n->nresources++];
         r->name = arena_strdup(&pool->arena, key);
         r->allocatable = amount;
+        r->capacity = jquantity(capacity, key);
         if (!r->name)
             return -1;
     }
@@ -238,7 +240,7 @@ int pool_add_node(struct pool *pool, const json_t *node)
     struct pool_node tmp = {.name = name};
     tmp.mem_total = jquantity(allocatable, POOL_RES_GPU_MEM);
     tmp.gpu_count = jquantity(allocatable, POOL_RES_GPU_COUNT);
-    if (node_resources(pool, &tmp, allocatable) != 0) {
+    if (node_resources(pool, &tmp, allocatable, json_object_get(status, "capacity")) != 0) {
         free(tmp.resources);
         return -1;
     }
@@ -252,12 +254,43 @@ int pool_add_node(struct pool *pool, const json_t *node)
     *n = tmp;
     n->name = arena_strdup(&pool->arena, name);
     n->address = node_address(pool, status);
-    if (!n->name || !n->address || node_gpus(pool, n, json_object_get(meta, "annotations")) != 0 ||
+    const json_t *labels = json_object_get(meta, "labels");
+    const char *product = jstr(labels, POOL_LABEL_NODE_GPU_PRODUCT);
+    n->product = product ? arena_strdup(&pool->arena, product) : NULL;
+    n->label_count = jquantity(labels, POOL_LABEL_NODE_GPU_PREFIX ".count");
+    n->label_replicas = jquantity(labels, POOL_LABEL_NODE_GPU_PREFIX ".replicas");
+    if (!n->name || !n->address || (product && !n->product) ||
+        node_gpus(pool, n, json_object_get(meta, "annotations")) != 0 ||
         append_node(pool, n) != 0) {
         free(n->resources);
         return -1;
     }
     return 0;
+}
+
+const struct pool_resource *pool_node_gpu_resource(const struct pool_node *node)
+{
+    for (size_t r = 0; r < node->nresources; r++)
+        if (strcmp(node->resources[r].name, POOL_RES_NVIDIA_GPU) == 0)
+            return &node->resources[r];
+    return NULL;
+}
+
+int64_t pool_node_replicas(const struct pool_node *node)
+{
+    return node->label_replicas > 0 ? node->label_replicas : 1;
+}
+
+int64_t pool_node_whole_gpus(const struct pool_node *node)
+{
+    const struct pool_resource *gpu = pool_node_gpu_resource(node);
+    if (gpu == NULL)
+        return 0;
+    if (node->label_count > 0)
+        return node->label_count;
+    int64_t devices = gpu->capacity > 0 ? gpu->capacity : gpu->allocatable;
+    int64_t replicas = pool_node_replicas(node);
+    return (devices + replicas - 1) / replicas;
 }
 
 /* ---- unhealthy ConfigMaps ---- */

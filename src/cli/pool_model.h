@@ -73,6 +73,7 @@ struct pool_device_pod {
 
 struct pool_resource {
     const char *name; /* "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", ... */
+    int64_t capacity; /* status.capacity (the plugin's devices, unhealthy ones too) */
     int64_t allocatable;
     int64_t requested;
     struct pool_device_pod *pods;
@@ -95,6 +96,10 @@ struct pool_node {
     size_t nresources;
     int *unhealthy_cm; /* indices from the ConfigMap (any value, as given) */
     size_t nunhealthy_cm;
+    /* NVIDIA's GPU feature discovery labels (whole-GPU and time-slicing
+     * nodes): nvidia.com/gpu.product, .count, .replicas; NULL / 0 unset. */
+    const char *product;
+    int64_t label_count, label_replicas;
 };
 
 struct pool {
@@ -158,6 +163,15 @@ void pool_pods_free(struct pool_pods *pods);
 void pool_finish(struct pool *pool);
 
 struct pool_node *pool_find(const struct pool *pool, const char *name);
+
+/* Physical GPUs behind the node's nvidia.com/gpu: the nvidia.com/gpu.count
+ * label, else nvidia.com/gpu capacity / nvidia.com/gpu.replicas (1 when
+ * unlabelled); 0 without nvidia.com/gpu. */
+int64_t pool_node_whole_gpus(const struct pool_node *node);
+/* Devices each of those GPUs is shared as: the replicas label, else 1. */
+int64_t pool_node_replicas(const struct pool_node *node);
+/* The node's nvidia.com/gpu resource, NULL when it has none. */
+const struct pool_resource *pool_node_gpu_resource(const struct pool_node *node);
 
 /* The unit of the node's numbers: gpushare's CLI heuristic through the
  * contract's unit type (poolapi_unit_guess: largest GPU > 100 units: MiB). */

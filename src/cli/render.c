@@ -16,11 +16,21 @@ static const char *node_unit(const struct pool_node *n)
     return poolapi_unit_name(pool_node_unit(n));
 }
 
+/* A node's GPUs: the GPU-memory ones, or the physical GPUs behind its
+ * nvidia.com/gpu (whole or time-sliced), whichever is more (a node may
+ * offer both resources from the same GPUs). */
+static int64_t node_gpus(const struct pool_node *n)
+{
+    int64_t whole = pool_node_whole_gpus(n);
+    return whole > n->ngpus ? whole : n->ngpus;
+}
+
 /* Cluster-wide sums, in one unit. */
 struct totals {
     bool mib; /* the cluster unit */
     int64_t allocated, total, pending;
     size_t nodes, gpus, unhealthy, pending_pods;
+    bool any_memory; /* some node shares GPU memory: the memory line is printed */
     /* nvidia.com/... resources, summed by name (first POOL_TOTALS_RESOURCES) */
     struct {
         const char *name;
@@ -76,7 +86,8 @@ static void compute_totals(const struct pool *pool, struct totals *t)
         const struct pool_node *n = pool->nodes[i];
         int64_t scale = (t->mib && pool_node_unit(n) != POOL_UNIT_MIB) ? 1024 : 1;
         t->nodes++;
-        t->gpus += (size_t)n->ngpus;
+        t->gpus += (size_t)node_gpus(n);
+        t->any_memory |= n->mem_total > 0 || n->ngpus > 0 || n->npending > 0;
         t->unhealthy += node_unhealthy(n);
         t->pending_pods += n->npending;
         t->allocated += (node_allocated(n) + n->pending) * scale; /* pending is allocated too */
@@ -131,12 +142,15 @@ static void cluster_footer(struct tabwriter *tw, const struct totals *t)
                      t->gpus, t->gpus == 1 ? "" : "s");
     if (t->unhealthy)
         tabwriter_printf(tw, " (%zu unhealthy)", t->unhealthy);
-    tabwriter_printf(tw, "\nGPU memory allocated: ");
-    memory_cell(tw, t->allocated, t->total, unit);
-    if (t->pending_pods)
-        tabwriter_printf(tw, ", %" PRId64 " %s pending (%zu pod%s)", t->pending, unit,
-                         t->pending_pods, t->pending_pods == 1 ? "" : "s");
     tabwriter_printf(tw, "\n");
+    if (t->any_memory) { /* a whole-GPU cluster has no GPU memory to count */
+        tabwriter_printf(tw, "GPU memory allocated: ");
+        memory_cell(tw, t->allocated, t->total, unit);
+        if (t->pending_pods)
+            tabwriter_printf(tw, ", %" PRId64 " %s pending (%zu pod%s)", t->pending, unit,
+                             t->pending_pods, t->pending_pods == 1 ? "" : "s");
+        tabwriter_printf(tw, "\n");
+    }
     for (size_t i = 0; i < t->nres; i++)
         tabwriter_printf(tw, "%s requested: %" PRId64 "/%" PRId64 " (%" PRId64 "%%)\n",
                          t->res[i].name, t->res[i].requested, t->res[i].allocatable,
@@ -158,8 +172,11 @@ int render_table(const struct pool *pool, FILE *out)
                           "PENDING\tUNHEALTHY\tNVIDIA.COM(REQUESTED/ALLOCATABLE)\n");
     for (size_t i = 0; i < pool->nnodes; i++) {
         const struct pool_node *n = pool->nodes[i];
-        tabwriter_printf(&tw, "%s\t%s\t%d\t", n->name, n->address, n->ngpus);
-        memory_cell(&tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
+        tabwriter_printf(&tw, "%s\t%s\t%" PRId64 "\t", n->name, n->address, node_gpus(n));
+        if (n->mem_total > 0 || n->ngpus > 0 || n->npending > 0)
+            memory_cell(&tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
+        else
+            tabwriter_printf(&tw, "-");
         tabwriter_printf(&tw, "\t");
         for (int g = 0; g < n->ngpus; g++)
             tabwriter_printf(&tw, "%s%" PRId64 "/%" PRId64, g ? " " : "", n->gpus[g].allocated,
@@ -203,13 +220,22 @@ int render_wide(const struct pool *pool, FILE *out)
     for (size_t i = 0; i < pool->nnodes; i++)
         any_resource |= pool->nodes[i]->nresources > 0;
     if (any_resource) {
-        tabwriter_printf(&tw, "\nNODE\tRESOURCE\tREQUESTED/ALLOCATABLE\tPODS\n");
+        tabwriter_printf(&tw, "\nNODE\tRESOURCE\tMODEL\tGPUS\tREPLICAS\tCAPACITY\t"
+                              "REQUESTED/ALLOCATABLE\tPODS\n");
         for (size_t i = 0; i < pool->nnodes; i++) {
             const struct pool_node *n = pool->nodes[i];
             for (size_t r = 0; r < n->nresources; r++) {
                 const struct pool_resource *res = &n->resources[r];
-                tabwriter_printf(&tw, "%s\t%s\t%" PRId64 "/%" PRId64 " (%" PRId64 "%%)\t%zu\n",
-                                 n->name, res->name, res->requested, res->allocatable,
+                bool gpu = strcmp(res->name, POOL_RES_NVIDIA_GPU) == 0;
+                tabwriter_printf(&tw, "%s\t%s\t%s\t", n->name, res->name,
+                                 n->product ? n->product : "-");
+                if (gpu)
+                    tabwriter_printf(&tw, "%" PRId64 "\t%" PRId64 "\t", pool_node_whole_gpus(n),
+                                     pool_node_replicas(n));
+                else
+                    tabwriter_printf(&tw, "-\t-\t");
+                tabwriter_printf(&tw, "%" PRId64 "\t%" PRId64 "/%" PRId64 " (%" PRId64 "%%)\t%zu\n",
+                                 res->capacity, res->requested, res->allocatable,
                                  pool_percent(res->requested, res->allocatable), res->npods);
             }
         }
@@ -243,9 +269,12 @@ static void share_amount(struct tabwriter *tw, const struct pool_node *n,
 
 static void node_details(struct tabwriter *tw, const struct pool_node *n)
 {
-    tabwriter_printf(tw, "\nNODE: %s (%s)\nGPU memory allocated: ", n->name, n->address);
-    memory_cell(tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
-    tabwriter_printf(tw, "\n");
+    tabwriter_printf(tw, "\nNODE: %s (%s)\n", n->name, n->address);
+    if (n->mem_total > 0 || n->ngpus > 0 || n->npending > 0) {
+        tabwriter_printf(tw, "GPU memory allocated: ");
+        memory_cell(tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
+        tabwriter_printf(tw, "\n");
+    }
     if (n->ngpus) {
         tabwriter_printf(tw, "\nGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\tPODS\tHEALTH\n");
         for (int g = 0; g < n->ngpus; g++) {
@@ -267,12 +296,16 @@ static void node_details(struct tabwriter *tw, const struct pool_node *n)
             tabwriter_printf(tw, "\n");
         }
     }
+    if (pool_node_gpu_resource(n) != NULL)
+        tabwriter_printf(tw, "Whole GPUs: %" PRId64 " x %s, %" PRId64 " device%s each\n",
+                         pool_node_whole_gpus(n), n->product ? n->product : "(model unknown)",
+                         pool_node_replicas(n), pool_node_replicas(n) == 1 ? "" : "s");
     if (n->nresources) {
-        tabwriter_printf(tw, "\nRESOURCE\tREQUESTED/ALLOCATABLE\n");
+        tabwriter_printf(tw, "\nRESOURCE\tCAPACITY\tREQUESTED/ALLOCATABLE\n");
         for (size_t r = 0; r < n->nresources; r++) {
             const struct pool_resource *res = &n->resources[r];
-            tabwriter_printf(tw, "%s\t%" PRId64 "/%" PRId64 " (%" PRId64 "%%)\n", res->name,
-                             res->requested, res->allocatable,
+            tabwriter_printf(tw, "%s\t%" PRId64 "\t%" PRId64 "/%" PRId64 " (%" PRId64 "%%)\n",
+                             res->name, res->capacity, res->requested, res->allocatable,
                              pool_percent(res->requested, res->allocatable));
         }
         bool header = false;

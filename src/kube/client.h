@@ -4,6 +4,7 @@
 #ifndef GP_KUBE_CLIENT_H
 #define GP_KUBE_CLIENT_H
 
+#include "exec_credential.h"
 #include "kube.h"
 #include "kubeconfig.h"
 
@@ -32,12 +33,23 @@ struct kube_client {
     pthread_mutex_t state_lock;
     char *token;           /* current bearer token, NULL for none */
     int64_t token_read_ms; /* clock_now_ms() when token_file was last read */
+    /* What token_file was when last read: a rotation (kubelet swaps the
+     * projected token's symlink, an editor rewrites the file) changes one. */
+    uint64_t token_dev, token_ino;
+    int64_t token_mtime_ns, token_size;
+    /* An exec user's credential (cfg.exec): this client's copy of the
+     * process-wide cached one; exec_refused asks for a new run (a 401). */
+    struct kube_exec_credential exec_cred;
+    bool exec_refused;
+    long exec_timeout_ms;
     struct kube_client_stats stats;
     uint64_t random_state;
 };
 
-/* Re-reads cfg.token_file when older than a minute, or now when `force`
- * (after a 401). Keeps the old token if the file cannot be read. */
+/* Re-reads cfg.token_file when it changed (inode, size, mtime) or was read
+ * over a minute ago, or now when `force` (after a 401); keeps the old token
+ * if the file cannot be read. For an exec user, `force` makes the next
+ * request ask for a new credential. */
 void kube_token_refresh(struct kube_client *c, bool force);
 
 /* Applies every per-connection option (TLS, auth, timeouts, keepalive, user

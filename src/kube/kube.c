@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef GP_VERSION
@@ -23,13 +24,37 @@
 #define DEFAULT_INITIAL_BACKOFF_MS 200
 #define DEFAULT_MAX_BACKOFF_MS 10000
 #define TOKEN_REREAD_S 60
+#define DEFAULT_EXEC_TIMEOUT_MS 60000
+
+/* Has token_file changed since it was read? Records what it is now. */
+static bool token_file_changed(struct kube_client *c)
+{
+    struct stat st;
+    if (stat(c->cfg.token_file, &st) != 0)
+        return false; /* mid-rotation or gone: keep the token we have */
+    int64_t mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    bool changed = (uint64_t)st.st_dev != c->token_dev || (uint64_t)st.st_ino != c->token_ino ||
+                   mtime_ns != c->token_mtime_ns || (int64_t)st.st_size != c->token_size;
+    c->token_dev = (uint64_t)st.st_dev;
+    c->token_ino = (uint64_t)st.st_ino;
+    c->token_mtime_ns = mtime_ns;
+    c->token_size = (int64_t)st.st_size;
+    return changed;
+}
 
 void kube_token_refresh(struct kube_client *c, bool force)
 {
+    if (c->cfg.exec != NULL && force) {
+        pthread_mutex_lock(&c->state_lock);
+        c->exec_refused = true;
+        pthread_mutex_unlock(&c->state_lock);
+    }
     if (c->cfg.token_file == NULL)
         return;
     pthread_mutex_lock(&c->state_lock);
-    if (force || c->token == NULL || clock_now_ms() - c->token_read_ms >= TOKEN_REREAD_S * 1000) {
+    bool changed = token_file_changed(c);
+    if (force || changed || c->token == NULL ||
+        clock_now_ms() - c->token_read_ms >= TOKEN_REREAD_S * 1000) {
         char why[256];
         char *fresh = kube_read_token_file(c->cfg.token_file, why, sizeof why);
         if (fresh != NULL) { /* else keep the old one: a rotation may be mid-write */
@@ -125,18 +150,58 @@ static int add_header(const struct kube_curl *curl, struct curl_slist **headers,
     return 0;
 }
 
-static int auth_header(struct kube_client *c, struct curl_slist **headers, struct kube_error *err)
+/* An exec user's credential, fresh: the client's copy unless it expired or
+ * the server refused it, else the plugin's (cached process-wide). The
+ * plugin runs without state_lock held. */
+static int exec_refresh(struct kube_client *c, struct kube_error *err)
+{
+    pthread_mutex_lock(&c->state_lock);
+    bool fresh = c->exec_cred.generation != 0 && !c->exec_refused &&
+                 !kube_exec_credential_expired(&c->exec_cred, clock_wall_ns() / 1000000);
+    uint64_t refused = c->exec_refused ? c->exec_cred.generation : 0;
+    pthread_mutex_unlock(&c->state_lock);
+    if (fresh)
+        return 0;
+    struct kube_exec_credential cred;
+    char why[1024];
+    if (kube_exec_credential_get(&c->cfg, c->exec_timeout_ms, refused, &cred, why, sizeof why) != 0)
+        return kube_fail(err, 0, "AuthError", "%s", why);
+    pthread_mutex_lock(&c->state_lock);
+    kube_exec_credential_free(&c->exec_cred);
+    c->exec_cred = cred;
+    c->exec_refused = false;
+    pthread_mutex_unlock(&c->state_lock);
+    return 0;
+}
+
+static int auth_header(struct kube_client *c, CURL *h, struct curl_slist **headers,
+                       struct kube_error *err)
 {
     kube_token_refresh(c, false);
+    if (c->cfg.exec != NULL && exec_refresh(c, err) != 0)
+        return -1;
     pthread_mutex_lock(&c->state_lock);
+    const char *token = c->cfg.exec != NULL ? c->exec_cred.token : c->token;
     char *line = NULL;
-    if (c->token != NULL) {
-        size_t need = strlen(c->token) + 32;
+    if (token != NULL) {
+        size_t need = strlen(token) + 32;
         line = malloc(need);
         if (line != NULL)
-            snprintf(line, need, "Authorization: Bearer %s", c->token);
+            snprintf(line, need, "Authorization: Bearer %s", token);
     }
-    bool wanted = c->token != NULL;
+    bool wanted = token != NULL;
+    if (c->cfg.exec != NULL && c->exec_cred.cert.data != NULL) {
+        /* Copied by libcurl: a later refresh frees these under us. */
+        const struct kube_curl *curl = c->curl;
+        struct curl_blob cert = {
+            .data = c->exec_cred.cert.data, .len = c->exec_cred.cert.len, .flags = CURL_BLOB_COPY};
+        struct curl_blob key = {
+            .data = c->exec_cred.key.data, .len = c->exec_cred.key.len, .flags = CURL_BLOB_COPY};
+        curl->easy_setopt(h, CURLOPT_SSLCERT_BLOB, &cert);
+        curl->easy_setopt(h, CURLOPT_SSLKEY_BLOB, &key);
+        curl->easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+        curl->easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    }
     pthread_mutex_unlock(&c->state_lock);
     if (!wanted)
         return 0;
@@ -181,7 +246,7 @@ static int handle_setup(struct kube_client *c, CURL *h, const char *url, const c
     char accept_line[128];
     snprintf(accept_line, sizeof accept_line, "Accept: %s", accept ? accept : "application/json");
     if (add_header(c->curl, headers, accept_line, err) != 0 ||
-        add_header(c->curl, headers, "Expect:", err) != 0 || auth_header(c, headers, err) != 0)
+        add_header(c->curl, headers, "Expect:", err) != 0 || auth_header(c, h, headers, err) != 0)
         goto fail;
     if (content_type != NULL) {
         char line[128];
@@ -505,8 +570,10 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
         free(r.body.data);
         if (code == CURLE_ABORTED_BY_CALLBACK)
             return -1;
-        /* A bound service-account token may have rotated under us. */
-        if (code == CURLE_OK && r.status == 401 && c->cfg.token_file && !reread_token) {
+        /* A bound service-account token may have rotated under us, an
+         * exec plugin's token may have been revoked before its expiry. */
+        if (code == CURLE_OK && r.status == 401 && (c->cfg.token_file || c->cfg.exec) &&
+            !reread_token) {
             reread_token = true;
             kube_token_refresh(c, true);
             cls = KUBE_RETRY_ALWAYS;
@@ -614,6 +681,7 @@ static void apply_defaults(struct kube_client *c, const struct kube_client_optio
     c->connect_timeout_ms =
         o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
     c->watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s : DEFAULT_WATCH_TIMEOUT_S;
+    c->exec_timeout_ms = o->exec_timeout_ms > 0 ? o->exec_timeout_ms : DEFAULT_EXEC_TIMEOUT_MS;
     c->max_body = o->max_body_bytes > 0 ? o->max_body_bytes : DEFAULT_MAX_BODY;
     c->retry.max_attempts = o->retry.max_attempts > 0 ? o->retry.max_attempts : DEFAULT_ATTEMPTS;
     c->retry.initial_backoff_ms =
@@ -656,8 +724,13 @@ struct kube_client *kube_client_new(const struct kube_client_options *opt, char 
         return NULL;
     }
     c->curl = curl;
-    if (kube_config_resolve(o->kubeconfig, o->context, o->in_cluster, o->serviceaccount_dir,
-                            &c->cfg, err, errlen) != 0) {
+    struct kube_config_select sel = {.kubeconfig = o->kubeconfig,
+                                     .context = o->context,
+                                     .cluster = o->cluster,
+                                     .user = o->user,
+                                     .in_cluster = o->in_cluster,
+                                     .sa_dir = o->serviceaccount_dir};
+    if (kube_config_resolve(&sel, &c->cfg, err, errlen) != 0) {
         free(c);
         curl->global_cleanup();
         return NULL;
@@ -694,6 +767,7 @@ void kube_client_free(struct kube_client *client)
     kube_config_free(&client->cfg);
     free(client->user_agent);
     free(client->token);
+    kube_exec_credential_free(&client->exec_cred);
     free(client);
     curl->global_cleanup();
 }

@@ -38,7 +38,8 @@
  * the request; 500/502/503/504 and transfer timeouts only for GET and LIST,
  * never for POST (a retried binding could bind twice) or PATCH. Backoff is
  * exponential with jitter, bounded by kube_retry_policy; Retry-After is
- * honoured up to 60 s. A 401 re-reads a token file once and retries. */
+ * honoured up to 60 s. A 401 re-reads a token file, or runs an exec
+ * credential plugin again, once and retries. */
 #ifndef GP_KUBE_H
 #define GP_KUBE_H
 
@@ -77,12 +78,14 @@ struct kube_retry_policy {
 };
 
 struct kube_client_options {
-    const char
-        *kubeconfig;     /* NULL: $KUBECONFIG (first of a ':' list), ~/.kube/config, in-cluster */
-    const char *context; /* NULL: the kubeconfig's current-context */
-    bool in_cluster;     /* use the service account even when a kubeconfig exists */
-    const char *user_agent;  /* NULL: "gpupool/<version>" */
-    long timeout_ms;         /* whole request/response call, per attempt; 0 = 30000 */
+    const char *kubeconfig; /* NULL: $KUBECONFIG (a ':' list, merged), ~/.kube/config, in-cluster */
+    const char *context;    /* NULL: the kubeconfig's current-context */
+    const char *cluster;    /* NULL: the context's cluster (kubectl --cluster) */
+    const char *user;       /* NULL: the context's user (kubectl --user) */
+    bool in_cluster;        /* use the service account even when a kubeconfig exists */
+    long exec_timeout_ms;   /* an exec credential plugin's run; 0 = 60000 */
+    const char *user_agent; /* NULL: "gpupool/<version>" */
+    long timeout_ms;        /* whole request/response call, per attempt; 0 = 30000 */
     long connect_timeout_ms; /* 0 = 10000 */
     long watch_timeout_s;    /* server-side timeoutSeconds of a watch; 0 = 300 */
     size_t max_body_bytes;   /* largest response body or watch event; 0 = 64 MiB */
@@ -151,8 +154,8 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
  * each item's last byte comes in, memory holds one item, and a page whose
  * transfer breaks off after its first item is not retried (reason
  * "Interrupted"; the caller lists again). Items:
- *   Node:      metadata.{name, namespace, annotations},
- *              status.allocatable, status.addresses[].{type, address}
+ *   Node:      metadata.{name, namespace, labels, annotations},
+ *              status.{capacity, allocatable}, status.addresses[].{type, address}
  *   Pod:       metadata.{name, namespace, annotations}, spec.nodeName,
  *              spec.{containers, initContainers}[].{name, resources.{limits, requests}},
  *              status.phase

@@ -15,6 +15,7 @@
 
 #define SERVICEACCOUNT_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 #define MAX_PEM_FILE (1 << 20)
+#define KUBECONFIG_MAX_FILES 32 /* entries of $KUBECONFIG read */
 
 /* Walking state: the document and where messages point. */
 struct walk {
@@ -93,33 +94,47 @@ static int get_bool(struct walk *w, const struct ycfg_node *map, const char *whe
     return 0;
 }
 
+/* The merged files, in $KUBECONFIG order; empty files have no root. */
+struct merged {
+    struct walk *files;
+    size_t n;
+};
+
 /* The `inner` mapping (cluster/user/context) of the entry named `name` in
- * the list `list_key` ("clusters"), e.g. clusters[name=c].cluster. */
-static int find_named(struct walk *w, const struct ycfg_node *root, const char *list_key,
-                      const char *inner, const char *name, const struct ycfg_node *ref,
+ * the list `list_key` ("clusters"), e.g. clusters[name=c].cluster, from the
+ * first file that has such an entry (kubectl's merge: the first file to
+ * set a map key wins it whole). *in is that file. A missing entry is
+ * reported at `ref` in `ref_w`. */
+static int find_named(struct merged *m, const char *list_key, const char *inner, const char *name,
+                      struct walk *ref_w, const struct ycfg_node *ref, struct walk **in,
                       const struct ycfg_node **out)
 {
-    const struct ycfg_node *list = map_get(w, root, list_key);
-    if (list != NULL && ycfg_kind(list) != YCFG_SEQUENCE && ycfg_kind(list) != YCFG_NULL)
-        return fail_at(w, list, "%s must be a list, not %s", list_key, ycfg_kind_name(list));
-    size_t n = list && ycfg_kind(list) == YCFG_SEQUENCE ? ycfg_count(list) : 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct ycfg_node *entry = ycfg_item(&w->doc, list, i);
-        const struct ycfg_node *nm = map_get(w, entry, "name");
-        if (nm == NULL || ycfg_kind(nm) != YCFG_SCALAR || strcmp(ycfg_text(nm), name) != 0)
-            continue;
-        const struct ycfg_node *body = map_get(w, entry, inner);
-        if (body == NULL || ycfg_kind(body) == YCFG_NULL) {
-            *out = NULL; /* an entry without settings: allowed (e.g. a user with no auth) */
+    for (size_t f = 0; f < m->n; f++) {
+        struct walk *w = &m->files[f];
+        const struct ycfg_node *list = map_get(w, ycfg_root(&w->doc), list_key);
+        if (list != NULL && ycfg_kind(list) != YCFG_SEQUENCE && ycfg_kind(list) != YCFG_NULL)
+            return fail_at(w, list, "%s must be a list, not %s", list_key, ycfg_kind_name(list));
+        size_t n = list && ycfg_kind(list) == YCFG_SEQUENCE ? ycfg_count(list) : 0;
+        for (size_t i = 0; i < n; i++) {
+            const struct ycfg_node *entry = ycfg_item(&w->doc, list, i);
+            const struct ycfg_node *nm = map_get(w, entry, "name");
+            if (nm == NULL || ycfg_kind(nm) != YCFG_SCALAR || strcmp(ycfg_text(nm), name) != 0)
+                continue;
+            *in = w;
+            const struct ycfg_node *body = map_get(w, entry, inner);
+            if (body == NULL || ycfg_kind(body) == YCFG_NULL) {
+                *out = NULL; /* an entry without settings: allowed (e.g. a user with no auth) */
+                return 0;
+            }
+            if (ycfg_kind(body) != YCFG_MAPPING)
+                return fail_at(w, body, "%s[name=%s].%s must be a mapping, not %s", list_key, name,
+                               inner, ycfg_kind_name(body));
+            *out = body;
             return 0;
         }
-        if (ycfg_kind(body) != YCFG_MAPPING)
-            return fail_at(w, body, "%s[name=%s].%s must be a mapping, not %s", list_key, name,
-                           inner, ycfg_kind_name(body));
-        *out = body;
-        return 0;
     }
-    return fail_at(w, ref, "%s \"%s\" not found in %s", inner, name, list_key);
+    return fail_at(ref_w, ref, "%s \"%s\" not found in %s%s", inner, name, list_key,
+                   m->n > 1 ? " of any file" : "");
 }
 
 /* `rel` relative to the kubeconfig's directory (absolute paths unchanged). */
@@ -244,6 +259,175 @@ static int load_cluster(struct walk *w, const struct ycfg_node *cluster, const c
                     &cfg->ca);
 }
 
+static const char EXEC_V1[] = "client.authentication.k8s.io/v1";
+static const char EXEC_V1BETA1[] = "client.authentication.k8s.io/v1beta1";
+
+/* A list of strings (args), each copied into out[]. */
+static int get_string_list(struct walk *w, const struct ycfg_node *map, const char *where,
+                           const char *key, char ***out, size_t *n)
+{
+    const struct ycfg_node *list = map_get(w, map, key);
+    if (list == NULL || ycfg_kind(list) == YCFG_NULL)
+        return 0;
+    if (ycfg_kind(list) != YCFG_SEQUENCE)
+        return fail_at(w, list, "%s.%s must be a list of strings, not %s", where, key,
+                       ycfg_kind_name(list));
+    size_t count = ycfg_count(list);
+    *out = calloc(count + 1, sizeof **out);
+    if (*out == NULL)
+        return fail_at(w, list, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        const struct ycfg_node *item = ycfg_item(&w->doc, list, i);
+        if (ycfg_kind(item) != YCFG_SCALAR)
+            return fail_at(w, item, "%s.%s[%zu] must be a string, not %s", where, key, i,
+                           ycfg_kind_name(item));
+        (*out)[i] = strdup(ycfg_text(item));
+        if ((*out)[i] == NULL)
+            return fail_at(w, item, "out of memory");
+        *n = i + 1;
+    }
+    return 0;
+}
+
+/* exec.env: [{name, value}] into "NAME=value" strings. */
+static int get_exec_env(struct walk *w, const struct ycfg_node *exec, const char *where,
+                        struct kube_exec_config *x)
+{
+    const struct ycfg_node *list = map_get(w, exec, "env");
+    if (list == NULL || ycfg_kind(list) == YCFG_NULL)
+        return 0;
+    if (ycfg_kind(list) != YCFG_SEQUENCE)
+        return fail_at(w, list, "%s.env must be a list of {name, value}, not %s", where,
+                       ycfg_kind_name(list));
+    size_t count = ycfg_count(list);
+    x->env = calloc(count + 1, sizeof *x->env);
+    if (x->env == NULL)
+        return fail_at(w, list, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        const struct ycfg_node *item = ycfg_item(&w->doc, list, i);
+        char at[256];
+        snprintf(at, sizeof at, "%.200s.env[%zu]", where, i);
+        if (ycfg_kind(item) != YCFG_MAPPING)
+            return fail_at(w, item, "%s must be a mapping with name and value", at);
+        const char *name, *value;
+        if (get_string(w, item, at, "name", &name) != 0 ||
+            get_string(w, item, at, "value", &value) != 0)
+            return -1;
+        if (name == NULL || name[0] == '\0' || strchr(name, '=') != NULL)
+            return fail_at(w, item, "%s.name must be a variable name", at);
+        size_t len = strlen(name) + (value ? strlen(value) : 0) + 2;
+        x->env[i] = malloc(len);
+        if (x->env[i] == NULL)
+            return fail_at(w, item, "out of memory");
+        snprintf(x->env[i], len, "%s=%s", name, value ? value : "");
+        x->nenv = i + 1;
+    }
+    return 0;
+}
+
+/* users[].user.exec (client-go's ExecConfig). */
+static int load_exec(struct walk *w, const struct ycfg_node *exec, const char *user_where,
+                     struct kube_config *cfg)
+{
+    char where[200];
+    snprintf(where, sizeof where, "%s.exec", user_where);
+    if (ycfg_kind(exec) != YCFG_MAPPING)
+        return fail_at(w, exec, "%s must be a mapping, not %s", where, ycfg_kind_name(exec));
+    struct kube_exec_config *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return fail_at(w, exec, "out of memory");
+    cfg->exec = x; /* freed by kube_config_free, even half filled */
+    const char *command, *api_version, *mode, *hint;
+    if (get_string(w, exec, where, "command", &command) != 0 ||
+        get_string(w, exec, where, "apiVersion", &api_version) != 0 ||
+        get_string(w, exec, where, "interactiveMode", &mode) != 0 ||
+        get_string(w, exec, where, "installHint", &hint) != 0 ||
+        get_bool(w, exec, where, "provideClusterInfo", &x->provide_cluster_info) != 0 ||
+        get_string_list(w, exec, where, "args", &x->args, &x->nargs) != 0 ||
+        get_exec_env(w, exec, where, x) != 0)
+        return -1;
+    if (command == NULL || command[0] == '\0')
+        return fail_at(w, exec, "%s.command is not set", where);
+    if (api_version == NULL || api_version[0] == '\0')
+        return fail_at(w, exec, "%s.apiVersion is not set (%s or %s)", where, EXEC_V1,
+                       EXEC_V1BETA1);
+    if (strcmp(api_version, EXEC_V1) != 0 && strcmp(api_version, EXEC_V1BETA1) != 0)
+        return fail_at(w, map_get(w, exec, "apiVersion"),
+                       "%s.apiVersion \"%s\" is not supported (%s or %s; v1alpha1 was "
+                       "removed in Kubernetes 1.24)",
+                       where, api_version, EXEC_V1, EXEC_V1BETA1);
+    bool v1 = strcmp(api_version, EXEC_V1) == 0;
+    if (mode == NULL || mode[0] == '\0') {
+        if (v1) /* required in v1, as kubectl requires it */
+            return fail_at(w, exec,
+                           "%s.interactiveMode is required with %s (Never, "
+                           "IfAvailable or Always)",
+                           where, EXEC_V1);
+        x->interactive = KUBE_EXEC_IF_AVAILABLE;
+    } else if (strcmp(mode, "Never") == 0) {
+        x->interactive = KUBE_EXEC_NEVER;
+    } else if (strcmp(mode, "IfAvailable") == 0) {
+        x->interactive = KUBE_EXEC_IF_AVAILABLE;
+    } else if (strcmp(mode, "Always") == 0) {
+        x->interactive = KUBE_EXEC_ALWAYS;
+    } else {
+        return fail_at(w, map_get(w, exec, "interactiveMode"),
+                       "%s.interactiveMode \"%s\" must be Never, IfAvailable or Always", where,
+                       mode);
+    }
+    /* A relative command with a '/' is relative to this file, like the
+     * other paths; a bare name is looked up in PATH when it runs. */
+    x->command = strchr(command, '/') ? resolve_path(w->path, command) : strdup(command);
+    x->api_version = strdup(api_version);
+    x->install_hint = hint && hint[0] ? strdup(hint) : NULL;
+    if (x->command == NULL || x->api_version == NULL || (hint && hint[0] && !x->install_hint))
+        return fail_at(w, exec, "out of memory");
+    return 0;
+}
+
+/* users[].user.auth-provider: the legacy in-tree plugins, removed from
+ * kubectl in 1.26. oidc's id-token is a bearer token, used as it is (no
+ * refresh); the others can only be replaced by their exec plugins. */
+static int load_auth_provider(struct walk *w, const struct ycfg_node *provider,
+                              const char *user_where, struct kube_config *cfg)
+{
+    char where[200];
+    snprintf(where, sizeof where, "%s.auth-provider", user_where);
+    if (ycfg_kind(provider) != YCFG_MAPPING)
+        return fail_at(w, provider, "%s must be a mapping, not %s", where,
+                       ycfg_kind_name(provider));
+    const char *name, *id_token = NULL;
+    if (get_string(w, provider, where, "name", &name) != 0)
+        return -1;
+    if (name == NULL)
+        name = "";
+    const struct ycfg_node *config = map_get(w, provider, "config");
+    if (strcmp(name, "oidc") == 0 && config != NULL && ycfg_kind(config) == YCFG_MAPPING &&
+        get_string(w, config, where, "id-token", &id_token) != 0)
+        return -1;
+    if (strcmp(name, "oidc") == 0 && id_token != NULL && id_token[0] != '\0') {
+        cfg->token = strdup(id_token);
+        return cfg->token ? 0 : fail_at(w, provider, "out of memory");
+    }
+    if (strcmp(name, "oidc") == 0)
+        return fail_at(w, provider,
+                       "%s oidc has no config.id-token: log in with an exec plugin instead "
+                       "(kubelogin, `kubectl oidc-login`)",
+                       where);
+    if (strcmp(name, "gcp") == 0)
+        return fail_at(w, provider,
+                       "%s gcp was removed in Kubernetes 1.26: install gke-gcloud-auth-plugin "
+                       "and run `gcloud container clusters get-credentials` to write an exec user",
+                       where);
+    if (strcmp(name, "azure") == 0)
+        return fail_at(w, provider,
+                       "%s azure was removed in Kubernetes 1.26: install kubelogin and run "
+                       "`kubelogin convert-kubeconfig` to write an exec user",
+                       where);
+    return fail_at(w, provider, "%s \"%s\" is not supported: use an exec credential plugin", where,
+                   name);
+}
+
 static int load_user(struct walk *w, const struct ycfg_node *user, const char *name,
                      struct kube_config *cfg)
 {
@@ -251,25 +435,31 @@ static int load_user(struct walk *w, const struct ycfg_node *user, const char *n
         return 0;
     char where[160];
     snprintf(where, sizeof where, "users[name=%s].user", name);
-    static const char *const unsupported[] = {"exec", "auth-provider"};
-    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
-        const struct ycfg_node *k = NULL;
-        const struct ycfg_node *v = map_lookup(w, user, unsupported[i], &k);
-        if (v != NULL && ycfg_kind(v) != YCFG_NULL)
-            return fail_at(w, k,
-                           "%s.%s: credential plugins are not supported; "
-                           "use a token, tokenFile or client certificate",
-                           where, unsupported[i]);
-    }
+    const struct ycfg_node *exec_key = NULL, *provider_key = NULL;
+    const struct ycfg_node *exec = map_lookup(w, user, "exec", &exec_key);
+    const struct ycfg_node *provider = map_lookup(w, user, "auth-provider", &provider_key);
+    if (exec != NULL && ycfg_kind(exec) == YCFG_NULL)
+        exec = NULL;
+    if (provider != NULL && ycfg_kind(provider) == YCFG_NULL)
+        provider = NULL;
+    if (exec != NULL && provider != NULL)
+        return fail_at(w, provider_key, "%s: set exec or auth-provider, not both", where);
     const char *token, *token_file, *username, *password;
     if (get_string(w, user, where, "token", &token) != 0 ||
         get_string(w, user, where, "tokenFile", &token_file) != 0 ||
         get_string(w, user, where, "username", &username) != 0 ||
         get_string(w, user, where, "password", &password) != 0)
         return -1;
-    if (token != NULL && token[0] != '\0')
+    if (exec != NULL && ((token != NULL && token[0]) || (token_file != NULL && token_file[0])))
+        return fail_at(w, exec_key, "%s: set exec or token/tokenFile, not both", where);
+    if (exec != NULL && load_exec(w, exec, where, cfg) != 0)
+        return -1;
+    if (provider != NULL && load_auth_provider(w, provider, where, cfg) != 0)
+        return -1;
+    if (token != NULL && token[0] != '\0') {
+        free(cfg->token); /* a bearer token given beside an oidc id-token wins, as in client-go */
         cfg->token = strdup(token);
-    else if (token_file != NULL && token_file[0] != '\0') {
+    } else if (token_file != NULL && token_file[0] != '\0') {
         cfg->token_file = resolve_path(w->path, token_file);
         char why[256];
         char *probe =
@@ -292,63 +482,150 @@ static int load_user(struct walk *w, const struct ycfg_node *user, const char *n
     return 0;
 }
 
-static int load_document(struct walk *w, const char *context, struct kube_config *cfg)
+/* The selected context of the merged files, its cluster and its user. */
+static int load_merged(struct merged *m, const struct kube_config_select *sel,
+                       struct kube_config *cfg)
 {
-    const struct ycfg_node *root = ycfg_root(&w->doc);
-    if (root == NULL)
-        return fail_at(w, NULL, "empty kubeconfig");
-    if (ycfg_kind(root) != YCFG_MAPPING)
-        return fail_at(w, root, "a kubeconfig must be a mapping, not %s", ycfg_kind_name(root));
-    const struct ycfg_node *ref = root;
-    if (context == NULL || context[0] == '\0') {
-        if (get_string(w, root, "kubeconfig", "current-context", &context) != 0)
-            return -1;
-        if (context == NULL || context[0] == '\0')
-            return fail_at(w, root, "no current-context set and no context chosen");
-        ref = map_get(w, root, "current-context");
+    struct walk *first = &m->files[0];
+    const char *context = sel->context;
+    struct walk *ref_w = first;
+    const struct ycfg_node *ref = ycfg_root(&first->doc);
+    if (context == NULL || context[0] == '\0') { /* the first file that sets one */
+        context = NULL;
+        for (size_t f = 0; f < m->n && context == NULL; f++) {
+            struct walk *w = &m->files[f];
+            const char *cc;
+            if (get_string(w, ycfg_root(&w->doc), "kubeconfig", "current-context", &cc) != 0)
+                return -1;
+            if (cc != NULL && cc[0] != '\0') {
+                context = cc;
+                ref_w = w;
+                ref = map_get(w, ycfg_root(&w->doc), "current-context");
+            }
+        }
     }
-    const struct ycfg_node *ctx, *cluster, *user = NULL;
-    if (find_named(w, root, "contexts", "context", context, ref, &ctx) != 0)
-        return -1;
-    char where[160];
-    snprintf(where, sizeof where, "contexts[name=%s].context", context);
-    const char *cluster_name, *user_name, *ns;
-    if (get_string(w, ctx, where, "cluster", &cluster_name) != 0 ||
-        get_string(w, ctx, where, "user", &user_name) != 0 ||
-        get_string(w, ctx, where, "namespace", &ns) != 0)
-        return -1;
+    bool cluster_chosen = sel->cluster != NULL && sel->cluster[0] != '\0';
+    if (context == NULL && !cluster_chosen)
+        return fail_at(first, ref, "no current-context set and no context chosen (--context)");
+    const struct ycfg_node *ctx = NULL, *cluster, *user = NULL;
+    struct walk *ctx_w = ref_w, *cluster_w, *user_w;
+    const char *cluster_name = NULL, *user_name = NULL, *ns = NULL;
+    char where[160] = "the context";
+    if (context != NULL) {
+        if (find_named(m, "contexts", "context", context, ref_w, ref, &ctx_w, &ctx) != 0)
+            return -1;
+        snprintf(where, sizeof where, "contexts[name=%s].context", context);
+        if (get_string(ctx_w, ctx, where, "cluster", &cluster_name) != 0 ||
+            get_string(ctx_w, ctx, where, "user", &user_name) != 0 ||
+            get_string(ctx_w, ctx, where, "namespace", &ns) != 0)
+            return -1;
+    }
+    const struct ycfg_node *cluster_ref = map_get(ctx_w, ctx, "cluster");
+    const struct ycfg_node *user_ref = map_get(ctx_w, ctx, "user");
+    struct walk *cluster_ref_w = ctx_w, *user_ref_w = ctx_w;
+    if (cluster_chosen) {
+        cluster_name = sel->cluster;
+        cluster_ref_w = first;
+        cluster_ref = NULL; /* "--cluster", not a line of a file */
+    }
+    if (sel->user != NULL && sel->user[0] != '\0') {
+        user_name = sel->user;
+        user_ref_w = first;
+        user_ref = NULL;
+    }
     if (cluster_name == NULL || cluster_name[0] == '\0')
-        return fail_at(w, ctx ? ctx : ref, "%s.cluster is not set", where);
-    const struct ycfg_node *cluster_ref = map_get(w, ctx, "cluster");
-    if (find_named(w, root, "clusters", "cluster", cluster_name, cluster_ref, &cluster) != 0 ||
-        load_cluster(w, cluster, cluster_name, cluster_ref, cfg) != 0)
+        return fail_at(ctx_w, ctx ? ctx : ref, "%s.cluster is not set", where);
+    if (find_named(m, "clusters", "cluster", cluster_name, cluster_ref_w, cluster_ref, &cluster_w,
+                   &cluster) != 0 ||
+        load_cluster(cluster_w, cluster, cluster_name, cluster_ref, cfg) != 0)
         return -1;
     if (user_name != NULL && user_name[0] != '\0' &&
-        (find_named(w, root, "users", "user", user_name, map_get(w, ctx, "user"), &user) != 0 ||
-         load_user(w, user, user_name, cfg) != 0))
+        (find_named(m, "users", "user", user_name, user_ref_w, user_ref, &user_w, &user) != 0 ||
+         load_user(user_w, user, user_name, cfg) != 0))
         return -1;
     cfg->ns = strdup(ns && ns[0] ? ns : "default");
-    size_t olen = strlen(w->path) + strlen(context) + 32;
+    const char *label = context ? context : "none";
+    size_t olen = strlen(ctx_w->path) + strlen(label) + 32;
     cfg->origin = malloc(olen);
     if (cfg->origin != NULL)
-        snprintf(cfg->origin, olen, "kubeconfig %s (context %s)", w->path, context);
+        snprintf(cfg->origin, olen, "kubeconfig %s (context %s)", ctx_w->path, label);
     if (cfg->ns == NULL || cfg->origin == NULL)
-        return fail_at(w, root, "out of memory");
+        return fail_at(first, NULL, "out of memory");
     return 0;
+}
+
+/* The first root that is not a mapping is an error; empty files are
+ * skipped when merging (kubectl reads them as empty configs). */
+static int check_roots(struct merged *m, bool merging)
+{
+    size_t kept = 0;
+    for (size_t f = 0; f < m->n; f++) {
+        struct walk *w = &m->files[f];
+        const struct ycfg_node *root = ycfg_root(&w->doc);
+        if (root == NULL && !merging)
+            return fail_at(w, NULL, "empty kubeconfig");
+        if (root != NULL && ycfg_kind(root) != YCFG_MAPPING)
+            return fail_at(w, root, "a kubeconfig must be a mapping, not %s", ycfg_kind_name(root));
+        if (root == NULL) {
+            ycfg_free(&w->doc);
+            continue;
+        }
+        if (kept != f)
+            m->files[kept] = *w;
+        kept++;
+    }
+    m->n = kept;
+    if (kept == 0)
+        return fail_at(&m->files[0], NULL, "every kubeconfig file is empty");
+    return 0;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int kube_config_load_files(const char *const *paths, size_t n, const struct kube_config_select *sel,
+                           struct kube_config *cfg, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (n == 0 || n > KUBECONFIG_MAX_FILES) {
+        snprintf(err, errlen, "%zu kubeconfig files (1 to %d)", n, KUBECONFIG_MAX_FILES);
+        return -1;
+    }
+    struct walk files[KUBECONFIG_MAX_FILES];
+    struct merged m = {.files = files};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (n > 1 && !file_exists(paths[i]))
+            continue; /* kubectl skips the entries of $KUBECONFIG that do not exist */
+        struct walk *w = &files[m.n];
+        *w = (struct walk){.path = paths[i], .err = err, .errlen = errlen};
+        rc = ycfg_load(paths[i], &w->doc, err, errlen);
+        if (rc == 0)
+            m.n++;
+    }
+    if (rc == 0 && m.n == 0) {
+        snprintf(err, errlen, "none of the %zu kubeconfig files exists", n);
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = check_roots(&m, n > 1);
+    if (rc == 0)
+        rc = load_merged(&m, sel, cfg);
+    for (size_t i = 0; i < m.n; i++)
+        ycfg_free(&files[i].doc);
+    if (rc != 0)
+        kube_config_free(cfg);
+    return rc;
 }
 
 int kube_config_load_file(const char *path, const char *context, struct kube_config *cfg, char *err,
                           size_t errlen)
 {
-    memset(cfg, 0, sizeof *cfg);
-    struct walk w = {.path = path, .err = err, .errlen = errlen};
-    if (ycfg_load(path, &w.doc, err, errlen) != 0)
-        return -1;
-    int rc = load_document(&w, context, cfg);
-    ycfg_free(&w.doc);
-    if (rc != 0)
-        kube_config_free(cfg);
-    return rc;
+    struct kube_config_select sel = {.context = context};
+    return kube_config_load_files(&path, 1, &sel, cfg, err, errlen);
 }
 
 char *kube_read_token_file(const char *path, char *err, size_t errlen)
@@ -429,54 +706,62 @@ fail:
     return -1;
 }
 
-static bool file_exists(const char *path)
+/* Splits a ':'-separated $KUBECONFIG into paths (pointers into buf),
+ * dropping empty and repeated entries, as kubectl does. */
+static size_t split_kubeconfig(char *buf, const char **paths, size_t max)
 {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-/* First existing entry of a ':'-separated $KUBECONFIG into buf. */
-static int first_kubeconfig(const char *list, char *buf, size_t buflen)
-{
-    const char *p = list;
-    while (*p != '\0') {
-        size_t n = strcspn(p, ":");
-        if (n > 0 && n < buflen) {
-            snprintf(buf, buflen, "%.*s", (int)n, p);
-            if (file_exists(buf))
-                return 0;
-        }
-        p += n;
-        if (*p == ':')
-            p++;
+    size_t n = 0;
+    for (char *p = buf; p != NULL && *p != '\0';) {
+        char *colon = strchr(p, ':');
+        if (colon != NULL)
+            *colon = '\0';
+        bool repeated = false;
+        for (size_t i = 0; i < n; i++)
+            repeated |= strcmp(paths[i], p) == 0;
+        if (p[0] != '\0' && !repeated && n < max)
+            paths[n++] = p;
+        p = colon ? colon + 1 : NULL;
     }
-    return -1;
+    return n;
 }
 
-int kube_config_resolve(const char *path, const char *context, bool force_in_cluster,
-                        const char *sa_dir, struct kube_config *cfg, char *err, size_t errlen)
+int kube_config_resolve(const struct kube_config_select *sel, struct kube_config *cfg, char *err,
+                        size_t errlen)
 {
-    if (force_in_cluster)
-        return kube_config_in_cluster(sa_dir, cfg, err, errlen);
-    if (path != NULL && path[0] != '\0')
-        return kube_config_load_file(path, context, cfg, err, errlen);
-    char buf[4096];
+    if (sel->in_cluster)
+        return kube_config_in_cluster(sel->sa_dir, cfg, err, errlen);
+    if (sel->kubeconfig != NULL && sel->kubeconfig[0] != '\0')
+        return kube_config_load_files(&sel->kubeconfig, 1, sel, cfg, err, errlen);
     const char *env = getenv("KUBECONFIG");
     if (env != NULL && env[0] != '\0') {
-        if (first_kubeconfig(env, buf, sizeof buf) != 0) {
-            memset(cfg, 0, sizeof *cfg);
-            snprintf(err, errlen, "KUBECONFIG=%s: no such file", env);
+        memset(cfg, 0, sizeof *cfg);
+        char *list = strdup(env);
+        if (list == NULL) {
+            snprintf(err, errlen, "out of memory");
             return -1;
         }
-        return kube_config_load_file(buf, context, cfg, err, errlen);
+        const char *paths[KUBECONFIG_MAX_FILES];
+        size_t n = split_kubeconfig(list, paths, KUBECONFIG_MAX_FILES);
+        bool any = false;
+        for (size_t i = 0; i < n; i++)
+            any |= file_exists(paths[i]);
+        int rc = -1;
+        if (!any)
+            snprintf(err, errlen, "KUBECONFIG=%s: no such file", env);
+        else
+            rc = kube_config_load_files(paths, n, sel, cfg, err, errlen);
+        free(list);
+        return rc;
     }
+    char buf[4096];
     const char *home = getenv("HOME");
     if (home != NULL && home[0] != '\0') {
         snprintf(buf, sizeof buf, "%s/.kube/config", home);
+        const char *one = buf;
         if (file_exists(buf))
-            return kube_config_load_file(buf, context, cfg, err, errlen);
+            return kube_config_load_files(&one, 1, sel, cfg, err, errlen);
     }
-    if (kube_config_in_cluster(sa_dir, cfg, err, errlen) == 0)
+    if (kube_config_in_cluster(sel->sa_dir, cfg, err, errlen) == 0)
         return 0;
     char inner[512];
     snprintf(inner, sizeof inner, "%s", err);
@@ -491,6 +776,22 @@ static void blob_free(struct kube_blob *blob)
     blob->len = 0;
 }
 
+static void kube_exec_config_free(struct kube_exec_config *x)
+{
+    if (x == NULL)
+        return;
+    for (size_t i = 0; i < x->nargs; i++)
+        free(x->args[i]);
+    for (size_t i = 0; i < x->nenv; i++)
+        free(x->env[i]);
+    free(x->args);
+    free(x->env);
+    free(x->command);
+    free(x->api_version);
+    free(x->install_hint);
+    free(x);
+}
+
 void kube_config_free(struct kube_config *cfg)
 {
     free(cfg->server);
@@ -503,5 +804,6 @@ void kube_config_free(struct kube_config *cfg)
     free(cfg->token_file);
     free(cfg->username);
     free(cfg->password);
+    kube_exec_config_free(cfg->exec);
     memset(cfg, 0, sizeof *cfg);
 }

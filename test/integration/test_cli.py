@@ -216,7 +216,8 @@ def test_gpupool_table(kubeconfig):
     assert "4/16 24/32" in rows["gpu-b"]
     assert "2 GiB (1 pod)" in rows["gpu-c"]
     assert rows["whole"].split()[-2:] == ["gpu", "3/4"]
-    assert "Cluster: 4 nodes, 5 GPUs (1 unhealthy)" in proc.stdout
+    # mixed: 5 GPU-memory GPUs and the 4 whole GPUs of "whole"
+    assert "Cluster: 4 nodes, 9 GPUs (1 unhealthy)" in proc.stdout
     assert "GPU memory allocated: 38/86 GiB (44%), 2 GiB pending (1 pod)" in proc.stdout
     assert "nvidia.com/gpu requested: 3/4 (75%)" in proc.stdout
 
@@ -436,3 +437,74 @@ def test_gpushare_tables_the_same_from_protobuf(api, kubeconfig):
     api.protobuf = False
     assert summary.stdout == run(GPUSHARE, [], kubeconfig).stdout == SUMMARY
     assert details.stdout == run(GPUSHARE, ["-d"], kubeconfig).stdout
+
+
+# ---- whole-GPU and time-slicing clusters (no aliyun.com/gpu-mem) ----
+
+def gfd_node(name, ip, gpus, product, replicas=None, allocatable=None):
+    """A node of NVIDIA's plugin with GPU feature discovery labels."""
+    n = node(name, ip, extra={"nvidia.com/gpu": str(gpus * (replicas or 1))})
+    labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(gpus)}
+    if replicas:
+        labels["nvidia.com/gpu.replicas"] = str(replicas)
+    n["metadata"]["labels"] = labels
+    if allocatable is not None:     # a device unhealthy: capacity stays, allocatable drops
+        n["status"]["allocatable"]["nvidia.com/gpu"] = str(allocatable)
+    return n
+
+
+@pytest.fixture
+def whole_api():
+    srv = FakeApiServer(fixture={
+        "nodes": [gfd_node("t4-a", "10.0.0.1", 4, "Tesla-T4", allocatable=3),
+                  gfd_node("a100-ts", "10.0.0.2", 2, "NVIDIA-A100-SXM4-40GB", replicas=4)],
+        "pods": [pod("ml", "train", "t4-a", limits={"nvidia.com/gpu": "2"}),
+                 pod("ml", "share-1", "a100-ts", limits={"nvidia.com/gpu": "1"}),
+                 pod("ml", "share-2", "a100-ts", limits={"nvidia.com/gpu": "2"})],
+    }).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("protobuf", [True, False])
+def test_whole_gpu_cluster_counts_gpus(whole_api, tmp_path, protobuf):
+    whole_api.protobuf = protobuf       # labels and capacity come through both encodings
+    cfg = write_kubeconfig(str(tmp_path / "config"), whole_api.url)
+    proc = run(GPUPOOL, ["inspect"], cfg)
+    assert proc.returncode == 0, proc.stderr
+    rows = {l.split()[0]: l for l in proc.stdout.splitlines()[1:3]}
+    assert rows["t4-a"].split()[2:4] == ["4", "-"]           # 4 GPUs, no GPU memory
+    assert rows["a100-ts"].split()[2] == "2"                  # 8 replicas of 2 GPUs
+    assert "Cluster: 2 nodes, 6 GPUs\n" in proc.stdout
+    assert "GPU memory allocated" not in proc.stdout
+    assert "0/0" not in proc.stdout
+    assert "nvidia.com/gpu requested: 5/11 (45%)" in proc.stdout
+
+    wide = run(GPUPOOL, ["inspect", "-o", "wide"], cfg)
+    assert wide.returncode == 0, wide.stderr
+    res = {l.split()[0]: l.split() for l in wide.stdout.splitlines()
+           if l.startswith(("t4-a ", "a100-ts "))}
+    assert res["t4-a"][1:8] == ["nvidia.com/gpu", "Tesla-T4", "4", "1", "4", "2/3", "(66%)"]
+    assert res["a100-ts"][1:8] == ["nvidia.com/gpu", "NVIDIA-A100-SXM4-40GB", "2", "4", "8",
+                                   "3/8", "(37%)"]
+
+
+def test_whole_gpu_details_name_the_model(whole_api, tmp_path):
+    cfg = write_kubeconfig(str(tmp_path / "config"), whole_api.url)
+    proc = run(GPUPOOL, ["inspect", "a100-ts", "-d"], cfg)
+    assert proc.returncode == 0, proc.stderr
+    assert "Whole GPUs: 2 x NVIDIA-A100-SXM4-40GB, 4 devices each" in proc.stdout
+    assert "GPU memory allocated" not in proc.stdout
+    assert "nvidia.com/gpu  8         3/8 (37%)" in proc.stdout
+
+
+def test_whole_gpu_without_labels_counts_devices(tmp_path):
+    srv = FakeApiServer(fixture={"nodes": [node("plain", "10.0.0.9",
+                                                extra={"nvidia.com/gpu": "8"})]}).start()
+    try:
+        cfg = write_kubeconfig(str(tmp_path / "config"), srv.url)
+        proc = run(GPUPOOL, ["inspect"], cfg)
+        assert proc.returncode == 0, proc.stderr
+        assert "Cluster: 1 node, 8 GPUs\n" in proc.stdout
+    finally:
+        srv.stop()

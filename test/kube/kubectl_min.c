@@ -14,7 +14,9 @@
  *   kubectl_min [options] bind NAMESPACE NAME NODE [UID]
  *   kubectl_min [options] config                   (prints server and namespace)
  *
- * Options: --kubeconfig P --context C --in-cluster --sa-dir D --timeout-ms N
+ * Options: --kubeconfig P --context C --cluster C --user U --in-cluster --sa-dir D
+ *   --exec-timeout-ms N --repeat N (get: N GETs, each after the first once a
+ *   line arrives on stdin, so a test can rotate credentials in between) --timeout-ms N
  *   --connect-timeout-ms N --attempts N --backoff-ms N --max-backoff-ms N
  *   --watch-timeout-s N --max-body N --stop-after N (watch, list: stop after N events, items)
  *
@@ -131,7 +133,8 @@ static int report(enum kube_result r, const char *rv, const struct kube_error *e
 
 /* ---- callbacks -------------------------------------------------------------- */
 
-static long stop_after; /* watch/list: stop after this many events or items (0: never) */
+static long get_repeat = 1; /* get: GETs, one per line on stdin after the first */
+static long stop_after;     /* watch/list: stop after this many events or items (0: never) */
 static long events_seen;
 
 static int print_item(json_t *item, void *ctx)
@@ -281,13 +284,23 @@ static int run_command(struct kube_client *client, char **args, int nargs)
         return 64;
     const char *path = args[1];
     if (strcmp(verb, "get") == 0) {
-        json_t *obj = NULL;
-        int rc = kube_get(client, path, &obj, &err);
-        if (rc == 0) {
-            print_object(obj);
-            json_decref(obj);
+        int rc = 0;
+        for (long i = 0; i < get_repeat; i++) {
+            char line[64];
+            if (i > 0 && fgets(line, sizeof line, stdin) == NULL)
+                break;
+            json_t *obj = NULL;
+            rc = kube_get(client, path, &obj, &err);
+            if (rc == 0) {
+                print_object(obj);
+                json_decref(obj);
+            }
+            if (get_repeat > 1) /* one RESULT per GET, then the tests' sync point */
+                report(rc == 0 ? KUBE_OK : KUBE_ERROR, NULL, &err);
+            fflush(stdout);
         }
-        return report(rc == 0 ? KUBE_OK : KUBE_ERROR, NULL, &err);
+        return get_repeat > 1 ? (rc == 0 ? 0 : 1)
+                              : report(rc == 0 ? KUBE_OK : KUBE_ERROR, NULL, &err);
     }
     if (strcmp(verb, "list") == 0) {
         char rv[KUBE_RV_MAX];
@@ -322,6 +335,10 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         {"kubeconfig", required_argument, NULL, 'k'},
         {"context", required_argument, NULL, 'c'},
+        {"cluster", required_argument, NULL, 'L'},
+        {"user", required_argument, NULL, 'U'},
+        {"exec-timeout-ms", required_argument, NULL, 'E'},
+        {"repeat", required_argument, NULL, 'R'},
         {"in-cluster", no_argument, NULL, 'i'},
         {"sa-dir", required_argument, NULL, 's'},
         {"timeout-ms", required_argument, NULL, 't'},
@@ -342,6 +359,18 @@ int main(int argc, char **argv)
             break;
         case 'c':
             opt.context = optarg;
+            break;
+        case 'L':
+            opt.cluster = optarg;
+            break;
+        case 'U':
+            opt.user = optarg;
+            break;
+        case 'E':
+            opt.exec_timeout_ms = atol(optarg);
+            break;
+        case 'R':
+            get_repeat = atol(optarg);
             break;
         case 'i':
             opt.in_cluster = true;

@@ -248,7 +248,7 @@ static void test_errors(void **state)
         {"current-context: x\nclusters: [{name: c, cluster: {server: 'https://h'}}]\n"
          "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
          "users:\n- name: u\n  user:\n    exec:\n      command: aws\n",
-         ":7: users[name=u].user.exec: credential plugins are not supported"},
+         ":8: users[name=u].user.exec.apiVersion is not set"},
         {"current-context: x\nclusters: [{name: c, cluster: {server: 'https://h'}}]\n"
          "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
          "users:\n- name: u\n  user:\n    client-certificate-data: " PEM_CA_B64 "\n",
@@ -331,23 +331,27 @@ static void test_search_order(void **state)
     /* $KUBECONFIG: the first entry that exists. */
     snprintf(list, sizeof list, "/nonexistent/one:%s", fx->path);
     setenv("KUBECONFIG", list, 1);
-    assert_int_equal(kube_config_resolve(NULL, "b", false, NULL, &fx->cfg, fx->err, sizeof fx->err),
+    assert_int_equal(kube_config_resolve(&(struct kube_config_select){.context = "b"}, &fx->cfg,
+                                         fx->err, sizeof fx->err),
                      0);
     assert_string_equal(fx->cfg.server, "https://b:6443");
     kube_config_free(&fx->cfg);
     /* An explicit path wins over $KUBECONFIG. */
     setenv("KUBECONFIG", "/nonexistent/one", 1);
-    assert_int_equal(
-        kube_config_resolve(fx->path, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), 0);
+    assert_int_equal(kube_config_resolve(&(struct kube_config_select){.kubeconfig = fx->path},
+                                         &fx->cfg, fx->err, sizeof fx->err),
+                     0);
     kube_config_free(&fx->cfg);
     assert_int_equal(
-        kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), -1);
+        kube_config_resolve(&(struct kube_config_select){0}, &fx->cfg, fx->err, sizeof fx->err),
+        -1);
     assert_err_contains(fx, "KUBECONFIG=/nonexistent/one: no such file");
     /* No $KUBECONFIG, no ~/.kube/config: in-cluster, which also fails here. */
     unsetenv("KUBECONFIG");
     setenv("HOME", fx->dir, 1);
     assert_int_equal(
-        kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), -1);
+        kube_config_resolve(&(struct kube_config_select){0}, &fx->cfg, fx->err, sizeof fx->err),
+        -1);
     assert_err_contains(fx, "no kubeconfig");
     assert_err_contains(fx, "not running in a pod");
     /* ~/.kube/config is found. */
@@ -356,7 +360,7 @@ static void test_search_order(void **state)
     mkdir(kube, 0700);
     write_file(kube, "config", TWO_CONTEXTS);
     assert_int_equal(
-        kube_config_resolve(NULL, NULL, false, NULL, &fx->cfg, fx->err, sizeof fx->err), 0);
+        kube_config_resolve(&(struct kube_config_select){0}, &fx->cfg, fx->err, sizeof fx->err), 0);
     assert_string_equal(fx->cfg.server, "https://a:6443");
     kube_config_free(&fx->cfg);
     /* Forced in-cluster ignores the files. */
@@ -364,8 +368,10 @@ static void test_search_order(void **state)
     write_serviceaccount(fx, sa, sizeof sa);
     setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
     setenv("KUBERNETES_SERVICE_PORT", "6443", 1);
-    assert_int_equal(kube_config_resolve(NULL, NULL, true, sa, &fx->cfg, fx->err, sizeof fx->err),
-                     0);
+    assert_int_equal(
+        kube_config_resolve(&(struct kube_config_select){.in_cluster = true, .sa_dir = sa},
+                            &fx->cfg, fx->err, sizeof fx->err),
+        0);
     assert_string_equal(fx->cfg.server, "https://10.0.0.1:6443");
     unsetenv("KUBERNETES_SERVICE_HOST");
     unsetenv("KUBERNETES_SERVICE_PORT");
