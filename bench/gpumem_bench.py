@@ -68,7 +68,13 @@ def main():
                    "clusters": [{"name": "c", "cluster": {"server": api.url}}],
                    "contexts": [{"name": "t", "context": {"cluster": "c"}}]}, f)
     model = Kubelet(sim, api, work)
+    # --isolation=memory (the default) is part of the measured path: a stand-in
+    # file is installed as the library, every Allocate creates a region directory.
+    lib = os.path.join(work, "libgpupool-cuda.so")
+    with open(lib, "wb") as f:
+        f.write(b"libgpupool-cuda.so stand-in for the bench\n")
     env = dict(os.environ, NODE_NAME="node1", KUBECONFIG=kc, GP_RESOURCE_MODE="gpu-mem",
+               GP_ISOLATION_LIBRARY=lib,
                GP_POD_RESOURCES_SOCKET=model.socket, GP_STATE_DIR=os.path.join(work, "state"),
                LD_LIBRARY_PATH=os.path.join(build, "test", "fakenvml"),
                FAKE_NVML_INVENTORY=os.path.join(ROOT, "test", "fakenvml", "inventories",

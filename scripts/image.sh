@@ -21,7 +21,8 @@
 #      compatibility libraries stay: a real libnvidia-ml.so.1 needs them);
 #   4. two layers, written as deterministic tarballs (sorted names, owner 0,
 #      mtimes = SOURCE_DATE_EPOCH): the Debian runtime, then the stripped
-#      program; umoci assembles the OCI image and its config (entrypoint,
+#      program (the device plugin's also /usr/lib/gpupool/libgpupool-cuda.so,
+#      from BUILD_DIR/lib: the script stops when it is missing); umoci assembles the OCI image and its config (entrypoint,
 #      user, labels).
 # Output: BUILD_DIR/images/<image>.oci.tar (an OCI image layout; the index
 # names the image, so `ctr -n k8s.io images import <file>` needs no flags),
@@ -241,6 +242,12 @@ build_image() {
   local name=$1 bin=$BUILD/bin/$1 pkgs cachedir work layout ref
   [[ -x $bin ]] || die "$bin missing: build it first (make build / cmake --build $BUILD)"
   [[ -n ${USER_OF[$name]:-} ]] || die "unknown image $name"
+  # The plugin's --isolation=memory (the default in gpu-mem mode) installs
+  # this library from the image (--isolation-library): an image without it
+  # would fail to start there, so it is not built at all.
+  if [[ $name == gpupool-device-plugin && ! -f $BUILD/lib/libgpupool-cuda.so ]]; then
+    die "$BUILD/lib/libgpupool-cuda.so missing: build the gpupool-cuda target first (cmake --build $BUILD --target gpupool-cuda); the device plugin image ships it at /usr/lib/gpupool/"
+  fi
   mapfile -t pkgs < <(packages_of "$bin")
   log "$name: loads at run time: $(dlopened_of "$bin" | xargs -r -n1 basename | paste -sd' ' -)"
   log "$name: ldd + run-time loads -> Debian packages: ${pkgs[*]}"
@@ -253,6 +260,12 @@ build_image() {
   mkdir -p "$work/app/usr/bin"
   mv "$work/stage/usr/bin/$name" "$work/app/usr/bin/$name"
   rmdir --ignore-fail-on-non-empty "$work/stage/usr/bin"
+  if [[ $name == gpupool-device-plugin ]]; then
+    # Copied as it is into --isolation-dir at start; libc only, no closure to add.
+    install -d "$work/app/usr/lib/gpupool"
+    strip --strip-unneeded -o "$work/app/usr/lib/gpupool/libgpupool-cuda.so" "$BUILD/lib/libgpupool-cuda.so"
+    chmod 0755 "$work/app/usr/lib/gpupool/libgpupool-cuda.so"
+  fi
   layer_tar "$work/stage" "$work/runtime.tar"
   layer_tar "$work/app" "$work/app.tar"
   ref=$REPO/$name:$TAG

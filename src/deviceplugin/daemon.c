@@ -21,6 +21,7 @@
 #include "gpu.h"
 #include "gpumem_service.h"
 #include "health.h"
+#include "isolation.h"
 #include "log.h"
 #include "plugin_metrics.h"
 #include "nodelabels.h"
@@ -345,6 +346,12 @@ static enum setup_result serve(struct daemon *d)
     if (!d->have_node || plugin_node_resource_count(&d->node) == 0) {
         log_info("No devices found. Waiting indefinitely.");
         return SETUP_IDLE;
+    }
+    /* Before anything is served: a container must never be promised a
+     * limit the node cannot give (docs/gpumem.md, "Memory limits"). */
+    if (isolation_active(&d->cfg) && isolation_install(&d->cfg, err, sizeof err) != 0) {
+        log_error("Cannot enforce GPU-memory limits (--isolation=memory): %s", err);
+        return SETUP_FATAL;
     }
     if (d->cfg.resource_mode == RESOURCE_MODE_GPU_MEM &&
         gpumem_service_start(&d->cfg, &d->inv, &d->node, d->rpc, &d->gpumem, err, sizeof err) !=

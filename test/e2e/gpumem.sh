@@ -67,6 +67,14 @@ gm_start_plugin() {  # gm_start_plugin LABEL
   GM_PLUGIN_LOGS+=("$GM_PLUGIN_LOG")
   : >"$GM_PLUGIN_LOG"
   local args=(--resource-mode=gpu-mem --kubeconfig "$KUBECONFIG" --state-dir "$GM_STATE" -v 4)
+  # --isolation=memory (the default) installs the library from the build;
+  # without it the section runs unlimited, and says so.
+  if [[ -f $BUILD/lib/libgpupool-cuda.so ]]; then
+    args+=(--isolation-library "$BUILD/lib/libgpupool-cuda.so")
+  else
+    args+=(--isolation=none)
+    e2e_log "gpu-mem: $BUILD/lib/libgpupool-cuda.so not built: plugin runs with --isolation=none"
+  fi
   printf '  $ NODE_NAME=%s gpupool-device-plugin %s   (inventory %s, log: %s)\n' \
     "$NODE_NAME" "${args[*]}" "$(basename "$GM_INVENTORY")" "$GM_PLUGIN_LOG"
   touch "$GM_CONTROL"

@@ -40,6 +40,17 @@ def write_kubeconfig(path, server):
     return path
 
 
+FAKE_LIBRARY = b"\x7fELF not really: libgpupool-cuda.so stand-in for the plugin tests\n"
+
+
+def fake_isolation_library(workdir):
+    path = os.path.join(workdir, "libgpupool-cuda.so")
+    if not os.path.exists(path):
+        with open(path, "wb") as f:
+            f.write(FAKE_LIBRARY)
+    return path
+
+
 @pytest.fixture
 def api():
     srv = FakeApiServer(fixture={"nodes": [{"metadata": {"name": NODE},
@@ -57,9 +68,12 @@ def gpumem(plugin, api, kubelet, sockdir, workdir):
 
     def start(inventory=MIXED, args=(), env=None, wait=True, timeout=5, state_dir=state):
         kc = write_kubeconfig(os.path.join(workdir, "kubeconfig"), api.url)
+        # --isolation=memory is the default in gpu-mem mode: a real file stands in for
+        # libgpupool-cuda.so (the plugin copies it as it is), under the default --isolation-dir.
         e = {"NODE_NAME": NODE, "KUBECONFIG": kc, "GP_RESOURCE_MODE": "gpu-mem",
              "GP_POD_RESOURCES_SOCKET": os.path.join(sockdir, "pod-resources", "kubelet.sock"),
-             "GP_STATE_DIR": state_dir}
+             "GP_STATE_DIR": state_dir,
+             "GP_ISOLATION_LIBRARY": fake_isolation_library(workdir)}
         e.update(env or {})
         p = plugin(inventory=inventory, args=list(args), env=e,
                    wait=RESOURCE if wait else None, timeout=timeout)
@@ -410,7 +424,10 @@ def test_volume_mounts_and_cdi_strategies(gpumem, api, workdir):
     uuids = gpu_uuids(p)
     create(api, make_pod("vm", 2, idx=2))
     (_, _, r), = k.admit("default", "vm")
-    assert [m.container_path for m in r.mounts] == ["/var/run/nvidia-container-devices/" + uuids[2]]
+    assert [m.container_path for m in r.mounts] == [
+        "/var/run/nvidia-container-devices/" + uuids[2],
+        # --isolation=memory (the default) adds its three (test_gpumem_isolation.py)
+        "/usr/local/gpupool/libgpupool-cuda.so", "/etc/ld.so.preload", "/run/gpupool-cuda"]
     assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
     (value,) = dict(r.annotations).values()
     assert value == "k8s.device-plugin.nvidia.com/gpu=" + uuids[2]

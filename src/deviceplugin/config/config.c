@@ -128,6 +128,11 @@ static const struct option_value resource_mode_values[] = {
     {"gpu-mem", RESOURCE_MODE_GPU_MEM, NULL},
     {NULL, 0, NULL},
 };
+static const struct option_value isolation_values[] = {
+    {"memory", ISOLATION_MEMORY, NULL},
+    {"none", ISOLATION_NONE, NULL},
+    {NULL, 0, NULL},
+};
 static const struct option_value memory_unit_values[] = {
     {"GiB", POOL_UNIT_GIB, NULL},
     {"MiB", POOL_UNIT_MIB, NULL},
@@ -442,6 +447,35 @@ static const struct option_spec specs[] = {
      .min = 1,
      .help = "gpu-mem mode: how long one Allocate waits for its pod to become certain "
              "(watch lag, a rejected pod's status) before it fails"},
+    {.flag = "isolation",
+     .env = {"GP_ISOLATION"},
+     .path = "flags.isolation",
+     .flags = IN_FILE,
+     .type = OPT_ENUM,
+     .offset = FIELD(isolation),
+     .def = "memory",
+     .values = isolation_values,
+     .help = "gpupool: `memory` enforces each container's GPU-memory share with "
+             "libgpupool-cuda (gpu-mem mode, and time-slicing with "
+             "sharing.timeSlicing.memoryLimit); `none` injects nothing"},
+    {.flag = "isolation-dir",
+     .env = {"GP_ISOLATION_DIR"},
+     .path = "flags.isolationDir",
+     .flags = IN_FILE,
+     .type = OPT_STRING,
+     .offset = FIELD(isolation_dir),
+     .def = "",
+     .help = "gpupool: host directory of the library, the preload file and the per-container "
+             "region directories (the kubelet mounts from it); empty = <state-dir>/isolation"},
+    {.flag = "isolation-library",
+     .env = {"GP_ISOLATION_LIBRARY"},
+     .path = "flags.isolationLibrary",
+     .flags = IN_FILE,
+     .type = OPT_STRING,
+     .offset = FIELD(isolation_library),
+     .def = "/usr/lib/gpupool/libgpupool-cuda.so",
+     .help = "gpupool: the libgpupool-cuda.so copied into --isolation-dir at start (the "
+             "image ships it here)"},
     {.flag = "metrics-addr",
      .env = {"GP_METRICS_ADDR"},
      .path = "flags.metricsAddr",
@@ -540,6 +574,31 @@ static int finish(struct gp_config *cfg, char *err, size_t errlen)
                        "invalid value \"%s\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
                        "sharing is not supported by gpupool; leave the MPS root unset",
                        cfg->mps_root);
+    if (cfg->isolation_dir == NULL || cfg->isolation_dir[0] == '\0') {
+        const char *state = cfg->state_dir ? cfg->state_dir : "";
+        size_t len = strlen(state) + sizeof "/isolation";
+        char *v = malloc(len);
+        if (v == NULL)
+            return gp_errf(err, errlen, "out of memory");
+        snprintf(v, len, "%s/isolation", state);
+        free(cfg->isolation_dir);
+        cfg->isolation_dir = v;
+    }
+    if (cfg->isolation_dir[0] != '/')
+        return gp_errf(err, errlen,
+                       "invalid value \"%s\" for --isolation-dir (GP_ISOLATION_DIR, "
+                       "flags.isolationDir): want an absolute host path (the kubelet mounts "
+                       "from it)",
+                       cfg->isolation_dir);
+    if (cfg->isolation == ISOLATION_MEMORY &&
+        (cfg->isolation_library == NULL || cfg->isolation_library[0] == '\0'))
+        return gp_errf(err, errlen,
+                       "--isolation-library (GP_ISOLATION_LIBRARY, flags.isolationLibrary) is "
+                       "empty: name the libgpupool-cuda.so to install, or set --isolation=none");
+    if (cfg->isolation == ISOLATION_NONE && cfg->time_slice_memory_limit)
+        return gp_errf(err, errlen,
+                       "sharing.timeSlicing.memoryLimit asks for memory limits but --isolation "
+                       "(GP_ISOLATION, flags.isolation) is none: drop one of them");
     if (cfg->node_labels && (cfg->node_name == NULL || cfg->node_name[0] == '\0'))
         return gp_errf(err, errlen,
                        "--node-labels (GP_NODE_LABELS, flags.nodeLabels) needs this "

@@ -39,6 +39,8 @@ enum device_discovery_strategy { DEVICE_DISCOVERY_AUTO, DEVICE_DISCOVERY_NVML };
 /* --resource-mode: whole GPUs (NVIDIA's resources) or GPU-memory units
  * (gpushare's aliyun.com/gpu-mem, see gpumem.h). */
 enum resource_mode { RESOURCE_MODE_GPU, RESOURCE_MODE_GPU_MEM };
+/* --isolation: hand containers the memory-limit library (isolation.h). */
+enum isolation_mode { ISOLATION_MEMORY, ISOLATION_NONE };
 
 /* --cdi-disable-hooks is a set of the hooks the CDI spec would carry
  * (cdi.c); `all` is every bit. */
@@ -128,6 +130,11 @@ struct gp_config {
     char *state_dir;                  /* gpu-mem allocation ledger directory */
     int allocate_wait_ms;             /* longest wait of one gpu-mem Allocate for its pod */
 
+    /* Memory limits inside containers (isolation.h, docs/gpumem.md) */
+    enum isolation_mode isolation; /* default memory (effective in gpu-mem mode) */
+    char *isolation_dir;           /* host directory; "" in the table = <state-dir>/isolation */
+    char *isolation_library;       /* the library copied into isolation_dir */
+
     /* Observability (plugin_metrics.h, nodelabels.h) */
     struct option_hostport metrics_addr; /* --metrics-addr; .text "" = no metrics server */
     bool node_labels;                    /* --node-labels: write GFD-compatible node labels */
@@ -149,6 +156,9 @@ struct gp_config {
     /* sharing.timeSlicing */
     bool rename_by_default;
     bool fail_requests_greater_than_one;
+    /* sharing.timeSlicing.memoryLimit (gpupool extension): each replica gets
+     * its device's memory / replicas as a limit */
+    bool time_slice_memory_limit;
     size_t time_slice_count;
     struct config_time_slice *time_slices;
 };

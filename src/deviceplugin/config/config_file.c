@@ -201,6 +201,7 @@ static int file_resources(const struct file_ctx *fc, const struct ycfg_node *v)
 struct slicing {
     bool rename_by_default;
     bool fail_requests_greater_than_one;
+    bool memory_limit; /* gpupool's sharing.timeSlicing.memoryLimit */
     size_t count;
     struct config_time_slice *slices;
 };
@@ -391,6 +392,8 @@ static int file_slicing(const struct file_ctx *fc, const struct ycfg_node *v, co
             rc = file_flag_bool(fc, val, what, &s->rename_by_default);
         else if (strcmp(key, "failRequestsGreaterThanOne") == 0)
             rc = file_flag_bool(fc, val, what, &s->fail_requests_greater_than_one);
+        else if (strcmp(key, "memoryLimit") == 0 && strcmp(where, "sharing.timeSlicing") == 0)
+            rc = file_flag_bool(fc, val, what, &s->memory_limit); /* gpupool's extension */
         else if (strcmp(key, "resources") == 0) {
             rc = file_slice_list(fc, val, what, s);
             have_resources = true;
@@ -436,6 +439,7 @@ static int file_sharing(const struct file_ctx *fc, const struct ycfg_node *v)
             c->time_slice_count = s.count;
             c->rename_by_default = s.rename_by_default;
             c->fail_requests_greater_than_one = s.fail_requests_greater_than_one;
+            c->time_slice_memory_limit = s.memory_limit;
         } else if (strcmp(key, "mps") == 0) {
             /* Validated like NVIDIA does, then refused if it shares anything. */
             rc = file_slicing(fc, val, "sharing.mps", &s);
@@ -534,6 +538,9 @@ int config_file_to_json(json_t *root, const struct gp_config *cfg)
     json_t *ts = json_pack("{s:b,s:b}", "renameByDefault", cfg->rename_by_default,
                            "failRequestsGreaterThanOne", cfg->fail_requests_greater_than_one);
     if (ts == NULL || json_object_set_new(json_object_get(root, "sharing"), "timeSlicing", ts))
+        return -1;
+    /* gpupool's extension, shown only when set: NVIDIA's shape otherwise */
+    if (cfg->time_slice_memory_limit && json_object_set_new(ts, "memoryLimit", json_true()) != 0)
         return -1;
     json_t *a = json_array();
     for (size_t i = 0; a != NULL && i < cfg->time_slice_count; i++)

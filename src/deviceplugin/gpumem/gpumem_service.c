@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "gpumem.h"
 #include "gpumem_ledger.h"
+#include "isolation.h"
 #include "kube.h"
 #include "log.h"
 #include "plugin.h"
@@ -34,6 +35,10 @@
 #define LIST_TIMEOUT_MS 2000
 #define RELIST_MS 250 /* re-ask the kubelet while waiting */
 #define API_TIMEOUT_MS 10000
+/* Region directories of pods gone from the API are removed this often: a
+ * directory listing and a view lookup per entry, cheap enough to keep the
+ * host tidy within seconds of a deletion. */
+#define ISOLATION_SWEEP_MS 2000
 
 struct alloc_item {
     struct plugin_allocation *job; /* parked; answered through plugin.h */
@@ -144,6 +149,7 @@ struct found_pod {
     bool has_idx, has_pod_units, assigned, repeat;
     unsigned long long pod_units, demand;
     unsigned calls;
+    unsigned container; /* the call's Allocate ordinal in the pod */
 };
 
 static void copy_found(const struct gpumem_pod *p, bool repeat, struct found_pod *f)
@@ -220,9 +226,10 @@ static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *i
                      s->cfg->pod_resources_socket, lerr);
         } else {
             r = identify_pod(&src, &list, it->units, &dec);
-            if (r == IDENTITY_FOUND)
+            if (r == IDENTITY_FOUND) {
                 copy_found(dec.pod, dec.repeat, found);
-            else
+                found->container = dec.container;
+            } else
                 snprintf(why, whylen, "%s", dec.why);
         }
         long long now = clock_now_ms();
@@ -259,8 +266,44 @@ static int check_gpus_usable(struct gpumem_service *s, const struct gpumem_assig
     return rc;
 }
 
+/* The container's memory limit (--isolation=memory): its region
+ * directory, created here so that a failure fails the call before the
+ * ledger counts it, and its units split evenly over its GPUs. */
+struct limit {
+    bool active;
+    char dir[4096];
+    size_t n;
+    unsigned long long bytes[POOL_MAX_GPUS];
+};
+
+static int prepare_limit(struct gpumem_service *s, const struct found_pod *f, size_t units,
+                         const struct gpumem_assignment *as, struct limit *lim, char *err,
+                         size_t errlen)
+{
+    memset(lim, 0, sizeof *lim);
+    if (!isolation_active(s->cfg))
+        return 0;
+    char key[ISOLATION_KEY_LEN], why[8192];
+    if (isolation_pod_key(f->uid, f->container, key, sizeof key) != 0) {
+        snprintf(err, errlen, "pod UID \"%s\" cannot name a region directory", f->uid);
+        return -1;
+    }
+    if (isolation_container_dir(s->cfg->isolation_dir, key, lim->dir, sizeof lim->dir, why,
+                                sizeof why) != 0) {
+        snprintf(err, errlen, "no GPU-memory limit can be given to this container (%.900s)", why);
+        return -1;
+    }
+    unsigned long long total = (unsigned long long)units * poolapi_unit_bytes(s->cfg->memory_unit);
+    lim->n = as->gpu_count;
+    for (size_t i = 0; i < as->gpu_count; i++)
+        lim->bytes[i] = isolation_share(total, as->gpu_count);
+    lim->active = true;
+    return 0;
+}
+
 static int reply(struct gpumem_service *s, struct alloc_item *it,
-                 const struct gpumem_assignment *as, char *err, size_t errlen)
+                 const struct gpumem_assignment *as, const struct limit *lim, char *err,
+                 size_t errlen)
 {
     struct arena a = ARENA_INIT;
     int rc = -1;
@@ -271,6 +314,9 @@ static int reply(struct gpumem_service *s, struct alloc_item *it,
     }
     if (gpumem_container_reply(&a, s->cfg, s->inv, plugin_node_resource(s->node, it->resource), as,
                                it->units, cresp, err, errlen) != 0)
+        goto out;
+    if (lim->active && isolation_add_to_reply(&a, s->cfg->isolation_dir, lim->dir, lim->bytes,
+                                              lim->n, cresp, err, errlen) != 0)
         goto out;
     /* plugin.c packs the AllocateResponse, as for every other reply. */
     if (plugin_allocation_reply(it->job, cresp, err, errlen) != 0)
@@ -317,6 +363,11 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
         return;
     }
     as.pod_units = f.has_pod_units ? f.pod_units : f.demand;
+    struct limit lim;
+    if (prepare_limit(s, &f, it->units, &as, &lim, why, sizeof why) != 0) {
+        answer_error(it, RPC_INTERNAL, "pod %s/%s: %s", f.ns, f.name, why);
+        return;
+    }
     unsigned done = gpumem_ledger_get(s->ledger, f.uid);
     if (f.assigned && done == 0)
         done = 1;
@@ -327,13 +378,18 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
                      why);
         return;
     }
-    if (reply(s, it, &as, why, sizeof why) != 0) {
+    if (reply(s, it, &as, &lim, why, sizeof why) != 0) {
         answer_error(it, RPC_RESOURCE_EXHAUSTED, "pod %s/%s: %s", f.ns, f.name, why);
         return;
     }
     log_info("Allocate %s: %zu units for pod %s/%s (uid %s), call %u of %u, GPU(s) %s%s",
              POOL_RES_GPU_MEM, it->units, f.ns, f.name, f.uid, f.repeat ? done : done + 1, f.calls,
              as.idx, f.repeat ? " (repeated by the kubelet)" : "");
+    if (lim.active)
+        log_v(2,
+              "Allocate %s: pod %s/%s container %u: region directory %s, limit %llu bytes "
+              "on each of %zu GPU(s)",
+              POOL_RES_GPU_MEM, f.ns, f.name, f.container, lim.dir, lim.bytes[0], lim.n);
     log_v(4, "Allocate %zu units answered in %lld us, of which %lld us in PodResources List",
           it->units, clock_now_us() - it->arrived_us, it->list_us);
     if (!f.assigned)
@@ -344,6 +400,27 @@ static bool keep_uid(void *ctx, const char *uid)
 {
     struct gpumem_service *s = ctx;
     return podview_has_uid(s->view, uid);
+}
+
+/* A region directory stays while its pod exists in the API: a tombstone
+ * (deleted, kept for pod identity) no longer runs containers. */
+static bool keep_live_uid(void *ctx, const char *uid)
+{
+    struct gpumem_service *s = ctx;
+    const struct gpumem_pod *p = podview_find_uid(s->view, uid);
+    return p != NULL && !p->deleted;
+}
+
+/* Removes the region directories of pods gone from the API; nothing until
+ * the view has listed every pod (at start, a pod not yet seen is not gone). */
+static void sweep_regions(struct gpumem_service *s)
+{
+    if (!isolation_active(s->cfg))
+        return;
+    podview_lock(s->view);
+    if (podview_synced(s->view))
+        (void)isolation_prune_pods(s->cfg->isolation_dir, keep_live_uid, s);
+    podview_unlock(s->view);
 }
 
 /* Ledger entries of pods gone from the API are dropped; pods whose
@@ -375,10 +452,12 @@ static void *allocator_main(void *arg)
 {
     struct gpumem_service *s = arg;
     long long next_maintenance = clock_now_ms() + MAINTENANCE_MS;
+    long long next_sweep = clock_now_ms();
     for (;;) {
         pthread_mutex_lock(&s->lock);
-        while (!atomic_load(&s->stopping) && s->head == NULL && clock_now_ms() < next_maintenance)
-            wait_until(s, next_maintenance);
+        long long wake = next_sweep < next_maintenance ? next_sweep : next_maintenance;
+        while (!atomic_load(&s->stopping) && s->head == NULL && clock_now_ms() < wake)
+            wait_until(s, wake);
         struct alloc_item *it = s->head;
         if (it != NULL) {
             s->head = it->next;
@@ -397,8 +476,14 @@ static void *allocator_main(void *arg)
         }
         if (stopping)
             return NULL;
-        maintenance(s);
-        next_maintenance = clock_now_ms() + MAINTENANCE_MS;
+        if (clock_now_ms() >= next_sweep) {
+            sweep_regions(s);
+            next_sweep = clock_now_ms() + ISOLATION_SWEEP_MS;
+        }
+        if (clock_now_ms() >= next_maintenance) {
+            maintenance(s);
+            next_maintenance = clock_now_ms() + MAINTENANCE_MS;
+        }
     }
 }
 

@@ -14,14 +14,16 @@ struct name_list {
     const char *ns[NAMES_SHOWN], *name[NAMES_SHOWN];
     const struct gpumem_pod *first;
     bool first_repeat;
+    unsigned first_container;
 };
 
 static void name_add(struct name_list *l, const char *ns, const char *name,
-                     const struct gpumem_pod *pod, bool repeat)
+                     const struct gpumem_pod *pod, bool repeat, unsigned container)
 {
     if (l->count == 0) {
         l->first = pod;
         l->first_repeat = repeat;
+        l->first_container = container;
     }
     if (l->count < NAMES_SHOWN) {
         l->ns[l->count] = ns;
@@ -82,6 +84,26 @@ static bool has_init_of(const struct gpumem_pod *pod, unsigned long long units)
     return false;
 }
 
+/* The container a repeated call of `units` is for: the first app container
+ * of that size that holds no devices in List, else the first init
+ * container of that size (init containers never show devices). */
+static unsigned repeat_container(const struct gpumem_pod *pod, const struct pr_pod *listed,
+                                 unsigned long long units)
+{
+    for (size_t c = 0; c < pod->n_containers; c++) {
+        const struct gpumem_container *gc = &pod->containers[c];
+        if (gc->init || gc->units != units)
+            continue;
+        const struct pr_container *pc = pr_container_of(listed, gc->name);
+        if (pc == NULL || pc->units == 0)
+            return (unsigned)c;
+    }
+    for (size_t c = 0; c < pod->n_containers; c++)
+        if (pod->containers[c].init && pod->containers[c].units == units)
+            return (unsigned)c;
+    return 0;
+}
+
 struct classes {
     struct name_list fresh, repeat, unknown, bad, mismatch;
     const struct gpumem_pod *mismatch_pod;
@@ -94,13 +116,13 @@ static void classify(const struct identity_source *src, const struct pr_pod *lis
     const struct gpumem_pod *pod = src->lookup(src->ctx, listed->ns, listed->name);
     if (pod == NULL) {
         /* In the kubelet, not (yet) in our watch: it may be the one. */
-        name_add(&k->unknown, listed->ns, listed->name, NULL, false);
+        name_add(&k->unknown, listed->ns, listed->name, NULL, false, 0);
         return;
     }
     if (pod->deleted || pod->terminal)
         return;
     if (pod->bad != NULL) {
-        name_add(&k->bad, pod->ns, pod->name, pod, false);
+        name_add(&k->bad, pod->ns, pod->name, pod, false, 0);
         return;
     }
     if (pod->n_containers == 0)
@@ -118,13 +140,13 @@ static void classify(const struct identity_source *src, const struct pr_pod *lis
     if (done < gpumem_pod_calls(pod)) {
         unsigned long long expected = pod->containers[done].units;
         if (expected == units) {
-            name_add(&k->fresh, pod->ns, pod->name, pod, false);
+            name_add(&k->fresh, pod->ns, pod->name, pod, false, done);
         } else {
             if (k->mismatch.count == 0) {
                 k->mismatch_pod = pod;
                 k->mismatch_expected = expected;
             }
-            name_add(&k->mismatch, pod->ns, pod->name, pod, false);
+            name_add(&k->mismatch, pod->ns, pod->name, pod, false, done);
         }
         return;
     }
@@ -133,7 +155,7 @@ static void classify(const struct identity_source *src, const struct pr_pod *lis
      * after a restart). Pods whose gpu-mem is in init containers only never
      * show devices in List and are not taken for a re-Allocate. */
     if (lacking > 0 && (lacking_units || has_init_of(pod, units)))
-        name_add(&k->repeat, pod->ns, pod->name, pod, true);
+        name_add(&k->repeat, pod->ns, pod->name, pod, true, repeat_container(pod, listed, units));
 }
 
 static enum identity_result say(struct identity_decision *out, enum identity_result r,
@@ -173,14 +195,15 @@ enum identity_result identify_pod(const struct identity_source *src, const struc
         const struct name_list *l = k.fresh.count ? &k.fresh : &k.repeat;
         out->pod = l->first;
         out->repeat = l->first_repeat;
+        out->container = l->first_container;
         return IDENTITY_FOUND;
     }
     if (candidates > 1) {
         struct name_list all = k.fresh;
         for (size_t i = 0; i < k.repeat.count && i < NAMES_SHOWN; i++)
-            name_add(&all, k.repeat.ns[i], k.repeat.name[i], NULL, true);
+            name_add(&all, k.repeat.ns[i], k.repeat.name[i], NULL, true, 0);
         for (size_t i = 0; i < k.bad.count && i < NAMES_SHOWN; i++)
-            name_add(&all, k.bad.ns[i], k.bad.name[i], NULL, false);
+            name_add(&all, k.bad.ns[i], k.bad.name[i], NULL, false, 0);
         names_text(&all, names, sizeof names);
         return say(out, IDENTITY_WAIT,
                    "%zu pods the kubelet holds could be the one asking for "

@@ -63,7 +63,12 @@ enum identity_result {
 
 struct identity_decision {
     const struct gpumem_pod *pod; /* FOUND: the pod (borrowed from the view) */
-    bool repeat;   /* FOUND: the pod was fully answered before (kubelet re-Allocate) */
+    bool repeat; /* FOUND: the pod was fully answered before (kubelet re-Allocate) */
+    /* FOUND: the container's Allocate ordinal in the pod (its position in
+     * containers[]): the answered calls for a fresh call; for a repeat, the
+     * first container of this size still lacking devices in List (an app
+     * container), else the first init container of this size. */
+    unsigned container;
     char why[768]; /* WAIT / FAIL: the reason, for logs and the gRPC error */
 };
 

@@ -10,6 +10,7 @@
 #include "arena.h"
 #include "clock.h"
 #include "gpumem.h"
+#include "isolation.h"
 #include "log.h"
 #include "preferred.h"
 
@@ -270,6 +271,45 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
     return st;
 }
 
+/* sharing.timeSlicing.memoryLimit: a container of replicas gets a region
+ * directory keyed by its first replica's ID (time-slicing has no pod
+ * identity; a replica is held by one container at a time) and a limit per
+ * device of memory / replicas x the replicas it holds. */
+static enum rpc_status add_replica_limit(struct arena *a, struct plugin_node *node,
+                                         const struct resource *res, const size_t *positions,
+                                         size_t count, V1beta1__ContainerAllocateResponse *cresp,
+                                         char *msg, size_t msglen)
+{
+    if (!res->shared || !isolation_active(node->cfg) ||
+        node->cfg->resource_mode != RESOURCE_MODE_GPU || count == 0)
+        return RPC_OK;
+    const char *first = NULL;
+    for (size_t i = 0; i < count && first == NULL; i++)
+        if (res->devices[positions[i]].replica != RESOURCE_NO_REPLICA)
+            first = res->devices[positions[i]].id;
+    if (first == NULL)
+        return RPC_OK; /* only unshared devices: nothing to limit */
+    char key[ISOLATION_KEY_LEN], dir[4096], why[8192];
+    unsigned long long limits[ISOLATION_MAX_GPUS];
+    if (isolation_replica_key(first, key, sizeof key) != 0) {
+        snprintf(msg, msglen, "replica ID %s cannot name a region directory", first);
+        return RPC_INTERNAL;
+    }
+    if (isolation_container_dir(node->cfg->isolation_dir, key, dir, sizeof dir, why, sizeof why) !=
+        0) {
+        snprintf(msg, msglen, "no GPU-memory limit can be given to this container (%.900s)", why);
+        return RPC_INTERNAL;
+    }
+    size_t n =
+        isolation_replica_limits(node->inv, res, positions, count, limits, ISOLATION_MAX_GPUS);
+    if (isolation_add_to_reply(a, node->cfg->isolation_dir, dir, limits, n, cresp, msg, msglen) !=
+        0)
+        return RPC_RESOURCE_EXHAUSTED;
+    log_v(2, "Allocate %s: region directory %s, limit %llu bytes on the first of %zu device(s)",
+          res->name, dir, limits[0], n);
+    return RPC_OK;
+}
+
 static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t *req, size_t len,
                                        struct rpc_buf *resp, char *msg, size_t msglen)
 {
@@ -302,6 +342,9 @@ static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t
         if (allocate_container(&a, node->cfg, node->inv, res, positions, creq->n_devices_ids, cresp,
                                msg, msglen) != 0)
             goto oom;
+        st = add_replica_limit(&a, node, res, positions, creq->n_devices_ids, cresp, msg, msglen);
+        if (st != RPC_OK)
+            goto out;
         out.container_responses[out.n_container_responses++] = cresp;
         log_v(1, "Allocate %s: %zu devices for container %zu", res->name, creq->n_devices_ids, c);
     }

@@ -295,6 +295,39 @@ static void test_identity_done_and_repeat(void **state)
     assert_true(d.repeat);
 }
 
+/* The container's Allocate ordinal (its region directory, isolation.h):
+ * the ledger's count for a fresh call, the first container of the size
+ * still lacking devices for a repeat. */
+static struct gpumem_container ctr_three[] = {
+    {"init", 2, true, false}, {"a", 2, false, false}, {"b", 2, false, false}};
+
+static void test_identity_container_ordinal(void **state)
+{
+    (void)state;
+    struct world w = {0};
+    struct identity_source src = {&w, w_lookup, w_progress};
+    struct identity_decision d;
+    w_add(&w, "p", ctr_three, 3);
+    struct pr_container none[] = {{"a", 0}, {"b", 0}};
+    struct pr_pod l[] = {{.ns = "default", .name = "p", .n_containers = 2, .containers = none}};
+    struct pr_list list = {1, l};
+    for (unsigned done = 0; done < 3; done++) {
+        w.progress[0] = done;
+        assert_int_equal(identify_pod(&src, &list, 2, &d), IDENTITY_FOUND);
+        assert_false(d.repeat);
+        assert_int_equal(d.container, done);
+    }
+    /* answered in full; the kubelet re-allocates: a lacks devices, then only b */
+    w.progress[0] = 3;
+    assert_int_equal(identify_pod(&src, &list, 2, &d), IDENTITY_FOUND);
+    assert_true(d.repeat);
+    assert_int_equal(d.container, 1);
+    none[0].units = 2;
+    assert_int_equal(identify_pod(&src, &list, 2, &d), IDENTITY_FOUND);
+    assert_true(d.repeat);
+    assert_int_equal(d.container, 2);
+}
+
 static void test_identity_init_containers(void **state)
 {
     (void)state;
@@ -493,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_container_reply),
         cmocka_unit_test(test_identity_equal_pods),
         cmocka_unit_test(test_identity_done_and_repeat),
+        cmocka_unit_test(test_identity_container_ordinal),
         cmocka_unit_test(test_identity_init_containers),
         cmocka_unit_test(test_identity_bad_and_none),
         cmocka_unit_test(test_pod_parse),

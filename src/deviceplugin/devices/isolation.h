@@ -1,0 +1,105 @@
+/* isolation.h -- hands containers the memory-limit library (libgpupool-cuda).
+ *
+ * With --isolation=memory the plugin installs libgpupool-cuda.so and an
+ * ld.so.preload file naming it into --isolation-dir at start, creates one
+ * region directory per container at Allocate, adds the three mounts and the
+ * limit variables of the issue 15 contract to the container's reply, and
+ * removes the directories of containers that are gone. The layout under
+ * <dir>: libgpupool-cuda.so, ld.so.preload, containers/<key>. Keys are
+ * "<pod-uid>_<n>" in gpu-mem mode (n = the container's Allocate ordinal in
+ * its pod) and "ts_<first replica ID, sanitized>" for time-sliced replicas.
+ *
+ * Threads: none of its own; install on the main thread before serving, the
+ * rest on whichever thread answers Allocate (no shared state: every call
+ * works on the file system). Errors: -1 + err naming the path and errno.
+ * Removal never follows a symlink: a container can write anything into its
+ * directory. Design: docs/gpumem.md ("Memory limits"). */
+#ifndef GP_ISOLATION_H
+#define GP_ISOLATION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api.pb-c.h"
+#include "arena.h"
+#include "config.h"
+#include "gpu.h"
+#include "resource.h"
+#include "compiler.h"
+
+#define ISOLATION_LIBRARY_NAME "libgpupool-cuda.so"
+#define ISOLATION_PRELOAD_NAME "ld.so.preload"
+#define ISOLATION_CONTAINERS_NAME "containers"
+/* Where a container sees them (the contract's paths). */
+#define ISOLATION_CONTAINER_LIBRARY "/usr/local/gpupool/libgpupool-cuda.so"
+#define ISOLATION_CONTAINER_PRELOAD "/etc/ld.so.preload"
+#define ISOLATION_CONTAINER_REGION_DIR "/run/gpupool-cuda"
+#define ISOLATION_SHARED_CACHE ISOLATION_CONTAINER_REGION_DIR "/region"
+#define ISOLATION_ENV_LIMIT_PREFIX "CUDA_DEVICE_MEMORY_LIMIT_"
+#define ISOLATION_ENV_SHARED_CACHE "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+#define ISOLATION_KEY_LEN 160
+#define ISOLATION_TS_PREFIX "ts_"
+#define ISOLATION_MAX_GPUS 64 /* limit variables of one container */
+
+/* True when this configuration gives some container a limit: memory
+ * isolation in gpu-mem mode, or a time-slicing entry with memoryLimit. */
+bool isolation_active(const struct gp_config *cfg);
+
+/* Copies cfg->isolation_library to <dir>/libgpupool-cuda.so and writes
+ * <dir>/ld.so.preload, each through a temporary file and rename(2) (no
+ * half file is ever visible), leaving a file whose content is already
+ * identical untouched (running containers keep a valid mapping); creates
+ * <dir> and <dir>/containers. -1 + err when the library cannot be read or
+ * the directory cannot be prepared. */
+GP_MUST_USE int isolation_install(const struct gp_config *cfg, char *err, size_t errlen);
+
+/* The key of gpu-mem container n of pod uid into out. -1 when the UID has
+ * characters other than [A-Za-z0-9-] (never a path) or is too long. */
+GP_MUST_USE int isolation_pod_key(const char *uid, unsigned n, char *out, size_t len);
+/* The key of a time-sliced container from its first replica device ID:
+ * "ts_" + the ID with every byte outside [A-Za-z0-9.-] replaced by '_'
+ * ("GPU-1::2" -> "ts_GPU-1__2"). -1 when it does not fit. */
+GP_MUST_USE int isolation_replica_key(const char *device_id, char *out, size_t len);
+
+/* Creates <dir>/containers/<key> (an existing directory is reused) with
+ * mode 0777 whatever the umask (non-root containers create their region
+ * files there); its host path into path. */
+GP_MUST_USE int isolation_container_dir(const char *dir, const char *key, char *path,
+                                        size_t pathlen, char *err, size_t errlen);
+
+/* Limit of each of a container's gpu_count GPUs: bytes split evenly,
+ * floor (the contract's rule). 0 when gpu_count is 0. */
+unsigned long long isolation_share(unsigned long long bytes, size_t gpu_count);
+
+/* Time-slicing with sharing.timeSlicing.memoryLimit: the limit of each
+ * physical device of a container holding the replicas positions[0..count)
+ * of res, in the order the reply lists devices (first occurrence): the
+ * device's memory (GPU or MIG) / its replica count in res x the replicas
+ * of it the container holds. A device that is not a replica gets 0 (no
+ * limit). Returns the number of devices (at most max). */
+size_t isolation_replica_limits(const struct gpu_inventory *inv, const struct resource *res,
+                                const size_t *positions, size_t count, unsigned long long *limits,
+                                size_t max);
+
+/* Appends to the container's reply the three mounts (library and preload
+ * file read-only, region directory host_dir read-write) and the env
+ * CUDA_DEVICE_MEMORY_LIMIT_<i>=limits[i] for i < n plus
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE. Everything lives in the arena; the
+ * reply's existing mounts and envs are kept. -1 + err: out of memory or
+ * n > ISOLATION_MAX_GPUS. */
+GP_MUST_USE int isolation_add_to_reply(struct arena *a, const char *dir, const char *host_dir,
+                                       const unsigned long long *limits, size_t n,
+                                       V1beta1__ContainerAllocateResponse *out, char *err,
+                                       size_t errlen);
+
+/* Removes <dir>/containers/<uid>_<n> for every pod UID for which
+ * keep(ctx, uid) is false; other names are left alone. Recursive, never
+ * following a symlink. Returns the number of directories removed; failures
+ * are logged and retried on the next call. */
+size_t isolation_prune_pods(const char *dir, bool (*keep)(void *ctx, const char *uid), void *ctx);
+
+/* Removes the tree `name` under the open directory dirfd without following
+ * symlinks (a symlink is unlinked, never entered). 0, or -1 with errno. */
+GP_MUST_USE int isolation_remove_tree(int dirfd, const char *name);
+
+#endif
