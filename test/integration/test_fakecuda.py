@@ -1,0 +1,267 @@
+"""The fake libcuda.so.1 (test/fakecuda) driven by gpupool-cudaprobe, no interposer (issue 15)."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import BUILD, run_program, scaled
+
+FAKECUDA_DIR = os.path.join(BUILD, "test", "fakecuda")
+PROBE = os.path.join(BUILD, "test", "cuda", "gpupool-cudaprobe")
+PROBE_LINKED = os.path.join(BUILD, "test", "cuda", "gpupool-cudaprobe-linked")
+FAKENVML_DIR = os.path.join(BUILD, "test", "fakenvml")
+GIB = 1 << 30
+MIB = 1 << 20
+UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def probe(*script, via=None, ptsz=False, devices=None, fail=None, binary=PROBE, env_extra=None,
+          expect_rc=0):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKECUDA_")}
+    env["LD_LIBRARY_PATH"] = FAKECUDA_DIR
+    if devices is not None:
+        env["FAKECUDA_DEVICES"] = devices
+    if fail is not None:
+        env["FAKECUDA_FAIL"] = fail
+    env.update(env_extra or {})
+    argv = [binary]
+    if via:
+        argv += ["--via", via]
+    if ptsz:
+        argv.append("--ptsz")
+    argv += [str(a) for a in script]
+    proc = run_program(argv, env=env)
+    assert proc.returncode == expect_rc, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def lines(proc):
+    return [line.split() for line in proc.stdout.splitlines()]
+
+
+def kv(fields):
+    return {k: v for k, _, v in (f.partition("=") for f in fields if "=" in f)}
+
+
+def codes(proc):
+    return [f[1] for f in lines(proc)]
+
+
+def test_default_device_and_happy_paths():
+    p = probe("init", "total", "info", "alloc", "1g", "info", "pitch", 1000, 10, "managed", "1m",
+              "async", "1m", "poolalloc", "1m", "create", "3m", "array", 100, 100, "array3d",
+              10, 10, 10, "mipmap", 64, 64, 7, "info", "free-all", "info")
+    out = lines(p)
+    assert all(f[1] == "CUDA_SUCCESS" for f in out), p.stdout
+    assert kv(out[1])["bytes"] == str(16 * GIB)
+    assert kv(out[2]) == {"free": str(16 * GIB), "total": str(16 * GIB)}
+    assert kv(out[4])["free"] == str(15 * GIB)
+    assert kv(out[5])["pitch"] == "1024"           # 1000 rounded up to 512
+    assert kv(out[9])["bytes"] == str(4 * MIB)     # 3 MiB rounded up to the 2 MiB granularity
+    mip = sum(max(64 >> lvl, 1) ** 2 * 4 for lvl in range(7))
+    used = GIB + 1024 * 10 + 3 * MIB + 4 * MIB + 100 * 100 * 4 + 1000 * 4 + mip
+    assert int(kv(out[13])["free"]) == 16 * GIB - used
+    assert kv(out[14])["count"] == "9"
+    assert kv(out[15])["free"] == str(16 * GIB)
+
+
+def test_devices_exact_limit_and_oom():
+    devs = "%s=2g,1g" % UUID0
+    p = probe("init", "fill", "512m", "alloc", "1", "info", "fill-free", "alloc", "2g", "alloc",
+              "1", "device", 1, "total", "alloc", "1g", "alloc", "1", devices=devs)
+    out = lines(p)
+    assert out[1][1] == "CUDA_ERROR_OUT_OF_MEMORY" and kv(out[1])["bytes"] == str(2 * GIB)
+    assert out[2][1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert kv(out[3])["free"] == "0"
+    assert out[4][1] == "CUDA_SUCCESS" and kv(out[4])["count"] == "4"
+    assert out[5][1] == "CUDA_SUCCESS"          # exactly the total fits
+    assert out[6][1] == "CUDA_ERROR_OUT_OF_MEMORY"  # one byte over does not
+    assert out[7][1] == "CUDA_SUCCESS"
+    assert kv(out[8])["bytes"] == str(GIB)      # device 1: 1g, its own accounting
+    assert codes(p)[9:] == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+@pytest.mark.parametrize("value", ["", "0", "16x", "GPU-bad=1g", "1g,,2g", "%s=" % UUID0,
+                                   "99999999999999999999g"])
+def test_bad_devices_fail_every_call(value):
+    p = probe("init", "procaddr", "cuMemAlloc", 12040, devices=value)
+    assert codes(p) == ["CUDA_ERROR_UNKNOWN", "CUDA_ERROR_UNKNOWN"]
+    errs = [l for l in p.stderr.splitlines() if l.startswith("fakecuda:")]
+    assert len(errs) == 1 and "FAKECUDA_DEVICES" in errs[0], p.stderr
+
+
+def test_not_initialized_and_no_context():
+    p = probe("alloc", "1m", "info")
+    assert codes(p) == ["CUDA_ERROR_NOT_INITIALIZED"] * 2
+    # cuInit without a context: the probe's `init` sets one, so go through
+    # ctx-destroy of nothing (INVALID_CONTEXT) and a context destroyed under us.
+    p = probe("init", "ctx-create", "alloc", "1g", "ctx-destroy", "ctx-destroy", "info")
+    assert codes(p) == ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_INVALID_CONTEXT", "CUDA_SUCCESS"]
+
+
+def test_invalid_values():
+    p = probe("init", "null-info", "null-alloc", "alloc", 0, "pitch", 0, 4, "array", 0, 4,
+              "mipmap", 8, 8, 5, "mipmap", 8, 8, 4, "create", 0, "free", "free", "threads", 0, 1)
+    out = lines(p)
+    assert out[1][1:] == ["CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_INVALID_VALUE"]
+    assert [f[1] for f in out[2:7]] == ["CUDA_ERROR_INVALID_VALUE"] * 5
+    assert out[7][1] == "CUDA_SUCCESS"   # 4 levels of 8x8 are possible
+    assert out[8][1] == "CUDA_ERROR_INVALID_VALUE"
+    assert out[9][1] == "CUDA_SUCCESS"   # frees the mipmap
+    assert out[10] == ["free", "CUDA_ERROR_INVALID_VALUE", "nothing-live"]
+
+
+def test_context_teardown_frees_memory():
+    p = probe("init", "alloc", "1g", "ctx-create", "alloc", "2g", "array", 1024, 1024, "info",
+              "ctx-destroy", "info", "create", "2m", "primary-reset", "info", "free", "info")
+    out = lines(p)
+    assert kv(out[5])["free"] == str(16 * GIB - 3 * GIB - 4 * MIB)
+    assert kv(out[7])["free"] == str(15 * GIB)        # the created context's 2g + array gone
+    assert kv(out[10])["free"] == str(16 * GIB - 2 * MIB)  # primary reset: VMM survives
+    assert out[11][1] == "CUDA_SUCCESS"               # cuMemRelease of the VMM handle
+    assert kv(out[12])["free"] == str(16 * GIB)
+
+
+@pytest.mark.parametrize("via", [None, "dlsym", "proc", "proc2", "proc-old"])
+def test_every_path_reaches_the_fake(via):
+    p = probe("init", "alloc", "1g", "async", "1m", "launch", 10, "info", "free-all", "info",
+              via=via, ptsz=via in ("proc", "proc2"))
+    out = lines(p)
+    assert all(f[1] == "CUDA_SUCCESS" for f in out), p.stdout
+    assert kv(out[4])["free"] == str(15 * GIB - MIB)
+    assert kv(out[6])["free"] == str(16 * GIB)
+
+
+def test_linked_probe():
+    p = probe("init", "alloc", "1g", "info", "procaddr", "cuMemAlloc", 12040, binary=PROBE_LINKED)
+    out = lines(p)
+    assert codes(p) == ["CUDA_SUCCESS"] * 4
+    assert kv(out[2])["free"] == str(15 * GIB)
+    assert kv(out[3]) == {"status": "0", "lib": "libcuda.so.1", "sym": "cuMemAlloc_v2"}
+    r = subprocess.run([PROBE_LINKED, "--via", "proc", "init"], capture_output=True, text=True,
+                       env=dict(os.environ, LD_LIBRARY_PATH=FAKECUDA_DIR), timeout=scaled(10))
+    assert r.returncode == 2
+
+
+@pytest.mark.parametrize("name,version,flags,want", [
+    ("cuMemAlloc", 3010, 0, "cuMemAlloc"),
+    ("cuMemAlloc", 3020, 0, "cuMemAlloc_v2"),
+    ("cuMemFree", 2000, 0, "cuMemFree"),
+    ("cuMemGetInfo", 12040, 0, "cuMemGetInfo_v2"),
+    ("cuMemAllocPitch", 3000, 0, "cuMemAllocPitch"),
+    ("cuDeviceTotalMem", 3020, 0, "cuDeviceTotalMem_v2"),
+    ("cuArrayCreate", 3010, 0, "cuArrayCreate"),
+    ("cuArray3DCreate", 3020, 0, "cuArray3DCreate_v2"),
+    ("cuCtxCreate", 3020, 0, "cuCtxCreate_v2"),
+    ("cuCtxDestroy", 3020, 0, "cuCtxDestroy"),
+    ("cuCtxDestroy", 4000, 0, "cuCtxDestroy_v2"),
+    ("cuDevicePrimaryCtxRelease", 10020, 0, "cuDevicePrimaryCtxRelease"),
+    ("cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"),
+    ("cuDevicePrimaryCtxReset", 11080, 0, "cuDevicePrimaryCtxReset_v2"),
+    ("cuGetProcAddress", 11080, 0, "cuGetProcAddress"),
+    ("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"),
+    ("cuGraphAddKernelNode", 11080, 0, "cuGraphAddKernelNode"),
+    ("cuGraphAddKernelNode", 12000, 0, "cuGraphAddKernelNode_v2"),
+    ("cuMemAllocAsync", 11020, 0, "cuMemAllocAsync"),
+    ("cuMemAllocAsync", 12040, 2, "cuMemAllocAsync_ptsz"),
+    ("cuMemFreeAsync", 12040, 2, "cuMemFreeAsync_ptsz"),
+    ("cuMemAllocFromPoolAsync", 12040, 2, "cuMemAllocFromPoolAsync_ptsz"),
+    ("cuLaunchKernel", 12040, 2, "cuLaunchKernel_ptsz"),
+    ("cuLaunchKernel", 12040, 1, "cuLaunchKernel"),
+    ("cuMemAlloc", 12040, 2, "cuMemAlloc_v2"),       # no _ptsz variant: the plain one
+])
+def test_procaddr_versions(name, version, flags, want):
+    p = probe("procaddr", name, version, flags)
+    assert lines(p)[0] == ["procaddr", "CUDA_SUCCESS", "status=0", "lib=libcuda.so.1",
+                           "sym=" + want]
+
+
+def test_procaddr_not_found():
+    p = probe("procaddr", "cuMemAllocAsync", 11010, "procaddr", "cuMemPoolCreate", 11000,
+              "procaddr", "cuNoSuchCall", 12040, "procaddr", "cuMemAlloc_v2", 12040,
+              "procaddr", "cuMemAlloc", 12040, 4)
+    out = lines(p)
+    assert out[0] == ["procaddr", "CUDA_ERROR_NOT_FOUND", "status=2", "pfn=null"]
+    assert out[1] == ["procaddr", "CUDA_ERROR_NOT_FOUND", "status=2", "pfn=null"]
+    assert out[2] == ["procaddr", "CUDA_ERROR_NOT_FOUND", "status=1", "pfn=null"]
+    assert out[3] == ["procaddr", "CUDA_ERROR_NOT_FOUND", "status=1", "pfn=null"]
+    assert out[4][1] == "CUDA_ERROR_INVALID_VALUE"   # unknown flags
+
+
+def test_proc_old_gets_old_abis():
+    # At 11030 the async allocator exists but cuGraphAddKernelNode is v1.
+    p = probe("init", "async", "1m", "graph-node", 11030, "graph-node", 12040, via="proc-old")
+    out = lines(p)
+    assert codes(p) == ["CUDA_SUCCESS"] * 4
+    assert "abi=v1" in out[2] and "abi=v2" in out[3]
+
+
+def test_ptsz_paths():
+    p = probe("init", "async", "1m", "poolalloc", "1m", "launch", 5, "free-all", "info",
+              via="proc2", ptsz=True)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}
+    assert kv(lines(p)[5])["free"] == str(16 * GIB)
+
+
+def test_fail_injection():
+    p = probe("init", "alloc", "1m", "info", "async", "1m", "info",
+              fail="cuMemAlloc_v2,cuMemAllocAsync:CUDA_ERROR_NOT_PERMITTED")
+    out = lines(p)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS",
+                        "CUDA_ERROR_NOT_PERMITTED", "CUDA_SUCCESS"]
+    assert kv(out[4])["free"] == str(16 * GIB)   # no side effects
+    p = probe("init", "info", fail="cuMemGetInfo_v2:999")
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_UNKNOWN"]
+    p = probe("init", fail="cuNoSuch:2")
+    assert codes(p) == ["CUDA_ERROR_UNKNOWN"]
+    assert "FAKECUDA_FAIL" in p.stderr
+
+
+def test_threads_and_loop():
+    p = probe("init", "threads", 16, "64m", "loop", 10000, "1m", "info", devices="1g")
+    out = lines(p)
+    assert out[1] == ["threads", "CUDA_SUCCESS", "failures=0"]
+    assert out[2][1] == "CUDA_SUCCESS" and kv(out[2])["n"] == "10000"
+    assert kv(out[3])["free"] == str(GIB)
+    # 16 threads x 128 MiB on 1 GiB: some must fail, none may corrupt the count.
+    p = probe("init", "threads", 16, "128m", "info", devices="1g")
+    out = lines(p)
+    assert out[1][1] in ("CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY")
+    assert kv(out[2])["free"] == str(GIB)
+
+
+def test_nvml_through_the_fake():
+    inv = os.path.join(os.path.dirname(__file__), "..", "fakenvml", "inventories", "4gpu.json")
+    p = probe("nvml", env_extra={"LD_LIBRARY_PATH": FAKECUDA_DIR + ":" + FAKENVML_DIR,
+                                 "FAKE_NVML_INVENTORY": os.path.abspath(inv)})
+    out = lines(p)
+    assert out[0][1] == "CUDA_SUCCESS", p.stdout + p.stderr
+    v = kv(out[0])
+    assert int(v["total"]) > 0 and v["total"] == v["total2"]
+
+
+def test_usage_and_load_errors():
+    for argv in (["bogus"], ["alloc"], ["alloc", "1x"], ["--via", "nowhere", "init"], []):
+        r = subprocess.run([PROBE] + argv, capture_output=True, text=True, timeout=scaled(10))
+        assert r.returncode == 2, (argv, r.stderr)
+        assert r.stdout == ""
+    r = subprocess.run([PROBE, "init"], capture_output=True, text=True, timeout=scaled(10),
+                       env=dict(os.environ, LD_LIBRARY_PATH="/nonexistent"))
+    if r.returncode == 0:
+        pytest.skip("a real libcuda.so.1 is installed on this machine")
+    assert r.returncode == 3 and "libcuda.so.1" in r.stderr
+
+
+def test_hold_flushes_and_can_be_killed():
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKECUDA_DIR)
+    proc = subprocess.Popen([PROBE, "init", "alloc", "1m", "hold"], stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        got = [proc.stdout.readline().strip() for _ in range(3)]
+        assert got == ["init CUDA_SUCCESS", "alloc CUDA_SUCCESS", "holding"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=scaled(10))
+        proc.stdout.close()
