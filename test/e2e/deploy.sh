@@ -226,7 +226,7 @@ $kube_env
       volumes:
       - {name: fakenvml, hostPath: {path: $DEP_FAKENVML, type: Directory}}
       - {name: e2e, hostPath: {path: $DEP_DIR/nvml, type: Directory}}
-$( [[ $name == gpu-mem ]] && echo "      - {name: state, hostPath: {path: $DEP_DIR/gpupool-state, type: DirectoryOrCreate}}")
+$( [[ -n $kube_env ]] && echo "      - {name: state, hostPath: {path: $DEP_DIR/gpupool-state, type: DirectoryOrCreate}}")
 $ext_patch
 EOF
   sed -i '/^$/d' "$dir/e2e.yaml"

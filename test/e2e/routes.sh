@@ -40,6 +40,9 @@ rt_running() { pod_phase_is "$1" Running && rt_assigned "$1"; }
 section "10e. overlays/secondary-scheduler: gpupool-scheduler beside kube-scheduler"
 dep_apply secondary-scheduler
 check "kubectl apply -k (secondary-scheduler): Deployment gpupool-scheduler" dep_kc get deployment gpupool-scheduler -o name
+# Same plugin DaemonSet as gpu-mem's: applying over it must not roll it.
+rt_same_plugin() { sleep 3; [[ "$(dep_pod "$DEP_PLUGIN_SEL")" == "$dp" ]]; }
+check "... the plugin DaemonSet left as it was (pod $dp)" rt_same_plugin
 rt_cm=$(dep_kc get deployment gpupool-scheduler -o jsonpath='{.spec.template.spec.volumes[?(@.name=="config")].configMap.name}' 2>/dev/null)
 rt_cm_ok() { dep_kc get configmap "$rt_cm" -o jsonpath='{.data.gpupool-scheduler-config\.yaml}' | grep -q '^  resourceName: gpupool-scheduler$'; }
 check "... mounting ConfigMap ${rt_cm:-none} with the v1 configuration (Lease gpupool-scheduler)" rt_cm_ok
@@ -113,6 +116,7 @@ dep_reap "$DEP_EXT_SEL"
 kshow label node "$NODE_NAME" node-role.kubernetes.io/control-plane= --overwrite
 dep_apply gpushare
 check "kubectl apply -k (gpushare): the extender DaemonSet" dep_kc get daemonset gpupool-scheduler-extender -o name
+check "... the plugin DaemonSet left as it was (pod $dp)" rt_same_plugin
 wait_for 90 "extender DaemonSet pod Ready on 127.0.0.1:32766" dep_pod_ready "$DEP_EXT_SEL"
 rt_ep=$(dep_pod "$DEP_EXT_SEL")
 check "extender DaemonSet pod ${rt_ep:-none} Ready (readiness /healthz on 127.0.0.1:32766)" test -n "$rt_ep"
