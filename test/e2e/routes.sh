@@ -47,11 +47,12 @@ rt_cm=$(dep_kc get deployment gpupool-scheduler -o jsonpath='{.spec.template.spe
 rt_cm_ok() { dep_kc get configmap "$rt_cm" -o jsonpath='{.data.gpupool-scheduler-config\.yaml}' | grep -q '^  resourceName: gpupool-scheduler$'; }
 check "... mounting ConfigMap ${rt_cm:-none} with the v1 configuration (Lease gpupool-scheduler)" rt_cm_ok
 rt_sa=gpupool-scheduler
-for q in "get leases.coordination.k8s.io/gpupool-scheduler" "update leases.coordination.k8s.io/gpupool-scheduler" \
-  "create leases.coordination.k8s.io" "create pods/binding" "list nodes" "create events.events.k8s.io"; do
+for q in "get leases.coordination.k8s.io/gpupool-scheduler -n kube-system" \
+  "update leases.coordination.k8s.io/gpupool-scheduler -n kube-system" "create leases.coordination.k8s.io -n kube-system" \
+  "create pods --subresource=binding -n default" "list nodes" "create events.events.k8s.io -n default"; do
   check "[rbac] $rt_sa can-i $q: yes" rbac_can_i yes "$rt_sa" $q
 done
-for q in "update leases.coordination.k8s.io/some-other-lease" "patch nodes" "get secrets"; do
+for q in "update leases.coordination.k8s.io/some-other-lease -n kube-system" "patch nodes" "get secrets -n kube-system"; do
   check "[rbac] $rt_sa can-i $q: no" rbac_can_i no "$rt_sa" $q
 done
 # The ServiceAccount's token (1.20: a Secret made by the token controller).
@@ -85,7 +86,7 @@ rt_leader() {
   [[ "$(dep_kc get lease gpupool-scheduler -o jsonpath='{.spec.holderIdentity}' 2>/dev/null)" == *_* ]]
 }
 wait_for 60 "Lease kube-system/gpupool-scheduler held" rt_leader
-kshow -n "$DEP_NS" get lease gpupool-scheduler kube-scheduler -o wide
+kshow -n "$DEP_NS" get lease gpupool-scheduler -o wide
 check "gpupool-scheduler holds its own Lease kube-system/gpupool-scheduler" rt_leader
 rt_ext() { grep -q "Creating extender with config.*URLPrefix:http://$DEP_CLUSTER_IP:39999/gpupool-scheduler" "$RT_LOG"; }
 check "gpupool-scheduler created the extender (the Service's address)" rt_ext
