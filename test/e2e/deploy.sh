@@ -71,6 +71,15 @@ fi
 mapfile -t DEP_UUIDS < <(/usr/bin/python3 -c 'import json,sys; [print(g["uuid"]) for g in json.load(open(sys.argv[1]))["gpus"]]' "$FAKE_NVML_INVENTORY")
 
 dep_kc() { kc -n "$DEP_NS" "$@"; }
+# The extender Service's fixed ClusterIP (overlays/gpu-mem/extender.yaml).
+# No kube-proxy runs here: dep_cluster_ip add puts the address on the host's
+# loopback, so a connection to it reaches the (host-network, all-interfaces)
+# extender as kube-proxy's DNAT would; down.sh removes it too.
+DEP_CLUSTER_IP=10.96.0.39
+dep_cluster_ip() {  # dep_cluster_ip add|del
+  ip addr "$1" "$DEP_CLUSTER_IP/32" dev lo 2>/dev/null
+  [[ $1 == del ]] || ip -o addr show dev lo | grep -qF " $DEP_CLUSTER_IP/32"
+}
 . "$E2E_DIR/rbac.sh"   # 10d: least privilege (rbac_*)
 dep_is_fake_uuid() { local u; for u in "${DEP_UUIDS[@]}"; do [[ $u == "$1" ]] && return 0; done; return 1; }
 
@@ -116,10 +125,10 @@ dep_image_imported() {
 # dep_overlay NAME  -- writes $DEP_DIR/kustomize/NAME/ over deploy/overlays/NAME
 # and prints its path.
 dep_overlay() {
-  local name=$1 dir=$DEP_DIR/kustomize/$1 rel kube_env="" ext_patch="" host_net=""
+  local name=$1 dir=$DEP_DIR/kustomize/$1 rel kube_env="" ext_patch="" host_net="" ext_kind=Deployment ext_net=""
   mkdir -p "$dir"
   rel=$(realpath --relative-to="$dir" "$REPO_ROOT/deploy/overlays/$name")
-  if [[ $name == gpu-mem ]]; then
+  if [[ $name == gpu-mem || $name == secondary-scheduler || $name == gpushare ]]; then
     # In-cluster configuration (the ServiceAccount's token and ca.crt) with
     # the address kube-proxy would have given the `kubernetes` Service: this
     # cluster runs none, and its API server listens on 127.0.0.1:6443 only.
@@ -129,20 +138,48 @@ dep_overlay() {
     # the host network to call it (the extender is host-network as shipped).
     host_net='      hostNetwork: true
       dnsPolicy: ClusterFirstWithHostNet'
+    # The extender as shipped runs on the pod network (overlays/gpu-mem) and
+    # kube-scheduler reaches it at the Service's ClusterIP; here it joins the
+    # host network too, and dep_cluster_ip stands in for kube-proxy. The
+    # gpushare overlay's extender is a host-network DaemonSet as shipped.
+    [[ $name == gpushare ]] && ext_kind=DaemonSet || ext_net=$host_net
     ext_patch=$(cat <<EOF
 ---
 apiVersion: apps/v1
-kind: Deployment
+kind: $ext_kind
 metadata: {name: gpupool-scheduler-extender, namespace: kube-system}
 spec:
   template:
     spec:
+$ext_net
       containers:
       - name: gpupool-scheduler-extender
         env:
 $kube_env
 EOF
 )
+    if [[ $name == secondary-scheduler ]]; then
+      # No registry here for registry.k8s.io/kube-scheduler: the suite runs
+      # the kube-scheduler it built as gpupool-scheduler instead (10e), and
+      # there is no DNS for the shipped urlPrefix: the Service keeps the
+      # fixed ClusterIP of overlays/gpu-mem that dep_cluster_ip routes.
+      ext_patch+=$(cat <<EOF
+
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: gpupool-scheduler, namespace: kube-system}
+spec:
+  replicas: 0
+---
+apiVersion: v1
+kind: Service
+metadata: {name: gpupool-scheduler-extender, namespace: kube-system}
+spec:
+  clusterIP: $DEP_CLUSTER_IP
+EOF
+)
+    fi
     # GFD node labels (--node-labels) too: one more call under the plugin's RBAC.
     kube_env+='
         - {name: GP_NODE_LABELS, value: "true"}'
@@ -189,7 +226,7 @@ $kube_env
       volumes:
       - {name: fakenvml, hostPath: {path: $DEP_FAKENVML, type: Directory}}
       - {name: e2e, hostPath: {path: $DEP_DIR/nvml, type: Directory}}
-$( [[ $name == gpu-mem ]] && echo "      - {name: state, hostPath: {path: $DEP_DIR/gpupool-state, type: DirectoryOrCreate}}")
+$( [[ -n $kube_env ]] && echo "      - {name: state, hostPath: {path: $DEP_DIR/gpupool-state, type: DirectoryOrCreate}}")
 $ext_patch
 EOF
   sed -i '/^$/d' "$dir/e2e.yaml"
@@ -368,6 +405,16 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
   cp "$FAKE_NVML_INVENTORY" "$DEP_DIR/nvml/inventory.json"
   : >"$DEP_DIR/nvml/fake-nvml-control"
 
+  # Every overlay and sample pod as the API server sees it, nothing created.
+  for o in whole-gpu time-slicing gpu-mem secondary-scheduler gpushare; do
+    check "kubectl apply -k deploy/overlays/$o --dry-run=server" \
+      bash -c "$K8S_BIN/kubectl --kubeconfig $KUBECONFIG apply -k $REPO_ROOT/deploy/overlays/$o --dry-run=server -o name | sed 's/^/    /'"
+  done
+  # 1.20 knows no sidecar field (restartPolicy of an init container): no
+  # client-side schema check, the server drops what it does not know.
+  check "kubectl apply -f deploy/examples/ --dry-run=server (sample pods)" \
+    bash -c "$K8S_BIN/kubectl --kubeconfig $KUBECONFIG apply -f $REPO_ROOT/deploy/examples/ --dry-run=server --validate=false -o name | sed 's/^/    /'"
+
   dep_start_kcm
   wait_for 30 "kube-controller-manager running" is_running kube-controller-manager
   check "kube-controller-manager running (DaemonSet/Deployment controllers)" is_running kube-controller-manager
@@ -486,8 +533,7 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
     fail "gpu-mem overlay: $DEP_EXT_BIN missing"
   else
     section "10c. overlays/gpu-mem: plugin in gpu-mem mode + extender Deployment"
-    # The extender's nodeSelector names control-plane nodes (kubeadm's label).
-    kshow label node "$NODE_NAME" node-role.kubernetes.io/master= --overwrite
+    check "the Service's ClusterIP $DEP_CLUSTER_IP on the host's loopback (kube-proxy's part)" dep_cluster_ip add
     dep_apply gpu-mem
     check "kubectl apply -k (gpu-mem) created the extender Deployment" dep_kc get deployment gpupool-scheduler-extender -o name
     kshow -n "$DEP_NS" get serviceaccounts,clusterroles,clusterrolebindings,roles,rolebindings,services,configmaps \
@@ -500,9 +546,10 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
       >>"$DEP_DIR/scheduler-config.yaml"
     check "the overlay's ConfigMap holds the v1beta1 scheduler configuration" \
       grep -q '^kind: KubeSchedulerConfiguration' "$DEP_DIR/scheduler-config.yaml"
+    check "... the v1 one for 1.25+" bash -c "$K8S_BIN/kubectl --kubeconfig $KUBECONFIG -n $DEP_NS get configmap gpupool-scheduler-config -o jsonpath='{.data.scheduler-config-v1\\.yaml}' | grep -q '^apiVersion: kubescheduler.config.k8s.io/v1$'"
     check "... and the Policy" bash -c "$K8S_BIN/kubectl --kubeconfig $KUBECONFIG -n $DEP_NS get configmap gpupool-scheduler-config -o jsonpath='{.data.scheduler-policy-config\\.json}' | grep -q '\"kind\": \"Policy\"'"
     dep_scheduler gpu-mem --config="$DEP_DIR/scheduler-config.yaml"
-    sched_ext() { grep -q 'Creating extender with config.*URLPrefix:http://127.0.0.1:39999/' "$DEP_SCHED_LOG"; }
+    sched_ext() { grep -q "Creating extender with config.*URLPrefix:http://$DEP_CLUSTER_IP:39999/" "$DEP_SCHED_LOG"; }
     wait_for 30 "kube-scheduler: Creating extender" sched_ext
     check "kube-scheduler uses the extender from the overlay's configuration" sched_ext
 
@@ -518,6 +565,12 @@ if ((dep_ready)) && [[ ${DEPLOY_SKIP:-0} != 1 ]]; then
     check "extender container: uid 65532, no capabilities, no_new_privs, read-only rootfs" \
       dep_proc_is "$ep" "65532 0000000000000000 1 ro"
     check "plugin pod ${dp:-none} Ready in gpu-mem mode" test -n "$dp"
+    svc_ip_is() { [[ "$(dep_kc get service gpupool-scheduler-extender -o jsonpath='{.spec.clusterIP}')" == "$DEP_CLUSTER_IP" ]]; }
+    check "the extender Service has the fixed ClusterIP $DEP_CLUSTER_IP of the scheduler configurations" svc_ip_is
+    ext_scrape_ann() {
+      [[ "$(dep_kc get pod "$ep" -o jsonpath='{.metadata.annotations.prometheus\.io/scrape}/{.metadata.annotations.prometheus\.io/port}')" == true/39998 ]]
+    }
+    check "extender pod: prometheus.io/scrape true, port 39998" ext_scrape_ann
     [[ -n $dp ]] || for p in $(dep_kc get pods -l "$DEP_PLUGIN_SEL" -o name); do
       kshow -n "$DEP_NS" logs "$p" --previous --tail=20
       kshow -n "$DEP_NS" logs "$p" --tail=20
@@ -609,11 +662,24 @@ EOF
     check "the extender Service answers /healthz through kubectl port-forward" pf_ok
     kill "$pf_pid" 2>/dev/null
     wait "$pf_pid" 2>/dev/null
+    # Metrics on every interface of the pod, through the Service's port.
+    printf '  $ kubectl -n %s port-forward svc/gpupool-scheduler-extender %s:metrics\n' "$DEP_NS" "$pf_port"
+    "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" -n "$DEP_NS" port-forward svc/gpupool-scheduler-extender \
+      "$pf_port:39998" >"$E2E_LOGS/port-forward-metrics-ext.log" 2>&1 &
+    pf_pid=$!
+    pf_metrics() { curl -fsS --max-time 5 "http://127.0.0.1:$pf_port/metrics" | grep -q '^gpupool_extender_binds_total{result="bound"} [1-9]'; }
+    wait_for 30 "the Service's metrics port answers" pf_metrics
+    check "the extender's /metrics through the Service's metrics port (binds_total bound > 0)" pf_metrics
+    kill "$pf_pid" 2>/dev/null
+    wait "$pf_pid" 2>/dev/null
+
+    dep_delete_pods
+    . "$E2E_DIR/routes.sh"   # 10e secondary scheduler, 10f gpushare's configuration
 
     dep_delete_pods
     dep_delete gpu-mem
-    kc label node "$NODE_NAME" node-role.kubernetes.io/master- >/dev/null 2>&1
     dep_plain_scheduler
+    dep_cluster_ip del
     wait_for 60 "the garbage collector deleting every gpupool pod" dep_all_deleted app.kubernetes.io/part-of=gpupool
     check "kubectl delete -k (gpu-mem): every gpupool pod is being deleted (garbage collector)" \
       dep_all_deleted app.kubernetes.io/part-of=gpupool

@@ -19,6 +19,7 @@ stop_pid kube-controller-manager 10   # deploy.sh (DaemonSets, Deployments)
 stop_pid kube-controller-manager-sa 10   # up.sh (service accounts, tokens)
 stop_pid kubelet 15
 stop_pid kube-scheduler 10
+stop_pid gpupool-scheduler 10   # deploy.sh 10e (routes.sh)
 
 # 2. Pod containers: kill tasks, delete containers (and their snapshots).
 if [[ -S $CTRD_SOCK ]] && ctr --address "$CTRD_SOCK" version >/dev/null 2>&1; then
@@ -65,6 +66,8 @@ umount_under "$E2E_STATE"
 
 # 5. Network: the bridge (veths went with the pod netns).
 ip link show "$CNI_BRIDGE" >/dev/null 2>&1 && ip link delete "$CNI_BRIDGE" 2>/dev/null
+# deploy.sh: the extender Service's ClusterIP stood in for kube-proxy there.
+ip addr del 10.96.0.39/32 dev lo 2>/dev/null
 
 # 6. Cgroups the kubelet created (empty once every pod process is gone).
 for ctl in /sys/fs/cgroup/*/; do

@@ -1,0 +1,293 @@
+"""The shipped manifests, checked without a cluster.
+
+kube-scheduler 1.25+ reads only what kubescheduler.config.k8s.io/v1 defines,
+and the e2e cluster (1.20) cannot load a v1 file, so the v1 files are checked
+here against the v1 field list (written from Kubernetes'
+staging/src/k8s.io/kube-scheduler/config/v1/types.go and
+component-base/config/v1alpha1/types.go): an unknown or misspelt key, a wrong
+type or a bad duration fails. The same extender must be configured in every
+file (v1, v1beta1, Policy, the secondary scheduler's v1 and its e2e twin),
+and every overlay must build with the kustomize inside kubectl (skipped when
+no kubectl is found: K8S_BIN, /var/cache/gpupool-k8s/bin, PATH).
+"""
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+DEPLOY = os.path.join(ROOT, "deploy")
+V1_FILE = os.path.join(DEPLOY, "scheduler", "scheduler-config-v1.yaml")
+V1BETA1_FILE = os.path.join(DEPLOY, "scheduler", "scheduler-config-v1beta1.yaml")
+POLICY_FILE = os.path.join(DEPLOY, "scheduler", "scheduler-policy-config.json")
+SECOND_FILE = os.path.join(DEPLOY, "overlays", "secondary-scheduler", "gpupool-scheduler-config.yaml")
+TWIN_FILE = os.path.join(ROOT, "test", "e2e", "gpupool-scheduler-v1beta1.yaml")
+OVERLAYS = ["whole-gpu", "time-slicing", "gpu-mem", "secondary-scheduler", "gpushare"]
+CLUSTER_IP = "10.96.0.39"
+
+DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+
+# v1 schema: key -> type, or a nested dict, or [dict] for a list of objects.
+EXTENDER_V1 = {
+    "urlPrefix": str, "filterVerb": str, "preemptVerb": str, "prioritizeVerb": str,
+    "weight": int, "bindVerb": str, "enableHTTPS": bool,
+    "tlsConfig": {"insecure": bool, "serverName": str, "certFile": str, "keyFile": str,
+                  "caFile": str, "certData": str, "keyData": str, "caData": str},
+    "httpTimeout": "duration", "nodeCacheCapable": bool,
+    "managedResources": [{"name": str, "ignoredByScheduler": bool}],
+    "ignorable": bool,
+}
+LEADER_ELECTION = {
+    "leaderElect": bool, "leaseDuration": "duration", "renewDeadline": "duration",
+    "retryPeriod": "duration", "resourceLock": str, "resourceName": str, "resourceNamespace": str,
+}
+CLIENT_CONNECTION = {"kubeconfig": str, "acceptContentTypes": str, "contentType": str,
+                     "qps": float, "burst": int}
+PLUGIN_SET = {"enabled": [{"name": str, "weight": int}], "disabled": [{"name": str, "weight": int}]}
+PLUGINS = {k: PLUGIN_SET for k in (
+    "preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score", "reserve",
+    "permit", "preBind", "bind", "postBind", "multiPoint")}
+PROFILE = {"schedulerName": str, "percentageOfNodesToScore": int, "plugins": PLUGINS,
+           "pluginConfig": [{"name": str, "args": dict}]}
+CONFIG_V1 = {
+    "apiVersion": str, "kind": str, "parallelism": int, "leaderElection": LEADER_ELECTION,
+    "clientConnection": CLIENT_CONNECTION, "enableProfiling": bool,
+    "enableContentionProfiling": bool, "percentageOfNodesToScore": int,
+    "podInitialBackoffSeconds": int, "podMaxBackoffSeconds": int, "profiles": [PROFILE],
+    "extenders": [EXTENDER_V1], "delayCacheUntilActive": bool,
+}
+
+
+def schema_errors(value, schema, path="$"):
+    """Every place where value does not match schema, as 'path: problem'."""
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return [f"{path}: want an object"]
+        errs = []
+        for key, sub in value.items():
+            if key not in schema:
+                errs.append(f"{path}.{key}: not a field of the v1 API")
+            else:
+                errs += schema_errors(sub, schema[key], f"{path}.{key}")
+        return errs
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return [f"{path}: want a list"]
+        errs = []
+        for i, item in enumerate(value):
+            errs += schema_errors(item, schema[0], f"{path}[{i}]")
+        return errs
+    if schema == "duration":
+        ok = isinstance(value, str) and DURATION.match(value)
+        return [] if ok else [f"{path}: {value!r} is not a duration (e.g. 30s)"]
+    if schema is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif schema is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, schema)
+    return [] if ok else [f"{path}: {value!r} is not a {schema.__name__}"]
+
+
+def load_yaml(path):
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def extender_semantics(ext):
+    """What must agree between files: everything but where the extender is."""
+    out = dict(ext)
+    out.pop("urlPrefix")
+    out["path"] = re.sub(r"^https?://[^/]+", "", ext["urlPrefix"])
+    if isinstance(out.get("httpTimeout"), int):  # the Policy file's nanoseconds
+        out["httpTimeout"] = f"{out['httpTimeout'] // 1000000000}s"
+    if "enableHttps" in out:
+        out["enableHTTPS"] = out.pop("enableHttps")
+    return out
+
+
+def check_v1(cfg):
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cfg["kind"] == "KubeSchedulerConfiguration"
+    errs = schema_errors(cfg, CONFIG_V1)
+    assert not errs, "\n".join(errs)
+    (ext,) = cfg["extenders"]
+    for verb in ("filterVerb", "prioritizeVerb", "bindVerb"):
+        assert ext[verb], verb
+    assert ext["weight"] > 0
+    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False
+    assert ext["enableHTTPS"] is False and ext["urlPrefix"].startswith("http://")
+    assert ext["urlPrefix"].endswith("/gpupool-scheduler")
+    managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
+    # kube-scheduler's own fit must keep checking the totals the kubelet admits against.
+    assert managed == {"aliyun.com/gpu-mem": False, "aliyun.com/gpu-count": False}
+    # bind makes two API calls of up to 10 s (--api-timeout): the timeout must cover both.
+    assert DURATION.match(ext["httpTimeout"]) and ext["httpTimeout"] == "30s"
+    return ext
+
+
+def test_schema_checker_catches_mistakes():
+    bad = {"apiVersion": "x", "kind": "y", "extenders": [dict(urlPrefix="http://a", enableHttps=False,
+                                                              httpTimeout=30000000000, weight="5")],
+           "healthzBindAddress": "0.0.0.0:10251"}
+    errs = "\n".join(schema_errors(bad, CONFIG_V1))
+    assert "enableHttps: not a field" in errs  # the Policy spelling
+    assert "httpTimeout: 30000000000 is not a duration" in errs
+    assert "weight: '5' is not a int" in errs
+    assert "healthzBindAddress: not a field" in errs  # removed after v1beta2
+
+
+def test_v1_configuration_for_kubeadm():
+    ext = check_v1(load_yaml(V1_FILE))
+    assert ext["urlPrefix"] == f"http://{CLUSTER_IP}:39999/gpupool-scheduler"
+    assert load_yaml(V1_FILE)["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"
+
+
+def test_secondary_scheduler_configuration():
+    cfg = load_yaml(SECOND_FILE)
+    ext = check_v1(cfg)
+    assert cfg["profiles"] == [{"schedulerName": "gpupool-scheduler"}]
+    le = cfg["leaderElection"]
+    assert le["leaderElect"] is True and le["resourceName"] == "gpupool-scheduler"
+    assert le["resourceNamespace"] == "kube-system" and le["resourceLock"] == "leases"
+    assert "clientConnection" not in cfg  # in-cluster ServiceAccount
+    assert ext["urlPrefix"] == "http://gpupool-scheduler-extender.kube-system.svc:39999/gpupool-scheduler"
+
+
+def test_every_file_configures_the_same_extender():
+    files = {V1_FILE: load_yaml(V1_FILE), V1BETA1_FILE: load_yaml(V1BETA1_FILE),
+             SECOND_FILE: load_yaml(SECOND_FILE), TWIN_FILE: load_yaml(TWIN_FILE)}
+    with open(POLICY_FILE, encoding="utf-8") as f:
+        files[POLICY_FILE] = json.load(f)
+    want = extender_semantics(files[V1_FILE]["extenders"][0])
+    for path, cfg in files.items():
+        assert extender_semantics(cfg["extenders"][0]) == want, path
+    # The e2e twin differs from the shipped v1 file only where 1.20 or the test cluster must.
+    twin, second = files[TWIN_FILE], files[SECOND_FILE]
+    assert twin["apiVersion"] == "kubescheduler.config.k8s.io/v1beta1"
+    assert twin["profiles"] == second["profiles"] and twin["leaderElection"] == second["leaderElection"]
+    assert twin["extenders"][0]["urlPrefix"] == f"http://{CLUSTER_IP}:39999/gpupool-scheduler"
+
+
+def kubectl():
+    for cand in (os.path.join(os.environ.get("K8S_BIN", ""), "kubectl"),
+                 "/var/cache/gpupool-k8s/bin/kubectl", shutil.which("kubectl") or ""):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def build(overlay):
+    exe = kubectl()
+    if exe is None:
+        pytest.skip("no kubectl to run kustomize")
+    out = subprocess.run([exe, "kustomize", os.path.join(DEPLOY, "overlays", overlay)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def find(docs, kind, name):
+    pat = re.compile(re.escape(name) + r"(-[a-z0-9]{10})?$")  # generated ConfigMaps carry a hash
+    hits = [d for d in docs if d["kind"] == kind and pat.match(d["metadata"]["name"])]
+    assert len(hits) == 1, (kind, name, [d["metadata"]["name"] for d in docs])
+    return hits[0]
+
+
+def env_of(workload):
+    c = workload["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_builds(overlay):
+    docs = build(overlay)
+    text = yaml.safe_dump_all(docs)
+    # kubeadm dropped the master label in 1.24: nothing may require it.
+    assert "nodeSelector:\n        node-role.kubernetes.io/master" not in text
+    for d in docs:
+        if d["kind"] == "ConfigMap":
+            continue
+        assert d["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "gpupool", \
+            (d["kind"], d["metadata"]["name"])
+
+
+def test_gpu_mem_overlay_extender_on_its_service():
+    docs = build("gpu-mem")
+    dep = find(docs, "Deployment", "gpupool-scheduler-extender")
+    svc = find(docs, "Service", "gpupool-scheduler-extender")
+    spec = dep["spec"]["template"]["spec"]
+    assert not spec.get("hostNetwork") and "nodeSelector" not in spec
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["nodeAffinity"]
+    assert "GP_ADDRESS" not in env_of(dep)  # every interface: the Service and scrapes reach it
+    assert svc["spec"]["clusterIP"] == CLUSTER_IP
+    ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+    assert ports == {"http": 39999, "metrics": 39998}
+    for meta in (dep["spec"]["template"]["metadata"], svc["metadata"]):
+        assert meta["annotations"]["prometheus.io/scrape"] == "true"
+        assert meta["annotations"]["prometheus.io/port"] == "39998"
+    cm = find(docs, "ConfigMap", "gpupool-scheduler-config")
+    assert set(cm["data"]) == {"scheduler-config-v1.yaml", "scheduler-config-v1beta1.yaml",
+                               "scheduler-policy-config.json"}
+
+
+def test_secondary_scheduler_overlay():
+    docs = build("secondary-scheduler")
+    svc = find(docs, "Service", "gpupool-scheduler-extender")
+    assert "clusterIP" not in svc["spec"]  # managed clusters have other Service ranges
+    dep = find(docs, "Deployment", "gpupool-scheduler")
+    spec = dep["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "gpupool-scheduler"
+    assert re.match(r"^registry\.k8s\.io/kube-scheduler:v1\.[0-9]+\.[0-9]+$", spec["containers"][0]["image"])
+    cm_name = spec["volumes"][0]["configMap"]["name"]
+    cm = find(docs, "ConfigMap", cm_name)
+    check_v1(yaml.safe_load(cm["data"]["gpupool-scheduler-config.yaml"]))
+    roles = {(d["kind"], d["roleRef"]["name"]) for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             and d["subjects"][0]["name"] == "gpupool-scheduler"}
+    assert roles == {("ClusterRoleBinding", "system:kube-scheduler"),
+                     ("ClusterRoleBinding", "system:volume-scheduler"),
+                     ("RoleBinding", "extension-apiserver-authentication-reader"),
+                     ("RoleBinding", "gpupool-scheduler-lease")}
+    lease = find(docs, "Role", "gpupool-scheduler-lease")
+    assert lease["rules"][0]["resourceNames"] == ["gpupool-scheduler"]
+
+
+def test_gpushare_overlay_serves_gpushares_url():
+    docs = build("gpushare")
+    assert not [d for d in docs if d["kind"] in ("Deployment", "Service")]
+    ds = find(docs, "DaemonSet", "gpupool-scheduler-extender")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    assert env_of(ds)["GP_ADDRESS"] == "127.0.0.1" and env_of(ds)["PORT"] == "32766"
+    with open(os.path.join(ROOT, "test", "e2e", "gpushare", "scheduler-policy-config.json"), encoding="utf-8") as f:
+        assert json.load(f)["extenders"][0]["urlPrefix"] == "http://127.0.0.1:32766/gpushare-scheduler"
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = sorted(t["matchExpressions"][0]["key"] for t in terms)
+    assert keys == ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"]
+
+
+def test_examples_are_pods_with_gpu_requests():
+    files = sorted(glob.glob(os.path.join(DEPLOY, "examples", "*.yaml")))
+    assert len(files) >= 6
+    for path in files:
+        pod = load_yaml(path)
+        assert pod["kind"] == "Pod", path
+        containers = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+        limits = [c.get("resources", {}).get("limits", {}) for c in containers]
+        assert any(set(lim) & {"nvidia.com/gpu", "aliyun.com/gpu-mem"} for lim in limits), path
+
+
+def test_license_is_apache_2():
+    with open(os.path.join(ROOT, "LICENSE"), "rb") as f:
+        text = f.read()
+    # The text apache.org publishes (also Debian's /usr/share/common-licenses/Apache-2.0).
+    assert hashlib.sha256(text).hexdigest() == \
+        "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
