@@ -80,7 +80,11 @@ VALGRIND_TESTS ?= \
   $(IT)/test_cli.py::test_gpushare_summary_byte_exact $(IT)/test_cli.py::test_gpupool_json \
   $(IT)/test_cli.py::test_watch_cache_lists_in_parallel_and_no_per_node_requests \
   $(IT)/test_cli.py::test_list_broken_off_mid_items_starts_over_once \
-  $(IT)/test_cli.py::test_bad_kubeconfig $(IT)/test_cli.py::test_usage_errors
+  $(IT)/test_cli.py::test_bad_kubeconfig $(IT)/test_cli.py::test_usage_errors \
+  $(IT)/test_isolation.py::test_limit_exact_to_the_byte_on_every_way_in \
+  $(IT)/test_isolation.py::test_context_teardown_gives_memory_back \
+  $(IT)/test_isolation.py::test_null_out_parameters_get_the_drivers_answer \
+  $(IT)/test_isolation.py::test_threads $(IT)/test_isolation.py::test_unusable_limit_fails_closed
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
         asan-integration-test valgrind-test e2e image bench clean
