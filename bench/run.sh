@@ -9,6 +9,8 @@
 #   gpumem_bench.py  gpu-mem mode: Allocate latency with pod identity, RSS
 #   placement_bench  the placement engine's score cost (in-process)
 #   extender_filter_bench  the extender's filter/prioritize at 5,000 nodes (in-process)
+#   isolation_bench.sh  libgpupool-cuda: alloc+free and launch cost, 256
+#                    processes starting at once, region size (fake libcuda)
 #   binpack.sh       gpupool-sim on the four openb traces, seeds 42..51
 #   extender_bench.sh, inspect_bench.sh  against a real kube-apiserver with
 #                    1,000 and 5,000 nodes, when the Kubernetes binaries are
@@ -51,6 +53,11 @@ echo "| build | $BUILD |"
 
 failed=""
 start=$(date +%s)
+
+echo
+echo "## GPU-memory limits in the container (isolation_bench.sh, fake libcuda)"
+echo
+"$SRC/bench/isolation_bench.sh" "$BUILD" || failed="$failed isolation_bench"
 
 echo
 echo "## ListAndWatch snapshot encode (snapshot_bench, in-process)"

@@ -219,6 +219,22 @@ static int init_file(struct region_file *f, int64_t limit)
     return 0;
 }
 
+/* The process's handle on a mapped, valid region. */
+static struct cudareg *wrap(struct region_file *f, char *err, size_t errlen)
+{
+    struct cudareg *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        munmap(f, sizeof *f);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->f = f;
+    r->slot = -1;
+    r->pid = (int32_t)getpid();
+    r->pidns = own_pidns();
+    return r;
+}
+
 struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_t errlen)
 {
     /* O_NONBLOCK: a FIFO planted at the path must not hang the process. */
@@ -230,6 +246,22 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
     struct region_file *f = MAP_FAILED;
     const char *what = NULL;
     int saved = 0;
+    /* The common case, a region already made: map it without the file lock
+     * (hundreds of processes of a container may start at once). A region
+     * that is not complete yet takes the locked path, which waits for its
+     * maker. */
+    if (lseek(fd, 0, SEEK_END) == (off_t)sizeof *f) {
+        f = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (f != MAP_FAILED && __atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) == 1 &&
+            f->magic == REGION_MAGIC && f->version == REGION_VERSION && f->size == sizeof *f &&
+            f->nslots == CUDAREG_SLOTS && f->limit >= 0) {
+            close(fd);
+            return wrap(f, err, errlen);
+        }
+        if (f != MAP_FAILED)
+            munmap(f, sizeof *f);
+        f = MAP_FAILED;
+    }
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
             what = "lock";
@@ -279,17 +311,7 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
     }
     flock(fd, LOCK_UN);
     close(fd);
-    struct cudareg *r = calloc(1, sizeof *r);
-    if (r == NULL) {
-        munmap(f, sizeof *f);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    r->f = f;
-    r->slot = -1;
-    r->pid = (int32_t)getpid();
-    r->pidns = own_pidns();
-    return r;
+    return wrap(f, err, errlen);
 fail:
     snprintf(err, errlen, "cannot %s the shared region %s: %s", what, path,
              strerror(saved ? saved : errno));
