@@ -247,13 +247,41 @@ static void give_back(const struct cudaledger_entry *e, void *arg)
         cudareg_release(dev_reg[e->device], e->bytes);
 }
 
-/* Records a successful charged allocation; false when the ledger cannot
- * grow, in which case the caller frees it and reports out of memory. */
-static bool record(struct cudareg *reg, enum cudaledger_kind kind, uint64_t handle, CUcontext ctx,
-                   CUdevice dev, size_t bytes)
+/* Undoes an allocation the ledger could not record. */
+static void undo_alloc(enum cudaledger_kind kind, uint64_t handle)
+{
+    switch (kind) {
+    case LEDGER_POINTER:
+        real.cuMemFree_v2((CUdeviceptr)handle);
+        break;
+    case LEDGER_HANDLE:
+        real.cuMemRelease(handle);
+        break;
+    case LEDGER_ARRAY:
+        real.cuArrayDestroy((CUarray)(uintptr_t)handle);
+        break;
+    case LEDGER_MIPMAP:
+        real.cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)handle);
+        break;
+    }
+}
+
+/* After the driver answered a charged allocation: a failure gives the charge
+ * back; a success is recorded (out: where the driver wrote the pointer or
+ * handle, read only then). If the ledger cannot grow, the allocation is
+ * undone and the caller sees out of memory. reg NULL: nothing was charged. */
+static CUresult settle_alloc(CUresult rc, struct cudareg *reg, enum cudaledger_kind kind,
+                             const void *out, CUcontext ctx, CUdevice dev, size_t bytes)
 {
     if (reg == NULL)
-        return true;
+        return rc;
+    if (rc != CUDA_SUCCESS) {
+        cudareg_release(reg, (int64_t)bytes);
+        return rc;
+    }
+    uint64_t handle = kind == LEDGER_POINTER || kind == LEDGER_HANDLE
+                          ? *(const unsigned long long *)out
+                          : (uint64_t)(uintptr_t) * (void *const *)out;
     struct cudaledger_entry e = {.handle = handle,
                                  .ctx = (uint64_t)(uintptr_t)ctx,
                                  .bytes = (int64_t)bytes,
@@ -261,12 +289,13 @@ static bool record(struct cudareg *reg, enum cudaledger_kind kind, uint64_t hand
                                  .kind = (uint8_t)kind},
                             old;
     if (cudaledger_add(&e, &old) != 0) {
+        undo_alloc(kind, handle);
         cudareg_release(reg, (int64_t)bytes);
-        return false;
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (old.kind != 0)
         give_back(&old, NULL); /* a handle reused behind our back: the old one is gone */
-    return true;
+    return CUDA_SUCCESS;
 }
 
 /* After the driver's free succeeded or failed: give back, or put back. */
@@ -281,6 +310,19 @@ static void settle_free(CUresult rc, bool had, const struct cudaledger_entry *e)
         (void)cudaledger_add(e, &old);
     }
 }
+
+/* A free of something the ledger may hold: out of the ledger first (a
+ * concurrent allocation that gets the same handle back cannot be confused
+ * with it), then the driver, then given back -- or put back if the driver
+ * refused the free. */
+#define FREE_TRACKED(kind, handle, call)                    \
+    do {                                                    \
+        struct cudaledger_entry e_;                         \
+        bool had_ = cudaledger_take((kind), (handle), &e_); \
+        CUresult rc_ = (call);                              \
+        settle_free(rc_, had_, &e_);                        \
+        return rc_;                                         \
+    } while (0)
 
 #define NEED(fn)                                   \
     do {                                           \
@@ -327,25 +369,17 @@ CUDA_EXPORT CUresult cuInit(unsigned flags)
 /* ---- linear allocations --------------------------------------------------- */
 
 /* The common shape: charge on the current device, call, record or undo. */
-#define ALLOC_ON_CURRENT(call, dptr, bytes)                                     \
-    do {                                                                        \
-        CUcontext ctx_ = NULL;                                                  \
-        CUdevice dev_ = current_device(&ctx_);                                  \
-        struct cudareg *reg_;                                                   \
-        if ((dptr) == NULL || dev_ < 0)                                         \
-            return call;                                                        \
-        CUresult rc_ = charge(dev_, (bytes), &reg_);                            \
-        if (rc_ != CUDA_SUCCESS)                                                \
-            return rc_;                                                         \
-        rc_ = call;                                                             \
-        if (reg_ != NULL && rc_ != CUDA_SUCCESS)                                \
-            cudareg_release(reg_, (int64_t)(bytes));                            \
-        else if (rc_ == CUDA_SUCCESS &&                                         \
-                 !record(reg_, LEDGER_POINTER, *(dptr), ctx_, dev_, (bytes))) { \
-            real.cuMemFree_v2(*(dptr));                                         \
-            return CUDA_ERROR_OUT_OF_MEMORY;                                    \
-        }                                                                       \
-        return rc_;                                                             \
+#define ALLOC_ON_CURRENT(call, dptr, bytes)                                           \
+    do {                                                                              \
+        CUcontext ctx_ = NULL;                                                        \
+        CUdevice dev_ = current_device(&ctx_);                                        \
+        struct cudareg *reg_;                                                         \
+        if ((dptr) == NULL || dev_ < 0)                                               \
+            return call;                                                              \
+        CUresult rc_ = charge(dev_, (bytes), &reg_);                                  \
+        if (rc_ != CUDA_SUCCESS)                                                      \
+            return rc_;                                                               \
+        return settle_alloc(call, reg_, LEDGER_POINTER, (dptr), ctx_, dev_, (bytes)); \
     } while (0)
 
 CUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -421,14 +455,7 @@ static CUresult alloc_from_pool(CUresult (*fn)(CUdeviceptr *, size_t, CUmemoryPo
     CUresult rc = charge(dev, bytes, &reg);
     if (rc != CUDA_SUCCESS)
         return rc;
-    rc = fn(dptr, bytes, pool, s);
-    if (reg != NULL && rc != CUDA_SUCCESS) {
-        cudareg_release(reg, (int64_t)bytes);
-    } else if (rc == CUDA_SUCCESS && !record(reg, LEDGER_POINTER, *dptr, ctx, dev, bytes)) {
-        real.cuMemFree_v2(*dptr);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return settle_alloc(fn(dptr, bytes, pool, s), reg, LEDGER_POINTER, dptr, ctx, dev, bytes);
 }
 
 CUDA_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -478,21 +505,13 @@ CUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
-    if (!record(reg, LEDGER_POINTER, *dptr, ctx, dev, padded)) {
-        real.cuMemFree_v2(*dptr);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    return settle_alloc(CUDA_SUCCESS, reg, LEDGER_POINTER, dptr, ctx, dev, padded);
 }
 
 static CUresult free_pointer(CUresult (*fn)(CUdeviceptr, CUstream), CUdeviceptr p, CUstream s,
                              bool async)
 {
-    struct cudaledger_entry e;
-    bool had = cudaledger_take(LEDGER_POINTER, p, &e);
-    CUresult rc = async ? fn(p, s) : real.cuMemFree_v2(p);
-    settle_free(rc, had, &e);
-    return rc;
+    FREE_TRACKED(LEDGER_POINTER, p, async ? fn(p, s) : real.cuMemFree_v2(p));
 }
 
 CUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -531,24 +550,14 @@ CUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     CUresult rc = charge(dev, size, &reg);
     if (rc != CUDA_SUCCESS)
         return rc;
-    rc = real.cuMemCreate(handle, size, prop, flags);
-    if (reg != NULL && rc != CUDA_SUCCESS) {
-        cudareg_release(reg, (int64_t)size);
-    } else if (rc == CUDA_SUCCESS && !record(reg, LEDGER_HANDLE, *handle, NULL, dev, size)) {
-        real.cuMemRelease(*handle);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return settle_alloc(real.cuMemCreate(handle, size, prop, flags), reg, LEDGER_HANDLE, handle,
+                        NULL, dev, size);
 }
 
 CUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     NEED(cuMemRelease);
-    struct cudaledger_entry e;
-    bool had = cudaledger_take(LEDGER_HANDLE, handle, &e);
-    CUresult rc = real.cuMemRelease(handle);
-    settle_free(rc, had, &e);
-    return rc;
+    FREE_TRACKED(LEDGER_HANDLE, handle, real.cuMemRelease(handle));
 }
 
 /* ---- arrays ---------------------------------------------------------------- */
@@ -589,15 +598,7 @@ static CUresult array_create(CUarray *arr, size_t bytes, bool charged_path,
     CUresult rc = charge(dev, bytes, &reg);
     if (rc != CUDA_SUCCESS)
         return rc;
-    rc = call(arr, desc);
-    if (reg != NULL && rc != CUDA_SUCCESS) {
-        cudareg_release(reg, (int64_t)bytes);
-    } else if (rc == CUDA_SUCCESS &&
-               !record(reg, LEDGER_ARRAY, (uint64_t)(uintptr_t)*arr, ctx, dev, bytes)) {
-        real.cuArrayDestroy(*arr);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return settle_alloc(call(arr, desc), reg, LEDGER_ARRAY, arr, ctx, dev, bytes);
 }
 
 static CUresult call_array2d(CUarray *a, const void *d)
@@ -631,11 +632,7 @@ CUDA_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIP
 CUDA_EXPORT CUresult cuArrayDestroy(CUarray arr)
 {
     NEED(cuArrayDestroy);
-    struct cudaledger_entry e;
-    bool had = cudaledger_take(LEDGER_ARRAY, (uint64_t)(uintptr_t)arr, &e);
-    CUresult rc = real.cuArrayDestroy(arr);
-    settle_free(rc, had, &e);
-    return rc;
+    FREE_TRACKED(LEDGER_ARRAY, (uint64_t)(uintptr_t)arr, real.cuArrayDestroy(arr));
 }
 
 CUDA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d,
@@ -666,25 +663,14 @@ CUDA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_AR
     CUresult rc = charge(dev, bytes, &reg);
     if (rc != CUDA_SUCCESS)
         return rc;
-    rc = real.cuMipmappedArrayCreate(arr, d, levels);
-    if (reg != NULL && rc != CUDA_SUCCESS) {
-        cudareg_release(reg, (int64_t)bytes);
-    } else if (rc == CUDA_SUCCESS &&
-               !record(reg, LEDGER_MIPMAP, (uint64_t)(uintptr_t)*arr, ctx, dev, bytes)) {
-        real.cuMipmappedArrayDestroy(*arr);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return settle_alloc(real.cuMipmappedArrayCreate(arr, d, levels), reg, LEDGER_MIPMAP, arr, ctx,
+                        dev, bytes);
 }
 
 CUDA_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray arr)
 {
     NEED(cuMipmappedArrayDestroy);
-    struct cudaledger_entry e;
-    bool had = cudaledger_take(LEDGER_MIPMAP, (uint64_t)(uintptr_t)arr, &e);
-    CUresult rc = real.cuMipmappedArrayDestroy(arr);
-    settle_free(rc, had, &e);
-    return rc;
+    FREE_TRACKED(LEDGER_MIPMAP, (uint64_t)(uintptr_t)arr, real.cuMipmappedArrayDestroy(arr));
 }
 
 /* ---- contexts: their teardown frees what was made in them ------------------ */
