@@ -11,8 +11,25 @@
 #   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
 #   make image    OCI images of the daemons from Debian packages, no Docker (root; docs/deploy.md)
 #   make bench    footprint and latency benchmarks
+#   make cross    every program cross-built for arm64 (build-arm64/), smoke-tested
+#                 under qemu-user (scripts/cross.sh); part of `make test`
+#   make build ARCH=arm64, make image ARCH=arm64   the same for arm64 (cross)
+#   make image-index   one OCI index per image serving amd64 and arm64
 
+HOST_ARCH  := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+ARCH       ?= $(HOST_ARCH)
+ifeq ($(ARCH),$(HOST_ARCH))
 BUILD      ?= build
+CROSS_CMAKE =
+DEPS_FLAGS  =
+else ifeq ($(ARCH),arm64)
+BUILD      ?= build-arm64
+CROSS_CMAKE = -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/aarch64-linux-gnu.cmake
+DEPS_FLAGS  = --cross
+else
+$(error ARCH=$(ARCH): only $(HOST_ARCH) (native) and arm64 (cross, from amd64) are supported)
+endif
+ARM64_BUILD ?= build-arm64
 ASAN_BUILD ?= build-asan
 PYTHON     ?= /usr/bin/python3
 JOBS       ?= $(shell nproc)
@@ -87,15 +104,15 @@ VALGRIND_TESTS ?= \
   $(IT)/test_isolation.py::test_threads $(IT)/test_isolation.py::test_unusable_limit_fails_closed
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
-        asan-integration-test valgrind-test e2e image bench clean
+        asan-integration-test valgrind-test e2e image bench clean cross image-index
 
 all: build
 
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh $(DEPS_FLAGS)
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CROSS_CMAKE) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 asan: deps
@@ -124,17 +141,28 @@ valgrind-test: build
 	GP_BUILD_DIR=$(abspath $(BUILD)) GP_PLUGIN_WRAPPER="$(VALGRIND)" \
 	  GP_TIMEOUT_SCALE=$(VALGRIND_SCALE) $(PYTEST) $(VALGRIND_TESTS)
 
-test: unit-test asan-test integration-test asan-integration-test valgrind-test
+# arm64 from this host: build every program, smoke-test under qemu-user.
+cross: build
+	@scripts/install-deps.sh --cross
+	@GP_NATIVE_BUILD=$(abspath $(BUILD)) scripts/cross.sh $(abspath $(ARM64_BUILD))
+
+test: unit-test asan-test integration-test asan-integration-test valgrind-test cross
 
 e2e: build
 	@test/e2e/run.sh $(abspath $(BUILD))
 
 image: build
-	@scripts/install-deps.sh --image
-	@scripts/image.sh $(abspath $(BUILD))
+	@scripts/install-deps.sh --image $(DEPS_FLAGS)
+	@GP_IMAGE_ARCH=$(ARCH) scripts/image.sh $(abspath $(BUILD))
+
+# Both architectures' images, then one OCI index per image (build/images/<image>.multiarch.oci.tar).
+image-index:
+	@$(MAKE) --no-print-directory image ARCH=$(HOST_ARCH)
+	@$(MAKE) --no-print-directory image ARCH=arm64
+	@scripts/image-index.sh $(abspath build/images) $(abspath build/images) $(abspath $(ARM64_BUILD)/images)
 
 bench: build
 	@bench/run.sh $(abspath $(BUILD))
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(ARM64_BUILD)

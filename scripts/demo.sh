@@ -6,6 +6,8 @@
 # test/fakenvml/inventories/4gpu.json, a temporary socket directory, and the kubelet
 # simulator (test/sim/kubelet_sim.py). Everything is stopped and removed at the end.
 # Exit 0 on success; on any failure, non-zero with the plugin's log.
+# GP_PLUGIN_WRAPPER: a command line the plugin runs under (e.g. qemu-aarch64-static
+# for an arm64 build, scripts/cross.sh), as in the integration suite.
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,7 +71,7 @@ done
 
 # 2. the plugin, on the fake NVML
 LD_LIBRARY_PATH=$FAKENVML FAKE_NVML_INVENTORY=$INVENTORY FAKE_NVML_CONTROL=$CONTROL \
-  "$PLUGIN" --kubelet-socket "$SOCKDIR/kubelet.sock" >"$LOG" 2>&1 &
+  ${GP_PLUGIN_WRAPPER:-} "$PLUGIN" --kubelet-socket "$SOCKDIR/kubelet.sock" >"$LOG" 2>&1 &
 PLUGIN_PID=$!
 echo "plugin started: $PLUGIN (pid $PLUGIN_PID)"
 

@@ -200,7 +200,12 @@ def main():
     if rc != 0:
         raise SystemExit("demo: the extender exited %d on SIGTERM; log:\n%s" % (rc, open(log_path).read()))
 
-    openb = os.path.join(ROOT, "..", "shared", "data", "openb")
+    for f in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, f))
+    os.rmdir(tmp)
+
+    # The default trace ships in data/openb; GP_OPENB_DIR points at another copy.
+    openb = os.environ.get("GP_OPENB_DIR") or os.path.join(ROOT, "data", "openb")
     nodes_csv = os.path.join(openb, "openb_node_list_gpu_node.csv")
     pods_csv = os.path.join(openb, "openb_pod_list_default.csv")
     if os.path.exists(nodes_csv) and os.path.exists(pods_csv):
@@ -216,10 +221,8 @@ def main():
             say("$ gpupool-sim --policy %-8s --seed 42:  %.2f%% of cluster milli-GPU allocated (%d pods, %d failed)"
                 % (policy, seed["alloc_pct"], seed["pods"], seed["failed"]))
     else:
-        say("\n(openb trace not found beside the checkout: gpupool-sim step skipped)")
-    for f in os.listdir(tmp):
-        os.unlink(os.path.join(tmp, f))
-    os.rmdir(tmp)
+        raise SystemExit("demo: openb trace missing: %s and %s (data/openb in the checkout, or GP_OPENB_DIR)"
+                         % (nodes_csv, pods_csv))
     say("\ndemo: the pool OK")
 
 

@@ -36,6 +36,11 @@
 #                       a line (default: deb.debian.org bookworm, -updates, -security)
 #   GP_IMAGE_SUITE      (default bookworm)
 #   GP_IMAGE_CACHE      where extracted rootfs trees are kept (default BUILD_DIR/images/cache)
+#   GP_IMAGE_ARCH       Debian architecture of the image (default: this host's); arm64 on an
+#                       amd64 host takes an arm64 build (make image ARCH=arm64: build-arm64/):
+#                       the rootfs comes from the arm64 archive, the loader runs under
+#                       qemu-aarch64-static (copied into the chroot for the checks, not shipped)
+#                       and the cross binutils strip the program (install-deps.sh --cross)
 # Root is needed by mmdebstrap's root mode (and to read back the rootfs).
 # Packages: scripts/install-deps.sh --image (mmdebstrap, umoci).
 set -euo pipefail
@@ -51,8 +56,27 @@ IMAGES=("$@")
 REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 [[ $(id -u) -eq 0 ]] || die "mmdebstrap (root mode) needs root; run as root"
-for c in mmdebstrap umoci dpkg-query dpkg-deb strip objdump strings ldconfig tar gzip; do
-  command -v "$c" >/dev/null || die "$c missing: run scripts/install-deps.sh --image"
+HOST_ARCH=$(dpkg --print-architecture)
+ARCH=${GP_IMAGE_ARCH:-$HOST_ARCH}
+MULTIARCH=$(dpkg-architecture -a"$ARCH" -qDEB_HOST_MULTIARCH 2>/dev/null) || die "unknown architecture $ARCH"
+# EMU: what runs a program of the image's architecture here (nothing when native).
+EMU=()
+STRIP=strip
+OBJDUMP=objdump
+if [[ $ARCH != "$HOST_ARCH" ]]; then
+  [[ $ARCH == arm64 ]] || die "GP_IMAGE_ARCH=$ARCH: only $HOST_ARCH and arm64 are supported"
+  EMU=(qemu-aarch64-static)
+  STRIP=$MULTIARCH-strip
+  OBJDUMP=$MULTIARCH-objdump
+fi
+# ldconfig -p's tag for libraries of that architecture.
+case $ARCH in
+  amd64) LDCONFIG_TAG=x86-64 ;;
+  arm64) LDCONFIG_TAG=AArch64 ;;
+  *) LDCONFIG_TAG=64bit ;;
+esac
+for c in mmdebstrap umoci dpkg-query dpkg-deb "$STRIP" "$OBJDUMP" strings ldconfig tar gzip "${EMU[@]}"; do
+  command -v "$c" >/dev/null || die "$c missing: run scripts/install-deps.sh --image${EMU:+ --cross}"
 done
 
 if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
@@ -67,8 +91,6 @@ SUITE=${GP_IMAGE_SUITE:-bookworm}
 MIRRORS=${GP_IMAGE_MIRRORS:-"deb http://deb.debian.org/debian $SUITE main
 deb http://deb.debian.org/debian $SUITE-updates main
 deb http://deb.debian.org/debian-security $SUITE-security main"}
-ARCH=$(dpkg --print-architecture)
-MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo "$(uname -m)-linux-gnu")
 OUT=$BUILD/images
 CACHE=${GP_IMAGE_CACHE:-$OUT/cache}
 mkdir -p "$OUT" "$CACHE"
@@ -94,22 +116,38 @@ owner_of() {
   done
   return 1
 }
-# libs_of BINARY  -- the resolved library paths ldd names (the loader included).
+# libs_of BINARY  -- the resolved library paths ldd names (the loader included);
+# for another architecture, its loader (multiarch libc6:ARCH) under qemu lists them.
 libs_of() {
-  ldd "$1" | awk '/=> \// {print $3; next} /^\s*\// {print $1}'
+  if ((${#EMU[@]})); then
+    local loader
+    loader=$(readelf -l "$1" | sed -n 's/.*Requesting program interpreter: \(.*\)]$/\1/p')
+    [[ -e $loader ]] || die "$1: loader $loader missing here (install-deps.sh --cross installs libc6:$ARCH)"
+    "${EMU[@]}" "$loader" --list "$1"
+  else
+    ldd "$1"
+  fi | awk '/=> \// {print $3; next} /^\s*\// {print $1}'
 }
 # dlopened_of BINARY  -- host paths of the libraries BINARY loads at run time
 # by soname (strings like libcurl.so.4 that are not NEEDED), when this host
 # has them; the NVIDIA driver's libraries are left to the container runtime.
 dlopened_of() {
   local bin=$1 soname path needed
-  needed=$(objdump -p "$bin" | awk '$1 == "NEEDED" {print $2}')
+  needed=$("$OBJDUMP" -p "$bin" | awk '$1 == "NEEDED" {print $2}')
   strings -n 6 "$bin" | grep -E '^lib[A-Za-z0-9_+.-]*\.so(\.[0-9]+)+$' | sort -u | while read -r soname; do
     case $soname in libnvidia-* | libcuda* | libnvcuvid* | libnvoptix*) continue ;; esac
     grep -qxF "$soname" <<<"$needed" && continue
     # awk reads to the end: an early exit would SIGPIPE ldconfig, and under
     # pipefail that failed this whole function now and then.
-    path=$(ldconfig -p | awk -v s="$soname" '!found && $1 == s && /x86-64|AArch64|64bit/ {print $NF; found = 1}')
+    # The image's architecture only: with multiarch both may be installed, and
+    # the ld.so cache knows only the host's (its multiarch directories first).
+    path=
+    for d in /usr/lib/$MULTIARCH /lib/$MULTIARCH; do
+      [[ -e $d/$soname ]] && { path=$d/$soname; break; }
+    done
+    if [[ -z $path ]] && ((${#EMU[@]} == 0)); then
+      path=$(ldconfig -p | awk -v s="$soname" -v t="$LDCONFIG_TAG" '!found && $1 == s && index($0, t) {print $NF; found = 1}')
+    fi
     [[ -n $path ]] && echo "$path"
   done
 }
@@ -168,7 +206,7 @@ closure() {
   [[ -n $loader ]] || die "no dynamic loader in the rootfs"
   for f in "$@"; do
     [[ $f == */lib*.so* ]] && echo "$f"
-    chroot "$stage" "/$loader" --list "$f" | awk '/not found/ {print; next} /=> \// {print $3; next} /^\s*\// {print $1}'
+    chroot "$stage" "${EMU_IN[@]}" "/$loader" --list "$f" | awk '/not found/ {print; next} /=> \// {print $3; next} /^\s*\// {print $1}'
   done
 }
 # in_image STAGE SONAME  -- where the image's loader would find SONAME.
@@ -184,6 +222,13 @@ stage_image() {
   rm -rf "$stage"
   mkdir -p "$stage"
   cp -a "$cachedir/rootfs/." "$stage/"
+  # Another architecture: the checks below run its loader and the program
+  # under qemu, copied in for them and removed before the layers are written.
+  EMU_IN=()
+  if ((${#EMU[@]})); then
+    cp "$(command -v "${EMU[0]}")" "$stage/.gpupool-${EMU[0]}"
+    EMU_IN=("/.gpupool-${EMU[0]}")
+  fi
   # Documentation, translations, charset modules, package-manager state.
   find "$stage/usr/share/doc" -mindepth 1 ! -name copyright ! -type d -delete 2>/dev/null || true
   find "$stage/usr/share/doc" -mindepth 1 -type d -empty -delete 2>/dev/null || true
@@ -192,7 +237,7 @@ stage_image() {
          "$stage"/var/log/* "$stage"/etc/ld.so.cache
   # The program, stripped (its debug info stays in the build dir).
   install -d "$stage/usr/bin"
-  strip --strip-unneeded -o "$stage/usr/bin/$name" "$bin"
+  "$STRIP" --strip-unneeded -o "$stage/usr/bin/$name" "$bin"
   chmod 0755 "$stage/usr/bin/$name"
   # Libraries nobody loads: everything of the other packages that is a
   # shared object and not in the closure.
@@ -224,9 +269,10 @@ stage_image() {
   if closure "$stage" "${targets[@]}" | grep 'not found'; then
     die "$name: libraries missing in the image"
   fi
-  chroot "$stage" "/usr/bin/$name" --version >/dev/null 2>&1 ||
-    chroot "$stage" "/usr/bin/$name" --help >/dev/null 2>&1 ||
+  chroot "$stage" "${EMU_IN[@]}" "/usr/bin/$name" --version >/dev/null 2>&1 ||
+    chroot "$stage" "${EMU_IN[@]}" "/usr/bin/$name" --help >/dev/null 2>&1 ||
     die "$name does not run inside its own rootfs"
+  ((${#EMU_IN[@]} == 0)) || rm -f "$stage${EMU_IN[0]}"
 }
 
 # --- 4. layers and the OCI image ---------------------------------------------------

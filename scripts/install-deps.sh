@@ -6,6 +6,11 @@
 #   scripts/install-deps.sh          build + unit/integration test packages
 #   scripts/install-deps.sh --e2e    also the local Kubernetes cluster packages (and --image's)
 #   scripts/install-deps.sh --image  also the image builders of `make image` (scripts/image.sh)
+#   scripts/install-deps.sh --cross  also the arm64 cross toolchain, the arm64 (multiarch)
+#                                    libraries and qemu-user (`make cross`, scripts/cross.sh)
+# Options combine (`--e2e --cross`). Another apt or dpkg run (unattended-upgrades,
+# a second engineer) is waited for, up to GP_APT_LOCK_TIMEOUT seconds (default 600),
+# instead of failing on its lock.
 set -euo pipefail
 
 build_pkgs=(
@@ -24,12 +29,25 @@ e2e_pkgs=(
 )
 # OCI images without a Docker daemon: a Debian rootfs (mmdebstrap) packed by umoci.
 image_pkgs=(mmdebstrap umoci)
+# arm64 from this amd64 host: Debian's cross compilers, the :arm64 -dev package of
+# every library we link (multiarch: they install beside the amd64 ones), and
+# qemu-user to run the results (also what mmdebstrap needs for arm64 images).
+cross_pkgs=(
+  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static
+  libgrpc-dev:arm64 libprotobuf-c-dev:arm64 libjansson-dev:arm64 libyaml-dev:arm64
+  libcurl4-openssl-dev:arm64 libmicrohttpd-dev:arm64 libcmocka-dev:arm64
+)
 
 want=("${build_pkgs[@]}")
-case "${1:-}" in
-  --e2e) want+=("${e2e_pkgs[@]}" "${image_pkgs[@]}") ;;
-  --image) want+=("${image_pkgs[@]}") ;;
-esac
+cross=0
+for arg in "$@"; do
+  case $arg in
+    --e2e) want+=("${e2e_pkgs[@]}" "${image_pkgs[@]}") ;;
+    --image) want+=("${image_pkgs[@]}") ;;
+    --cross) want+=("${cross_pkgs[@]}") && cross=1 ;;
+    *) echo "install-deps: unknown option $arg (--e2e, --image, --cross)" >&2 && exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${want[@]}"; do
@@ -50,6 +68,35 @@ fi
 
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Another apt or dpkg may be running. apt-get install waits for the dpkg lock
+# itself (DPkg::Lock::Timeout); apt-get update (the lists lock) and dpkg
+# --add-architecture fail at once in Debian 12, so they are retried.
+lock_timeout=${GP_APT_LOCK_TIMEOUT:-600}
+lock_deadline=$((SECONDS + lock_timeout))
+apt_opts=(-o "DPkg::Lock::Timeout=$lock_timeout")
+# when_unlocked CMD...  -- runs CMD; while it fails on a lock another process
+# holds, says so once and runs it again every 5 s until the deadline.
+when_unlocked() {
+  local errf rc said=0
+  errf=$(mktemp)
+  while :; do
+    rc=0
+    "$@" 2>"$errf" || rc=$?
+    if ((rc != 0)) && grep -qiE 'could not get lock|unable to lock|lock was locked' "$errf" &&
+       ((SECONDS < lock_deadline)); then
+      ((said)) || echo "install-deps: waiting for another apt/dpkg to finish ($(head -n1 "$errf"))" >&2
+      said=1
+      sleep 5
+      continue
+    fi
+    cat "$errf" >&2
+    rm -f "$errf"
+    return "$rc"
+  done
+}
+if ((cross)) && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  when_unlocked dpkg --add-architecture arm64
+fi
+when_unlocked apt-get "${apt_opts[@]}" update -qq
+when_unlocked apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"

@@ -172,3 +172,31 @@ def test_missing_inputs_and_help(tmp_path):
     assert r.returncode == 1 and missing + ": No such file" in r.stderr
     r = run_sim("--help")
     assert r.returncode == 0 and "--seeds A..B" in r.stdout
+
+
+OPENB = os.path.join(ROOT, "data", "openb")
+
+
+def test_shipped_openb_trace():
+    """data/openb (the default openb lists, shipped so a clone is complete)
+    loads as the full cluster, and the replay's figure matches the one the
+    README and docs/placement.md quote for it (about 96% with gpupool, above
+    binpack's)."""
+    nodes = os.path.join(OPENB, "openb_node_list_gpu_node.csv")
+    pods = os.path.join(OPENB, "openb_pod_list_default.csv")
+    with open(nodes) as f:
+        rows = f.read().splitlines()[1:]
+    assert len(rows) == 1213
+    assert sum(int(r.split(",")[3]) for r in rows) == 6212
+    with open(pods) as f:
+        assert len(f.read().splitlines()) == 1 + 8152
+    pct = {}
+    for policy in ("binpack", "gpupool"):
+        r = run_sim("--nodes", nodes, "--pods", pods, "--policy", policy, "--seed", "42", "-o", "json")
+        assert r.returncode == 0, r.stderr
+        per_seed, _ = json_lines(r.stdout)
+        assert per_seed[0]["capacity_milli"] == 6212 * 1000
+        assert per_seed[0]["pods"] > 8152   # demand is 130% of capacity: the list is replayed past its end
+        pct[policy] = per_seed[0]["alloc_pct"]
+    assert 94.0 < pct["gpupool"] < 100.0, pct
+    assert pct["gpupool"] > pct["binpack"], pct
