@@ -15,7 +15,9 @@
 #      (default build/, skipped with a note when it has no gpupool-sim);
 #   4. the arm64 device plugin on the arm64 fake NVML, run under qemu, against
 #      the kubelet simulator (scripts/demo.sh with GP_PLUGIN_WRAPPER):
-#      registration, ListAndWatch, one Allocate, SIGTERM with exit status 0.
+#      registration, ListAndWatch, one Allocate, SIGTERM with exit status 0;
+#   5. libgpupool-cuda.so: no glibc reference newer than 2.17, a 4 GiB limit enforced
+#      on the arm64 fake libcuda under qemu
 # Exit 0 when everything passes; otherwise 1 with what failed.
 # Packages: scripts/install-deps.sh --cross. binfmt_misc is not needed: qemu
 # is named explicitly. It runs without -L /usr/aarch64-linux-gnu: that loader
@@ -87,4 +89,17 @@ out=$(GP_PLUGIN_WRAPPER="${QEMU[*]}" "$ROOT/scripts/demo.sh" "$BUILD" 2>&1) ||
   { printf '%s\n' "$out" >&2; die "the arm64 device plugin under qemu (scripts/demo.sh)"; }
 grep -q 'Demo OK' <<<"$out" || { printf '%s\n' "$out" >&2; die "scripts/demo.sh did not finish"; }
 log "device plugin (arm64, qemu, fake NVML): registered, ListAndWatch, Allocate, SIGTERM -> 0 ($((SECONDS - t)) s)"
+# --- 5. the isolation library: old-glibc references, and a limit under qemu --------------
+t=$SECONDS
+OBJDUMP=$TRIPLET-objdump "$ROOT/test/unit/cuda/check_glibc_versions.sh" "$BUILD/lib/libgpupool-cuda.so" >/dev/null ||
+  die "libgpupool-cuda.so (arm64) needs a newer glibc than 2.17 or exports too much"
+out=$("${QEMU[@]}" -E LD_LIBRARY_PATH="$BUILD/test/fakecuda" -E FAKECUDA_DEVICES=16g \
+      -E CUDA_DEVICE_MEMORY_LIMIT=4g -E CUDA_DEVICE_MEMORY_SHARED_CACHE="$BUILD/cross-region" \
+      -E LD_PRELOAD="$BUILD/lib/libgpupool-cuda.so" \
+      "$BUILD/test/cuda/gpupool-cudaprobe" init info alloc 4g alloc 1m 2>&1) || die "cudaprobe under qemu: $out"
+rm -f "$BUILD"/cross-region.*
+grep -q 'info CUDA_SUCCESS free=4294967296 total=4294967296' <<<"$out" &&
+  grep -q 'alloc CUDA_ERROR_OUT_OF_MEMORY' <<<"$out" ||
+  die "libgpupool-cuda.so (arm64) under qemu did not enforce 4 GiB: $out"
+log "libgpupool-cuda.so (arm64, qemu, fake libcuda): glibc <= 2.17, 4 GiB enforced ($((SECONDS - t)) s)"
 log "OK: ${#PROGRAMS[@]} programs for arm64 in $BUILD, smoke-tested under qemu ($((SECONDS - t0)) s in all)"

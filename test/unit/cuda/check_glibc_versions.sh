@@ -5,6 +5,7 @@
 # (src/cuda/cuda_glibc.h says why this matters).
 set -eu
 lib=$1
+objdump() { command "${OBJDUMP:-objdump}" "$@"; }
 objdump -T "$lib" >/dev/null
 bad=$(objdump -T "$lib" | awk '$0 ~ /\*UND\*/ && $0 ~ /GLIBC_/ {
         v = $0; sub(/.*GLIBC_/, "", v); sub(/[) ].*/, "", v)
