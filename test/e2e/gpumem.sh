@@ -15,6 +15,9 @@
 #        get exact identity)
 #   11d  kubelet restart, 11e plugin restart: running pods keep their
 #        containers and GPUs, new equal pods still get exact identity
+#   11f  libgpupool-cuda in real containers (isolation.sh): a 4 and an 8 GiB
+#        pod read total = their share, are refused 1 MiB past it, a second
+#        process shares the count; their directories go with the pods
 # Each container prints its environment to its log; the checks compare the
 # logs with the annotations the extender wrote (one `kubectl get -o json` and
 # one `kubectl logs` per container).
@@ -535,7 +538,13 @@ if ((gm_ready)); then
   check "[gpu-mem] kubectl gpupool inspect -d shows the node's gpu-mem pods" \
     gm_cli_lists $(kc get pods -l "$GM_LABEL" -o name | sed -n '1s#^pod/##p')
 
-  section "11f. gpu-mem: clean up"
+  # ===================================================================================
+  # 11f. the memory limits inside the containers (issue 15): sourced, shares
+  # the gm_* helpers, the plugin and the counters.
+  # shellcheck source=test/e2e/isolation.sh
+  . "$E2E_DIR/isolation.sh"
+
+  section "11g. gpu-mem: clean up"
   gm_plugin_stats
   gm_no_failed_allocate() { ! grep -h 'Allocate [0-9]* units of .* failed' "${GM_PLUGIN_LOGS[@]}"; }
   check "[gpu-mem] the plugin never failed an Allocate" gm_no_failed_allocate

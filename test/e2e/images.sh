@@ -6,6 +6,10 @@
 #   images.sh build    write $K8S_CACHE/images/{busybox,pause}.tar (skipped when current)
 #   images.sh import   import both into containerd's k8s.io namespace (containerd must run)
 #   images.sh          both
+#   images.sh cudaprobe BUILD_DIR
+#                      the glibc probe image ($CUDAPROBE_IMAGE) for the isolation
+#                      checks: build $K8S_CACHE/images/cudaprobe.tar (skipped when
+#                      current) and import it (containerd must run)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -104,9 +108,125 @@ do_import() {
   ctr_ images ls -q | grep -F localhost/gpupool-e2e | sed 's/^/  image: /'
 }
 
+# The probe image: a dynamically linked world, which the static busybox image
+# is not (no ld.so there, so /etc/ld.so.preload would never be read). One layer
+# from host files: the dynamic loader and every library `ldd` lists for the
+# probe, the fake driver and libgpupool-cuda (the plugin mounts the library;
+# its dependencies must be in the image), each at the path ldd names;
+# BUILD/test/fakecuda/libcuda.so.1 next to libc.so.6 (a directory on the
+# loader's built-in search path: the image has no ld.so.cache);
+# /usr/local/bin/gpupool-cudaprobe; busybox for the shell. Nothing from the
+# CUDA toolkit.
+cudaprobe() {
+  local build=$1 bb=/bin/busybox probe cuda lib stamp f
+  probe=$build/test/cuda/gpupool-cudaprobe
+  cuda=$build/test/fakecuda/libcuda.so.1
+  lib=$build/lib/libgpupool-cuda.so
+  for f in "$probe" "$cuda" "$lib" "$bb"; do
+    [[ -f $f ]] || e2e_die "cudaprobe image: $f missing (build the project; apt-get install busybox-static)"
+  done
+  # "NAME => PATH (addr)" and the loader's "PATH (addr)": the paths, once each.
+  local -a libs
+  mapfile -t libs < <(for f in "$probe" "$cuda" "$lib"; do ldd "$f"; done |
+    awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $2 ~ /^\(/ {print $1}' | sort -u)
+  ((${#libs[@]} > 0)) || e2e_die "cudaprobe image: ldd found no libraries for $probe"
+  stamp="$(cat "$probe" "$cuda" "$bb" "${libs[@]}" | sha256sum | cut -c1-16) $CUDAPROBE_IMAGE ${libs[*]} v1"
+  mkdir -p "$IMG_DIR"
+  if [[ -f $IMG_DIR/cudaprobe.stamp && "$(cat "$IMG_DIR/cudaprobe.stamp")" == "$stamp" && -f $IMG_DIR/cudaprobe.tar ]]; then
+    e2e_log "images: $IMG_DIR/cudaprobe.tar cached"
+  else
+    /usr/bin/python3 - "$IMG_DIR/cudaprobe.tar" "$CUDAPROBE_IMAGE" "$(dpkg --print-architecture)" "$bb" "$probe" "$cuda" "${libs[@]}" <<'PY'
+import hashlib, io, json, os, subprocess, sys, tarfile
+
+out, ref, arch, bb, probe, cuda = sys.argv[1:7]
+libs = sys.argv[7:]
+applets = subprocess.run([bb, "--list-full"], check=True, capture_output=True,
+                         text=True).stdout.split()
+done = set()
+
+def add(tf, name, kind, data=b"", link="", mode=0o755):
+    if name in done:
+        return
+    done.add(name)
+    ti = tarfile.TarInfo(name)
+    ti.mtime = 0
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = "root"
+    ti.mode = mode
+    if kind == "dir":
+        ti.type = tarfile.DIRTYPE
+        tf.addfile(ti)
+    elif kind == "sym":
+        ti.type = tarfile.SYMTYPE
+        ti.linkname = link
+        tf.addfile(ti)
+    else:
+        ti.size = len(data)
+        tf.addfile(ti, io.BytesIO(data))
+
+def add_file(tf, name, src, mode=0o755):
+    """name: a path in the image, parents made as directories; src's content
+    (links resolved: /lib64 may be a link on the host, it is a directory here)."""
+    parts = name.strip("/").split("/")
+    for i in range(1, len(parts)):
+        add(tf, "/".join(parts[:i]), "dir")
+    with open(os.path.realpath(src), "rb") as f:
+        add(tf, "/".join(parts), "file", f.read(), mode=mode)
+
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+    for d in ["bin", "sbin", "usr", "usr/bin", "usr/sbin", "usr/local", "usr/local/bin",
+              "etc", "proc", "sys", "dev", "var", "var/run", "run", "root"]:
+        add(tf, d, "dir")
+    add(tf, "tmp", "dir", mode=0o1777)
+    add_file(tf, "bin/busybox", bb)
+    for a in sorted(set(applets)):
+        if a != "bin/busybox" and not a.startswith("usr/local/"):
+            add(tf, a, "sym", link="../" * a.count("/") + "bin/busybox")
+    libc_dir = None
+    for lib in libs:
+        add_file(tf, lib, lib)
+        if os.path.basename(lib) == "libc.so.6":
+            libc_dir = os.path.dirname(lib)
+    if libc_dir is None:
+        sys.exit("cudaprobe image: ldd listed no libc.so.6")
+    add_file(tf, libc_dir + "/libcuda.so.1", cuda)
+    add_file(tf, "usr/local/bin/gpupool-cudaprobe", probe)
+    add(tf, "etc/passwd", "file", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n", mode=0o644)
+    add(tf, "etc/group", "file", b"root:x:0:\nnogroup:x:65534:\n", mode=0o644)
+layer = buf.getvalue()
+diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+config = {
+    "architecture": arch, "os": "linux",
+    "created": "1970-01-01T00:00:00Z",
+    "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": ["sh"]},
+    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "gpupool test/e2e/images.sh cudaprobe"}],
+}
+cj = json.dumps(config, sort_keys=True).encode()
+csum = hashlib.sha256(cj).hexdigest()
+ldir = diff_id.split(":")[1]
+manifest = [{"Config": csum + ".json", "RepoTags": [ref], "Layers": [ldir + "/layer.tar"]}]
+tmp = out + ".tmp"
+with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
+    add(tf, ldir, "dir")
+    add(tf, ldir + "/layer.tar", "file", layer, mode=0o644)
+    add(tf, csum + ".json", "file", cj, mode=0o644)
+    add(tf, "manifest.json", "file", json.dumps(manifest).encode(), mode=0o644)
+os.replace(tmp, out)
+PY
+    echo "$stamp" >"$IMG_DIR/cudaprobe.stamp"
+    e2e_log "images: built $IMG_DIR/cudaprobe.tar ($(du -k "$IMG_DIR/cudaprobe.tar" | cut -f1) KiB: ${libs[*]}, libcuda.so.1, gpupool-cudaprobe, busybox)"
+  fi
+  # Re-imported on every call: the tag may name an older build's image.
+  ctr_ images import --platform "linux/$(dpkg --print-architecture)" "$IMG_DIR/cudaprobe.tar" >/dev/null
+  ctr_ images ls -q | grep -xF "$CUDAPROBE_IMAGE" | sed 's/^/  image: /'
+}
+
 case "${1:-all}" in
   build) build ;;
   import) do_import ;;
   all) build; do_import ;;
-  *) e2e_die "usage: $0 [build|import]" ;;
+  cudaprobe) [[ $# -eq 2 ]] || e2e_die "usage: $0 cudaprobe BUILD_DIR"; cudaprobe "$2" ;;
+  *) e2e_die "usage: $0 [build|import|cudaprobe BUILD_DIR]" ;;
 esac

@@ -4,7 +4,7 @@
 #
 # Layout (all overridable from the environment):
 #   $K8S_CACHE/bin        kubelet, kube-apiserver, kube-scheduler, kubectl (build-k8s.sh)
-#   $K8S_CACHE/images     busybox + pause docker-archive tarballs (images.sh)
+#   $K8S_CACHE/images     busybox + pause (+ cudaprobe) docker-archive tarballs (images.sh)
 #   $E2E_STATE            etcd data, certs, kubeconfig, containerd root; wiped by up/down
 #   $E2E_RUN              pid files, containerd state + socket, pod netns; wiped by down
 #   $E2E_LOGS             every component's log for this run (kept after down)
@@ -25,6 +25,7 @@ CNI_BRIDGE=gpue2e0
 POD_SUBNET=10.88.0.0/24
 BUSYBOX_IMAGE=localhost/gpupool-e2e/busybox:1.35
 PAUSE_IMAGE=localhost/gpupool-e2e/pause:3.2
+CUDAPROBE_IMAGE=localhost/gpupool-e2e/cudaprobe:1
 KUBECONFIG=$E2E_STATE/kubeconfig
 export KUBECONFIG
 
