@@ -6,6 +6,7 @@
 #   plugin_bench     the real plugin on the fake NVML, played by a C kubelet:
 #                    exec -> Register, RSS, Allocate, XID -> ListAndWatch, sizes
 #   sim_latency.py   Allocate latency from the Python kubelet simulator
+#   kubelet_restart_bench.py  kubelet restart (socket before listen) -> Register
 #   gpumem_bench.py  gpu-mem mode: Allocate latency with pod identity, RSS
 #   placement_bench  the placement engine's score cost (in-process)
 #   extender_filter_bench  the extender's filter/prioritize at 5,000 nodes (in-process)
@@ -72,6 +73,12 @@ echo "## The plugin from the kubelet's side (plugin_bench)"
 echo
 echo "## Allocate from the Python kubelet simulator (sim_latency.py)"
 "$PYTHON" "$SRC/bench/sim_latency.py" --calls 10000 "$BUILD" || failed="$failed sim_latency.py"
+
+echo
+echo "## Kubelet restart -> Register (kubelet_restart_bench.py)"
+echo
+GP_BUILD_DIR="$BUILD" "$PYTHON" "$SRC/bench/kubelet_restart_bench.py" --restarts 100 ||
+    failed="$failed kubelet_restart_bench.py"
 
 echo
 echo "## gpu-mem mode: Allocate with exact pod identity (gpumem_bench.py)"

@@ -20,12 +20,15 @@ build_pkgs=(
   libcmocka-dev valgrind clang-format
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-pytest python3-yaml
   python3-prometheus-client
+  # what the integration tests would otherwise skip without (a skip fails CI):
+  chromium           # headless check of the extender's /ui (test_extender_ui.py)
+  kubernetes-client  # kubectl kustomize of deploy/ (test_deploy_manifests.py)
+  openssl            # certificates for the TLS tests (test_kube_client.py)
 )
 e2e_pkgs=(
   golang-go rsync containerd runc etcd-server containernetworking-plugins
   busybox-static openssl iptables iproute2 curl dpkg-dev
   golang-github-modern-go-reflect2-dev wrk time  # time: peak RSS in bench/inspect_bench.py
-  chromium  # headless check of the extender's /ui (test/integration/test_extender_ui.py)
 )
 # OCI images without a Docker daemon: a Debian rootfs (mmdebstrap) packed by umoci.
 image_pkgs=(mmdebstrap umoci)

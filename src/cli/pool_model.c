@@ -677,7 +677,8 @@ static int device_pod_by_pod(const void *a, const void *b)
 
 void pool_finish(struct pool *pool)
 {
-    qsort(pool->nodes, pool->nnodes, sizeof *pool->nodes, by_name);
+    if (pool->nnodes > 1) /* NULL when no node has GPUs: qsort's array may not be */
+        qsort(pool->nodes, pool->nnodes, sizeof *pool->nodes, by_name);
     for (size_t i = 0; i < pool->nnodes; i++) {
         struct pool_node *n = pool->nodes[i];
         /* etcd lists in (namespace, name) order, the watch cache in no

@@ -120,7 +120,7 @@ static void resources_cell(struct tabwriter *tw, const struct pool_node *n)
 {
     for (size_t r = 0; r < n->nresources; r++)
         tabwriter_printf(tw, "%s%s %" PRId64 "/%" PRId64, r ? ", " : "",
-                         n->resources[r].name + strlen(POOL_RES_NVIDIA_PREFIX),
+                         tabwriter_safe(tw, n->resources[r].name + strlen(POOL_RES_NVIDIA_PREFIX)),
                          n->resources[r].requested, n->resources[r].allocatable);
     if (!n->nresources)
         tabwriter_printf(tw, "-");
@@ -153,7 +153,8 @@ static void cluster_footer(struct tabwriter *tw, const struct totals *t)
     }
     for (size_t i = 0; i < t->nres; i++)
         tabwriter_printf(tw, "%s requested: %" PRId64 "/%" PRId64 " (%" PRId64 "%%)\n",
-                         t->res[i].name, t->res[i].requested, t->res[i].allocatable,
+                         tabwriter_safe(tw, t->res[i].name), t->res[i].requested,
+                         t->res[i].allocatable,
                          pool_percent(t->res[i].requested, t->res[i].allocatable));
 }
 
@@ -172,7 +173,8 @@ int render_table(const struct pool *pool, FILE *out)
                           "PENDING\tUNHEALTHY\tNVIDIA.COM(REQUESTED/ALLOCATABLE)\n");
     for (size_t i = 0; i < pool->nnodes; i++) {
         const struct pool_node *n = pool->nodes[i];
-        tabwriter_printf(&tw, "%s\t%s\t%" PRId64 "\t", n->name, n->address, node_gpus(n));
+        tabwriter_printf(&tw, "%s\t%s\t%" PRId64 "\t", tabwriter_safe(&tw, n->name),
+                         tabwriter_safe(&tw, n->address), node_gpus(n));
         if (n->mem_total > 0 || n->ngpus > 0 || n->npending > 0)
             memory_cell(&tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
         else
@@ -198,7 +200,9 @@ int render_table(const struct pool *pool, FILE *out)
 static void gpu_row(struct tabwriter *tw, const struct pool_node *n, int g)
 {
     const struct pool_gpu *gpu = &n->gpus[g];
-    tabwriter_printf(tw, "%s\t%s\t%d\t%s\t", n->name, n->address, g, gpu->model ? gpu->model : "-");
+    tabwriter_printf(tw, "%s\t%s\t%d\t%s\t", tabwriter_safe(tw, n->name),
+                     tabwriter_safe(tw, n->address), g,
+                     gpu->model ? tabwriter_safe(tw, gpu->model) : "-");
     memory_cell(tw, gpu->allocated, gpu->total, node_unit(n));
     tabwriter_printf(tw, "\t%u\t%s\n", gpu->shares, gpu->unhealthy ? "Unhealthy" : "Healthy");
 }
@@ -213,8 +217,9 @@ int render_wide(const struct pool *pool, FILE *out)
         for (int g = 0; g < n->ngpus; g++)
             gpu_row(&tw, n, g);
         if (n->npending)
-            tabwriter_printf(&tw, "%s\t%s\tpending\t-\t%" PRId64 " %s\t%zu\t-\n", n->name,
-                             n->address, n->pending, node_unit(n), n->npending);
+            tabwriter_printf(&tw, "%s\t%s\tpending\t-\t%" PRId64 " %s\t%zu\t-\n",
+                             tabwriter_safe(&tw, n->name), tabwriter_safe(&tw, n->address),
+                             n->pending, node_unit(n), n->npending);
     }
     bool any_resource = false;
     for (size_t i = 0; i < pool->nnodes; i++)
@@ -227,8 +232,9 @@ int render_wide(const struct pool *pool, FILE *out)
             for (size_t r = 0; r < n->nresources; r++) {
                 const struct pool_resource *res = &n->resources[r];
                 bool gpu = strcmp(res->name, POOL_RES_NVIDIA_GPU) == 0;
-                tabwriter_printf(&tw, "%s\t%s\t%s\t", n->name, res->name,
-                                 n->product ? n->product : "-");
+                tabwriter_printf(&tw, "%s\t%s\t%s\t", tabwriter_safe(&tw, n->name),
+                                 tabwriter_safe(&tw, res->name),
+                                 n->product ? tabwriter_safe(&tw, n->product) : "-");
                 if (gpu)
                     tabwriter_printf(&tw, "%" PRId64 "\t%" PRId64 "\t", pool_node_whole_gpus(n),
                                      pool_node_replicas(n));
@@ -269,7 +275,8 @@ static void share_amount(struct tabwriter *tw, const struct pool_node *n,
 
 static void node_details(struct tabwriter *tw, const struct pool_node *n)
 {
-    tabwriter_printf(tw, "\nNODE: %s (%s)\n", n->name, n->address);
+    tabwriter_printf(tw, "\nNODE: %s (%s)\n", tabwriter_safe(tw, n->name),
+                     tabwriter_safe(tw, n->address));
     if (n->mem_total > 0 || n->ngpus > 0 || n->npending > 0) {
         tabwriter_printf(tw, "GPU memory allocated: ");
         memory_cell(tw, node_allocated(n) + n->pending, n->mem_total, node_unit(n));
@@ -279,7 +286,7 @@ static void node_details(struct tabwriter *tw, const struct pool_node *n)
         tabwriter_printf(tw, "\nGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\tPODS\tHEALTH\n");
         for (int g = 0; g < n->ngpus; g++) {
             const struct pool_gpu *gpu = &n->gpus[g];
-            tabwriter_printf(tw, "%d\t%s\t", g, gpu->model ? gpu->model : "-");
+            tabwriter_printf(tw, "%d\t%s\t", g, gpu->model ? tabwriter_safe(tw, gpu->model) : "-");
             memory_cell(tw, gpu->allocated, gpu->total, node_unit(n));
             tabwriter_printf(tw, "\t%u\t%s\n", gpu->shares,
                              gpu->unhealthy ? "Unhealthy" : "Healthy");
@@ -289,7 +296,8 @@ static void node_details(struct tabwriter *tw, const struct pool_node *n)
         tabwriter_printf(tw, "\nNAMESPACE\tPOD\tGPU\tMEMORY\n");
         for (size_t i = 0; i < n->nshares; i++) {
             const struct pool_share *s = &n->shares[i];
-            tabwriter_printf(tw, "%s\t%s\t", s->ns, s->name);
+            tabwriter_printf(tw, "%s\t%s\t", tabwriter_safe(tw, s->ns),
+                             tabwriter_safe(tw, s->name));
             share_gpus(tw, s);
             tabwriter_printf(tw, "\t");
             share_amount(tw, n, s);
@@ -298,15 +306,16 @@ static void node_details(struct tabwriter *tw, const struct pool_node *n)
     }
     if (pool_node_gpu_resource(n) != NULL)
         tabwriter_printf(tw, "Whole GPUs: %" PRId64 " x %s, %" PRId64 " device%s each\n",
-                         pool_node_whole_gpus(n), n->product ? n->product : "(model unknown)",
+                         pool_node_whole_gpus(n),
+                         n->product ? tabwriter_safe(tw, n->product) : "(model unknown)",
                          pool_node_replicas(n), pool_node_replicas(n) == 1 ? "" : "s");
     if (n->nresources) {
         tabwriter_printf(tw, "\nRESOURCE\tCAPACITY\tREQUESTED/ALLOCATABLE\n");
         for (size_t r = 0; r < n->nresources; r++) {
             const struct pool_resource *res = &n->resources[r];
             tabwriter_printf(tw, "%s\t%" PRId64 "\t%" PRId64 "/%" PRId64 " (%" PRId64 "%%)\n",
-                             res->name, res->capacity, res->requested, res->allocatable,
-                             pool_percent(res->requested, res->allocatable));
+                             tabwriter_safe(tw, res->name), res->capacity, res->requested,
+                             res->allocatable, pool_percent(res->requested, res->allocatable));
         }
         bool header = false;
         for (size_t r = 0; r < n->nresources; r++) {
@@ -315,8 +324,10 @@ static void node_details(struct tabwriter *tw, const struct pool_node *n)
                 if (!header)
                     tabwriter_printf(tw, "\nNAMESPACE\tPOD\tRESOURCE\tCOUNT\n");
                 header = true;
-                tabwriter_printf(tw, "%s\t%s\t%s\t%" PRId64 "\n", res->pods[p].ns,
-                                 res->pods[p].name, res->name, res->pods[p].count);
+                tabwriter_printf(tw, "%s\t%s\t%s\t%" PRId64 "\n",
+                                 tabwriter_safe(tw, res->pods[p].ns),
+                                 tabwriter_safe(tw, res->pods[p].name),
+                                 tabwriter_safe(tw, res->name), res->pods[p].count);
             }
         }
     }

@@ -70,7 +70,7 @@ static size_t summary_row(struct tabwriter *tw, const struct pool_node *n, int m
 {
     size_t start = tw->text.len;
     int64_t used = 0;
-    tabwriter_printf(tw, "%s\t%s\t", n->name, n->address);
+    tabwriter_printf(tw, "%s\t%s\t", tabwriter_safe(tw, n->name), tabwriter_safe(tw, n->address));
     for (int i = 0; i < max_gpus; i++) {
         if (i < n->ngpus) {
             tabwriter_printf(tw, "%" PRId64 "/%" PRId64 "\t", n->gpus[i].allocated,
@@ -157,7 +157,7 @@ static int share_home(const struct pool_share *s)
 static void detail_row(struct tabwriter *tw, const struct pool_node *n, const struct pool_share *s)
 {
     int columns = n->ngpus + (has_pending(n) ? 1 : 0);
-    tabwriter_printf(tw, "%s\t%s\t", s->name, s->ns);
+    tabwriter_printf(tw, "%s\t%s\t", tabwriter_safe(tw, s->name), tabwriter_safe(tw, s->ns));
     for (int k = 0; k < columns; k++)
         tabwriter_printf(tw, "%" PRId64 "\t", share_on(n, s, k));
     tabwriter_printf(tw, "\n");
@@ -187,7 +187,8 @@ int render_gpushare_details(const struct pool *pool, FILE *out)
         const struct pool_node *n = pool->nodes[i];
         if (!listed(pool, n))
             continue;
-        tabwriter_printf(&tw, "\nNAME:\t%s\nIPADDRESS:\t%s\n\n", n->name, n->address);
+        tabwriter_printf(&tw, "\nNAME:\t%s\nIPADDRESS:\t%s\n\n", tabwriter_safe(&tw, n->name),
+                         tabwriter_safe(&tw, n->address));
         tabwriter_printf(&tw, "NAME\tNAMESPACE\t");
         for (int g = 0; g < n->ngpus; g++)
             tabwriter_printf(&tw, "GPU%d(Allocated)\t", g);

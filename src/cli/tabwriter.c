@@ -25,6 +25,21 @@ struct line {
     size_t ncells; /* including the last, untabbed one */
 };
 
+/* One escaped copy (tabwriter_safe), in a list freed at flush. */
+struct tabwriter_escaped {
+    struct tabwriter_escaped *next;
+    char text[];
+};
+
+static void free_escaped(struct tabwriter *tw)
+{
+    while (tw->escaped) {
+        struct tabwriter_escaped *next = tw->escaped->next;
+        free(tw->escaped);
+        tw->escaped = next;
+    }
+}
+
 void tabwriter_init(struct tabwriter *tw, int padding)
 {
     memset(tw, 0, sizeof *tw);
@@ -34,6 +49,7 @@ void tabwriter_init(struct tabwriter *tw, int padding)
 void tabwriter_free(struct tabwriter *tw)
 {
     buf_free(&tw->text);
+    free_escaped(tw);
     memset(tw, 0, sizeof *tw);
 }
 
@@ -50,6 +66,80 @@ void tabwriter_printf(struct tabwriter *tw, const char *fmt, ...)
     if (!buf_vprintf(&tw->text, fmt, ap))
         tw->text.failed = true; /* a format error, too, fails the flush */
     va_end(ap);
+}
+
+/* Length of the valid, printable UTF-8 sequence at s (RFC 3629: no
+ * overlong forms, surrogates or code points past U+10FFFF); 0 when the
+ * byte there must be escaped: C0, DEL, C1 (U+0080..U+009F, which
+ * terminals take as CSI, OSC, ...) and anything not valid UTF-8. */
+static size_t printable_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c >= 0x20 && c < 0x7f)
+        return 1;
+    size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
+    if (n == 0)
+        return 0;
+    unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+    if (c == 0xc2)
+        lo = 0xa0; /* U+0080..U+009F are the C1 controls */
+    else if (c == 0xe0)
+        lo = 0xa0;
+    else if (c == 0xed)
+        hi = 0x9f;
+    else if (c == 0xf0)
+        lo = 0x90;
+    else if (c == 0xf4)
+        hi = 0x8f;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+const char *tabwriter_safe(struct tabwriter *tw, const char *s)
+{
+    if (s == NULL)
+        return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t bad = 0, len = 0;
+    while (u[len]) {
+        size_t n = printable_len(u + len);
+        bad += n == 0;
+        len += n ? n : 1;
+    }
+    if (bad == 0)
+        return s;
+    struct tabwriter_escaped *e = malloc(sizeof *e + len + 3 * bad + 1);
+    if (e == NULL) {
+        tw->text.failed = true;
+        return "?";
+    }
+    char *out = e->text;
+    for (size_t i = 0; i < len;) {
+        size_t n = printable_len(u + i);
+        if (n == 0) {
+            static const char hex[] = "0123456789abcdef";
+            *out++ = '\\';
+            *out++ = 'x';
+            *out++ = hex[u[i] >> 4];
+            *out++ = hex[u[i] & 0xf];
+            i++;
+        } else {
+            memcpy(out, u + i, n);
+            out += n;
+            i += n;
+        }
+    }
+    *out = '\0';
+    e->next = tw->escaped;
+    tw->escaped = e;
+    return e->text;
 }
 
 static size_t utf8_width(const char *s, size_t len)
@@ -155,6 +245,7 @@ int tabwriter_flush(struct tabwriter *tw, FILE *out)
     }
     free(lines);
     free(cells);
+    free_escaped(tw);
     tw->text.len = 0;
     tw->text.failed = false;
     if (tw->text.data)

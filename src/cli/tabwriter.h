@@ -23,9 +23,12 @@
 #include "buf.h"
 #include "compiler.h"
 
+struct tabwriter_escaped; /* tabwriter.c */
+
 struct tabwriter {
     struct buf text; /* its failed flag: tabwriter_flush reports it */
     int padding;
+    struct tabwriter_escaped *escaped; /* tabwriter_safe's copies; owned */
 };
 
 void tabwriter_init(struct tabwriter *tw, int padding);
@@ -36,6 +39,15 @@ void tabwriter_free(struct tabwriter *tw);
 void tabwriter_printf(struct tabwriter *tw, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void tabwriter_write(struct tabwriter *tw, const char *text, size_t len);
+
+/* Text from outside (the API server: names, addresses, GPU models) made
+ * safe to print into a table: every control character (C0 including tab
+ * and newline, DEL, C1 as UTF-8) and every byte that is not valid UTF-8
+ * is written as \xNN, so it can neither drive the terminal nor add cells
+ * or lines. Returns `s` itself when nothing needs escaping, else a copy
+ * the writer owns until the next flush or free ("?" when out of memory,
+ * which also fails the flush). NULL stays NULL. */
+const char *tabwriter_safe(struct tabwriter *tw, const char *s);
 
 /* Aligns everything appended so far, writes it to out and empties the
  * writer. Returns 0, or -1 when out of memory or the write failed. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cdi.h"
+#include "clock.h"
 #include "config.h"
 #include "gpu.h"
 #include "gpumem_service.h"
@@ -33,6 +34,13 @@
 #define DAEMON_REGISTER_TIMEOUT_MS 5000
 #define DAEMON_RETRY_MIN_MS 250  /* retries: the delay doubles per failure ... */
 #define DAEMON_RETRY_MAX_MS 5000 /* ... up to this */
+/* A kubelet socket event starts a fresh, short sequence instead: the new
+ * kubelet creates its socket a moment before it listens, and a pod
+ * admitted before we re-register fails for good. 10, 20, 40, 40, ... ms
+ * for 5 s, whatever the slow delay had grown to; then the slow one again. */
+#define DAEMON_FAST_RETRY_MIN_MS 10
+#define DAEMON_FAST_RETRY_MAX_MS 40
+#define DAEMON_FAST_RETRY_WINDOW_MS 5000
 #define DAEMON_ERR_LEN 1024
 
 enum setup_result { SETUP_SERVING = 0, SETUP_IDLE = 1, SETUP_FATAL = -1 };
@@ -63,22 +71,43 @@ struct daemon {
     char socket_dir[PATH_MAX];
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
     int signal_fd, inotify_fd, timer_fd;
-    int watch;    /* inotify watch descriptor, -1 when none */
-    int retry_ms; /* next retry delay */
+    int watch;              /* inotify watch descriptor, -1 when none */
+    int retry_ms;           /* next retry delay */
+    int64_t fast_until_ms;  /* clock_now_ms() end of the fast sequence; 0 = none */
+    unsigned fast_failures; /* failed attempts in it (logged once, then at -v 1) */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
 
-/* Schedules the next retry and backs off; a successful registration
- * resets the delay. */
+static bool in_fast_retries(const struct daemon *d)
+{
+    return d->fast_until_ms != 0 && clock_now_ms() < d->fast_until_ms;
+}
+
+/* Schedules the next retry (replacing any pending one) and backs off:
+ * doubling up to DAEMON_FAST_RETRY_MAX_MS inside a fast sequence, else up
+ * to DAEMON_RETRY_MAX_MS. A successful registration resets the delay. */
 static void arm_retry(struct daemon *d)
 {
     struct itimerspec its = {.it_value = {.tv_sec = d->retry_ms / 1000,
                                           .tv_nsec = (long)(d->retry_ms % 1000) * 1000000L}};
     if (timerfd_settime(d->timer_fd, 0, &its, NULL) != 0)
         log_error("cannot arm the retry timer: %s", strerror(errno));
-    if (d->retry_ms < DAEMON_RETRY_MAX_MS)
-        d->retry_ms = d->retry_ms * 2 < DAEMON_RETRY_MAX_MS ? d->retry_ms * 2 : DAEMON_RETRY_MAX_MS;
+    bool fast = in_fast_retries(d);
+    int max = fast ? DAEMON_FAST_RETRY_MAX_MS : DAEMON_RETRY_MAX_MS;
+    if (!fast && d->retry_ms < DAEMON_RETRY_MIN_MS)
+        d->retry_ms = DAEMON_RETRY_MIN_MS; /* the fast sequence is over */
+    else if (d->retry_ms < max)
+        d->retry_ms = d->retry_ms * 2 < max ? d->retry_ms * 2 : max;
+}
+
+/* A kubelet socket event: the next attempts come 10, 20, 40 ms apart
+ * whatever the slow delay had grown to. */
+static void start_fast_retries(struct daemon *d)
+{
+    d->fast_until_ms = clock_now_ms() + DAEMON_FAST_RETRY_WINDOW_MS;
+    d->fast_failures = 0;
+    d->retry_ms = DAEMON_FAST_RETRY_MIN_MS;
 }
 
 static void resolve_socket_dir(struct daemon *d)
@@ -172,10 +201,16 @@ static void register_one(struct daemon *d, size_t i)
     int rc = register_with_kubelet(d, &req, err, sizeof err);
     metrics_count_registration(d->metrics, res->name, rc == 0);
     if (rc == 0) {
-        d->retry_ms = DAEMON_RETRY_MIN_MS;
+        d->retry_ms = in_fast_retries(d) ? DAEMON_FAST_RETRY_MIN_MS : DAEMON_RETRY_MIN_MS;
         clock_gettime(CLOCK_REALTIME, &d->registered_at[i]);
         log_info("Registered device plugin for '%s' with Kubelet (endpoint %s, %zu devices)",
                  res->name, res->socket_name, res->device_count);
+    } else if (in_fast_retries(d) && d->fast_failures++ > 0) {
+        /* the kubelet is starting: one error line per sequence is enough */
+        log_v(1,
+              "Could not register device plugin for '%s' with Kubelet at %s: %s; retrying in %d ms",
+              res->name, d->cfg.kubelet_socket, err, d->retry_ms);
+        arm_retry(d);
     } else {
         log_error("Could not register device plugin for '%s' with Kubelet at %s: %s; "
                   "retrying in %d ms",
@@ -585,6 +620,7 @@ static const char *read_inotify(struct daemon *d)
                 continue;
             if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && d->kubelet_socket_name &&
                 strcmp(ev->name, d->kubelet_socket_name) == 0) {
+                start_fast_retries(d);
                 if (registered_since_kubelet_start(d))
                     log_v(1, "kubelet socket re-created; already registered with this kubelet");
                 else

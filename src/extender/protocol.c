@@ -384,19 +384,46 @@ void protocol_binding_free(struct binding_args *args)
     memset(args, 0, sizeof(*args));
 }
 
-/* A DNS-1123 subdomain (what pod, namespace and node names are): it also
- * keeps the names safe to put into API paths. */
-static bool valid_object_name(const char *s)
+/* Kubernetes' own name rules, which also keep the names safe to put into
+ * API paths: libcurl folds "." and ".." path segments, so a looser check
+ * let a bind read and write other resources. A DNS-1123 label is
+ * [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 bytes; a subdomain is labels
+ * joined by '.', at most 253 bytes.
+ *
+ * n bytes of [a-z0-9-], starting and ending with an alphanumeric. */
+static bool dns_part_ok(const char *s, size_t n)
 {
-    size_t n = strlen(s);
-    if (n == 0 || n > 253)
+    if (n == 0 || s[0] == '-' || s[n - 1] == '-')
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
             return false;
     }
     return true;
+}
+
+/* Namespaces (IsDNS1123Label). */
+static bool valid_dns_label(const char *s)
+{
+    size_t n = strlen(s);
+    return n <= 63 && dns_part_ok(s, n);
+}
+
+/* Pod and node names (IsDNS1123Subdomain): its dot-separated parts are
+ * not limited to 63 bytes there, only the whole to 253. */
+static bool valid_dns_subdomain(const char *s)
+{
+    if (strlen(s) > 253)
+        return false;
+    for (const char *part = s;;) {
+        const char *dot = strchr(part, '.');
+        if (!dns_part_ok(part, dot ? (size_t)(dot - part) : strlen(part)))
+            return false;
+        if (dot == NULL)
+            return true;
+        part = dot + 1;
+    }
 }
 
 int protocol_parse_binding(const char *body, size_t len, struct binding_args *out, char *err,
@@ -419,11 +446,20 @@ int protocol_parse_binding(const char *body, size_t len, struct binding_args *ou
         else if (!*fields[i] || !**fields[i]) {
             snprintf(err, errlen, "ExtenderBindingArgs.%s is missing or empty", keys[i]);
             goto fail;
-        } else if (i != 2 && !valid_object_name(*fields[i])) {
-            snprintf(err, errlen, "ExtenderBindingArgs.%s \"%.64s\" is not a valid object name",
+        } else if (i == 1 && !valid_dns_label(*fields[i])) {
+            snprintf(err, errlen,
+                     "ExtenderBindingArgs.PodNamespace \"%.64s\" is not a valid object name "
+                     "(a namespace is a DNS-1123 label)",
+                     *fields[i]);
+            goto fail;
+        } else if ((i == 0 || i == 3) && !valid_dns_subdomain(*fields[i])) {
+            snprintf(err, errlen,
+                     "ExtenderBindingArgs.%s \"%.64s\" is not a valid object name "
+                     "(a DNS-1123 subdomain)",
                      keys[i], *fields[i]);
             goto fail;
-        } else if (i == 2 && strpbrk(*fields[i], "/?#%& ")) {
+        } else if (i == 2 && (strpbrk(*fields[i], "/?#%& ") || strcmp(*fields[i], ".") == 0 ||
+                              strcmp(*fields[i], "..") == 0)) {
             snprintf(err, errlen, "ExtenderBindingArgs.PodUID \"%.64s\" is not a UID", *fields[i]);
             goto fail;
         }

@@ -93,8 +93,20 @@ static json_t *value_to_json(const ProtobufCFieldDescriptor *fd, const void *val
         return json_real(*(const float *)value);
     case PROTOBUF_C_TYPE_DOUBLE:
         return json_real(*(const double *)value);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return message_to_json(*(ProtobufCMessage *const *)value, cv);
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        /* A map entry may come without its value (key only): Go decodes
+         * that as the zero value, a zero Quantity writes as "0" and a zero
+         * struct as an object of its empty fields. */
+        const ProtobufCMessage *msg = *(ProtobufCMessage *const *)value;
+        if (msg != NULL)
+            return message_to_json(msg, cv);
+        if (fd->descriptor == &gpupool__k8s__quantity__descriptor)
+            return string_to_json("0", cv);
+        json_t *empty = json_object();
+        if (empty == NULL)
+            cv->why = "out of memory";
+        return empty;
+    }
     case PROTOBUF_C_TYPE_BYTES:
         break; /* the .proto declares none inside an item */
     }

@@ -508,3 +508,49 @@ def test_whole_gpu_without_labels_counts_devices(tmp_path):
         assert "Cluster: 1 node, 8 GPUs\n" in proc.stdout
     finally:
         srv.stop()
+
+
+HOSTILE_MODEL = "T4\x1b[2J\x1b]0;owned\x07\x1b[31mEVIL\nfake-row\tx"
+
+
+@pytest.mark.parametrize("binary, args", [
+    (GPUPOOL, ["inspect"]), (GPUPOOL, ["inspect", "-o", "wide"]), (GPUPOOL, ["inspect", "-d"]),
+    (GPUPOOL, ["inspect", "nesc", "-d"]), (GPUSHARE, []), (GPUSHARE, ["-d"])])
+def test_api_text_cannot_drive_the_terminal(api, kubeconfig, binary, args):
+    """D10: escape sequences and other control characters in a node's
+    gpupool.io/gpus models, addresses and pod names are printed as \\xNN,
+    never raw (one compromised node may patch every node)."""
+    gpus = json.dumps([{"index": 0, "memory": 16, "model": HOSTILE_MODEL},
+                       {"index": 1, "memory": 16, "model": "T4"}])
+    n = node("nesc", "10.0.0.9\x1b[5m\u009b2J", 32, 2, {"gpupool.io/gpus": gpus})
+    api.put_object("nodes", n)
+    api.put_object("pods", pod("default", "p\x1b]0;x\x07", "nesc", 4, "0"))
+    proc = run(binary, args, kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    assert "nesc" in proc.stdout
+    assert not any(c in proc.stdout for c in "\x1b\x07\x9b\r"), repr(proc.stdout)
+    assert "10.0.0.9\\x1b[5m\\xc2\\x9b2J" in proc.stdout, proc.stdout
+    assert not [l for l in proc.stdout.splitlines() if l.lstrip().startswith("fake-row")]
+    if "-o" in args:
+        assert "T4\\x1b[2J\\x1b]0;owned\\x07\\x1b[31mEVIL\\x0afake-row\\x09x" in proc.stdout
+
+
+def test_protobuf_map_entry_without_value_does_not_crash(api, kubeconfig):
+    """D6: the review's protobuf NodeList (status.allocatable {"cpu": <no
+    value>}) crashed kubectl-gpupool with SIGSEGV."""
+    def field(number, payload):
+        def varint(v):
+            out = b""
+            while True:
+                low, v = v & 0x7F, v >> 7
+                if not v:
+                    return out + bytes([low])
+                out += bytes([low | 0x80])
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+    item = field(1, field(1, b"n1")) + field(3, field(2, field(1, b"cpu")))
+    body = b"k8s\x00" + field(1, field(1, b"v1") + field(2, b"NodeList")) + \
+        field(2, field(1, field(2, b"1")) + field(2, item))
+    api.add_fault(method="GET", path="/api/v1/nodes", action="malformed", body=body,
+                  content_type=PROTOBUF, count=-1)
+    proc = run(GPUPOOL, ["inspect"], kubeconfig)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)

@@ -350,6 +350,26 @@ def test_failed_binding_rolls_back(api, started, status_code):
     assert api.store.get("pods", "default", "p2")["spec"]["nodeName"] == "n2"
 
 
+@pytest.mark.parametrize("name, namespace, node", [
+    ("..", "default", "n1"), (".", "default", "n1"), ("p1", "..", "n1"),
+    ("p1", ".", "n1"), ("p1", "default", ".."), (".p1", "default", "n1"),
+    ("p1", "a.b", "n1"),
+])
+def test_bind_refuses_names_kubernetes_never_gives(api, started, name, namespace, node):
+    """D7: "." and ".." (and other non-DNS-1123 names) are refused with a
+    400 before any API call; libcurl folded them into other API paths."""
+    ext = started(api)
+    add_pod(api, pod("p1", 4))
+    before = used(ext, "n1", 0)
+    api.clear_requests()
+    status, r = ext.post(PREFIX + "/bind", {"PodName": name, "PodNamespace": namespace,
+                                            "Node": node})
+    assert status == 400 and "is not a valid object name" in r["Error"], (status, r)
+    # the cache's own list/watch may run meanwhile: no request names a pod
+    assert [x for x in api.requests() if "/pods/" in x["path"] or x["method"] != "GET"] == []
+    assert used(ext, "n1", 0) == before
+
+
 def test_bind_of_deleted_pod(api, started):
     ext = started(api)
     p = add_pod(api, pod("gone", 4))

@@ -308,7 +308,7 @@ def chromium(args, timeout):
                           timeout=scaled(timeout), stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (scripts/install-deps.sh --e2e)")
+@pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (scripts/install-deps.sh)")
 def test_ui_in_headless_chromium(api, ext, tmp_path):
     url = "http://127.0.0.1:%d/ui" % ext.port
     # The virtual time budget lets the page fetch pool.json and render before the dump.

@@ -440,6 +440,35 @@ def test_malformed_protobuf_answer_is_a_clear_error(api, body, what):
     assert what in out.field("message"), out.stdout
 
 
+def pb_varint(n):
+    out = b""
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([low])
+        out += bytes([low | 0x80])
+
+
+def pb_field(number, payload):
+    return pb_varint(number << 3 | 2) + pb_varint(len(payload)) + payload
+
+
+def test_protobuf_map_entry_without_value(api):
+    """D6: a map<string, Quantity> entry with a key and no value (a broken
+    or hostile server) is read as Go reads it, the zero Quantity "0"; it
+    used to crash the client (NULL message)."""
+    node = pb_field(1, pb_field(1, b"n1")) + pb_field(3, pb_field(2, pb_field(1, b"cpu")))
+    lst = pb_field(1, pb_field(2, b"7")) + pb_field(2, node)
+    body = k8s_protobuf.MAGIC + pb_field(1, pb_field(1, b"v1") + pb_field(2, b"NodeList")) + \
+        pb_field(2, lst)
+    api.add_fault(method="GET", path="/api/v1/nodes", action="malformed", body=body,
+                  content_type=PROTOBUF, count=-1)
+    out = kubectl(api.kubeconfig, "list", "/api/v1/nodes", "10", "protobuf", "dump")
+    assert out.rc == 0, (out.stdout, out.stderr)
+    assert item_dumps(out) == [{"metadata": {"name": "n1"},
+                                "status": {"allocatable": {"cpu": "0"}}}], out.stdout
+
+
 def test_protobuf_error_status_is_read(api):
     """Errors to a protobuf request come as protobuf Statuses: reason,
     message and code read as from JSON, 410 still means GONE."""

@@ -59,6 +59,24 @@ def test_kubelet_restart(plugin, kubelet, sockdir):
     assert kubelet.allocate(RESOURCE, [u]).envs["NVIDIA_VISIBLE_DEVICES"] == u
 
 
+def test_reregisters_within_100ms_of_the_kubelet_listening(plugin, kubelet):
+    """Issue 17 item 1: the kubelet stays down until the plugin's slow retry
+    delay has reached its 5 s cap (250 ms doubling: 7.75 s), then comes back
+    with kubelet.sock created 300 ms before it listens, so the attempt that
+    inotify triggers is refused. Register must arrive within 100 ms of
+    listen(), not after the old 5 s delay."""
+    plugin()
+    kubelet.restart(wait=False, down=9.0, listen_delay=0.3)
+    wait_reregistered(kubelet, 1, timeout=scaled(6.0))
+    late = kubelet.registrations_for(RESOURCE)[1].time - kubelet.listening_at
+    assert late < scaled(0.1), "Register %.0f ms after the kubelet listened" % (late * 1000)
+    # and again at once: a fresh sequence, not one that has run down
+    kubelet.restart(wait=False, listen_delay=0.2)
+    wait_reregistered(kubelet, 2, timeout=scaled(6.0))
+    late = kubelet.registrations_for(RESOURCE)[2].time - kubelet.listening_at
+    assert late < scaled(0.1), "Register %.0f ms after the kubelet listened" % (late * 1000)
+
+
 def test_kubelet_restart_twice_quickly(plugin, kubelet):
     p = plugin()
     kubelet.restart(wait=False)

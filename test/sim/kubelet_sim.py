@@ -15,7 +15,13 @@ What it does, in the kubelet's order (research nvidia-device-plugin.md section 1
     PreStartContainer on request;
   * restart(): stop serving, delete every file of the socket dir except
     kubelet_internal_checkpoint (sub-directories are kept), re-create
-    kubelet.sock and wait until the known plugins register again.
+    kubelet.sock and wait until the known plugins register again;
+  * start(listen_delay=s) / restart(down=s, listen_delay=s): kubelet.sock is
+    created (bound) `listen_delay` seconds before it listens, as a starting
+    kubelet may be seen: connects in between are refused. The gRPC server
+    then listens on a path outside the directory and a relay listening on
+    kubelet.sock forwards each connection to it; `listening_at` is the
+    time.monotonic() of listen().
 
 Python stubs are generated from proto/api.proto at import time into a
 temporary directory (python3-grpc-tools); nothing generated is committed.
@@ -29,6 +35,7 @@ import atexit
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -190,18 +197,69 @@ class KubeletSim:
         self.old_endpoints = []
         self._cond = threading.Condition()
         self._server = None
+        self._relay = None               # (listening socket, hidden dir, open sockets)
+        self.listening_at = None
 
     # -- server ------------------------------------------------------------
-    def start(self):
+    def start(self, listen_delay=None):
         os.makedirs(self.dir, exist_ok=True)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         pb_grpc.add_RegistrationServicer_to_server(_RegistrationServicer(self), self._server)
-        if self._server.add_insecure_port("unix:" + self.socket) == 0:
-            raise RuntimeError("cannot listen on " + self.socket)
+        path = self.socket
+        if listen_delay is not None:
+            hidden = tempfile.mkdtemp(prefix="kubelet-sim-")
+            path = os.path.join(hidden, KUBELET_SOCKET)
+            lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                os.unlink(self.socket)  # a stopped sim's file, as gRPC replaces it
+            except FileNotFoundError:
+                pass
+            lsock.bind(self.socket)  # the file exists; connects are refused until listen()
+            self._relay = (lsock, hidden, [])
+        if self._server.add_insecure_port("unix:" + path) == 0:
+            raise RuntimeError("cannot listen on " + path)
         self._server.start()
+        if listen_delay is None:
+            self.listening_at = time.monotonic()
+        else:
+            threading.Thread(target=self._relay_run, args=(self._relay, listen_delay, path),
+                             daemon=True).start()
         return self
 
+    def _relay_run(self, relay, delay, target):
+        lsock, _, conns = relay
+        time.sleep(delay)
+        try:
+            lsock.listen(64)
+        except OSError:
+            return  # stopped meanwhile
+        self.listening_at = time.monotonic()
+        while True:
+            try:
+                client, _ = lsock.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(target)
+            except OSError:
+                client.close()
+                continue
+            conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_copy, args=(a, b), daemon=True).start()
+
     def stop(self):
+        if self._relay is not None:
+            lsock, hidden, conns = self._relay
+            self._relay = None
+            for sk in [lsock] + conns:
+                try:
+                    sk.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sk.close()
+            shutil.rmtree(hidden, ignore_errors=True)
         if self._server is not None:
             self._server.stop(0).wait(5)
             self._server = None
@@ -218,14 +276,17 @@ class KubeletSim:
     def __exit__(self, *exc):
         self.stop()
 
-    def restart(self, wait=True, timeout=5):
-        """Kubelet restart: stop, clean the socket dir, serve again, wait for re-registration."""
+    def restart(self, wait=True, timeout=5, down=0, listen_delay=None):
+        """Kubelet restart: stop, clean the socket dir, serve again, wait for re-registration.
+        `down`: seconds without a kubelet.sock; listen_delay: see start()."""
         with self._cond:
             known = set(self.endpoints)
             before = len(self.registrations)
         self.stop()
         cleanup_plugin_dir(self.dir)
-        self.start()
+        if down:
+            time.sleep(down)
+        self.start(listen_delay)
         if wait and known:
             def again():
                 got = {r.resource_name for r in self.registrations[before:]}
@@ -341,6 +402,22 @@ class KubeletSim:
     def pre_start(self, resource, ids, timeout=5):
         return self.endpoint(resource).stub.PreStartContainer(
             pb.PreStartContainerRequest(devices_ids=list(ids)), timeout=timeout)
+
+
+def _copy(src, dst):
+    """One direction of a relayed connection."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
 
 
 def cleanup_plugin_dir(d):

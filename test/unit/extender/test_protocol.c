@@ -166,6 +166,27 @@ static void test_binding_args(void **state)
     assert_int_equal(protocol_parse_binding(no_uid, strlen(no_uid), &b, err, sizeof err), 0);
     assert_string_equal(b.pod_uid, "");
     protocol_binding_free(&b);
+    /* the longest names Kubernetes allows: a 63-byte namespace, a 253-byte
+     * pod name of long dot-separated parts */
+    char name[254], ns[64], longest[600];
+    memset(name, 'x', 253);
+    name[200] = '.'; /* parts of 200 and 52 bytes */
+    name[253] = '\0';
+    memset(ns, 'n', 63);
+    ns[62] = '0';
+    ns[63] = '\0';
+    snprintf(longest, sizeof longest,
+             "{\"PodName\":\"%s\",\"PodNamespace\":\"%s\",\"Node\":\"a.b-c.9\"}", name, ns);
+    assert_int_equal(protocol_parse_binding(longest, strlen(longest), &b, err, sizeof err), 0);
+    assert_int_equal(strlen(b.pod_name), 253);
+    assert_int_equal(strlen(b.pod_namespace), 63);
+    protocol_binding_free(&b);
+    snprintf(longest, sizeof longest, "{\"PodName\":\"%sx\",\"PodNamespace\":\"d\",\"Node\":\"n\"}",
+             name);
+    assert_int_equal(protocol_parse_binding(longest, strlen(longest), &b, err, sizeof err), -1);
+    snprintf(longest, sizeof longest, "{\"PodName\":\"p\",\"PodNamespace\":\"%sx\",\"Node\":\"n\"}",
+             ns);
+    assert_int_equal(protocol_parse_binding(longest, strlen(longest), &b, err, sizeof err), -1);
     static const char *const bads[][2] = {
         {"{\"PodNamespace\":\"d\",\"Node\":\"n\"}", "PodName is missing"},
         {"{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"Node\":\"\"}", "Node is missing"},
@@ -174,6 +195,24 @@ static void test_binding_args(void **state)
         {"{\"PodName\":\"p\",\"PodNamespace\":\"d?x=1\",\"Node\":\"n\"}",
          "not a valid object name"},
         {"{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"a/b\",\"Node\":\"n\"}",
+         "not a UID"},
+        /* D7: names Kubernetes never gives, which libcurl folds into other paths */
+        {"{\"PodName\":\"..\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "PodName \"..\" is not"},
+        {"{\"PodName\":\".\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "PodName \".\" is not"},
+        {"{\"PodName\":\"p\",\"PodNamespace\":\"..\",\"Node\":\"n\"}",
+         "a namespace is a DNS-1123 label"},
+        {"{\"PodName\":\"p\",\"PodNamespace\":\"a.b\",\"Node\":\"n\"}",
+         "a namespace is a DNS-1123 label"},
+        {"{\"PodName\":\"p\",\"PodNamespace\":\"-d\",\"Node\":\"n\"}",
+         "a namespace is a DNS-1123 label"},
+        {"{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"Node\":\"..\"}", "Node \"..\" is not"},
+        {"{\"PodName\":\".p\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "not a valid object"},
+        {"{\"PodName\":\"p.\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "not a valid object"},
+        {"{\"PodName\":\"a..b\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "not a valid object"},
+        {"{\"PodName\":\"a.-b\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "not a valid object"},
+        {"{\"PodName\":\"p-\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "not a valid object"},
+        {"{\"PodName\":\"P\",\"PodNamespace\":\"d\",\"Node\":\"n\"}", "not a valid object"},
+        {"{\"PodName\":\"p\",\"PodNamespace\":\"d\",\"PodUID\":\"..\",\"Node\":\"n\"}",
          "not a UID"},
         {"[]", "must be a JSON object"},
     };
