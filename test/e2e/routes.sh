@@ -100,7 +100,8 @@ rt_by_second() {
 kshow get events --field-selector involvedObject.name=dep-mem-second,reason=Scheduled
 check "[secondary] dep-mem-second scheduled by gpupool-scheduler (its Scheduled event)" rt_by_second
 check "[secondary] dep-mem-second bound by the extender, ASSIGNED, sees the GPU of its IDX" mem_pod_ok dep-mem-second
-check "gpupool-scheduler's log holds no 403" bash -c "! grep -q 'forbidden\|403' '$RT_LOG'"
+# A 403 as the API reports it (rbac.sh's pattern), not any "403" in a timestamp.
+check "gpupool-scheduler's log holds no 403" bash -c "! grep -qiE 'forbidden|(status|HTTP|code)[ =:]*403' '$RT_LOG'"
 stop_pid gpupool-scheduler 10
 dep_delete_pods
 
