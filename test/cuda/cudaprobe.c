@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "fakecuda_api.h"
+#include "fakecuda_size.h"
 
 #define PROBE_MAX_THREADS 1024
 #define PROBE_MAX_DEVICES 64
@@ -182,36 +183,7 @@ static void usage(void)
 
 static int parse_u64(const char *s, bool size, uint64_t *out)
 {
-    char *end;
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return -1;
-    unsigned shift = 0;
-    if (size && *end) {
-        switch (*end++) {
-        case 'k':
-        case 'K':
-            shift = 10;
-            break;
-        case 'm':
-        case 'M':
-            shift = 20;
-            break;
-        case 'g':
-        case 'G':
-            shift = 30;
-            break;
-        default:
-            return -1;
-        }
-    }
-    if (*end != '\0' || v > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
+    return s ? fakecuda_parse_size(s, strlen(s), size, out) : -1;
 }
 
 /* argv[i..] into cmds; -1 (and a message) on a usage error. */

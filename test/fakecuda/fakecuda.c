@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "fakecuda_api.h"
+#include "fakecuda_size.h"
 
 #define FC_DRIVER_VERSION 12040
 #define FC_MAX_DEVICES 16
@@ -195,47 +196,13 @@ static _Thread_local struct fc_ctx *tls_ctx;
 
 /* --- configuration ------------------------------------------------------- */
 
+/* A device total: a size with its suffix, never 0. */
 static int parse_size(const char *s, size_t n, uint64_t *out)
 {
-    uint64_t v = 0;
-    size_t i = 0;
-    if (n == 0)
+    uint64_t v;
+    if (fakecuda_parse_size(s, n, true, &v) != 0 || v == 0)
         return -1;
-    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (i == 0)
-        return -1;
-    unsigned shift = 0;
-    if (i < n) {
-        switch (s[i]) {
-        case 'k':
-        case 'K':
-            shift = 10;
-            break;
-        case 'm':
-        case 'M':
-            shift = 20;
-            break;
-        case 'g':
-        case 'G':
-            shift = 30;
-            break;
-        case 't':
-        case 'T':
-            shift = 40;
-            break;
-        default:
-            return -1;
-        }
-        if (++i != n)
-            return -1;
-    }
-    if (v == 0 || v > (UINT64_MAX >> shift))
-        return -1;
-    *out = v << shift;
+    *out = v;
     return 0;
 }
 
