@@ -15,7 +15,9 @@
 #include <jansson.h>
 
 #include "allocate.h"
+#include "buf.h"
 #include "errmsg.h"
+#include "file.h"
 #include "log.h"
 
 #define PATH_LEN 4096
@@ -297,35 +299,29 @@ fail:
     return NULL;
 }
 
-/* Temporary file in the same directory, then rename(): readers see the
- * old spec or the new one, never a partial file. */
+/* Replaced whole (file_replace, synced): readers see the old spec or the
+ * new one, never a partial file. */
 static int write_atomically(const char *dir, json_t *spec, char *err, size_t errlen)
 {
-    char path[PATH_LEN], tmp[PATH_LEN];
+    char path[PATH_LEN];
     snprintf(path, sizeof path, "%s/%s", dir, CDI_SPEC_FILE);
-    snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, CDI_SPEC_FILE);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return gp_errf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return gp_errf(err, errlen, "cannot create a file in %s: %s", dir, strerror(errno));
-    int rc = json_dumpfd(spec, fd, JSON_INDENT(2)) == 0 && write(fd, "\n", 1) == 1 &&
-                     fchmod(fd, 0644) == 0 && fsync(fd) == 0
-                 ? 0
-                 : -1;
+    struct buf text = {0};
+    char *json = json_dumps(spec, JSON_INDENT(2));
+    bool ok = json != NULL && buf_str(&text, json) && buf_str(&text, "\n");
+    free(json);
+    if (!ok) {
+        buf_free(&text);
+        return gp_errf(err, errlen, "cannot write %s: out of memory", path);
+    }
+    int rc = file_replace(path, text.data, text.len, 0644, FILE_REPLACE_SYNC);
     int saved = errno;
-    if (close(fd) != 0 && rc == 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc != 0) {
-        unlink(tmp);
+    buf_free(&text);
+    if (rc == FILE_REPLACE_NO_TEMP)
+        return gp_errf(err, errlen, "cannot create a file in %s: %s", dir, strerror(saved));
+    if (rc != 0)
         return gp_errf(err, errlen, "cannot write %s: %s", path, strerror(saved));
-    }
     log_info("Wrote CDI spec %s", path);
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "log.h"
 
 #define COPY_CHUNK 65536
@@ -123,29 +124,14 @@ static bool same_content(const char *path, const char *data, size_t len)
     return same;
 }
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, data, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        data += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* <dir>/<name> := data, through <dir>/.<name>.tmp and rename(2): readers
- * see the old file or the new one, never a part. An identical file is not
+/* <dir>/<name> := data (file_replace: readers see the old file or the new
+ * one, never a part). An identical file is not
  * replaced (its inode stays what running containers have mapped). */
 static int install_file(const char *dir, const char *name, const char *data, size_t len,
                         mode_t mode, char *err, size_t errlen)
 {
-    char path[4096], tmp[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path ||
-        snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name) >= (int)sizeof tmp) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
         snprintf(err, errlen, "path too long under %s", dir);
         return -1;
     }
@@ -153,30 +139,11 @@ static int install_file(const char *dir, const char *name, const char *data, siz
         log_v(2, "isolation: %s is up to date", path);
         return 0;
     }
-    (void)unlink(tmp); /* a leftover of a crash */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        return -1;
-    }
-    int rc = write_all(fd, data, len);
-    int saved = errno;
-    /* umask must not narrow what every container user has to read. */
-    if (rc == 0 && fchmod(fd, mode) != 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (close(fd) != 0 && rc == 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        rc = -1;
-        saved = errno;
-    }
+    int rc = file_replace(path, data, len, mode, 0);
     if (rc != 0) {
-        (void)unlink(tmp);
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(saved));
+        snprintf(err, errlen, "cannot %s %s: %s",
+                 rc == FILE_REPLACE_NO_TEMP ? "create a file in" : "write",
+                 rc == FILE_REPLACE_NO_TEMP ? dir : path, strerror(errno));
         return -1;
     }
     log_info("isolation: installed %s (%zu bytes)", path, len);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "log.h"
 
 #define LEDGER_SUBDIR "gpumem"
@@ -140,27 +141,12 @@ int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls, 
         snprintf(err, errlen, "pod UID \"%.80s\" is not a valid UID", uid);
         return -1;
     }
-    char path[PATH_MAX + LEDGER_UID_MAX + 2], tmp[PATH_MAX + LEDGER_UID_MAX + 8];
+    char path[PATH_MAX + LEDGER_UID_MAX + 2];
     snprintf(path, sizeof path, "%s/%s", l->dir, uid);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", l->dir, uid);
     char text[16];
     int len = snprintf(text, sizeof text, "%u\n", calls);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot write the gpu-mem ledger %s: %s", tmp, strerror(errno));
-        return -1;
-    }
-    bool ok = write(fd, text, (size_t)len) == len;
-    int saved = errno;
-    if (close(fd) != 0 && ok) {
-        ok = false;
-        saved = errno;
-    }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok)
-            saved = errno;
-        unlink(tmp);
-        snprintf(err, errlen, "cannot write the gpu-mem ledger %s: %s", path, strerror(saved));
+    if (file_replace(path, text, (size_t)len, 0600, 0) != 0) {
+        snprintf(err, errlen, "cannot write the gpu-mem ledger %s: %s", path, strerror(errno));
         return -1;
     }
     struct ledger_entry *e = find(l, uid);

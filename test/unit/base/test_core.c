@@ -13,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "clock.h"
 #include "dl.h"
+#include "file.h"
 #include "log.h"
 
 static void test_clock_deadline_normalised(void **state)
@@ -155,12 +158,48 @@ static void test_log_sink_replaces_stderr(void **state)
     assert_string_equal(c.message, "gpu 3 lost");
 }
 
+static void test_file_replace(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gp-file-XXXXXX", path[64], tmp[80], got[16] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/f", dir);
+    snprintf(tmp, sizeof tmp, "%s/.f.tmp", dir);
+    mode_t old = umask(077);
+    assert_int_equal(file_replace(path, "one", 3, 0644, 0), 0);
+    assert_int_equal(file_replace(path, "two\n", 4, 0644, FILE_REPLACE_SYNC), 0);
+    umask(old);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644); /* past the umask */
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(got, sizeof got, f));
+    fclose(f);
+    assert_string_equal(got, "two\n");
+    assert_int_equal(access(tmp, F_OK), -1); /* nothing left beside it */
+    /* A leftover temporary file, even a symlink, is replaced, not followed. */
+    assert_int_equal(symlink("/etc/passwd", tmp), 0);
+    assert_int_equal(file_replace(path, "three", 5, 0600, 0), 0);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 5);
+    /* No directory: the old file is all there is, and the caller can tell. */
+    char missing[96];
+    snprintf(missing, sizeof missing, "%s/no/f", dir);
+    errno = 0;
+    assert_int_equal(file_replace(missing, "x", 1, 0600, 0), FILE_REPLACE_NO_TEMP);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clock_deadline_normalised),
         cmocka_unit_test(test_clock_cond_waits_on_monotonic),
         cmocka_unit_test(test_buf_appends_and_takes),
+        cmocka_unit_test(test_file_replace),
         cmocka_unit_test(test_dl_open_and_bind),
         cmocka_unit_test(test_log_sink_replaces_stderr),
     };
