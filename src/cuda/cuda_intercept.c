@@ -79,22 +79,16 @@ static void *substitute(const char *symbol, void *fn, int version, cuuint64_t fl
     for (unsigned i = 0; i < cuda_hook_count; i++)
         if (!cuda_hooks[i].nvml && *cuda_hooks[i].real == fn)
             return cuda_hooks[i].wrapper;
-    bool ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-    const struct cuda_hook *pick = NULL;
+    /* A per-thread request is served by the _ptsz variant where the name has
+     * one, else by the plain ABI (it has no stream to be per-thread about). */
+    bool has_ptsz = false;
+    for (unsigned i = 0; i < cuda_hook_count; i++)
+        has_ptsz |= cuda_hooks[i].ptsz && strcmp(cuda_hooks[i].base, symbol) == 0;
+    bool want_ptsz = has_ptsz && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     for (unsigned i = 0; i < cuda_hook_count; i++) {
         const struct cuda_hook *h = &cuda_hooks[i];
-        if (h->nvml || strcmp(h->base, symbol) != 0 || version < h->since)
-            continue;
-        if (h->ptsz == ptsz)
+        if (!h->nvml && h->ptsz == want_ptsz && version >= h->since && strcmp(h->base, symbol) == 0)
             return h->wrapper;
-        if (!h->ptsz)
-            pick = h; /* no per-thread variant: the plain ABI serves both */
-    }
-    if (pick != NULL && ptsz) {
-        for (unsigned i = 0; i < cuda_hook_count; i++)
-            if (cuda_hooks[i].ptsz && strcmp(cuda_hooks[i].base, symbol) == 0)
-                return fn; /* has one, but not at this version: leave it */
-        return pick->wrapper;
     }
     return fn;
 }

@@ -219,6 +219,14 @@ static int init_file(struct region_file *f, int64_t limit)
     return 0;
 }
 
+/* A header this version wrote (the contents are the container's: any
+ * process in it can write them). */
+static bool is_region(const struct region_file *f)
+{
+    return f->magic == REGION_MAGIC && f->version == REGION_VERSION && f->size == sizeof *f &&
+           f->nslots == CUDAREG_SLOTS && f->limit >= 0;
+}
+
 /* The process's handle on a mapped, valid region. */
 static struct cudareg *wrap(struct region_file *f, char *err, size_t errlen)
 {
@@ -252,9 +260,7 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
      * maker. */
     if (lseek(fd, 0, SEEK_END) == (off_t)sizeof *f) {
         f = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (f != MAP_FAILED && __atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) == 1 &&
-            f->magic == REGION_MAGIC && f->version == REGION_VERSION && f->size == sizeof *f &&
-            f->nslots == CUDAREG_SLOTS && f->limit >= 0) {
+        if (f != MAP_FAILED && __atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) == 1 && is_region(f)) {
             close(fd);
             return wrap(f, err, errlen);
         }
@@ -304,8 +310,7 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
             goto fail;
         }
         (void)fchmod(fd, 0666); /* past the umask; fails harmlessly if not ours */
-    } else if (f->magic != REGION_MAGIC || f->version != REGION_VERSION || f->size != sizeof *f ||
-               f->nslots != CUDAREG_SLOTS || f->limit < 0) {
+    } else if (!is_region(f)) {
         snprintf(err, errlen, "%s is not a gpupool-cuda region of this version", path);
         goto fail_msg;
     }
