@@ -47,6 +47,13 @@ void kube_cancel_fire(struct kube_cancel *cancel)
     pthread_mutex_unlock(&cancel->lock);
 }
 
+void kube_cancel_reset(struct kube_cancel *cancel)
+{
+    pthread_mutex_lock(&cancel->lock);
+    cancel->fired = false;
+    pthread_mutex_unlock(&cancel->lock);
+}
+
 bool kube_cancel_fired(struct kube_cancel *cancel)
 {
     pthread_mutex_lock(&cancel->lock);

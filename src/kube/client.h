@@ -181,10 +181,13 @@ void kube_cancel_detach(struct kube_cancel *cancel, struct cancel_reg *reg);
 /* ---- watch.c ---- */
 
 /* kube_watch(), also counting the events delivered (*events): the
- * reflector tells a healthy watch that the server ended from a dead one. */
+ * reflector tells a healthy watch that the server ended from a dead one.
+ * `interrupt` (may be NULL) firing ends the watch as if the server had
+ * (KUBE_OK): the reflector's re-list request. */
 GP_MUST_USE enum kube_result kube_watch_counted(struct kube_client *c, const char *path, char *rv,
                                                 kube_event_fn on_event, void *ctx,
-                                                struct kube_cancel *cancel, struct kube_error *err,
-                                                size_t *events);
+                                                struct kube_cancel *cancel,
+                                                struct kube_cancel *interrupt,
+                                                struct kube_error *err, size_t *events);
 
 #endif

@@ -654,6 +654,12 @@ int kube_post(struct kube_client *client, const char *path, const json_t *body, 
     return call_with_body(client, "POST", path, "application/json", body, out, err);
 }
 
+int kube_put(struct kube_client *client, const char *path, const json_t *body, json_t **out,
+             struct kube_error *err)
+{
+    return call_with_body(client, "PUT", path, "application/json", body, out, err);
+}
+
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
                   const char *node, struct kube_error *err)
 {

@@ -212,6 +212,24 @@ int kube_patch(struct kube_client *client, const char *path, enum kube_patch_typ
 int kube_post(struct kube_client *client, const char *path, const json_t *body, json_t **out,
               struct kube_error *err) GP_MUST_USE;
 
+/* PUT body to path (replace; with metadata.resourceVersion set the server
+ * refuses with 409 Conflict when the object changed since: an optimistic
+ * update, as for a Lease); *out (may be NULL) receives the stored object.
+ * Not retried once the server may have acted. */
+int kube_put(struct kube_client *client, const char *path, const json_t *body, json_t **out,
+             struct kube_error *err) GP_MUST_USE;
+
+/* A plain HTTP POST to a URL outside the API server (the extender forwards
+ * a bind to its leader replica): body of len bytes as application/json,
+ * plus `header` (one "Name: value" line, may be NULL); no credentials, no
+ * retry, the whole exchange within timeout_ms. On 0 *status is the HTTP
+ * status and *resp (NUL-terminated, at most max_resp bytes, the caller's
+ * to free()) the answer's body; -1 with err when no answer came (connect
+ * failure, timeout, too large). Thread-safe: a handle of its own per call. */
+int kube_http_post(const char *url, const char *header, const char *body, size_t len,
+                   long timeout_ms, size_t max_resp, long *status, char **resp, char *err,
+                   size_t errlen) GP_MUST_USE;
+
 /* Convenience: POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
                   const char *node, struct kube_error *err) GP_MUST_USE;
@@ -224,6 +242,9 @@ struct kube_cancel *kube_cancel_new(void) GP_MUST_USE;
 void kube_cancel_free(struct kube_cancel *cancel);
 void kube_cancel_fire(struct kube_cancel *cancel);
 bool kube_cancel_fired(struct kube_cancel *cancel);
+/* Un-fires a token, for one used as a reusable request (the reflector's
+ * re-list token below); a stop token is never reset. */
+void kube_cancel_reset(struct kube_cancel *cancel);
 
 /* The reflector: keeps a caller's cache in sync with a collection.
  *
@@ -251,5 +272,17 @@ struct kube_reflector_ops {
 enum kube_result kube_reflector_run(struct kube_client *client, const char *path, long page_limit,
                                     const struct kube_reflector_ops *ops, void *ctx,
                                     struct kube_cancel *cancel, struct kube_error *err) GP_MUST_USE;
+
+/* kube_reflector_run with a re-list request: firing `relist` (kube_cancel_fire,
+ * any thread) makes the reflector drop its watch or its backoff sleep and
+ * LIST again at once (consistent, from etcd); the reflector resets the
+ * token before that LIST's list_begin, so a list_begin that follows a fire
+ * belongs to a LIST started after it (the extender's "cache current" proof,
+ * docs/ha.md). The watch notices within its 1 s poll. */
+enum kube_result kube_reflector_run_relist(struct kube_client *client, const char *path,
+                                           long page_limit, const struct kube_reflector_ops *ops,
+                                           void *ctx, struct kube_cancel *cancel,
+                                           struct kube_cancel *relist,
+                                           struct kube_error *err) GP_MUST_USE;
 
 #endif

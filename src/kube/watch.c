@@ -148,13 +148,17 @@ static char *watch_query(const struct kube_client *c, const char *rv)
     return q;
 }
 
-/* Drives the transfer; returns the libcurl result, or -1 when cancelled. */
-static int drive(const struct kube_curl *curl, CURLM *multi, CURL *h, struct kube_cancel *cancel)
+/* Drives the transfer; returns the libcurl result, -1 when cancelled, -2
+ * when `interrupt` fired (the caller ends the watch as a clean end). */
+static int drive(const struct kube_curl *curl, CURLM *multi, CURL *h, struct kube_cancel *cancel,
+                 struct kube_cancel *interrupt)
 {
     int running = 1;
     while (running) {
         if (cancel != NULL && kube_cancel_fired(cancel))
             return -1;
+        if (interrupt != NULL && kube_cancel_fired(interrupt))
+            return -2;
         if (curl->multi_perform(multi, &running) != CURLM_OK)
             return CURLE_OUT_OF_MEMORY;
         if (running && curl->multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)
@@ -181,6 +185,8 @@ static enum kube_result finish(struct watch *w, int code, const char *curl_messa
         kube_fail(w->err, 0, "Cancelled", "%s: cancelled", what);
         return KUBE_CANCELLED;
     }
+    if (code == -2)
+        return KUBE_OK; /* interrupted: the events so far are delivered, rv is theirs */
     if (code != CURLE_OK) {
         kube_error_from_curl(w->c->curl, w->err, (CURLcode)code, what, curl_message);
         return KUBE_ERROR;
@@ -202,7 +208,8 @@ static enum kube_result finish(struct watch *w, int code, const char *curl_messa
 
 enum kube_result kube_watch_counted(struct kube_client *c, const char *path, char *rv,
                                     kube_event_fn on_event, void *ctx, struct kube_cancel *cancel,
-                                    struct kube_error *err, size_t *events)
+                                    struct kube_cancel *interrupt, struct kube_error *err,
+                                    size_t *events)
 {
     struct watch w = {.c = c, .path = path, .rv = rv, .on_event = on_event, .ctx = ctx, .err = err};
     const struct kube_curl *curl = c->curl;
@@ -233,9 +240,14 @@ enum kube_result kube_watch_counted(struct kube_client *c, const char *path, cha
     curl->easy_setopt(w.h, CURLOPT_ERRORBUFFER, curl_message);
     curl->multi_add_handle(multi, w.h);
     struct cancel_reg reg = {.curl = curl, .multi = multi};
+    struct cancel_reg interrupt_reg = {.curl = curl, .multi = multi};
     if (cancel != NULL)
         kube_cancel_attach(cancel, &reg);
-    int code = drive(curl, multi, w.h, cancel);
+    if (interrupt != NULL)
+        kube_cancel_attach(interrupt, &interrupt_reg);
+    int code = drive(curl, multi, w.h, cancel, interrupt);
+    if (interrupt != NULL)
+        kube_cancel_detach(interrupt, &interrupt_reg);
     if (cancel != NULL)
         kube_cancel_detach(cancel, &reg);
     curl->multi_remove_handle(multi, w.h);
@@ -257,5 +269,5 @@ enum kube_result kube_watch(struct kube_client *client, const char *path, char *
                             struct kube_error *err)
 {
     size_t events;
-    return kube_watch_counted(client, path, rv, on_event, ctx, cancel, err, &events);
+    return kube_watch_counted(client, path, rv, on_event, ctx, cancel, NULL, err, &events);
 }
