@@ -31,6 +31,10 @@ void metrics_init(struct metrics *m)
         atomic_init(&m->binds[r], 0);
     atomic_init(&m->filter_nodes_passed, 0);
     atomic_init(&m->filter_nodes_failed, 0);
+    atomic_init(&m->leader_role, -1);
+    atomic_init(&m->binds_forwarded_answered, 0);
+    atomic_init(&m->binds_forwarded_failed, 0);
+    atomic_init(&m->binds_not_leader, 0);
 }
 
 void metrics_observe(struct metrics_histogram *h, uint64_t elapsed_ns)
@@ -89,6 +93,24 @@ static void counters(struct buf *out, const struct metrics *m)
                (unsigned long long)load(&m->filter_nodes_passed));
     buf_printf(out, "gpupool_extender_filter_nodes_total{result=\"failed\"} %llu\n",
                (unsigned long long)load(&m->filter_nodes_failed));
+    prom_header(out, "gpupool_extender_binds_forwarded_total", "counter",
+                "Binds forwarded to the lease holder: answered by it, or failed (refused, retry).");
+    buf_printf(out, "gpupool_extender_binds_forwarded_total{result=\"answered\"} %llu\n",
+               (unsigned long long)load(&m->binds_forwarded_answered));
+    buf_printf(out, "gpupool_extender_binds_forwarded_total{result=\"failed\"} %llu\n",
+               (unsigned long long)load(&m->binds_forwarded_failed));
+    prom_header(out, "gpupool_extender_binds_not_leader_total", "counter",
+                "Binds refused (retryable) because this replica may not bind now.");
+    buf_printf(out, "gpupool_extender_binds_not_leader_total %llu\n",
+               (unsigned long long)load(&m->binds_not_leader));
+    int role = atomic_load_explicit(&m->leader_role, memory_order_relaxed);
+    prom_header(out, "gpupool_extender_leader_state", "gauge",
+                "Leader election role of this replica (1 for the current one; disabled: "
+                "--leader-elect off).");
+    buf_printf(out, "gpupool_extender_leader_state{state=\"disabled\"} %d\n", role < 0);
+    for (int r = 0; r < LEADER_ROLES; r++)
+        buf_printf(out, "gpupool_extender_leader_state{state=\"%s\"} %d\n",
+                   leader_role_name((enum leader_role)r), role == r);
 }
 
 struct gpu_lines {

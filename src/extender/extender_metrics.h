@@ -18,6 +18,9 @@
  *   gpupool_extender_gpu_memory_allocated_bytes{node,gpu}       gauge
  *   gpupool_extender_gpu_memory_total_bytes / _allocated ...    cluster gauges
  *   gpupool_extender_fragmentation_ratio                        gauge
+ *   gpupool_extender_leader_state{state}                        gauge (1 for the current one)
+ *   gpupool_extender_binds_forwarded_total{result}              counter
+ *   gpupool_extender_binds_not_leader_total                     counter
  *
  * Ownership: a struct metrics lives in the extender's context; render's
  * text is the caller's (free()). */
@@ -30,6 +33,7 @@
 
 #include "bind.h"
 #include "cache.h"
+#include "leader.h"
 #include "compiler.h"
 
 #define METRICS_BUCKETS 16 /* finite upper bounds; one more slot for +Inf */
@@ -50,6 +54,13 @@ struct metrics {
     atomic_uint_fast64_t bad_requests[METRICS_VERBS];
     atomic_uint_fast64_t binds[METRICS_BIND_RESULTS];
     atomic_uint_fast64_t filter_nodes_passed, filter_nodes_failed;
+    /* Leader election (leader.h): the role, -1 when --leader-elect is off;
+     * binds forwarded to the holder (answered by it, or not); binds
+     * refused because this replica may not bind (not the holder, cache
+     * not yet proven current, fence passed, no holder known). */
+    atomic_int leader_role;
+    atomic_uint_fast64_t binds_forwarded_answered, binds_forwarded_failed;
+    atomic_uint_fast64_t binds_not_leader;
 };
 
 /* Zeroes m (a plain memset is not enough for atomics in theory). */

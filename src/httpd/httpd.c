@@ -161,6 +161,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                       !resp.body_static);
 }
 
+const char *httpd_header(const struct httpd_request *req, const char *name)
+{
+    if (req->server == NULL || req->conn == NULL)
+        return NULL;
+    return req->server->mhd.lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
 const char *httpd_query(const struct httpd_request *req, const char *key)
 {
     return req->server->mhd.lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);

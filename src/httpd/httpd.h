@@ -41,6 +41,9 @@ struct httpd_request {
 
 /* The value of query parameter key ("?node=a" -> "a"), or NULL. */
 const char *httpd_query(const struct httpd_request *req, const char *key);
+/* The value of request header name (case-insensitive), or NULL; NULL for
+ * a request not made by the server (tests call handlers directly). */
+const char *httpd_header(const struct httpd_request *req, const char *name);
 
 /* What a handler answers (status preset to 500, content_type to
  * application/json). body: malloc'ed and taken by the server once the
