@@ -108,8 +108,10 @@ const char *bind_result_name(enum bind_result r)
 }
 
 enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api,
-                                 const struct binding_args *args, char *err, size_t errlen)
+                                 const struct binding_args *args, int64_t deadline_ns, char *err,
+                                 size_t errlen)
 {
+    (void)deadline_ns; /* honoured by the bind rewrite (issue 16, item 1) */
     json_t *pod_json = NULL;
     struct pod_facts facts, *known = NULL;
     const char *uid = args->pod_uid;
@@ -154,5 +156,5 @@ out:
 int bind_pod(struct cache *cache, const struct bind_api *api, const struct binding_args *args,
              char *err, size_t errlen)
 {
-    return bind_pod_result(cache, api, args, err, errlen) == BIND_OK ? 0 : -1;
+    return bind_pod_result(cache, api, args, INT64_MAX, err, errlen) == BIND_OK ? 0 : -1;
 }

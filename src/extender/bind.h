@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cache.h"
 #include "kube.h"
@@ -53,8 +54,10 @@ enum bind_result {
 };
 /* The label value of a result ("bound", "refused", ...). */
 const char *bind_result_name(enum bind_result r);
+/* deadline_ns: the clock_now_ns() instant no API call of this bind may
+ * outlive (the leader's fence, or now + --api-timeout). */
 enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api,
-                                 const struct binding_args *args, char *err,
+                                 const struct binding_args *args, int64_t deadline_ns, char *err,
                                  size_t errlen) GP_MUST_USE;
 
 /* The annotation patch for an assumption (new reference; NULL when out of
