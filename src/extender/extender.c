@@ -17,6 +17,7 @@
 #include "bind.h"
 #include "cache.h"
 #include "kube.h"
+#include "leader.h"
 #include "log.h"
 #include "extender_metrics.h"
 #include "options.h"
@@ -173,6 +174,55 @@ static const struct option_spec specs[] = {
      .def = "GiB",
      .help = "unit of aliyun.com/gpu-mem (the device plugin's): GiB or MiB; scales the "
              "*_bytes metrics and labels /ui"},
+    {.flag = "leader-elect",
+     .env = {"GP_LEADER_ELECT"},
+     .type = OPT_BOOL,
+     .offset = FIELD(leader_elect),
+     .def = "false",
+     .help = "run as one of several replicas: only the holder of --leader-elect-lease binds, "
+             "the others forward /bind to it (docs/ha.md)"},
+    {.flag = "leader-elect-lease",
+     .env = {"GP_LEADER_ELECT_LEASE"},
+     .type = OPT_STRING,
+     .offset = FIELD(leader_elect_lease),
+     .def = "kube-system/gpupool-scheduler-extender",
+     .help = "namespace/name of the coordination.k8s.io/v1 Lease of the election"},
+    {.flag = "leader-elect-lease-duration",
+     .env = {"GP_LEADER_ELECT_LEASE_DURATION"},
+     .type = OPT_DURATION,
+     .offset = FIELD(lease_duration_ms),
+     .def = "10s",
+     .min = 1000,
+     .help = "how long a candidate waits, after the Lease last changed, before taking it "
+             "(whole seconds)"},
+    {.flag = "leader-elect-renew-deadline",
+     .env = {"GP_LEADER_ELECT_RENEW_DEADLINE"},
+     .type = OPT_DURATION,
+     .offset = FIELD(renew_deadline_ms),
+     .def = "7s",
+     .min = 1,
+     .help = "the holder steps down when no renew succeeded for this long"},
+    {.flag = "leader-elect-retry-period",
+     .env = {"GP_LEADER_ELECT_RETRY_PERIOD"},
+     .type = OPT_DURATION,
+     .offset = FIELD(retry_period_ms),
+     .def = "2s",
+     .min = 1,
+     .help = "interval of the holder's renews and the candidates' reads of the Lease"},
+    {.flag = "leader-elect-fence-margin",
+     .env = {"GP_LEADER_ELECT_FENCE_MARGIN"},
+     .type = OPT_DURATION,
+     .offset = FIELD(fence_margin_ms),
+     .def = "2s",
+     .min = 1,
+     .help = "the holder binds only until (start of its last renew) + lease duration - margin"},
+    {.flag = "advertise-url",
+     .env = {"GP_ADVERTISE_URL"},
+     .type = OPT_STRING,
+     .offset = FIELD(advertise_url),
+     .def = "",
+     .help = "base URL other replicas forward binds to (http://host:port); empty: "
+             "http(s)://$POD_IP:<port> when POD_IP is set"},
     {.flag = "help", .alias = {"h"}, .type = OPT_HELP, .help = "show this help"},
     {.flag = "version", .type = OPT_VERSION, .help = "print the version"},
 };
@@ -200,6 +250,90 @@ static int normalize_prefix(char *prefix, char *err, size_t errlen)
     return 0;
 }
 
+static const char *env_value(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+/* The leader's configuration out of the flags (strings borrowed from cfg;
+ * lease_ns/lease_name are the caller's buffers). */
+static int leader_config_of(const struct extender_config *cfg, struct leader_config *lc,
+                            char *lease_ns, char *lease_name, size_t namelen, char *err,
+                            size_t errlen)
+{
+    const char *slash = strchr(cfg->leader_elect_lease, '/');
+    size_t nslen = slash ? (size_t)(slash - cfg->leader_elect_lease) : 0;
+    if (!slash || nslen == 0 || nslen >= namelen || strlen(slash + 1) >= namelen ||
+        strspn(cfg->leader_elect_lease, "abcdefghijklmnopqrstuvwxyz0123456789-./") !=
+            strlen(cfg->leader_elect_lease)) {
+        snprintf(err, errlen, "--leader-elect-lease %s: want namespace/name (lower-case DNS names)",
+                 cfg->leader_elect_lease);
+        return -1;
+    }
+    memcpy(lease_ns, cfg->leader_elect_lease, nslen);
+    lease_ns[nslen] = '\0';
+    snprintf(lease_name, namelen, "%s", slash + 1);
+    *lc = (struct leader_config){
+        .lease_namespace = lease_ns,
+        .lease_name = lease_name,
+        .bind_url = cfg->advertise_url,
+        .lease_duration_ms = cfg->lease_duration_ms,
+        .renew_deadline_ms = cfg->renew_deadline_ms,
+        .retry_period_ms = cfg->retry_period_ms,
+        .margin_ms = cfg->fence_margin_ms,
+    };
+    if (leader_config_check(lc, err, errlen) < 0) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (--leader-elect-* flags)");
+        return -1;
+    }
+    return 0;
+}
+
+/* --leader-elect's flags; fills --advertise-url from POD_IP when empty. */
+static int leader_flags_check(struct extender_config *cfg, char **envp, char *err, size_t errlen)
+{
+    char ns[256], name[256];
+    struct leader_config lc;
+    if (leader_config_of(cfg, &lc, ns, name, sizeof(ns), err, errlen) < 0)
+        return -1;
+    const char *ip = env_value(envp, "POD_IP");
+    if (!*cfg->advertise_url && ip && *ip && cfg->port > 0) {
+        char url[LEADER_URL_MAX];
+        bool v6 = strchr(ip, ':') != NULL;
+        snprintf(url, sizeof(url), "%s://%s%s%s:%d", *cfg->tls_cert ? "https" : "http",
+                 v6 ? "[" : "", ip, v6 ? "]" : "", cfg->port);
+        char *copy = strdup(url);
+        if (!copy) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        free(cfg->advertise_url);
+        cfg->advertise_url = copy;
+    }
+    size_t n = strlen(cfg->advertise_url);
+    while (n > 0 && cfg->advertise_url[n - 1] == '/')
+        cfg->advertise_url[--n] = '\0';
+    if (n && strncmp(cfg->advertise_url, "http://", 7) != 0 &&
+        strncmp(cfg->advertise_url, "https://", 8) != 0) {
+        snprintf(err, errlen, "--advertise-url %s: want http://host:port or https://host:port",
+                 cfg->advertise_url);
+        return -1;
+    }
+    if (n + strlen(cfg->prefix) + 8 >= LEADER_URL_MAX) {
+        snprintf(err, errlen, "--advertise-url too long");
+        return -1;
+    }
+    if (!n)
+        log_warn("--leader-elect without --advertise-url or POD_IP: while another replica "
+                 "holds the lease, nothing can forward binds here");
+    return 0;
+}
+
 enum extender_config_result extender_config_load(struct extender_config *cfg, int argc, char **argv,
                                                  char **envp, char *err, size_t errlen)
 {
@@ -214,6 +348,8 @@ enum extender_config_result extender_config_load(struct extender_config *cfg, in
         snprintf(err, errlen, "--tls-cert and --tls-key go together");
         goto fail;
     }
+    if (cfg->leader_elect && leader_flags_check(cfg, envp, err, errlen) < 0)
+        goto fail;
     return EXTENDER_CONFIG_OK;
 fail:
     options_free(&table, cfg);
@@ -242,6 +378,13 @@ struct collection {
     void (*remove)(struct cache *, const json_t *);
     pthread_t thread;
     bool started;
+    /* Leader election: a fired token re-lists (kube_reflector_run_relist);
+     * list_epoch is the leader epoch read when the running LIST began,
+     * done_epoch that of the last LIST completed. NULL/0 without election
+     * and for ConfigMaps, which the proof does not need. */
+    struct kube_cancel *relist;
+    uint64_t list_epoch;
+    _Atomic uint64_t done_epoch;
 };
 
 struct extender {
@@ -252,6 +395,8 @@ struct extender {
     struct kube_cancel *cancel;
     struct cache *cache;
     struct collection collections[3];
+    struct kube_client *leader_client; /* the Lease's: short timeout, no retries */
+    struct leader *leader;             /* NULL without --leader-elect */
     pthread_mutex_t sync_lock;
     pthread_cond_t sync_cond;
     unsigned synced;   /* SYNC_* bits */
@@ -286,6 +431,43 @@ static char *read_small_file(const char *path, char *err, size_t errlen)
     return buf;
 }
 
+static void on_acquired(void *ctx, uint64_t epoch);
+static void on_role(void *ctx, enum leader_role role);
+
+/* The Lease's own client and the leader (started by extender_serve). Its
+ * calls must end well inside the renew deadline, and a retry after the
+ * server may have acted would only meet a 409. */
+static int leader_setup(struct extender *ext, const struct kube_client_options *base, char *err,
+                        size_t errlen)
+{
+    const struct extender_config *cfg = ext->cfg;
+    struct kube_client_options opt = *base;
+    opt.timeout_ms = cfg->retry_period_ms < 1000 ? 1000 : cfg->retry_period_ms;
+    opt.connect_timeout_ms = opt.timeout_ms;
+    opt.retry.max_attempts = 1;
+    if (!(ext->leader_client = kube_client_new(&opt, err, errlen)))
+        return -1;
+    char ns[256], name[256], url[LEADER_URL_MAX] = "";
+    struct leader_config lc;
+    if (leader_config_of(cfg, &lc, ns, name, sizeof(ns), err, errlen) < 0)
+        return -1;
+    if (*cfg->advertise_url)
+        snprintf(url, sizeof(url), "%s%s/bind", cfg->advertise_url, cfg->prefix);
+    lc.bind_url = url;
+    lc.on_acquired = on_acquired;
+    lc.on_role = on_role;
+    lc.ctx = ext;
+    for (int i = 0; i < 2; i++) /* nodes and pods: what a bind reads */
+        if (!(ext->collections[i].relist = kube_cancel_new())) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    if (!(ext->leader = leader_new(&lc, ext->leader_client, err, errlen)))
+        return -1;
+    atomic_store(&ext->metrics.leader_role, (int)LEADER_ROLE_CANDIDATE);
+    return 0;
+}
+
 struct extender *extender_new(const struct extender_config *cfg, char *err, size_t errlen)
 {
     struct extender *ext = calloc(1, sizeof(*ext));
@@ -314,6 +496,8 @@ struct extender *extender_new(const struct extender_config *cfg, char *err, size
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    if (cfg->leader_elect && leader_setup(ext, &opt, err, errlen) < 0)
+        goto fail;
     if (*cfg->tls_cert) {
         if (!(ext->tls_cert_pem = read_small_file(cfg->tls_cert, err, errlen)) ||
             !(ext->tls_key_pem = read_small_file(cfg->tls_key, err, errlen)))
@@ -337,8 +521,38 @@ static const char *object_name(const json_t *obj)
 static int on_list_begin(void *ctx)
 {
     struct collection *c = ctx;
+    if (c->relist) /* read after the token was reset: this LIST starts after that epoch began */
+        c->list_epoch = leader_epoch(c->ext->leader);
     c->begin(c->ext->cache);
     return 0;
+}
+
+/* A fresh LIST of nodes or pods ended: the cache is proven current for an
+ * epoch once both were listed after it began. */
+static void leader_proof(struct extender *ext, struct collection *c)
+{
+    if (!c->relist)
+        return;
+    atomic_store(&c->done_epoch, c->list_epoch);
+    uint64_t nodes = atomic_load(&ext->collections[0].done_epoch);
+    uint64_t pods = atomic_load(&ext->collections[1].done_epoch);
+    uint64_t epoch = nodes < pods ? nodes : pods;
+    if (epoch > 0)
+        leader_mark_synced(ext->leader, epoch);
+}
+
+static void on_acquired(void *ctx, uint64_t epoch)
+{
+    struct extender *ext = ctx;
+    (void)epoch;
+    for (int i = 0; i < 2; i++)
+        kube_cancel_fire(ext->collections[i].relist);
+}
+
+static void on_role(void *ctx, enum leader_role role)
+{
+    struct extender *ext = ctx;
+    atomic_store(&ext->metrics.leader_role, (int)role);
 }
 
 static int on_item(json_t *item, void *ctx)
@@ -358,6 +572,7 @@ static int on_list_end(const char *rv, void *ctx)
     struct extender *ext = c->ext;
     c->end(ext->cache);
     log_v(1, "listed %s at resourceVersion %s", c->path, rv);
+    leader_proof(ext, c);
     pthread_mutex_lock(&ext->sync_lock);
     ext->synced |= c->sync_bit;
     if (ext->synced == SYNC_ALL)
@@ -396,8 +611,9 @@ static void *reflector_thread(void *arg)
         .on_error = on_error,
     };
     struct kube_error err = {0};
-    enum kube_result r = kube_reflector_run(
-        c->ext->watch_client, c->path, c->ext->cfg->list_page_size, &ops, c, c->ext->cancel, &err);
+    enum kube_result r =
+        kube_reflector_run_relist(c->ext->watch_client, c->path, c->ext->cfg->list_page_size, &ops,
+                                  c, c->ext->cancel, c->relist, &err);
     if (r != KUBE_CANCELLED)
         log_error("watching %s stopped: %s", c->path, err.message);
     return NULL;
@@ -407,16 +623,18 @@ int extender_start_sync(struct extender *ext, char *err, size_t errlen)
 {
     const struct collection defs[3] = {
         {ext, "/api/v1/nodes", "node", SYNC_NODES, cache_nodes_list_begin, cache_nodes_list_end,
-         cache_node_upsert, cache_node_delete, 0, false},
+         cache_node_upsert, cache_node_delete, 0, false, NULL, 0, 0},
         {ext, "/api/v1/pods", "pod", SYNC_PODS, cache_pods_list_begin, cache_pods_list_end,
-         cache_pod_upsert, cache_pod_delete, 0, false},
+         cache_pod_upsert, cache_pod_delete, 0, false, NULL, 0, 0},
         {ext, "/api/v1/namespaces/kube-system/configmaps", "configmap", SYNC_CONFIGMAPS,
          cache_configmaps_list_begin, cache_configmaps_list_end, cache_configmap_upsert,
-         cache_configmap_delete, 0, false},
+         cache_configmap_delete, 0, false, NULL, 0, 0},
     };
     for (int i = 0; i < 3; i++) {
         struct collection *c = &ext->collections[i];
+        struct kube_cancel *relist = c->relist; /* made by extender_new */
         *c = defs[i];
+        c->relist = relist;
         int rc = pthread_create(&c->thread, NULL, reflector_thread, c);
         if (rc != 0) {
             snprintf(err, errlen, "cannot start a thread: %s", strerror(rc));
@@ -563,8 +781,42 @@ static void handle_prioritize(struct extender *ext, const char *body, size_t len
     protocol_args_free(&args);
 }
 
-static void handle_bind(struct extender *ext, const char *body, size_t len,
-                        struct httpd_response *resp)
+/* The header a forwarded bind carries: the receiver never forwards again. */
+#define FORWARDED_HEADER "X-Gpupool-Forwarded"
+/* kube-scheduler's default extender httpTimeout: past it the scheduler
+ * has given up on the follower's answer anyway. */
+#define FORWARD_TIMEOUT_MS 5000
+#define FORWARD_MAX_ANSWER 65536
+
+/* A follower's /bind: once to the holder, its answer returned as is. */
+static void forward_bind(struct extender *ext, const char *url, const char *body, size_t len,
+                         const struct binding_args *args, struct httpd_response *resp)
+{
+    long status = 0;
+    char *answer = NULL, err[512];
+    if (kube_http_post(url, FORWARDED_HEADER ": 1", body, len, FORWARD_TIMEOUT_MS,
+                       FORWARD_MAX_ANSWER, &status, &answer, err, sizeof(err)) == 0 &&
+        status == 200) {
+        metrics_count(&ext->metrics.binds_forwarded_answered, 1);
+        log_v(2, "bind %s/%s to %s forwarded to the leader at %s", args->pod_namespace,
+              args->pod_name, args->node, url);
+        reply(resp, 200, "application/json", answer, strlen(answer));
+        return;
+    }
+    metrics_count(&ext->metrics.binds_forwarded_failed, 1);
+    if (answer)
+        snprintf(err, sizeof(err), "HTTP %ld", status);
+    free(answer);
+    log_info("bind %s/%s to %s: forwarding to the leader failed: %s", args->pod_namespace,
+             args->pod_name, args->node, err);
+    char message[LEADER_URL_MAX + 600];
+    snprintf(message, sizeof(message), "not the leader, retry (forwarding to %s failed: %s)", url,
+             err);
+    reply_error(resp, 200, message);
+}
+
+static void handle_bind(struct extender *ext, const struct httpd_request *req, const char *body,
+                        size_t len, struct httpd_response *resp)
 {
     struct binding_args args;
     char err[768];
@@ -575,8 +827,34 @@ static void handle_bind(struct extender *ext, const char *body, size_t len,
         reply_error(resp, 400, err);
         return;
     }
+    int64_t deadline = clock_now_ns() + (int64_t)ext->cfg->api_timeout_ms * 1000000;
+    if (ext->leader) {
+        struct leader_permit permit;
+        leader_bind_begin(ext->leader, &permit);
+        const char *forwarded = httpd_header(req, FORWARDED_HEADER);
+        if (permit.verdict == LEADER_FORWARD && !forwarded) {
+            forward_bind(ext, permit.url, body, len, &args, resp);
+            protocol_binding_free(&args);
+            return;
+        }
+        if (permit.verdict != LEADER_BIND) {
+            /* An ExtenderBindingResult Error: kube-scheduler re-queues the pod. */
+            metrics_count(&ext->metrics.binds_not_leader, 1);
+            log_info("bind %s/%s to %s refused: %s%s", args.pod_namespace, args.pod_name, args.node,
+                     permit.verdict == LEADER_FORWARD ? "forwarded to a follower; " : "",
+                     permit.verdict == LEADER_FORWARD ? "not the leader, retry" : permit.why);
+            reply_error(resp, 200,
+                        permit.verdict == LEADER_FORWARD ? "not the leader, retry" : permit.why);
+            protocol_binding_free(&args);
+            return;
+        }
+        if (permit.fence_ns < deadline)
+            deadline = permit.fence_ns; /* no write of ours may land after a successor starts */
+    }
     const struct bind_api api = {ext, api_get_pod, api_patch_pod, api_create_binding};
-    enum bind_result result = bind_pod_result(ext->cache, &api, &args, err, sizeof(err));
+    enum bind_result result = bind_pod_result(ext->cache, &api, &args, deadline, err, sizeof(err));
+    if (ext->leader)
+        leader_bind_end(ext->leader);
     metrics_count(&ext->metrics.binds[result], 1);
     if (result != BIND_OK) {
         log_info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, err);
@@ -667,7 +945,7 @@ void extender_handle(void *ctx, const struct httpd_request *req, struct httpd_re
             handle_prioritize(ext, body, len, resp);
         } else {
             which = METRICS_BIND;
-            handle_bind(ext, body, len, resp);
+            handle_bind(ext, req, body, len, resp);
         }
         metrics_observe(&ext->metrics.duration[which], (uint64_t)clock_now_ns() - start);
     } else if (is_verb) {
@@ -745,6 +1023,9 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
     if (httpd_start(&opt, extender_handle, ext, &ext->http, err, errlen) != 0)
         return -1;
     serve_metrics(ext);
+    /* The election starts once this replica can answer forwarded binds. */
+    if (ext->leader && leader_start(ext->leader, err, errlen) < 0)
+        return -1;
     return 0;
 }
 
@@ -757,6 +1038,10 @@ void extender_free(struct extender *ext)
 {
     if (!ext)
         return;
+    /* First: no new bind, the ones in flight end, the Lease is released
+     * while HTTP still answers (forwarded binds meet a refusal, not a
+     * closed port). */
+    leader_free(ext->leader);
     httpd_stop(ext->http);
     httpd_stop(ext->metrics_http);
     if (ext->cancel)
@@ -767,6 +1052,9 @@ void extender_free(struct extender *ext)
     kube_cancel_free(ext->cancel);
     cache_free(ext->cache);
     kube_client_free(ext->watch_client);
+    kube_client_free(ext->leader_client);
+    for (int i = 0; i < 3; i++)
+        kube_cancel_free(ext->collections[i].relist);
     for (int i = 0; i < API_CLIENTS; i++)
         kube_client_free(ext->api[i]);
     free(ext->tls_cert_pem);

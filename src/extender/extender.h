@@ -7,8 +7,11 @@
  *                            ConfigMaps (LIST, then WATCH for ever)
  *   extender_wait_synced()   until each has finished its first LIST
  *   extender_serve()         only now the port opens: no request ever meets
- *                            a half-filled cache
- *   extender_free()          stops HTTP, cancels the reflectors, frees all
+ *                            a half-filled cache; with --leader-elect the
+ *                            election starts (leader.h): only the Lease
+ *                            holder binds, the others forward /bind to it
+ *   extender_free()          releases a held Lease (after the binds in flight),
+ *                            stops HTTP, cancels the reflectors, frees all
  *
  * Routes (prefix = --prefix, default /gpupool-scheduler):
  *   POST <prefix>/filter|prioritize|bind, and the same under
@@ -44,6 +47,11 @@ struct extender_config {
     int api_timeout_ms;
     int metrics_port;                   /* 0: no metrics server */
     enum pool_mem_unit gpu_memory_unit; /* the unit of aliyun.com/gpu-mem (poolapi_unit.h) */
+    /* Leader election (leader.h, docs/ha.md): only the Lease holder binds. */
+    bool leader_elect;
+    char *leader_elect_lease; /* namespace/name */
+    int lease_duration_ms, renew_deadline_ms, retry_period_ms, fence_margin_ms;
+    char *advertise_url; /* this replica's bind URL base, as followers reach it */
 };
 
 enum extender_config_result {

@@ -41,7 +41,7 @@ import k8s_protobuf  # noqa: E402  (next to this file)
 CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes"}
 KIND_OF = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap",
            "namespaces": "Namespace", "events": "Event", "services": "Service",
-           "secrets": "Secret"}
+           "secrets": "Secret", "leases": "Lease"}
 RESOURCE_OF_KIND = {v: k for k, v in KIND_OF.items()}
 
 
@@ -335,6 +335,8 @@ class Fault:
         self.path = re.compile(spec.get("path", ".*"))
         self.query = re.compile(spec.get("query", ""))   # searched in the raw query string
         self.watch = spec.get("watch")       # None: any; True/False: only (non-)watch requests
+        # searched in the request body: e.g. one replica's Lease writes (its holderIdentity)
+        self.body_match = re.compile(spec["body_match"]) if spec.get("body_match") else None
         self.count = int(spec.get("count", 1))   # -1: forever
         self.action = spec.get("action", "status")
         self.status = int(spec.get("status", 500))
@@ -347,10 +349,11 @@ class Fault:
         self.hits = 0
         self.spec = spec
 
-    def matches(self, method, path, raw_query, is_watch):
+    def matches(self, method, path, raw_query, is_watch, body=""):
         return (self.count != 0 and self.method in ("*", method) and self.path.search(path)
                 and self.query.search(raw_query)
-                and (self.watch is None or bool(self.watch) == is_watch))
+                and (self.watch is None or bool(self.watch) == is_watch)
+                and (self.body_match is None or self.body_match.search(body)))
 
 
 class Watcher:
@@ -441,10 +444,10 @@ class FakeApiServer:
         with self.store.lock:
             return len(self.watchers)
 
-    def take_fault(self, method, path, raw_query, is_watch):
+    def take_fault(self, method, path, raw_query, is_watch, body=""):
         with self.lock:
             for f in self.faults:
-                if f.matches(method, path, raw_query, is_watch):
+                if f.matches(method, path, raw_query, is_watch, body):
                     if f.count > 0:
                         f.count -= 1
                     f.hits += 1
@@ -594,7 +597,7 @@ def _handler_class(server):
             try:
                 if not self._authenticated():
                     raise ApiError(401, "Unauthorized", "Unauthorized")
-                fault = server.take_fault(method, path, url.query, is_watch)
+                fault = server.take_fault(method, path, url.query, is_watch, entry["body"])
                 if fault is not None and self._apply_fault(fault, is_watch):
                     return
                 self._api(method, path, query, body, is_watch, fault)
@@ -651,6 +654,14 @@ def _handler_class(server):
                 return ("health",)
             if path == "/version":
                 return ("version",)
+            # Named groups (/apis/<group>/<version>/..., e.g. coordination.k8s.io/v1
+            # Leases) are served like the core group.
+            m = re.match(r"^/apis/([a-z0-9.-]+)/(v[0-9a-z]+)(/.*)?$", path)
+            if m:
+                self._group_version = m.group(1) + "/" + m.group(2)
+                path = "/api/v1" + (m.group(3) or "")
+            else:
+                self._group_version = "v1"
             if not path.startswith("/api/v1"):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             segs = [urllib.parse.unquote(s) for s in path[len("/api/v1"):].split("/") if s]
@@ -682,6 +693,8 @@ def _handler_class(server):
                     return self._list(resource, ns, q, fault)
                 if method == "POST":
                     obj = self._json(body)
+                    if isinstance(obj, dict):
+                        obj.setdefault("apiVersion", self._group_version)
                     if resource in CLUSTER_SCOPED:
                         ns = None
                     created = store.create(resource, ns, obj)
