@@ -108,8 +108,13 @@ rbac_gpu_mem() {  # rbac_gpu_mem PLUGIN_POD EXTENDER_POD
     "get secrets -n kube-system" "list secrets -A" "list configmaps -n kube-system" "create events -n default"
   rbac_expect yes "$e" "list nodes" "watch nodes" "get pods -n default" "list pods -A" "watch pods -A" \
     "patch pods -n default" "create pods --subresource=binding -n default" \
-    "list configmaps -n kube-system" "watch configmaps -n kube-system"
-  rbac_expect no "$e" "get configmaps -n kube-system" "list configmaps -n default" "get nodes" "patch nodes" \
+    "list configmaps -n kube-system" "watch configmaps -n kube-system" \
+    "create leases.coordination.k8s.io -n kube-system" \
+    "get leases.coordination.k8s.io/gpupool-scheduler-extender -n kube-system" \
+    "update leases.coordination.k8s.io/gpupool-scheduler-extender -n kube-system"
+  rbac_expect no "$e" "get leases.coordination.k8s.io/kube-scheduler -n kube-system" \
+    "update leases.coordination.k8s.io/kube-scheduler -n kube-system" \
+    "get configmaps -n kube-system" "list configmaps -n default" "get nodes" "patch nodes" \
     "create pods -n default" "delete pods -n default" "update pods -n default" \
     "get secrets -n kube-system" "create events -n default"
 

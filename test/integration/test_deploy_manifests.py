@@ -30,7 +30,7 @@ V1BETA1_FILE = os.path.join(DEPLOY, "scheduler", "scheduler-config-v1beta1.yaml"
 POLICY_FILE = os.path.join(DEPLOY, "scheduler", "scheduler-policy-config.json")
 SECOND_FILE = os.path.join(DEPLOY, "overlays", "secondary-scheduler", "gpupool-scheduler-config.yaml")
 TWIN_FILE = os.path.join(ROOT, "test", "e2e", "gpupool-scheduler-v1beta1.yaml")
-OVERLAYS = ["whole-gpu", "time-slicing", "gpu-mem", "secondary-scheduler", "gpushare"]
+OVERLAYS = ["whole-gpu", "time-slicing", "gpu-mem", "gpu-mem-ha", "secondary-scheduler", "gpushare"]
 CLUSTER_IP = "10.96.0.39"
 
 DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
@@ -237,6 +237,46 @@ def test_gpu_mem_overlay_extender_on_its_service():
     cm = find(docs, "ConfigMap", "gpupool-scheduler-config")
     assert set(cm["data"]) == {"scheduler-config-v1.yaml", "scheduler-config-v1beta1.yaml",
                                "scheduler-policy-config.json"}
+
+
+def check_extender_ha(docs, replicas, min_available):
+    """Several replicas, only the Lease holder binds (docs/ha.md)."""
+    dep = find(docs, "Deployment", "gpupool-scheduler-extender")
+    assert dep["spec"]["replicas"] == replicas
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    spec = dep["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    assert "--leader-elect" in c["args"]
+    pod_ip = [e for e in c["env"] if e["name"] == "POD_IP"]
+    assert pod_ip and pod_ip[0]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    (term,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == \
+        dep["spec"]["selector"]["matchLabels"]
+    pdb = find(docs, "PodDisruptionBudget", "gpupool-scheduler-extender")
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["minAvailable"] == min_available
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    # The Lease: create in kube-system (cannot name a resource), get and
+    # update of its own Lease only.
+    role = find(docs, "Role", "gpupool-scheduler-extender")
+    assert role["metadata"]["namespace"] == "kube-system"
+    lease_rules = [r for r in role["rules"] if r["apiGroups"] == ["coordination.k8s.io"]]
+    assert {(tuple(r["verbs"]), tuple(r.get("resourceNames", []))) for r in lease_rules} == {
+        (("create",), ()), (("get", "update"), ("gpupool-scheduler-extender",))}
+    assert all(r["resources"] == ["leases"] for r in lease_rules)
+    for d in docs:
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpupool-scheduler-extender":
+            assert not [r for r in d["rules"] if "coordination.k8s.io" in r["apiGroups"]]
+
+
+def test_gpu_mem_overlay_two_replicas_leader_elected():
+    check_extender_ha(build("gpu-mem"), replicas=2, min_available=1)
+
+
+def test_gpu_mem_ha_overlay_three_replicas():
+    check_extender_ha(build("gpu-mem-ha"), replicas=3, min_available=2)
 
 
 def test_secondary_scheduler_overlay():
