@@ -40,6 +40,7 @@ struct leader {
     json_t *record;
     char observed_rv[KUBE_RV_MAX];
     int64_t observed_at_ns; /* when observed_rv was first seen, our clock */
+    int64_t expiry_ns;      /* another's live Lease may be taken from then on; 0: none */
 };
 
 const char *leader_role_name(enum leader_role role)
@@ -346,9 +347,12 @@ static enum attempt try_acquire_or_renew(struct leader *l, bool holder)
     }
     keep_record(l, lease);
     const char *who = lease_holder(lease);
+    l->expiry_ns = 0;
     if (who[0] && strcmp(who, l->identity) != 0 &&
-        clock_now_ns() < l->observed_at_ns + lease_duration_ns(l, lease))
+        clock_now_ns() < l->observed_at_ns + lease_duration_ns(l, lease)) {
+        l->expiry_ns = l->observed_at_ns + lease_duration_ns(l, lease);
         return ATTEMPT_NOT_HELD; /* a live holder: unchanged for less than its duration */
+    }
     if (who[0] && strcmp(who, l->identity) != 0)
         log_info("lease %s/%s: holder %s did not renew for %d s; taking over", l->ns, l->name, who,
                  (int)(lease_duration_ns(l, lease) / (1000 * NS_PER_MS)));
@@ -395,7 +399,13 @@ static void *leader_thread(void *arg)
             if (l->cfg.on_acquired)
                 l->cfg.on_acquired(l->cfg.ctx, acquired);
         }
-        struct timespec until = clock_timespec_ms(t0 / NS_PER_MS + l->cfg.retry_period_ms);
+        /* The next round after a retry period, or just past the moment a
+         * live holder's Lease expires when that comes sooner (failover
+         * then costs lease duration + one retry period, not two). */
+        int64_t next_ms = t0 / NS_PER_MS + l->cfg.retry_period_ms;
+        if (a == ATTEMPT_NOT_HELD && l->expiry_ns > t0 && l->expiry_ns / NS_PER_MS + 1 < next_ms)
+            next_ms = l->expiry_ns / NS_PER_MS + 1;
+        struct timespec until = clock_timespec_ms(next_ms);
         pthread_mutex_lock(&l->lock);
         while (!l->stopping && pthread_cond_timedwait(&l->cond, &l->lock, &until) != ETIMEDOUT)
             ;

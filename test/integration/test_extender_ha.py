@@ -423,6 +423,7 @@ def test_sigkill_of_the_holder_fails_over_within_15s(api, replicas):
     h.kill(signal.SIGKILL)
     t0 = time.monotonic()
     t_ok = bind_until_ok(f, pods[4], 20)
+    print("failover after SIGKILL: %.1f s" % (t_ok - t0))
     assert t_ok - t0 <= scaled(15), "failover took %.1f s" % (t_ok - t0)
     for p in pods[5:]:
         f.bind(p)
@@ -443,5 +444,6 @@ def test_sigterm_releases_the_lease(api, replicas):
     assert any('"holderIdentity":""' in w["body"] for w in lease_writes(api)), "no release"
     assert "released" in h.log(), h.log()
     t_ok = bind_until_ok(f, pods[1], 10)
+    print("takeover after SIGTERM: %.1f s" % (t_ok - t0))
     assert t_ok - t0 <= scaled(3.5), "takeover after SIGTERM took %.1f s" % (t_ok - t0)
     assert overcommitted(api) == {}
