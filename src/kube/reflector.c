@@ -82,8 +82,8 @@ enum kube_result kube_reflector_run_relist(struct kube_client *client, const cha
         if (need_list)
             res = reflector_list(client, path, page_limit, ops, ctx, rv, cancel, err);
         else
-            res = kube_watch_counted(client, path, rv, ops->event, ctx, cancel, relist, err,
-                                     &events);
+            res =
+                kube_watch_counted(client, path, rv, ops->event, ctx, cancel, relist, err, &events);
         if (res == KUBE_CANCELLED || (cancel != NULL && kube_cancel_fired(cancel))) {
             kube_fail(err, 0, "Cancelled", "reflector %s: cancelled", path);
             return KUBE_CANCELLED;
