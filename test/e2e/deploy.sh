@@ -142,14 +142,15 @@ dep_overlay() {
     # kube-scheduler reaches it at the Service's ClusterIP; here it joins the
     # host network too, and dep_cluster_ip stands in for kube-proxy. The
     # gpushare overlay's extender is a host-network DaemonSet as shipped.
-    # Two host-network replicas would share one node's port: one here, and
-    # no PodDisruptionBudget (policy/v1 is 1.21+; this cluster is 1.20).
+    # Two host-network replicas would share one node's port: one here,
+    # replaced by Recreate (a surge pod could not open the port), and no
+    # PodDisruptionBudget (policy/v1 is 1.21+; this cluster is 1.20).
     local ext_replicas="" ext_pdb=""
     if [[ $name == gpushare ]]; then
       ext_kind=DaemonSet
     else
       ext_net=$host_net
-      ext_replicas="  replicas: 1"
+      ext_replicas=$'  replicas: 1\n  strategy: {type: Recreate, rollingUpdate: null}'
       ext_pdb=$'---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: gpupool-scheduler-extender, namespace: kube-system}\n$patch: delete'
     fi
     ext_patch=$(cat <<EOF

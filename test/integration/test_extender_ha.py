@@ -450,3 +450,18 @@ def test_sigterm_releases_the_lease(api, replicas):
     print("takeover after SIGTERM: %.1f s" % (t_ok - t0))
     assert t_ok - t0 <= scaled(3.5), "takeover after SIGTERM took %.1f s" % (t_ok - t0)
     assert overcommitted(api) == {}
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--leader-elect-renew-deadline", "9s"], "renew deadline"),
+    (["--leader-elect-lease", "no-slash"], "--leader-elect-lease"),
+    (["--leader-elect-lease-duration", "10500ms"], "whole seconds"),
+    (["--advertise-url", "ftp://x:1"], "--advertise-url"),
+])
+def test_bad_leader_flags_are_refused(tmp_path, args, words):
+    from conftest import run_program
+    from test_extender import EXTENDER_BIN
+    proc = run_program([EXTENDER_BIN, "--kubeconfig", str(tmp_path / "none"), "--leader-elect"]
+                       + args, timeout=20)
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr, proc.stderr
