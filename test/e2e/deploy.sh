@@ -131,11 +131,11 @@ dep_overlay() {
   if [[ $name == gpu-mem || $name == secondary-scheduler || $name == gpushare ]]; then
     # In-cluster configuration (the ServiceAccount's token and ca.crt) with
     # the address kube-proxy would have given the `kubernetes` Service: this
-    # cluster runs none, and its API server listens on 127.0.0.1:6443 only.
+    # cluster runs none; host-network pods reach its API server on 127.0.0.1:6443.
     kube_env='        - {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}
         - {name: KUBERNETES_SERVICE_PORT, value: "6443"}'
-    # This cluster's pods have no route to the API server: the plugin joins
-    # the host network to call it (the extender is host-network as shipped).
+    # The plugin is host-network as shipped, and so is the extender here
+    # but in 10g, which runs its replicas on the pod network as shipped.
     host_net='      hostNetwork: true
       dnsPolicy: ClusterFirstWithHostNet'
     # The extender as shipped runs on the pod network (overlays/gpu-mem) and
@@ -143,15 +143,22 @@ dep_overlay() {
     # host network too, and dep_cluster_ip stands in for kube-proxy. The
     # gpushare overlay's extender is a host-network DaemonSet as shipped.
     # Two host-network replicas would share one node's port: one here,
-    # replaced by Recreate (a surge pod could not open the port), and no
-    # PodDisruptionBudget (policy/v1 is 1.21+; this cluster is 1.20).
-    local ext_replicas="" ext_pdb=""
+    # replaced by Recreate (a surge pod could not open the port).
+    # DEP_EXT_POD_NET=ADDRESS (10g) keeps the shipped pod network, replicas
+    # and strategy, and the extender reaches the apiserver at ADDRESS.
+    # No PodDisruptionBudget either way (policy/v1 is 1.21+; this cluster is 1.20).
+    local ext_replicas="" ext_pdb="" ext_env=$kube_env
     if [[ $name == gpushare ]]; then
       ext_kind=DaemonSet
     else
-      ext_net=$host_net
-      ext_replicas=$'  replicas: 1\n  strategy: {type: Recreate, rollingUpdate: null}'
       ext_pdb=$'---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: gpupool-scheduler-extender, namespace: kube-system}\n$patch: delete'
+      if [[ -n ${DEP_EXT_POD_NET:-} ]]; then
+        ext_env="        - {name: KUBERNETES_SERVICE_HOST, value: $DEP_EXT_POD_NET}
+        - {name: KUBERNETES_SERVICE_PORT, value: \"6443\"}"
+      else
+        ext_net=$host_net
+        ext_replicas=$'  replicas: 1\n  strategy: {type: Recreate, rollingUpdate: null}'
+      fi
     fi
     ext_patch=$(cat <<EOF
 $ext_pdb
@@ -167,7 +174,7 @@ $ext_net
       containers:
       - name: gpupool-scheduler-extender
         env:
-$kube_env
+$ext_env
 EOF
 )
     if [[ $name == secondary-scheduler ]]; then
@@ -687,6 +694,7 @@ EOF
 
     dep_delete_pods
     . "$E2E_DIR/routes.sh"   # 10e secondary scheduler, 10f gpushare's configuration
+    . "$E2E_DIR/ha.sh"       # 10g two extender replicas, the active one deleted
 
     dep_delete_pods
     dep_delete gpu-mem

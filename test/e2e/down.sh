@@ -68,6 +68,11 @@ umount_under "$E2E_STATE"
 ip link show "$CNI_BRIDGE" >/dev/null 2>&1 && ip link delete "$CNI_BRIDGE" 2>/dev/null
 # deploy.sh: the extender Service's ClusterIP stood in for kube-proxy there.
 ip addr del 10.96.0.39/32 dev lo 2>/dev/null
+# ha.sh (10g): its stand-in for kube-proxy's rules.
+iptables -w -D OUTPUT -d 10.96.0.39/32 -p tcp -j REJECT --reject-with tcp-reset 2>/dev/null
+iptables -w -t nat -D OUTPUT -d 10.96.0.39/32 -j GPUPOOL-E2E-SVC 2>/dev/null
+iptables -w -t nat -F GPUPOOL-E2E-SVC 2>/dev/null
+iptables -w -t nat -X GPUPOOL-E2E-SVC 2>/dev/null
 
 # 6. Cgroups the kubelet created (empty once every pod process is gone).
 for ctl in /sys/fs/cgroup/*/; do

@@ -67,6 +67,9 @@ chmod 600 "$KUBECONFIG" "$E2E_STATE/pki/tokens.csv"
 # The apiserver refuses a loopback advertise address; nothing connects to it.
 ADVERTISE=$(ip -4 -o addr show scope global 2>/dev/null | awk 'NR == 1 {split($4, a, "/"); print a[1]}')
 ADVERTISE=${ADVERTISE:-192.0.2.1}
+# Pods on the pod network reach the apiserver at this address (deploy.sh 10g:
+# the extender's replicas as shipped; the serving certificate names it).
+echo "$ADVERTISE" >"$E2E_STATE/advertise"
 
 # A CA and the apiserver's serving certificate. The token controller puts
 # ca.crt into every service-account token secret, and in-cluster clients
@@ -94,9 +97,11 @@ wait_for 30 "etcd healthy" curl -fsS --max-time 2 http://127.0.0.1:2379/health |
 
 # --- kube-apiserver --------------------------------------------------------
 e2e_log "starting kube-apiserver (advertise $ADVERTISE)"
+# Every address, not only 127.0.0.1: pod-network pods (10g) come through the
+# CNI bridge to $ADVERTISE. Clients authenticate (no anonymous access).
 start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
   --etcd-servers=http://127.0.0.1:2379 \
-  --bind-address=127.0.0.1 --secure-port=6443 --insecure-port=0 \
+  --bind-address=0.0.0.0 --secure-port=6443 --insecure-port=0 \
   --advertise-address="$ADVERTISE" \
   --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
   --token-auth-file="$E2E_STATE/pki/tokens.csv" \
@@ -138,6 +143,9 @@ for ns in default kube-system; do
 done
 
 # --- containerd ------------------------------------------------------------
+# isGateway: the bridge takes the subnet's first address and pods a default
+# route through it, so pod-network pods (10g) reach the host's apiserver and
+# the host (kube-scheduler) reaches them.
 cat >"$E2E_STATE/cni/net.d/10-gpupool-e2e.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -146,7 +154,7 @@ cat >"$E2E_STATE/cni/net.d/10-gpupool-e2e.conflist" <<EOF
     {
       "type": "bridge",
       "bridge": "$CNI_BRIDGE",
-      "isGateway": false,
+      "isGateway": true,
       "ipMasq": false,
       "hairpinMode": false,
       "ipam": {

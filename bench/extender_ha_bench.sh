@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# bench/extender_ha_bench.sh BUILD_DIR -- 3 gpupool-scheduler-extender replicas
+# (--leader-elect) against a real kube-apiserver holding 5,000 fake GPU nodes,
+# a burst of 2,000 gpu-mem pods scheduled through them while the Lease holder
+# is SIGKILLed every 10 s (bench/extender_ha_bench.py says how). Prints a
+# Markdown report on stdout; exit status 1 on an over-commit.
+#
+# The same etcd + kube-apiserver set-up as extender_bench.sh (its own ports;
+# no kubelet, scheduler or containerd); everything it started is stopped on exit.
+# Environment: EXTENDER_BIN, NODES (5000), REPLICAS (3), PODS (2000),
+# KILL_EVERY (10), EXTENDER_PORT (first replica's port, 39990), K8S_CACHE.
+# Logs: /var/tmp/gpupool-bench/logs/<UTC time>/.
+set -euo pipefail
+
+if [[ $# -ne 1 || ! -d $1 ]]; then
+  echo "usage: bench/extender_ha_bench.sh BUILD_DIR" >&2
+  exit 2
+fi
+BUILD=$(cd "$1" && pwd)
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+# Our own state, run and log dirs: lib.sh derives KUBECONFIG, pid files and
+# the logs from these, so the e2e cluster's files are never touched.
+export E2E_STATE=/dev/shm/gpupool-bench
+export E2E_RUN=${TMPDIR:-/tmp}/gpupool-bench-run
+export E2E_LOGS=/var/tmp/gpupool-bench/logs/$stamp
+. "$SRC/test/e2e/lib.sh"
+PYTHON=${PYTHON:-/usr/bin/python3}
+EXTENDER_BIN=${EXTENDER_BIN:-$BUILD/bin/gpupool-scheduler-extender}
+ETCD_PORT=23790
+ETCD_PEER_PORT=23800
+API_PORT=16443
+EXTENDER_PORT=${EXTENDER_PORT:-39990}
+
+for f in "$K8S_BIN/kube-apiserver" "$EXTENDER_BIN"; do
+  [[ -x $f ]] || { echo "extender_ha_bench.sh: $f missing (build-k8s.sh / cmake --build)" >&2; exit 1; }
+done
+command -v etcd >/dev/null || { echo "extender_ha_bench.sh: etcd missing (scripts/install-deps.sh --e2e)" >&2; exit 1; }
+for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $EXTENDER_PORT; do
+  if ss -Hltn "sport = :$port" | grep -q .; then
+    echo "extender_ha_bench.sh: port $port in use (a bench still running?)" >&2
+    exit 1
+  fi
+done
+cleanup() {
+  stop_pid kube-apiserver 15 >&2
+  stop_pid etcd 15 >&2
+  rm -rf "$E2E_STATE" "$E2E_RUN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+. "$SRC/bench/apiserver.sh"
+# TaintNodesByCondition off: the fake nodes have no kubelet to clear the not-ready taint.
+bench_start_apiserver /var/tmp/gpupool-bench/logs ServiceAccount,TaintNodesByCondition
+
+cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -n 1)
+commit=$(git -C "$SRC" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+[[ -z "$(git -C "$SRC" status --porcelain --untracked-files=no 2>/dev/null)" ]] || commit="$commit (with uncommitted changes)"
+echo "## gpupool-scheduler-extender against kube-apiserver $("$K8S_BIN/kube-apiserver" --version | awk '{print $2}')"
+echo
+echo "$(nproc) CPUs, ${cpu:-$(uname -m)}, load $(cut -d' ' -f1-3 /proc/loadavg) at start; $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; extender $EXTENDER_BIN; logs $E2E_LOGS"
+echo
+"$PYTHON" "$SRC/bench/extender_ha_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
+  --kubeconfig "$KUBECONFIG" --extender "$EXTENDER_BIN" --port "$EXTENDER_PORT" \
+  --nodes "${NODES:-5000}" --replicas "${REPLICAS:-3}" --pods "${PODS:-2000}" \
+  --kill-every "${KILL_EVERY:-10}" --log-dir "$E2E_LOGS"
