@@ -41,6 +41,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from extender_bench import (GIB_PER_GPU, GPUS_PER_NODE, NAMESPACE, Api, BenchError,  # noqa: E402
@@ -93,8 +94,9 @@ class Replicas:
         url = (lease["metadata"].get("annotations") or {}).get("gpupool.io/bind-url", "")
         if not lease["spec"].get("holderIdentity"):
             return None
+        port = urllib.parse.urlsplit(url).port
         for i, e in enumerate(self.exts):
-            if url.endswith(f":{e.port}"):
+            if e.port == port:
                 return i
         return None
 
