@@ -741,17 +741,10 @@ int daemon_run(int argc, char **argv, char **envp)
     char err[DAEMON_ERR_LEN];
     int status = 1;
 
-    /* Blocked before any thread exists, so gRPC's and the health thread
-     * inherit the mask and signals reach only the signalfd. */
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGHUP);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGQUIT);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
-
+    /* Loaded while SIGTERM still has its default action: no thread exists
+     * yet, and a parse (bounded anyway, yamlcfg.h) must never make the
+     * process ignore a stop request (D8 of the reliability review). */
     enum config_result r = config_load(&d.cfg, argc, argv, envp, err, sizeof err);
     if (r == CONFIG_EXIT) {
         config_free(&d.cfg);
@@ -762,6 +755,16 @@ int daemon_run(int argc, char **argv, char **envp)
         log_error("invalid configuration: %s", err);
         return 1;
     }
+    /* Blocked before any thread exists, so gRPC's and the health thread
+     * inherit the mask and signals reach only the signalfd (a signal sent
+     * before this point has already ended the process). */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGHUP);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
     log_set_verbosity(d.cfg.verbosity);
     log_info("Starting gpupool-device-plugin %s", GP_VERSION);
     resolve_socket_dir(&d);
