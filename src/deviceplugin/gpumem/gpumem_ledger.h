@@ -20,7 +20,9 @@
 
 struct gpumem_ledger;
 
-/* Creates <dir>/gpumem if needed and loads every entry. */
+/* Creates <dir>/gpumem if needed and loads every entry. Entries that are
+ * not regular files (symlinks, FIFOs, ...) or do not hold a plain decimal
+ * count are skipped with a warning; this never blocks. */
 GP_MUST_USE int gpumem_ledger_open(const char *dir, struct gpumem_ledger **out, char *err,
                                    size_t errlen);
 void gpumem_ledger_close(struct gpumem_ledger *l);
