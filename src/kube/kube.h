@@ -66,9 +66,10 @@ enum kube_result {
 };
 
 struct kube_error {
-    int http_status;    /* HTTP status, or Status.code; 0 when none was received */
-    char reason[64];    /* Status.reason ("NotFound", "Conflict", "Gone", ...) or ours */
-    char message[1024]; /* Status.message, or a description of the local failure */
+    int http_status;     /* HTTP status, or Status.code; 0 when none was received */
+    char reason[64];     /* Status.reason ("NotFound", "Conflict", "Gone", ...) or ours */
+    char message[1024];  /* Status.message, or a description of the local failure */
+    long retry_after_ms; /* the last answer's Retry-After (capped at 60 s); 0 when none */
 };
 
 struct kube_retry_policy {
@@ -100,6 +101,25 @@ struct kube_client_stats {
     uint64_t retries;       /* of which were retries */
     size_t peak_body_bytes; /* largest response body or watch line held in memory */
 };
+
+/* Retrying a write in the caller (the device plugin's pod patches, the
+ * extender's bind): the client retries only what the server cannot have
+ * acted on, so a caller that knows its write is safe to repeat (a JSON patch
+ * with a uid test, an idempotent annotation) runs its own loop with these.
+ *
+ * kube_error_transient: the failure may go away by itself: HTTP 408, 429,
+ * 500, 502, 503, 504 (also as a Status code), or no answer at all (reasons
+ * "ConnectError", "ConnectionError", "Timeout"). Anything else (4xx,
+ * "TLSError", "TooLarge", "Cancelled", ...) is a final answer.
+ *
+ * kube_retry_delay_ms: the wait before retry number `retry` (1 = first):
+ * min(max_backoff_ms, initial_backoff_ms * 2^(retry-1)) times a jitter
+ * factor in [0.5, 1), and never less than err->retry_after_ms (err may be
+ * NULL). policy NULL = the client's own (kube_client_options.retry, with
+ * zeros replaced by the defaults, as everywhere). Thread-safe. */
+bool kube_error_transient(const struct kube_error *err);
+long kube_retry_delay_ms(struct kube_client *client, const struct kube_retry_policy *policy,
+                         int retry, const struct kube_error *err);
 
 /* Builds a client from the options (NULL = all defaults). Reads and checks
  * the whole configuration now: a bad kubeconfig fails here with
