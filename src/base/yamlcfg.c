@@ -38,11 +38,11 @@ static char *read_config(const char *path, size_t *len, char *err, size_t errlen
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: cannot read config file: it is %s, not a regular file", path,
+        snprintf(err, errlen, "%s: cannot read config file: it is %s", path,
                  S_ISDIR(st.st_mode)    ? "a directory"
-                 : S_ISFIFO(st.st_mode) ? "a FIFO"
-                 : S_ISSOCK(st.st_mode) ? "a socket"
-                                        : "a device");
+                 : S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file"
+                 : S_ISSOCK(st.st_mode) ? "a socket, not a regular file"
+                                        : "a device, not a regular file");
         close(fd);
         return NULL;
     }

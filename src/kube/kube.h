@@ -236,6 +236,23 @@ int kube_post(struct kube_client *client, const char *path, const json_t *body, 
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
                   const char *node, struct kube_error *err) GP_MUST_USE;
 
+/* A core/v1 Event about a pod, as `kubectl describe pod` shows it. */
+struct kube_pod_event {
+    const char *ns, *name, *uid; /* the pod (involvedObject); uid may be NULL */
+    bool warning;                /* type Warning, else Normal */
+    const char *reason;          /* CamelCase, e.g. "GPUMemAssignFailed" */
+    const char *message;         /* for people; the server keeps up to 1 KiB of it */
+    const char *component;       /* source.component / reportingComponent */
+    const char *host;            /* source.host / reportingInstance (the node); may be NULL */
+};
+
+/* POSTs one Event (generateName "<pod>.", first/lastTimestamp now, count 1)
+ * to /api/v1/namespaces/<ns>/events. Needs RBAC `create` on `events`.
+ * Retried like any POST (connect failures, 429); a caller treats a failure
+ * as a lost note, never as a failed operation. */
+int kube_post_pod_event(struct kube_client *client, const struct kube_pod_event *ev,
+                        struct kube_error *err) GP_MUST_USE;
+
 /* Cancellation token for watches and reflectors. kube_cancel_fire() is
  * thread-safe and makes a running kube_watch()/kube_reflector_run() that
  * uses this token return KUBE_CANCELLED promptly (it interrupts the network

@@ -466,3 +466,92 @@ def test_dropped_watch_is_resumed(gpumem, api):
     create(api, make_pod("after-drop", 5, idx=2))
     (_, _, r), = k.admit("default", "after-drop")
     assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == uuids[2]
+
+
+# ---------------------------------------------------------------- faults on the way out (issue 17 item 4)
+
+def patches_of(api, name):
+    return [r for r in api.requests() if r["method"] == "PATCH" and r["path"].endswith("/pods/" + name)]
+
+
+def pod_events(api, name):
+    with api.store.lock:
+        evs = [obj for _, obj in api.store.select("events", "default", [], [])]
+    return [e for e in evs if e.get("involvedObject", {}).get("name") == name]
+
+
+def wait_event(api, name, reason, timeout):
+    deadline = time.monotonic() + scaled(timeout)
+    while time.monotonic() < deadline:
+        evs = [e for e in pod_events(api, name) if e.get("reason") == reason]
+        if evs:
+            return evs[0]
+        time.sleep(0.1)
+    raise AssertionError("pod %s: no Event %s; events: %r" % (name, reason, pod_events(api, name)))
+
+
+def test_assigned_patch_lands_after_the_api_was_gone_for_60s(gpumem, api):
+    """The API server refuses every request for 60 s right after an Allocate: the patch is
+    retried with backoff (capped at 10 s, jittered) and lands within one cap of the API's
+    return, and the pod's Events say it took retries."""
+    p, k = gpumem()
+    api.add_fault(method="PATCH", path="/pods/down1$", action="close", for_s=scaled(60))
+    t0 = time.monotonic()
+    create(api, make_pod("down1", 2, idx=0))
+    k.admit("default", "down1")
+    api.add_fault(path=".*", action="close", for_s=scaled(59))   # watches, publishes: all gone
+    wait_annotation(api, "down1", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true", timeout=60 + 15)
+    assert time.monotonic() - t0 < scaled(60) + 12
+    ev = wait_event(api, "down1", "GPUMemAssigned", 5)
+    assert ev["type"] == "Normal" and ev["involvedObject"]["kind"] == "Pod", ev
+    assert ev["involvedObject"]["uid"] == api.store.get("pods", "default", "down1")["metadata"]["uid"]
+    assert "failed attempts" in ev["message"] and ev["source"]["component"] == "gpupool-device-plugin", ev
+    times = [r["time"] for r in patches_of(api, "down1")]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert 6 <= len(times) <= 20, gaps              # neither a tight loop nor given up
+    assert max(gaps) <= 10.5, gaps                  # the cap
+    assert len({round(g, 2) for g in gaps[-3:]}) > 1, gaps   # jitter: not in lock-step
+    assert p.alive()
+
+
+def test_assigned_patch_honours_retry_after(gpumem, api):
+    """503 + Retry-After: 2 on the patch (which the client itself does not retry: the server may
+    have acted) - our own retries wait at least that long, not the 200 ms backoff."""
+    p, k = gpumem()
+    api.add_fault(method="PATCH", path="/pods/ra1$", status=503, retry_after=2, count=2)
+    create(api, make_pod("ra1", 2, idx=0))
+    k.admit("default", "ra1")
+    wait_annotation(api, "ra1", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true", timeout=10)
+    reqs = patches_of(api, "ra1")
+    assert [r["status"] for r in reqs] == [503, 503, 200], reqs
+    gaps = [b["time"] - a["time"] for a, b in zip(reqs, reqs[1:])]
+    assert min(gaps) >= 1.95, gaps
+    ev = wait_event(api, "ra1", "GPUMemAssigned", 5)
+    assert "2 failed attempts" in ev["message"] and "503" in ev["message"], ev
+
+
+def test_assigned_patch_on_a_slow_api(gpumem, api):
+    """Every patch answered after 5 s: it lands on the first try (the client waits 10 s)."""
+    p, k = gpumem()
+    api.add_fault(method="PATCH", path="/pods/slow1$", action="delay", delay_ms=5000, count=-1)
+    create(api, make_pod("slow1", 2, idx=0))
+    k.admit("default", "slow1")
+    wait_annotation(api, "slow1", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true", timeout=10)
+    assert [r["status"] for r in patches_of(api, "slow1")] == [200]
+    assert pod_events(api, "slow1") == []
+
+
+def test_assigned_patch_gives_up_with_a_warning_event(gpumem, api):
+    """500 forever: after --api-write-deadline (3 s here, 5 min by default) an error is logged
+    and the pod gets a Warning Event naming the failure."""
+    p, k = gpumem(args=["--api-write-deadline", "3s"])
+    api.add_fault(method="PATCH", path="/pods/gu1$", status=500, message="etcd is sulking",
+                  count=-1)
+    create(api, make_pod("gu1", 2, idx=0))
+    k.admit("default", "gu1")
+    ev = wait_event(api, "gu1", "GPUMemAssignFailed", 10)
+    assert ev["type"] == "Warning" and "etcd is sulking" in ev["message"], ev
+    p.wait_log(r"giving up on pod default/gu1: .*HTTP 500", 2)
+    n = len(patches_of(api, "gu1"))
+    assert 3 <= n <= 12, n
+    api.clear_faults()
