@@ -20,6 +20,7 @@
 struct ledger_entry {
     char uid[LEDGER_UID_MAX + 1];
     unsigned calls;
+    bool unsaved; /* calls is newer than the file (a failed write) */
 };
 
 struct gpumem_ledger {
@@ -64,6 +65,7 @@ static struct ledger_entry *insert(struct gpumem_ledger *l, const char *uid)
     struct ledger_entry *e = &l->entries[l->count++];
     snprintf(e->uid, sizeof e->uid, "%s", uid);
     e->calls = 0;
+    e->unsaved = false;
     return e;
 }
 
@@ -167,13 +169,9 @@ unsigned gpumem_ledger_get(const struct gpumem_ledger *l, const char *uid)
     return e ? e->calls : 0;
 }
 
-int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls, char *err,
-                      size_t errlen)
+static int save(const struct gpumem_ledger *l, const char *uid, unsigned calls, char *err,
+                size_t errlen)
 {
-    if (!valid_uid(uid)) {
-        snprintf(err, errlen, "pod UID \"%.80s\" is not a valid UID", uid);
-        return -1;
-    }
     char path[PATH_MAX + LEDGER_UID_MAX + 2];
     snprintf(path, sizeof path, "%s/%s", l->dir, uid);
     char text[16];
@@ -182,13 +180,37 @@ int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls, 
         snprintf(err, errlen, "cannot write the gpu-mem ledger %s: %s", path, strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls, char *err,
+                      size_t errlen)
+{
+    if (!valid_uid(uid)) {
+        snprintf(err, errlen, "pod UID \"%.80s\" is not a valid UID", uid);
+        return -1;
+    }
     struct ledger_entry *e = find(l, uid);
     if (e == NULL && (e = insert(l, uid)) == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     e->calls = calls;
-    return 0;
+    e->unsaved = save(l, uid, calls, err, errlen) != 0;
+    return e->unsaved ? GPUMEM_LEDGER_UNSAVED : 0;
+}
+
+size_t gpumem_ledger_flush(struct gpumem_ledger *l, char *err, size_t errlen)
+{
+    size_t left = 0;
+    for (size_t i = 0; i < l->count; i++) {
+        struct ledger_entry *e = &l->entries[i];
+        if (e->unsaved && save(l, e->uid, e->calls, err, errlen) != 0)
+            left++;
+        else
+            e->unsaved = false;
+    }
+    return left;
 }
 
 size_t gpumem_ledger_prune(struct gpumem_ledger *l, bool (*keep)(void *ctx, const char *uid),

@@ -374,8 +374,15 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
     if (f.assigned && done == 0)
         done = 1;
     /* Durable before the reply: a restarted plugin must know this call
-     * was answered (docs/gpumem.md, "What is durable"). */
-    if (!f.repeat && gpumem_ledger_set(s->ledger, f.uid, done + 1, why, sizeof why) != 0) {
+     * was answered (docs/gpumem.md, "What is durable"). A full or
+     * read-only --state-dir does not stop the node from admitting pods:
+     * the count is kept in memory and written by the maintenance pass. */
+    int saved = f.repeat ? 0 : gpumem_ledger_set(s->ledger, f.uid, done + 1, why, sizeof why);
+    if (saved == GPUMEM_LEDGER_UNSAVED) {
+        log_error("gpu-mem: pod %s/%s: %s; answering anyway (kept in memory, written again every "
+                  "%lld s; a plugin restart before then may not know this call was answered)",
+                  f.ns, f.name, why, MAINTENANCE_MS / 1000);
+    } else if (saved != 0) {
         answer_error(it, RPC_INTERNAL, "pod %s/%s: cannot record the allocation: %s", f.ns, f.name,
                      why);
         return;
@@ -445,6 +452,10 @@ static void maintenance(struct gpumem_service *s)
         }
     }
     podview_unlock(s->view);
+    char why[512];
+    size_t unsaved = gpumem_ledger_flush(s->ledger, why, sizeof why);
+    if (unsaved > 0)
+        log_error("gpu-mem ledger: %zu entries still unsaved: %s", unsaved, why);
     for (size_t i = 0; i < n_todo; i++)
         queue_assign(s, todo[i].ns, todo[i].name, todo[i].uid);
     free(todo);
