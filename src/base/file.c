@@ -4,10 +4,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static atomic_ullong failures;
+
+unsigned long long file_replace_failures(void)
+{
+    return atomic_load(&failures);
+}
 
 int file_replace(const char *path, const void *data, size_t len, mode_t mode, unsigned flags)
 {
@@ -20,8 +28,10 @@ int file_replace(const char *path, const void *data, size_t len, mode_t mode, un
     }
     (void)unlink(tmp); /* a leftover of a crash */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd < 0)
+    if (fd < 0) {
+        atomic_fetch_add(&failures, 1);
         return FILE_REPLACE_NO_TEMP;
+    }
     const char *p = data;
     int rc = 0;
     for (size_t left = len; left > 0 && rc == 0;) {
@@ -47,7 +57,8 @@ int file_replace(const char *path, const void *data, size_t len, mode_t mode, un
         saved = errno;
     }
     if (rc != 0) {
-        (void)unlink(tmp);
+        (void)unlink(tmp); /* nothing half-written is left: the old file stands */
+        atomic_fetch_add(&failures, 1);
         errno = saved;
     }
     return rc;

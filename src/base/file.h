@@ -23,4 +23,9 @@
  * temporary name is not followed. */
 int file_replace(const char *path, const void *data, size_t len, mode_t mode, unsigned flags);
 
+/* How many file_replace() calls of this process failed (a full disk, a
+ * read-only directory, ...): the metric that says the node's own files are
+ * not being kept. Thread-safe. */
+unsigned long long file_replace_failures(void);
+
 #endif

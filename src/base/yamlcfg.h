@@ -21,8 +21,18 @@ struct ycfg_node; /* opaque: a node of the loaded document */
 
 enum ycfg_kind { YCFG_NULL, YCFG_SCALAR, YCFG_SEQUENCE, YCFG_MAPPING };
 
-/* Parses the first document of `path`. An empty file is an empty document
- * (ycfg_root() returns NULL). Errors: "path:line: message" into err. */
+/* Bounds of what ycfg_load() accepts: a ConfigMap holds at most 1 MiB, a
+ * kubeconfig with many embedded certificates a few; nesting deeper than
+ * any real configuration is refused because libyaml's time grows with its
+ * square. */
+#define YCFG_MAX_BYTES (4 * 1024 * 1024)
+#define YCFG_MAX_DEPTH 64
+
+/* Parses the first document of `path`, which must be a regular file (a
+ * FIFO, device, socket or directory is refused at once, without blocking)
+ * of at most YCFG_MAX_BYTES, nested at most YCFG_MAX_DEPTH levels; time is
+ * linear in its size. An empty file is an empty document (ycfg_root()
+ * returns NULL). Errors: "path:line: message" into err. */
 GP_MUST_USE int ycfg_load(const char *path, struct ycfg_doc *doc, char *err, size_t errlen);
 void ycfg_free(struct ycfg_doc *doc);
 

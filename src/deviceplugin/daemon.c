@@ -372,6 +372,19 @@ static enum build_result build_node(const struct gp_config *cfg, const struct gp
     return BUILD_OK;
 }
 
+/* At start a spec that cannot be replaced (a read-only or full
+ * --cdi-spec-dir) is not fatal when one is already there: the runtime
+ * resolves the devices from it, and stopping would take every GPU of the
+ * node away. Without any spec, pods could not start: fatal as before. */
+static bool cdi_spec_present(const struct gp_config *cfg)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    return snprintf(path, sizeof path, "%s/%s", cfg->cdi_spec_dir, CDI_SPEC_FILE) <
+               (int)sizeof path &&
+           stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
 /* Serves d->node (built from d->inv under d->cfg): health monitoring,
  * servers. No node means no GPUs. */
 static enum setup_result serve(struct daemon *d)
@@ -439,6 +452,15 @@ static enum setup_result setup(struct daemon *d)
     log_inventory(&d->inv);
     if (d->inv.count > 0) {
         enum build_result built = build_node(&d->cfg, &d->inv, &d->node, err, sizeof err);
+        char cdi_err[DAEMON_ERR_LEN];
+        if (built == BUILD_NO_CDI_SPEC && cdi_spec_present(&d->cfg) &&
+            plugin_node_init(&d->node, &d->cfg, &d->inv, cdi_err, sizeof cdi_err) == 0) {
+            log_error("Cannot replace the CDI spec (--device-list-strategy cdi-*): %s; serving "
+                      "with the spec already in %s (gpupool_deviceplugin_file_write_errors_total "
+                      "counts it; a SIGHUP writes it again)",
+                      err, d->cfg.cdi_spec_dir);
+            built = BUILD_OK;
+        }
         if (built != BUILD_OK) {
             log_error("%s: %s",
                       built == BUILD_NO_CDI_SPEC
@@ -741,17 +763,10 @@ int daemon_run(int argc, char **argv, char **envp)
     char err[DAEMON_ERR_LEN];
     int status = 1;
 
-    /* Blocked before any thread exists, so gRPC's and the health thread
-     * inherit the mask and signals reach only the signalfd. */
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGHUP);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGQUIT);
-    pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
-
+    /* Loaded while SIGTERM still has its default action: no thread exists
+     * yet, and a parse (bounded anyway, yamlcfg.h) must never make the
+     * process ignore a stop request (D8 of the reliability review). */
     enum config_result r = config_load(&d.cfg, argc, argv, envp, err, sizeof err);
     if (r == CONFIG_EXIT) {
         config_free(&d.cfg);
@@ -762,6 +777,16 @@ int daemon_run(int argc, char **argv, char **envp)
         log_error("invalid configuration: %s", err);
         return 1;
     }
+    /* Blocked before any thread exists, so gRPC's and the health thread
+     * inherit the mask and signals reach only the signalfd (a signal sent
+     * before this point has already ended the process). */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGHUP);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
     log_set_verbosity(d.cfg.verbosity);
     log_info("Starting gpupool-device-plugin %s", GP_VERSION);
     resolve_socket_dir(&d);

@@ -89,6 +89,20 @@ double kube_random01(struct kube_client *c)
     return (double)(x >> 11) / (double)(1ULL << 53);
 }
 
+long kube_retry_delay_ms(struct kube_client *client, const struct kube_retry_policy *policy,
+                         int retry, const struct kube_error *err)
+{
+    struct kube_retry_policy p = policy != NULL ? *policy : client->retry;
+    if (p.initial_backoff_ms <= 0)
+        p.initial_backoff_ms = client->retry.initial_backoff_ms;
+    if (p.max_backoff_ms <= 0)
+        p.max_backoff_ms = client->retry.max_backoff_ms;
+    if (p.max_backoff_ms < p.initial_backoff_ms)
+        p.max_backoff_ms = p.initial_backoff_ms;
+    return kube_backoff_ms(&p, retry < 1 ? 1 : retry, kube_random01(client),
+                           err != NULL ? err->retry_after_ms : 0);
+}
+
 void kube_client_stats(struct kube_client *client, struct kube_client_stats *out)
 {
     pthread_mutex_lock(&client->state_lock);
@@ -568,6 +582,7 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
             cls = kube_retry_class_of((int)r.status, 0);
         }
         free(r.body.data);
+        err->retry_after_ms = r.retry_after_ms; /* for a caller's own retry (kube.h) */
         if (code == CURLE_ABORTED_BY_CALLBACK)
             return -1;
         /* A bound service-account token may have rotated under us, an

@@ -66,9 +66,10 @@ enum kube_result {
 };
 
 struct kube_error {
-    int http_status;    /* HTTP status, or Status.code; 0 when none was received */
-    char reason[64];    /* Status.reason ("NotFound", "Conflict", "Gone", ...) or ours */
-    char message[1024]; /* Status.message, or a description of the local failure */
+    int http_status;     /* HTTP status, or Status.code; 0 when none was received */
+    char reason[64];     /* Status.reason ("NotFound", "Conflict", "Gone", ...) or ours */
+    char message[1024];  /* Status.message, or a description of the local failure */
+    long retry_after_ms; /* the last answer's Retry-After (capped at 60 s); 0 when none */
 };
 
 struct kube_retry_policy {
@@ -100,6 +101,25 @@ struct kube_client_stats {
     uint64_t retries;       /* of which were retries */
     size_t peak_body_bytes; /* largest response body or watch line held in memory */
 };
+
+/* Retrying a write in the caller (the device plugin's pod patches, the
+ * extender's bind): the client retries only what the server cannot have
+ * acted on, so a caller that knows its write is safe to repeat (a JSON patch
+ * with a uid test, an idempotent annotation) runs its own loop with these.
+ *
+ * kube_error_transient: the failure may go away by itself: HTTP 408, 429,
+ * 500, 502, 503, 504 (also as a Status code), or no answer at all (reasons
+ * "ConnectError", "ConnectionError", "Timeout"). Anything else (4xx,
+ * "TLSError", "TooLarge", "Cancelled", ...) is a final answer.
+ *
+ * kube_retry_delay_ms: the wait before retry number `retry` (1 = first):
+ * min(max_backoff_ms, initial_backoff_ms * 2^(retry-1)) times a jitter
+ * factor in [0.5, 1), and never less than err->retry_after_ms (err may be
+ * NULL). policy NULL = the client's own (kube_client_options.retry, with
+ * zeros replaced by the defaults, as everywhere). Thread-safe. */
+bool kube_error_transient(const struct kube_error *err);
+long kube_retry_delay_ms(struct kube_client *client, const struct kube_retry_policy *policy,
+                         int retry, const struct kube_error *err);
 
 /* Builds a client from the options (NULL = all defaults). Reads and checks
  * the whole configuration now: a bad kubeconfig fails here with
@@ -233,6 +253,23 @@ int kube_http_post(const char *url, const char *header, const char *body, size_t
 /* Convenience: POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
                   const char *node, struct kube_error *err) GP_MUST_USE;
+
+/* A core/v1 Event about a pod, as `kubectl describe pod` shows it. */
+struct kube_pod_event {
+    const char *ns, *name, *uid; /* the pod (involvedObject); uid may be NULL */
+    bool warning;                /* type Warning, else Normal */
+    const char *reason;          /* CamelCase, e.g. "GPUMemAssignFailed" */
+    const char *message;         /* for people; the server keeps up to 1 KiB of it */
+    const char *component;       /* source.component / reportingComponent */
+    const char *host;            /* source.host / reportingInstance (the node); may be NULL */
+};
+
+/* POSTs one Event (generateName "<pod>.", first/lastTimestamp now, count 1)
+ * to /api/v1/namespaces/<ns>/events. Needs RBAC `create` on `events`.
+ * Retried like any POST (connect failures, 429); a caller treats a failure
+ * as a lost note, never as a failed operation. */
+int kube_post_pod_event(struct kube_client *client, const struct kube_pod_event *ev,
+                        struct kube_error *err) GP_MUST_USE;
 
 /* Cancellation token for watches and reflectors. kube_cancel_fire() is
  * thread-safe and makes a running kube_watch()/kube_reflector_run() that

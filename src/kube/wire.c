@@ -14,6 +14,7 @@ int kube_fail(struct kube_error *err, int http_status, const char *reason, const
     if (err == NULL)
         return -1;
     err->http_status = http_status;
+    err->retry_after_ms = 0;
     snprintf(err->reason, sizeof err->reason, "%s", reason);
     va_list ap;
     va_start(ap, fmt);
@@ -310,4 +311,22 @@ long kube_retry_after_ms(const char *value)
     if (errno != 0 || *end != '\0')
         return 0;
     return seconds > 60 ? 60000 : seconds * 1000;
+}
+
+bool kube_error_transient(const struct kube_error *err)
+{
+    switch (err->http_status) {
+    case 408:
+    case 429:
+    case 500:
+    case 502:
+    case 503:
+    case 504:
+        return true;
+    case 0:
+        return strcmp(err->reason, "ConnectError") == 0 ||
+               strcmp(err->reason, "ConnectionError") == 0 || strcmp(err->reason, "Timeout") == 0;
+    default:
+        return false;
+    }
 }

@@ -15,6 +15,8 @@
 #        get exact identity)
 #   11d  kubelet restart, 11e plugin restart: running pods keep their
 #        containers and GPUs, new equal pods still get exact identity
+#   11e2 plugin and kubelet restarted back to back, then 5 pods at once:
+#        none fails admission (issue 17)
 #   11f  libgpupool-cuda in real containers (isolation.sh): a 4 and an 8 GiB
 #        pod read total = their share, are refused 1 MiB past it, a second
 #        process shares the count; their directories go with the pods
@@ -525,6 +527,28 @@ if ((gm_ready)); then
   check "[gpu-mem] at the end, every container of every pod still matches its annotation" \
     gm_identity $(kc get pods -l "$GM_LABEL" -o name | sed 's#^pod/##')
   gm_wait_inspect "after the plugin restart"
+
+  # ===================================================================================
+  # Issue 17: plugin restart, kubelet restart right after it, pods at once:
+  # a pod admitted before the plugin registered again fails for good.
+  section "11e2. plugin and kubelet restarted back to back, then 5 pods at once: none fails admission"
+  gm_stop_plugin
+  check "[gpu-mem] plugin exits 0 on SIGTERM" test "$GM_PLUGIN_RC" = 0
+  gm_start_plugin gpu-mem-b2b
+  e2e_log "stopping the kubelet (TERM) right after the plugin start, and starting it again"
+  stop_pid kubelet 20
+  start_kubelet
+  wait_for 60 "kubelet healthz" kubelet_healthy
+  gm_batch gpu-mem gm-b2b- 5
+  gm_no_admission_error() {
+    ! kc get pods -l "$GM_LABEL" -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.status.reason} {.status.message}{"\n"}{end}' |
+      grep -E 'Failed|UnexpectedAdmissionError' | sed 's/^/    /' | grep .
+  }
+  check "[gpu-mem] no pod failed admission (UnexpectedAdmissionError)" gm_no_admission_error
+  check "[gpu-mem] no GPU over-committed after the back-to-back restarts" gm_no_overcommit
+  # shellcheck disable=SC2046
+  gm_delete $(gm_names gm-b2b- 5)
+  gm_wait_inspect "after the back-to-back restarts"
   # kubectl gpupool reads the same pool back from the API server.
   gm_cli_lists() {
     local out

@@ -102,10 +102,10 @@ rbac_gpu_mem() {  # rbac_gpu_mem PLUGIN_POD EXTENDER_POD
 
   # What each calls (docs/deploy.md); -A: cluster-wide, as the code asks.
   rbac_expect yes "$p" "patch nodes" "patch nodes --subresource=status" "get nodes" \
-    "list pods -A" "watch pods -A" "patch pods -n default"
+    "list pods -A" "watch pods -A" "patch pods -n default" "create events -n default"
   rbac_expect no "$p" "get pods -n default" "create pods -n default" "delete pods -n default" \
     "create pods --subresource=binding -n default" "list nodes" "update nodes" "delete nodes" \
-    "get secrets -n kube-system" "list secrets -A" "list configmaps -n kube-system" "create events -n default"
+    "get secrets -n kube-system" "list secrets -A" "list configmaps -n kube-system" "update events -n default"
   rbac_expect yes "$e" "list nodes" "watch nodes" "get pods -n default" "list pods -A" "watch pods -A" \
     "patch pods -n default" "create pods --subresource=binding -n default" \
     "list configmaps -n kube-system" "watch configmaps -n kube-system" \

@@ -316,6 +316,33 @@ check "a 5th GPU is refused: gpu-one-more Pending" pod_phase_is gpu-one-more Pen
 delete_all_pods
 
 # =============================================================================
+# Issue 17: the plugin restarted, then the kubelet right after it, then pods
+# created at once. A pod admitted before the plugin registered again fails
+# for good (UnexpectedAdmissionError: "requested number of devices
+# unavailable"); the plugin re-registers within ~100 ms of the kubelet
+# listening, before the kubelet answers healthz.
+section "6b. plugin and kubelet restarted back to back, then 4 pods at once: none fails admission"
+stop_plugin
+check "plugin exits 0 on SIGTERM" test "$PLUGIN_RC" = 0
+start_plugin envvar-b2b --device-list-strategy envvar
+e2e_log "stopping the kubelet (TERM) right after the plugin start, and starting it again"
+stop_pid kubelet 20
+start_kubelet
+wait_for 60 "kubelet healthz" kubelet_healthy
+for i in 0 1 2 3; do make_pod "gpu-b2b-$i" 1; done
+b2b_running() { local i; for i in 0 1 2 3; do pod_ready_line "gpu-b2b-$i" || return 1; done; }
+b2b_settled() { b2b_running || kc get pods -l app=gpupool-e2e -o jsonpath='{.items[*].status.phase}' | grep -q Failed; }
+wait_for 120 "4 pods Running (or one Failed)" b2b_settled
+kshow get pods -l app=gpupool-e2e -o wide
+no_admission_error() {
+  ! kc get pods -l app=gpupool-e2e -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.status.reason} {.status.message}{"\n"}{end}' |
+    grep -E 'Failed|UnexpectedAdmissionError' | sed 's/^/    /' | grep .
+}
+check "none of the 4 pods failed admission (UnexpectedAdmissionError)" no_admission_error
+check "all 4 pods Running with a GPU each" b2b_running
+delete_all_pods
+
+# =============================================================================
 section "7. time-slicing (replicas 2): capacity 8, pods share GPUs"
 stop_plugin
 echo "  $ cat test/e2e/time-slicing.yaml"; sed 's/^/    /' "$E2E_DIR/time-slicing.yaml"

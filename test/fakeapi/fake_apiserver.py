@@ -338,6 +338,11 @@ class Fault:
         # searched in the request body: e.g. one replica's Lease writes (its holderIdentity)
         self.body_match = re.compile(spec["body_match"]) if spec.get("body_match") else None
         self.count = int(spec.get("count", 1))   # -1: forever
+        # for_s: every matching request for this many seconds from now, whatever count says
+        # (action "close" = the API server gone for a while)
+        self.until = time.monotonic() + float(spec["for_s"]) if "for_s" in spec else None
+        if self.until is not None:
+            self.count = -1
         self.action = spec.get("action", "status")
         self.status = int(spec.get("status", 500))
         self.reason = spec.get("reason")
@@ -350,6 +355,8 @@ class Fault:
         self.spec = spec
 
     def matches(self, method, path, raw_query, is_watch, body=""):
+        if self.until is not None and time.monotonic() >= self.until:
+            return False
         return (self.count != 0 and self.method in ("*", method) and self.path.search(path)
                 and self.query.search(raw_query)
                 and (self.watch is None or bool(self.watch) == is_watch)

@@ -3,6 +3,7 @@ host checks of --imex-required and the refusal of options gpupool cannot honour.
 
 import json
 import os
+import re
 
 from conftest import RESOURCE
 
@@ -195,3 +196,50 @@ def test_unknown_cdi_feature_flag_refused(plugin, kubelet):
     p = plugin(env={"CDI_FEATURE_FLAGS": "enable-explicit-driver-libraries"}, wait=None)
     assert p.wait_exit(5) != 0
     assert "does not implement this nvidia-ctk feature" in p.log()
+
+
+def test_read_only_spec_dir_keeps_serving(plugin, kubelet, workdir):
+    """issue 17 item 4: the spec directory read-only (a bind mount remounted ro; root ignores
+    modes) with last run's spec in it: the plugin starts, registers and answers Allocate with an
+    error naming the directory and gpupool_deviceplugin_file_write_errors_total counting it; the
+    old spec stays whole; a SIGHUP meanwhile keeps serving too."""
+    import signal
+    import subprocess
+    import urllib.request
+
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root (CI runs as root)")
+    p, tree, spec_dir = start_cdi(plugin, workdir)
+    before = open(os.path.join(spec_dir, SPEC_NAME)).read()
+    assert p.stop() == 0
+    subprocess.run(["mount", "--bind", spec_dir, spec_dir], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", spec_dir], check=True)
+        n = len(kubelet.registrations_for(RESOURCE))
+        p2, _, _ = start_cdi(plugin, workdir, extra_args=["--metrics-addr", "127.0.0.1:0"],
+                             wait=None)
+        kubelet.wait_for(lambda: len(kubelet.registrations_for(RESOURCE)) > n, 5,
+                         "registration with a read-only CDI spec directory")
+        p2.wait_log(r"Cannot replace the CDI spec \(--device-list-strategy cdi-\*\): cannot "
+                    r"create a file in %s: Read-only file system; serving with the spec already "
+                    r"in" % re.escape(spec_dir))
+        u = p2.inventory.uuids[0]
+        resp = kubelet.allocate(RESOURCE, [u])
+        assert [c.name for c in resp.cdi_devices] == [CDI_VENDOR_CLASS + "=" + u], resp
+        url = "http://%s/metrics" % p2.wait_log(
+            r"Serving Prometheus metrics on http://(\S+)/metrics").group(1)
+
+        def write_errors():
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            return int(re.search(r"(?m)^gpupool_deviceplugin_file_write_errors_total (\d+)",
+                                 text).group(1))
+        assert write_errors() >= 1
+        p2.signal(signal.SIGHUP)
+        p2.wait_log(r"cannot write the CDI spec .*Read-only file system")
+        assert write_errors() >= 2 and p2.alive()
+        assert kubelet.allocate(RESOURCE, [u]) is not None
+        assert open(os.path.join(spec_dir, SPEC_NAME)).read() == before
+        assert os.listdir(spec_dir) == [SPEC_NAME]
+    finally:
+        subprocess.run(["umount", "-l", spec_dir], check=False)

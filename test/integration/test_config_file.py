@@ -1,7 +1,9 @@
 """NVIDIA-compatible config file, precedence, validation (issue 3 item 1; research section 2)."""
 
 import json
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -203,3 +205,64 @@ def test_mps_root_in_file(plugin, kubelet):
     p = plugin(config="version: v1\nflags:\n  mpsRoot: /srv/mps\n", wait=None)
     assert p.wait_exit(5) != 0
     assert 'invalid value "/srv/mps" for --mps-root (MPS_ROOT, flags.mpsRoot)' in p.log()
+
+
+# -- D8 of the reliability review: a config file cannot hang or stall start-up ---------------
+
+def deep_config(workdir, depth, name="deep.yaml"):
+    path = os.path.join(workdir, name)
+    with open(path, "w") as f:
+        f.write("version: v1\nflags: " + "[" * depth + "]" * depth + "\n")
+    return path
+
+
+def test_deep_nesting_refused_at_once(plugin, kubelet, workdir):
+    """40,000 nested flow sequences (78 KB) took libyaml 7 s (its time grows with the square of
+    the depth); the plugin now refuses anything nested deeper than 64 levels, at once."""
+    path = deep_config(workdir, 40000)
+    t0 = time.monotonic()
+    p = plugin(args=["--config-file", path], wait=None)
+    assert p.wait_exit(3) != 0
+    assert time.monotonic() - t0 < scaled(2), "took %.1fs" % (time.monotonic() - t0)
+    assert re.search(re.escape(path) + r":2: invalid YAML: nested deeper than 64 levels", p.log()), p.log()
+    assert kubelet.registrations == []
+
+
+def test_nesting_at_the_limit_parses(plugin, kubelet, workdir):
+    """64 levels is still YAML the schema judges (a list where a mapping belongs), not a depth error."""
+    path = deep_config(workdir, 63)
+    p = plugin(args=["--config-file", path], wait=None)
+    assert p.wait_exit(3) != 0
+    assert "nested deeper" not in p.log() and "flags" in p.log(), p.log()
+
+
+def test_sigterm_while_parsing_config(plugin, kubelet, workdir):
+    """SIGTERM during start-up with a large config ends the process promptly (signals used to be
+    blocked before the parse, so it ran to the end: 6 s for this file)."""
+    path = deep_config(workdir, 40000)
+    p = plugin(args=["--config-file", path], wait=None)
+    time.sleep(0.3)
+    p.proc.send_signal(signal.SIGTERM)
+    p.wait_exit(1)
+    p.expect_clean_exit = False
+
+
+@pytest.mark.parametrize("kind", ["fifo", "oversize", "chardev"])
+def test_non_regular_or_oversize_config_refused(plugin, kubelet, workdir, kind):
+    """A FIFO as --config-file blocked forever in open(); a device or a file over 4 MiB (a
+    ConfigMap holds 1 MiB) is refused too, with one line naming the file."""
+    if kind == "fifo":
+        path = os.path.join(workdir, "config.fifo")
+        os.mkfifo(path)
+        want = "it is a FIFO, not a regular file"
+    elif kind == "oversize":
+        path = os.path.join(workdir, "big.yaml")
+        with open(path, "w") as f:
+            f.write("version: v1\n" + "#" * (5 << 20) + "\n")
+        want = "config file larger than 4194304 bytes"
+    else:
+        path = "/dev/zero"
+        want = "it is a device, not a regular file"
+    p = plugin(args=["--config-file", path], wait=None)
+    assert p.wait_exit(2) != 0
+    assert path + ": cannot read config file: " + want in p.log() or want in p.log(), p.log()

@@ -631,6 +631,29 @@ def test_429_honours_retry_after(api):
     assert reqs[1]["time"] - reqs[0]["time"] >= 0.95
 
 
+@pytest.mark.parametrize("status,retry_after,transient", [
+    (429, 7, "1"), (503, 2, "1"), (500, None, "1"), (404, None, "0"), (409, 3, "0")])
+def test_error_carries_retry_after_and_transience(api, status, retry_after, transient):
+    """struct kube_error holds the last answer's Retry-After and kube_error_transient() says
+    whether a caller's own retry loop may try again (issue 17 item 4)."""
+    spec = dict(method="GET", path="/api/v1/nodes/n1", status=status, count=-1)
+    if retry_after is not None:
+        spec["retry_after"] = retry_after
+    api.add_fault(**spec)
+    out = kubectl(api.kubeconfig, "get", "/api/v1/nodes/n1", options=["--attempts", "1"])
+    assert out.rc == 1 and out.field("http") == str(status), out.stdout
+    assert out.field("retry_after_ms") == str((retry_after or 0) * 1000), out.stdout
+    assert out.field("transient") == transient, out.stdout
+
+
+def test_unreachable_server_is_transient(api, tmp_path):
+    kc = str(tmp_path / "dead.kubeconfig")
+    write_kubeconfig(kc, "http://127.0.0.1:1")
+    out = kubectl(kc, "get", "/api/v1/nodes/n1", options=["--attempts", "1"])
+    assert out.rc == 1 and out.field("reason") == "ConnectError", out.stdout
+    assert out.field("transient") == "1" and out.field("retry_after_ms") == "0", out.stdout
+
+
 def test_retries_are_bounded(api):
     api.add_fault(method="GET", path="/api/v1/nodes", status=503, count=-1,
                   message="etcd is sulking")

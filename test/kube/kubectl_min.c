@@ -117,8 +117,9 @@ static int report(enum kube_result r, const char *rv, const struct kube_error *e
     if (r == KUBE_OK)
         say("RESULT OK%s%s", rv ? " rv=" : "", rv ? rv : "");
     else
-        say("RESULT %s%s%s http=%d reason=%s message=%s", result_name(r), rv ? " rv=" : "",
-            rv ? rv : "", err->http_status, err->reason, err->message);
+        say("RESULT %s%s%s http=%d reason=%s retry_after_ms=%ld transient=%d message=%s",
+            result_name(r), rv ? " rv=" : "", rv ? rv : "", err->http_status, err->reason,
+            err->retry_after_ms, kube_error_transient(err), err->message);
     switch (r) {
     case KUBE_OK:
         return 0;

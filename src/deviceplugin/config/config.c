@@ -447,6 +447,16 @@ static const struct option_spec specs[] = {
      .min = 1,
      .help = "gpu-mem mode: how long one Allocate waits for its pod to become certain "
              "(watch lag, a rejected pod's status) before it fails"},
+    {.flag = "api-write-deadline",
+     .env = {"GP_API_WRITE_DEADLINE"},
+     .path = "flags.apiWriteDeadline",
+     .flags = IN_FILE,
+     .type = OPT_DURATION,
+     .offset = FIELD(api_write_deadline_ms),
+     .def = "5m",
+     .min = 1,
+     .help = "gpu-mem mode: how long a pod's ASSIGNED=true patch is retried (backoff with "
+             "jitter, honouring Retry-After) before the plugin gives up with an Event"},
     {.flag = "isolation",
      .env = {"GP_ISOLATION"},
      .path = "flags.isolation",

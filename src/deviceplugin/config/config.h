@@ -129,6 +129,7 @@ struct gp_config {
     char *pod_resources_socket;       /* the kubelet's PodResources socket */
     char *state_dir;                  /* gpu-mem allocation ledger directory */
     int allocate_wait_ms;             /* longest wait of one gpu-mem Allocate for its pod */
+    int api_write_deadline_ms;        /* gpu-mem: how long a pod patch is retried */
 
     /* Memory limits inside containers (isolation.h, docs/gpumem.md) */
     enum isolation_mode isolation; /* default memory (effective in gpu-mem mode) */

@@ -20,6 +20,7 @@
 struct ledger_entry {
     char uid[LEDGER_UID_MAX + 1];
     unsigned calls;
+    bool unsaved; /* calls is newer than the file (a failed write) */
 };
 
 struct gpumem_ledger {
@@ -64,24 +65,58 @@ static struct ledger_entry *insert(struct gpumem_ledger *l, const char *uid)
     struct ledger_entry *e = &l->entries[l->count++];
     snprintf(e->uid, sizeof e->uid, "%s", uid);
     e->calls = 0;
+    e->unsaved = false;
     return e;
 }
 
-static void load_entry(struct gpumem_ledger *l, const char *uid)
+/* A count as gpumem_ledger_set() writes it: decimal digits and a newline.
+ * No sign ("-1" must not read as UINT_MAX), nothing else. */
+static bool parse_calls(const char *text, unsigned *calls)
 {
-    char path[PATH_MAX + LEDGER_UID_MAX + 2];
-    snprintf(path, sizeof path, "%s/%s", l->dir, uid);
-    FILE *f = fopen(path, "r");
-    unsigned calls = 0;
-    if (f == NULL)
+    unsigned long v = 0;
+    size_t i = 0;
+    for (; text[i] >= '0' && text[i] <= '9'; i++) {
+        v = v * 10 + (unsigned long)(text[i] - '0');
+        if (v > UINT_MAX)
+            return false;
+    }
+    if (i == 0 || (text[i] != '\0' && strcmp(text + i, "\n") != 0))
+        return false;
+    *calls = (unsigned)v;
+    return true;
+}
+
+/* Only regular files are read: O_NOFOLLOW refuses a symlink, O_NONBLOCK
+ * makes opening a FIFO return at once (fstat then skips it), so nothing
+ * planted in the directory can hang start-up or point elsewhere. */
+static void load_entry(struct gpumem_ledger *l, int dirfd, const char *uid)
+{
+    int fd = openat(dirfd, uid, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        log_warn("gpu-mem ledger: skipping %s/%s: %s", l->dir, uid,
+                 errno == ELOOP ? "a symbolic link" : strerror(errno));
         return;
-    int ok = fscanf(f, "%u", &calls) == 1;
-    fclose(f);
-    struct ledger_entry *e = ok ? insert(l, uid) : NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        log_warn("gpu-mem ledger: skipping %s/%s: not a regular file", l->dir, uid);
+        close(fd);
+        return;
+    }
+    char text[24];
+    ssize_t n;
+    do
+        n = read(fd, text, sizeof text - 1);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    unsigned calls = 0;
+    if (n >= 0)
+        text[n] = '\0';
+    struct ledger_entry *e = n > 0 && parse_calls(text, &calls) ? insert(l, uid) : NULL;
     if (e != NULL)
         e->calls = calls;
     else
-        log_warn("gpu-mem ledger: ignoring unreadable entry %s", path);
+        log_warn("gpu-mem ledger: ignoring unreadable entry %s/%s", l->dir, uid);
 }
 
 int gpumem_ledger_open(const char *dir, struct gpumem_ledger **out, char *err, size_t errlen)
@@ -114,7 +149,7 @@ int gpumem_ledger_open(const char *dir, struct gpumem_ledger **out, char *err, s
     struct dirent *de;
     while ((de = readdir(d)) != NULL)
         if (valid_uid(de->d_name))
-            load_entry(l, de->d_name);
+            load_entry(l, dirfd(d), de->d_name);
     closedir(d);
     *out = l;
     return 0;
@@ -134,13 +169,9 @@ unsigned gpumem_ledger_get(const struct gpumem_ledger *l, const char *uid)
     return e ? e->calls : 0;
 }
 
-int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls, char *err,
-                      size_t errlen)
+static int save(const struct gpumem_ledger *l, const char *uid, unsigned calls, char *err,
+                size_t errlen)
 {
-    if (!valid_uid(uid)) {
-        snprintf(err, errlen, "pod UID \"%.80s\" is not a valid UID", uid);
-        return -1;
-    }
     char path[PATH_MAX + LEDGER_UID_MAX + 2];
     snprintf(path, sizeof path, "%s/%s", l->dir, uid);
     char text[16];
@@ -149,13 +180,37 @@ int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls, 
         snprintf(err, errlen, "cannot write the gpu-mem ledger %s: %s", path, strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls, char *err,
+                      size_t errlen)
+{
+    if (!valid_uid(uid)) {
+        snprintf(err, errlen, "pod UID \"%.80s\" is not a valid UID", uid);
+        return -1;
+    }
     struct ledger_entry *e = find(l, uid);
     if (e == NULL && (e = insert(l, uid)) == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     e->calls = calls;
-    return 0;
+    e->unsaved = save(l, uid, calls, err, errlen) != 0;
+    return e->unsaved ? GPUMEM_LEDGER_UNSAVED : 0;
+}
+
+size_t gpumem_ledger_flush(struct gpumem_ledger *l, char *err, size_t errlen)
+{
+    size_t left = 0;
+    for (size_t i = 0; i < l->count; i++) {
+        struct ledger_entry *e = &l->entries[i];
+        if (e->unsaved && save(l, e->uid, e->calls, err, errlen) != 0)
+            left++;
+        else
+            e->unsaved = false;
+    }
+    return left;
 }
 
 size_t gpumem_ledger_prune(struct gpumem_ledger *l, bool (*keep)(void *ctx, const char *uid),

@@ -20,16 +20,26 @@
 
 struct gpumem_ledger;
 
-/* Creates <dir>/gpumem if needed and loads every entry. */
+/* Creates <dir>/gpumem if needed and loads every entry. Entries that are
+ * not regular files (symlinks, FIFOs, ...) or do not hold a plain decimal
+ * count are skipped with a warning; this never blocks. */
 GP_MUST_USE int gpumem_ledger_open(const char *dir, struct gpumem_ledger **out, char *err,
                                    size_t errlen);
 void gpumem_ledger_close(struct gpumem_ledger *l);
 
 /* Answered calls of pod uid (0 when unknown). */
 unsigned gpumem_ledger_get(const struct gpumem_ledger *l, const char *uid);
-/* Records `calls` for uid, on disk first. */
+/* Records `calls` for uid, in memory and on disk. 0 when both;
+ * GPUMEM_LEDGER_UNSAVED (err says why: a full disk, a read-only directory)
+ * when only in memory: the old file stands, whole, and the entry is kept
+ * for gpumem_ledger_flush(); -1 (nothing recorded) for an invalid UID or
+ * out of memory. */
+#define GPUMEM_LEDGER_UNSAVED (-2)
 GP_MUST_USE int gpumem_ledger_set(struct gpumem_ledger *l, const char *uid, unsigned calls,
                                   char *err, size_t errlen);
+/* Writes the entries whose last set was unsaved; returns how many are
+ * still unsaved (err: the last failure). */
+size_t gpumem_ledger_flush(struct gpumem_ledger *l, char *err, size_t errlen);
 
 /* Drops every entry for which keep(ctx, uid) is false (pods gone from the
  * API). Returns how many were dropped. */

@@ -31,7 +31,11 @@
 #define REPUBLISH_MS (5 * 60 * 1000LL) /* node status/annotation refresh */
 #define RETRY_MIN_MS 200
 #define RETRY_MAX_MS 10000
-#define ASSIGN_MAX_ATTEMPTS 12
+/* Waits between our own retries of a write (kube_retry_delay_ms: doubling
+ * with jitter, never shorter than the server's Retry-After). */
+static const struct kube_retry_policy write_retry = {.initial_backoff_ms = RETRY_MIN_MS,
+                                                     .max_backoff_ms = RETRY_MAX_MS};
+#define EVENT_COMPONENT "gpupool-device-plugin"
 #define LIST_TIMEOUT_MS 2000
 #define RELIST_MS 250 /* re-ask the kubelet while waiting */
 #define API_TIMEOUT_MS 10000
@@ -54,6 +58,9 @@ struct assign_task {
     char *ns, *name, *uid;
     int attempts;
     long long due_ms;
+    long long first_ms;     /* first attempt: the give-up deadline counts from here */
+    char first_error[256];  /* what went wrong first, for the pod's Event */
+    struct kube_error last; /* the last failure (Retry-After, message) */
     struct assign_task *next;
 };
 
@@ -73,7 +80,7 @@ struct gpumem_service {
     struct assign_task *assigns;
     bool publish_dirty;
     long long publish_due_ms;
-    int publish_backoff_ms;
+    int publish_failures; /* consecutive failed publishes, for the backoff */
 
     pthread_t allocator, writer;
     bool allocator_started, writer_started;
@@ -87,11 +94,6 @@ static void wait_until(struct gpumem_service *s, long long deadline_ms)
 {
     struct timespec ts = clock_timespec_ms(deadline_ms);
     pthread_cond_timedwait(&s->wake, &s->lock, &ts);
-}
-
-static int backoff(int ms)
-{
-    return ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : ms * 2;
 }
 
 static void assign_task_free(struct assign_task *t)
@@ -122,7 +124,7 @@ static void queue_assign(struct gpumem_service *s, const char *ns, const char *n
             return;
         }
     }
-    t->due_ms = clock_now_ms();
+    t->due_ms = t->first_ms = clock_now_ms();
     t->next = s->assigns;
     s->assigns = t;
     pthread_cond_broadcast(&s->wake);
@@ -372,8 +374,15 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
     if (f.assigned && done == 0)
         done = 1;
     /* Durable before the reply: a restarted plugin must know this call
-     * was answered (docs/gpumem.md, "What is durable"). */
-    if (!f.repeat && gpumem_ledger_set(s->ledger, f.uid, done + 1, why, sizeof why) != 0) {
+     * was answered (docs/gpumem.md, "What is durable"). A full or
+     * read-only --state-dir does not stop the node from admitting pods:
+     * the count is kept in memory and written by the maintenance pass. */
+    int saved = f.repeat ? 0 : gpumem_ledger_set(s->ledger, f.uid, done + 1, why, sizeof why);
+    if (saved == GPUMEM_LEDGER_UNSAVED) {
+        log_error("gpu-mem: pod %s/%s: %s; answering anyway (kept in memory, written again every "
+                  "%lld s; a plugin restart before then may not know this call was answered)",
+                  f.ns, f.name, why, MAINTENANCE_MS / 1000);
+    } else if (saved != 0) {
         answer_error(it, RPC_INTERNAL, "pod %s/%s: cannot record the allocation: %s", f.ns, f.name,
                      why);
         return;
@@ -443,6 +452,10 @@ static void maintenance(struct gpumem_service *s)
         }
     }
     podview_unlock(s->view);
+    char why[512];
+    size_t unsaved = gpumem_ledger_flush(s->ledger, why, sizeof why);
+    if (unsaved > 0)
+        log_error("gpu-mem ledger: %zu entries still unsaved: %s", unsaved, why);
     for (size_t i = 0; i < n_todo; i++)
         queue_assign(s, todo[i].ns, todo[i].name, todo[i].uid);
     free(todo);
@@ -517,10 +530,10 @@ static char *gpus_annotation(struct gpumem_service *s)
     return text;
 }
 
-static int publish_node(struct gpumem_service *s)
+static int publish_node(struct gpumem_service *s, struct kube_error *kerr_out)
 {
     char path[512], count[24];
-    struct kube_error kerr;
+    struct kube_error kerr = {0};
     snprintf(count, sizeof count, "%zu", s->inv->count);
     char *gpus = gpus_annotation(s);
     json_t *status = json_pack("{s:{s:{s:s},s:{s:s}}}", "status", "capacity", POOL_RES_GPU_COUNT,
@@ -549,44 +562,111 @@ static int publish_node(struct gpumem_service *s)
              count, POOL_ANN_NODE_GPUS, gpus);
     rc = 0;
 out:
+    *kerr_out = kerr;
     json_decref(status);
     json_decref(meta);
     free(gpus);
     return rc;
 }
 
-enum assign_outcome { ASSIGN_DONE, ASSIGN_RETRY };
+enum assign_outcome { ASSIGN_DONE, ASSIGN_GONE, ASSIGN_RETRY };
 
 /* JSON patch with a UID test: a pod recreated under the same name must
- * not inherit the mark. */
-static enum assign_outcome patch_assigned(struct gpumem_service *s, const struct assign_task *t)
+ * not inherit the mark. One request that sets one key: the pod has the mark
+ * or not, never a part of it, so repeating it is always safe. A failure
+ * is left in t->last. */
+static enum assign_outcome patch_assigned(struct gpumem_service *s, struct assign_task *t)
 {
     char *ns = kube_escape(t->ns), *name = kube_escape(t->name);
     char path[1024];
-    struct kube_error kerr;
+    struct kube_error *kerr = &t->last;
     json_t *body = json_pack("[{s:s,s:s,s:s},{s:s,s:s,s:s}]", "op", "test", "path", "/metadata/uid",
                              "value", t->uid, "op", "add", "path",
                              "/metadata/annotations/" POOL_ANN_GPU_MEM_ASSIGNED, "value", "true");
     enum assign_outcome out = ASSIGN_RETRY;
-    if (ns == NULL || name == NULL || body == NULL)
+    if (ns == NULL || name == NULL || body == NULL) {
+        *kerr = (struct kube_error){.reason = "OutOfMemory", .message = "out of memory"};
         goto done;
+    }
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", ns, name);
-    if (kube_patch(s->kc, path, KUBE_PATCH_JSON, body, NULL, &kerr) == 0) {
+    if (kube_patch(s->kc, path, KUBE_PATCH_JSON, body, NULL, kerr) == 0) {
         log_v(1, "gpu-mem: pod %s/%s marked %s=true", t->ns, t->name, POOL_ANN_GPU_MEM_ASSIGNED);
         out = ASSIGN_DONE;
-    } else if (kerr.http_status == 404 || kerr.http_status == 422) {
+    } else if (kerr->http_status == 404 || kerr->http_status == 422) {
         log_info("gpu-mem: pod %s/%s (uid %s) is gone; not marking it %s", t->ns, t->name, t->uid,
                  POOL_ANN_GPU_MEM_ASSIGNED);
-        out = ASSIGN_DONE;
+        out = ASSIGN_GONE;
     } else {
         log_warn("gpu-mem: cannot mark pod %s/%s %s=true: %s (HTTP %d, %s)", t->ns, t->name,
-                 POOL_ANN_GPU_MEM_ASSIGNED, kerr.message, kerr.http_status, kerr.reason);
+                 POOL_ANN_GPU_MEM_ASSIGNED, kerr->message, kerr->http_status, kerr->reason);
     }
 done:
     free(ns);
     free(name);
     json_decref(body);
     return out;
+}
+
+/* Tells the pod's Events what happened to its mark. An Event is a note:
+ * when it cannot be posted (the API is what failed) the log says so. */
+static void assign_event(struct gpumem_service *s, const struct assign_task *t, bool warning,
+                         const char *reason, const char *message)
+{
+    struct kube_pod_event ev = {.ns = t->ns,
+                                .name = t->name,
+                                .uid = t->uid,
+                                .warning = warning,
+                                .reason = reason,
+                                .message = message,
+                                .component = EVENT_COMPONENT,
+                                .host = s->cfg->node_name};
+    struct kube_error kerr;
+    if (kube_post_pod_event(s->kc, &ev, &kerr) != 0)
+        log_warn("gpu-mem: cannot post Event %s for pod %s/%s: %s (HTTP %d)", reason, t->ns,
+                 t->name, kerr.message, kerr.http_status);
+}
+
+/* After an attempt: done (with an Event when it took retries), retried
+ * later, or given up after --api-write-deadline. Returns the task when it
+ * is to be queued again, NULL when it was freed. */
+static struct assign_task *assign_attempted(struct gpumem_service *s, struct assign_task *t,
+                                            enum assign_outcome o)
+{
+    long long now = clock_now_ms();
+    char msg[768];
+    if (o == ASSIGN_DONE && t->attempts > 0) {
+        snprintf(msg, sizeof msg,
+                 "%s=true written by the device plugin after %d failed attempts over %.1f s "
+                 "(first: %s)",
+                 POOL_ANN_GPU_MEM_ASSIGNED, t->attempts, (double)(now - t->first_ms) / 1000.0,
+                 t->first_error);
+        log_info("gpu-mem: pod %s/%s: %s", t->ns, t->name, msg);
+        assign_event(s, t, false, "GPUMemAssigned", msg);
+    }
+    if (o != ASSIGN_RETRY) {
+        assign_task_free(t);
+        return NULL;
+    }
+    if (t->attempts++ == 0)
+        snprintf(t->first_error, sizeof t->first_error, "HTTP %d %.40s: %.180s",
+                 t->last.http_status, t->last.reason, t->last.message);
+    if (now - t->first_ms >= s->cfg->api_write_deadline_ms) {
+        snprintf(
+            msg, sizeof msg,
+            "device plugin could not write %s=true in %.0f s (%d attempts; last: HTTP %d "
+            "%.40s: %.300s); the allocation stands (ledger), the mark is retried from the next "
+            "maintenance pass",
+            POOL_ANN_GPU_MEM_ASSIGNED, (double)(now - t->first_ms) / 1000.0, t->attempts,
+            t->last.http_status, t->last.reason, t->last.message);
+        log_error("gpu-mem: giving up on pod %s/%s: %s", t->ns, t->name, msg);
+        assign_event(s, t, true, "GPUMemAssignFailed", msg);
+        assign_task_free(t);
+        return NULL;
+    }
+    long wait = kube_retry_delay_ms(s->kc, &write_retry, t->attempts, &t->last);
+    long long left = t->first_ms + s->cfg->api_write_deadline_ms - now;
+    t->due_ms = now + (wait < left ? wait : left); /* the last try comes at the deadline */
+    return t;
 }
 
 static struct assign_task *take_due_assign(struct gpumem_service *s, long long now,
@@ -621,33 +701,27 @@ static void *writer_main(void *arg)
         }
         pthread_mutex_unlock(&s->lock);
         if (publish) {
-            int rc = publish_node(s);
+            struct kube_error kerr;
+            int rc = publish_node(s, &kerr);
             pthread_mutex_lock(&s->lock);
             if (rc == 0) {
-                s->publish_backoff_ms = RETRY_MIN_MS;
+                s->publish_failures = 0;
                 /* a health change meanwhile set an earlier due time */
                 if (!s->publish_dirty)
                     s->publish_due_ms = clock_now_ms() + REPUBLISH_MS;
-            } else {
-                s->publish_due_ms = clock_now_ms() + s->publish_backoff_ms;
-                s->publish_backoff_ms = backoff(s->publish_backoff_ms);
+            } else { /* the node's facts are state: retried until they land */
+                s->publish_due_ms =
+                    clock_now_ms() +
+                    kube_retry_delay_ms(s->kc, &write_retry, ++s->publish_failures, &kerr);
             }
             s->publish_dirty = false;
             continue;
         }
-        enum assign_outcome o = patch_assigned(s, t);
+        t = assign_attempted(s, t, patch_assigned(s, t));
         pthread_mutex_lock(&s->lock);
-        if (o == ASSIGN_RETRY && ++t->attempts < ASSIGN_MAX_ATTEMPTS) {
-            int delay = RETRY_MIN_MS << (t->attempts < 6 ? t->attempts : 6);
-            t->due_ms = clock_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay);
+        if (t != NULL) {
             t->next = s->assigns;
             s->assigns = t;
-        } else {
-            if (o == ASSIGN_RETRY)
-                log_error("gpu-mem: giving up marking pod %s/%s %s=true after %d attempts "
-                          "(the ledger still records its allocation)",
-                          t->ns, t->name, POOL_ANN_GPU_MEM_ASSIGNED, t->attempts);
-            assign_task_free(t);
         }
     }
     pthread_mutex_unlock(&s->lock);
@@ -695,7 +769,7 @@ static void service_health_changed(void *ctx, const struct plugin_health_change 
     pthread_mutex_lock(&s->lock);
     s->publish_dirty = true;
     s->publish_due_ms = clock_now_ms();
-    s->publish_backoff_ms = RETRY_MIN_MS;
+    s->publish_failures = 0;
     pthread_cond_broadcast(&s->wake);
     pthread_mutex_unlock(&s->lock);
 }
@@ -737,7 +811,7 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
     s->inv = inv;
     s->node = node;
     s->publish_dirty = true;
-    s->publish_backoff_ms = RETRY_MIN_MS;
+    s->publish_failures = 0;
     clock_cond_init(&s->wake);
     pthread_mutex_init(&s->lock, NULL);
     s->have_lock = true;

@@ -377,19 +377,22 @@ static bool wait_or_stop(struct node_labeler *l, long ms)
 static void *labeler_main(void *arg)
 {
     struct node_labeler *l = arg;
-    long delay = RETRY_MIN_MS;
-    for (;;) {
+    /* The labels are state: retried until they land, with the client's
+     * jittered backoff and the server's Retry-After (kube.h). */
+    const struct kube_retry_policy policy = {.initial_backoff_ms = RETRY_MIN_MS,
+                                             .max_backoff_ms = RETRY_MAX_MS};
+    for (int failures = 1;; failures++) {
         struct kube_error kerr = {0};
         if (write_labels(l, &kerr) == 0) {
             log_info("Node labels written to node %s (%zu labels)", l->node,
                      json_object_size(l->labels));
             return NULL;
         }
+        long delay = kube_retry_delay_ms(l->kc, &policy, failures, &kerr);
         log_warn("Cannot write the node labels of %s: HTTP %d %s: %s; retrying in %ld ms", l->node,
                  kerr.http_status, kerr.reason, kerr.message, delay);
         if (wait_or_stop(l, delay))
             return NULL;
-        delay = delay * 2 < RETRY_MAX_MS ? delay * 2 : RETRY_MAX_MS;
     }
 }
 

@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "errmsg.h"
+#include "file.h"
 #include "httpd.h"
 #include "log.h"
 #include "plugin.h"
@@ -244,6 +245,10 @@ static void render_resources(struct plugin_metrics *m, struct buf *f)
                    "%llu\n",
                    r->name, atomic_load(&r->registrations_failed));
     }
+    prom_header(f, "gpupool_deviceplugin_file_write_errors_total", "counter",
+                "Failed writes of the plugin's own files (gpu-mem ledger, CDI spec, isolation "
+                "library): a full --state-dir, a read-only --cdi-spec-dir.");
+    buf_printf(f, "gpupool_deviceplugin_file_write_errors_total %llu\n", file_replace_failures());
 }
 
 static void render_devices(struct plugin_node *node, struct buf *f)

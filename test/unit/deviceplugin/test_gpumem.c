@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -470,6 +471,68 @@ static void test_ledger(void **state)
     assert_non_null(strstr(err, "--state-dir"));
 }
 
+/* D9 of the reliability review: a FIFO named like a UID hung start-up in
+ * fopen(), a symlink was followed, "-1" read as UINT_MAX. alarm() turns a
+ * hang into a failure instead of a stuck test. */
+static void put(const char *dir, const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/gpumem/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_ledger_hostile_entries(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/gp-ledger-XXXXXX", sub[128], path[256], target[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sub, sizeof sub, "%s/gpumem", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    put(dir, "good-1", "3\n");
+    put(dir, "minus-1", "-1\n");
+    put(dir, "garbage-1", "3x\n");
+    put(dir, "huge-1", "99999999999\n");
+    snprintf(target, sizeof target, "%s/outside", dir);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    fputs("7\n", f);
+    assert_int_equal(fclose(f), 0);
+    snprintf(path, sizeof path, "%s/link-1", sub);
+    assert_int_equal(symlink(target, path), 0);
+    snprintf(path, sizeof path, "%s/fifo-1", sub);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(path, sizeof path, "%s/dir-1", sub);
+    assert_int_equal(mkdir(path, 0700), 0);
+
+    struct gpumem_ledger *l;
+    char err[512];
+    alarm(10);
+    assert_int_equal(gpumem_ledger_open(dir, &l, err, sizeof err), 0);
+    alarm(0);
+    assert_int_equal(gpumem_ledger_get(l, "good-1"), 3);
+    assert_int_equal(gpumem_ledger_get(l, "link-1"), 0);
+    assert_int_equal(gpumem_ledger_get(l, "fifo-1"), 0);
+    assert_int_equal(gpumem_ledger_get(l, "dir-1"), 0);
+    assert_int_equal(gpumem_ledger_get(l, "minus-1"), 0);
+    assert_int_equal(gpumem_ledger_get(l, "garbage-1"), 0);
+    assert_int_equal(gpumem_ledger_get(l, "huge-1"), 0);
+    assert_int_equal(gpumem_ledger_count(l), 1);
+    gpumem_ledger_close(l);
+    const char *names[] = {"good-1", "minus-1", "garbage-1", "huge-1", "link-1", "fifo-1"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", sub, names[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/dir-1", sub);
+    rmdir(path);
+    unlink(target);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 /* ---- PodResources --------------------------------------------------------------------------- */
 
 static void test_podresources_decode(void **state)
@@ -531,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_identity_bad_and_none),
         cmocka_unit_test(test_pod_parse),
         cmocka_unit_test(test_ledger),
+        cmocka_unit_test(test_ledger_hostile_entries),
         cmocka_unit_test(test_podresources_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
