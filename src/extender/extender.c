@@ -30,7 +30,7 @@
 #endif
 
 /* Binds go through a few API clients round-robin: one client serializes
- * its calls on one connection, and a bind is two calls. */
+ * its calls on one connection. */
 #define API_CLIENTS 4
 #define TLS_FILE_MAX (1 << 20)
 
@@ -157,6 +157,15 @@ static const struct option_spec specs[] = {
      .def = "10s",
      .min = 1,
      .help = "time limit of one API request made by a bind"},
+    {.flag = "bind-unknown-hold",
+     .env = {"GP_BIND_UNKNOWN_HOLD"},
+     .type = OPT_DURATION,
+     .offset = FIELD(bind_unknown_hold_ms),
+     .def = "60s",
+     .min = 1,
+     .help = "how long a bind whose Binding got no answer (or a 5xx) keeps its GPU charge before "
+             "the pod, read back unbound, may be bound again; at least kube-apiserver's "
+             "--request-timeout"},
     {.flag = "metrics-port",
      .env = {"GP_METRICS_PORT"},
      .type = OPT_INT,
@@ -446,26 +455,20 @@ static struct kube_client *next_client(struct extender *ext)
     return ext->api[atomic_fetch_add(&ext->next_api, 1) % API_CLIENTS];
 }
 
-static int api_get_pod(void *ctx, const char *ns, const char *name, json_t **out,
-                       struct kube_error *err)
+static int api_get_pod(void *ctx, const char *ns, const char *name, int64_t deadline_ns,
+                       json_t **out, struct kube_error *err)
 {
     char path[600];
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
-    return kube_get(next_client(ctx), path, out, err);
-}
-
-static int api_patch_pod(void *ctx, const char *ns, const char *name, const json_t *patch,
-                         struct kube_error *err)
-{
-    char path[600];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
-    return kube_patch(next_client(ctx), path, KUBE_PATCH_STRATEGIC, patch, NULL, err);
+    return kube_get_until(next_client(ctx), path, deadline_ns, out, err);
 }
 
 static int api_create_binding(void *ctx, const char *ns, const char *name, const char *uid,
-                              const char *node, struct kube_error *err)
+                              const char *node, const json_t *annotations, int64_t deadline_ns,
+                              struct kube_error *err)
 {
-    return kube_bind_pod(next_client(ctx), ns, name, uid && *uid ? uid : NULL, node, err);
+    return kube_bind_pod(next_client(ctx), ns, name, uid && *uid ? uid : NULL, node, annotations,
+                         deadline_ns, err);
 }
 
 /* ---- routes ----------------------------------------------------------------- */
@@ -575,8 +578,10 @@ static void handle_bind(struct extender *ext, const char *body, size_t len,
         reply_error(resp, 400, err);
         return;
     }
-    const struct bind_api api = {ext, api_get_pod, api_patch_pod, api_create_binding};
-    enum bind_result result = bind_pod_result(ext->cache, &api, &args, err, sizeof(err));
+    const struct bind_api api = {ext, api_get_pod, api_create_binding,
+                                 (int64_t)ext->cfg->bind_unknown_hold_ms * 1000000};
+    int64_t deadline = clock_now_ns() + (int64_t)ext->cfg->api_timeout_ms * 1000000;
+    enum bind_result result = bind_pod_result(ext->cache, &api, &args, deadline, err, sizeof(err));
     metrics_count(&ext->metrics.binds[result], 1);
     if (result != BIND_OK) {
         log_info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, err);

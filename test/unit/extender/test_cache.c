@@ -185,24 +185,28 @@ static void test_assume_confirm_rollback(void **state)
     struct cache_pod *h;
     struct cache_assumption as;
     char err[256];
-    assert_int_equal(cache_assume(c, "u1", "n1", NULL, &h, &as, err, sizeof err), CACHE_ASSUMED);
+    assert_int_equal(cache_assume(c, "u1", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
     assert_int_equal(as.gpu_mask, 0x1);
     assert_int_equal(as.gpu_units, 6);
     assert_int_equal(as.device_memory, 8);
     assert_int_equal(used(c, "n1", 0), 6);
     /* A second bind of the same pod while the first is in flight. */
     struct cache_pod *h2;
-    assert_int_equal(cache_assume(c, "u1", "n1", NULL, &h2, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u1", NULL, NULL, "n1", NULL, &h2, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "in progress"));
     cache_rollback(c, h);
     assert_int_equal(used(c, "n1", 0), 0);
 
     /* Unknown pod: the caller must supply it. */
-    assert_int_equal(cache_assume(c, "u9", "n1", NULL, &h, &as, err, sizeof err), CACHE_NEED_POD);
+    assert_int_equal(cache_assume(c, "u9", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_NEED_POD);
     json_t *p9 = fx_pod("u9", "z", 8, NULL, NULL);
     struct pod_facts f;
     assert_int_equal(poolapi_pod_facts(p9, &f, err, sizeof err), 0);
-    assert_int_equal(cache_assume(c, "u9", "n1", &f, &h, &as, err, sizeof err), CACHE_ASSUMED);
+    assert_int_equal(cache_assume(c, "u9", NULL, NULL, "n1", &f, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
     json_decref(p9);
     cache_confirm(c, h);
     assert_int_equal(used(c, "n1", 0) + used(c, "n1", 1), 8);
@@ -210,7 +214,8 @@ static void test_assume_confirm_rollback(void **state)
     cache_stats(c, &st);
     assert_int_equal(st.assumed, 1);
     /* Assumed: a second bind is refused; then the watch shows it bound. */
-    assert_int_equal(cache_assume(c, "u9", "n1", NULL, &h, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u9", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "already bound"));
     pod_in(c, fx_pod("u9", "z", 8, "n1", as.gpu_mask == 1 ? "0" : "1"));
     cache_stats(c, &st);
@@ -219,9 +224,11 @@ static void test_assume_confirm_rollback(void **state)
 
     /* Too big for any GPU now: refused with the reason. */
     pod_in(c, fx_pod("u2", "b", 9, NULL, NULL));
-    assert_int_equal(cache_assume(c, "u2", "n1", NULL, &h, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u2", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "does not fit"));
-    assert_int_equal(cache_assume(c, "u2", "n7", NULL, &h, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u2", NULL, NULL, "n7", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "not in the extender's cache"));
     cache_free(c);
 }
@@ -236,7 +243,8 @@ static void test_delete_while_binding(void **state)
     struct cache_pod *h;
     struct cache_assumption as;
     char err[256];
-    assert_int_equal(cache_assume(c, "u1", "n1", NULL, &h, &as, err, sizeof err), CACHE_ASSUMED);
+    assert_int_equal(cache_assume(c, "u1", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
     cache_pod_delete(c, pod); /* the record stays pinned until the bind ends */
     cache_pods_list_begin(c);
     cache_pods_list_end(c);
@@ -269,7 +277,8 @@ static void *racer(void *arg)
         struct cache_assumption as;
         char err[256];
         if (poolapi_pod_facts(pod, &f, err, sizeof err) == 0 &&
-            cache_assume(r->c, uid, "n1", &f, &h, &as, err, sizeof err) == CACHE_ASSUMED) {
+            cache_assume(r->c, uid, NULL, NULL, "n1", &f, &h, &as, err, sizeof err) ==
+                CACHE_ASSUMED) {
             r->assumed++;
             cache_confirm(r->c, h);
         }
