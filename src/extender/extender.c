@@ -30,8 +30,8 @@
 #endif
 
 /* Binds go through a few API clients: one client serializes its calls on
- * one connection, so each call takes an idle one (round-robin queueing
- * behind a busy one cost a third of the binds/s at 4 concurrent binds). */
+ * one connection, so each call takes an idle one (round-robin could queue
+ * a bind behind a busy connection while another sat idle). */
 #define API_CLIENTS 4
 #define TLS_FILE_MAX (1 << 20)
 
