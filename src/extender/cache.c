@@ -1,5 +1,6 @@
 /* cache.c -- nodes, pods and GPU usage (see cache.h for the rules and locks). */
 #include "cache_internal.h"
+#include "clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -493,7 +494,7 @@ int cache_pod_upsert(struct cache *cache, const json_t *json, char *err, size_t 
         charge_of_facts(&f, &c);
         pod->bound = true;
         pod_charge(cache, pod, node, &c);
-        if (pod->state == POD_ASSUMED)
+        if (pod->state == POD_ASSUMED || pod->state == POD_UNKNOWN)
             pod_set_state(cache, pod, POD_OBSERVED);
     } else {
         pod->bound = false;
@@ -729,13 +730,31 @@ static enum cache_assume_result refuse(char *err, size_t errlen, const char *fmt
 
 /* Checks the pod record against a bind; state_lock held. */
 static enum cache_assume_result assume_check_pod(struct cache *cache, struct cache_pod **podp,
-                                                 const char *uid, const struct pod_facts *f,
-                                                 char *err, size_t errlen)
+                                                 const char *uid, const char *ns, const char *name,
+                                                 const struct pod_facts *f, char *err,
+                                                 size_t errlen)
 {
     struct cache_pod *pod = *podp;
+    /* A UID names one pod for good: a request pairing it with another
+     * pod's name would charge one pod and write to the other. */
+    if (pod && ns && name && (strcmp(pod->ns, ns) != 0 || strcmp(pod->name, name) != 0))
+        return refuse(err, errlen, "PodUID %s belongs to pod %s/%s, not %s/%s", uid, pod->ns,
+                      pod->name, ns, name);
+    if (f && ns && name && (strcmp(f->ns, ns) != 0 || strcmp(f->name, name) != 0))
+        return refuse(err, errlen, "PodUID %s belongs to pod %s/%s, not %s/%s", uid, f->ns, f->name,
+                      ns, name);
     if (pod && pod->state == POD_BINDING)
         return refuse(err, errlen, "a bind of pod %s/%s is already in progress", pod->ns,
                       pod->name);
+    if (pod && pod->state == POD_UNKNOWN && !pod->bound) {
+        int64_t left = pod->hold_until - clock_now_ns();
+        if (left > 0)
+            return refuse(err, errlen,
+                          "the outcome of an earlier Binding of pod %s/%s is not known yet "
+                          "(its charge is held %.1f s more); retry later",
+                          pod->ns, pod->name, (double)left / 1e9);
+        return CACHE_UNKNOWN_EXPIRED;
+    }
     if (pod && (pod->bound || pod->state == POD_ASSUMED))
         return refuse(err, errlen, "pod %s/%s is already bound to node %s", pod->ns, pod->name,
                       pod->node ? pod->node->name : "?");
@@ -757,7 +776,8 @@ static enum cache_assume_result assume_check_pod(struct cache *cache, struct cac
     return CACHE_ASSUMED;
 }
 
-enum cache_assume_result cache_assume(struct cache *cache, const char *uid, const char *node_name,
+enum cache_assume_result cache_assume(struct cache *cache, const char *uid, const char *ns,
+                                      const char *name, const char *node_name,
                                       const struct pod_facts *f, struct cache_pod **handle,
                                       struct cache_assumption *out, char *err, size_t errlen)
 {
@@ -765,7 +785,7 @@ enum cache_assume_result cache_assume(struct cache *cache, const char *uid, cons
     *handle = NULL;
     pthread_mutex_lock(&cache->state_lock);
     struct cache_pod *pod = pod_find(cache, uid);
-    enum cache_assume_result r = assume_check_pod(cache, &pod, uid, f, err, errlen);
+    enum cache_assume_result r = assume_check_pod(cache, &pod, uid, ns, name, f, err, errlen);
     if (r != CACHE_ASSUMED)
         goto out;
     struct pod_facts demand = {.name = pod->name,
@@ -838,6 +858,34 @@ void cache_confirm(struct cache *cache, struct cache_pod *pod)
     else
         pod_set_state(cache, pod, pod->bound ? POD_OBSERVED : POD_ASSUMED);
     pthread_mutex_unlock(&cache->state_lock);
+}
+
+void cache_unknown(struct cache *cache, struct cache_pod *pod, int64_t hold_until_ns)
+{
+    pthread_mutex_lock(&cache->state_lock);
+    if (pod->gone) {
+        pod_remove(cache, pod);
+    } else if (pod->bound) {
+        pod_set_state(cache, pod, POD_OBSERVED); /* the API's view is here already */
+    } else {
+        pod->hold_until = hold_until_ns;
+        pod_set_state(cache, pod, POD_UNKNOWN);
+    }
+    pthread_mutex_unlock(&cache->state_lock);
+}
+
+bool cache_unknown_release(struct cache *cache, const char *uid)
+{
+    bool released = false;
+    pthread_mutex_lock(&cache->state_lock);
+    struct cache_pod *pod = pod_find(cache, uid);
+    if (pod && pod->state == POD_UNKNOWN && !pod->bound && clock_now_ns() >= pod->hold_until) {
+        pod_uncharge(cache, pod);
+        pod_set_state(cache, pod, POD_OBSERVED);
+        released = true;
+    }
+    pthread_mutex_unlock(&cache->state_lock);
+    return released;
 }
 
 void cache_rollback(struct cache *cache, struct cache_pod *pod)

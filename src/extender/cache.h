@@ -12,7 +12,10 @@
  * (ALIYUN_COM_GPU_MEM_POD), POD / #GPUs on each of those GPUs.
  * A bind charges its pod at once (cache_assume) so the next filter sees it;
  * the API's view replaces the charge once the pod shows up bound, and a
- * failed bind gives it back (cache_rollback).
+ * refused bind gives it back (cache_rollback). A bind whose outcome is
+ * unknown keeps it (cache_unknown) until the API shows the pod bound or
+ * deleted, or a read-back after the hold shows it unbound
+ * (cache_unknown_release).
  *
  * Locks (docs/extender.md, "Locks"), always taken in this order:
  *   state_lock (mutex)   every change: pod records, node presence, the tables
@@ -101,8 +104,10 @@ void cache_evaluate(struct cache *cache, const struct cache_query *query, const 
 
 enum cache_assume_result {
     CACHE_ASSUMED = 0,
-    CACHE_NEED_POD = -1, /* the pod is not in the cache: pass its facts */
-    CACHE_REFUSED = -2,  /* err says why: bound already, bind in progress, no fit, ... */
+    CACHE_NEED_POD = -1,        /* the pod is not in the cache: pass its facts */
+    CACHE_REFUSED = -2,         /* err says why: bound already, bind in progress, no fit, ... */
+    CACHE_UNKNOWN_EXPIRED = -3, /* an earlier Binding's outcome is unknown and its hold is
+                                   over: read the pod back, then cache_unknown_release() */
 };
 
 /* What a bind charged, for the annotations. */
@@ -115,17 +120,30 @@ struct cache_assumption {
 
 /* Chooses GPUs for pod uid on node_name under the node's lock, re-checking
  * the fit against everything charged so far, and charges the node at once.
+ * ns/name (both NULL: not checked) are the pod the request names: a UID
+ * that belongs to another pod (its record, or `pod`) is refused.
  * `pod` (may be NULL) supplies the pod when the cache does not know it; it
  * must then be the API's current object. On CACHE_ASSUMED *handle is the
- * pod's record, pinned until cache_confirm() or cache_rollback(). */
-enum cache_assume_result cache_assume(struct cache *cache, const char *uid, const char *node_name,
+ * pod's record, pinned until cache_confirm(), cache_unknown() or
+ * cache_rollback(). */
+enum cache_assume_result cache_assume(struct cache *cache, const char *uid, const char *ns,
+                                      const char *name, const char *node_name,
                                       const struct pod_facts *pod, struct cache_pod **handle,
                                       struct cache_assumption *out, char *err,
                                       size_t errlen) GP_MUST_USE;
 /* The Binding was created: the charge stays until the API shows the pod. */
 void cache_confirm(struct cache *cache, struct cache_pod *handle);
-/* The bind failed: the charge is given back (unless the API already shows
- * the pod bound, in which case the API's view stands). */
+/* The Binding's outcome is unknown (no answer, or a 5xx): the charge stays
+ * until the API shows the pod bound (its view replaces the charge) or
+ * deleted; binds of the pod are refused until hold_until_ns
+ * (clock_now_ns() terms), then answered CACHE_UNKNOWN_EXPIRED. */
+void cache_unknown(struct cache *cache, struct cache_pod *handle, int64_t hold_until_ns);
+/* A read-back after the hold found pod uid unbound (or gone): gives the
+ * held charge back. True when it did (the record was POD_UNKNOWN, past its
+ * hold, and not shown bound meanwhile). */
+bool cache_unknown_release(struct cache *cache, const char *uid);
+/* The Binding was refused: the charge is given back (unless the API already
+ * shows the pod bound, in which case the API's view stands). */
 void cache_rollback(struct cache *cache, struct cache_pod *handle);
 
 /* ---- introspection --------------------------------------------------------- */

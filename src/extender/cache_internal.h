@@ -36,6 +36,9 @@ enum pod_state {
     POD_OBSERVED, /* charges what the API says (nothing unless bound) */
     POD_BINDING,  /* a bind is between cache_assume and confirm/rollback */
     POD_ASSUMED,  /* bound by us; the API has not shown it bound yet */
+    POD_UNKNOWN,  /* our Binding's outcome is unknown: charged until the API
+                     shows the pod bound or deleted, or, past `hold_until`,
+                     a read-back shows it unbound (cache_unknown_release) */
 };
 
 struct cache_pod {
@@ -47,7 +50,8 @@ struct cache_pod {
     /* The pod's demand, kept for binds (the bind request names only the pod). */
     uint64_t cpu, memory, gpu_memory;
     uint32_t gpu_count;
-    char *gpu_model; /* owned constraint, NULL when none */
+    char *gpu_model;    /* owned constraint, NULL when none */
+    int64_t hold_until; /* POD_UNKNOWN: clock_now_ns() before which nothing is released */
     uint32_t gen;
     uint8_t state; /* enum pod_state */
     bool known;    /* the demand came from an API object */
@@ -64,7 +68,7 @@ struct cache {
     struct table nodes; /* struct cache_node by name */
     struct table pods;  /* struct cache_pod by uid (state_lock only) */
     uint32_t node_gen, pod_gen, cm_gen;
-    size_t assumed;           /* records in BINDING or ASSUMED */
+    size_t assumed;           /* records in BINDING, ASSUMED or UNKNOWN */
     struct placement_ctx ctx; /* model_lock */
 };
 

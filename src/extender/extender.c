@@ -30,8 +30,9 @@
 #define GP_VERSION "0.0.0"
 #endif
 
-/* Binds go through a few API clients round-robin: one client serializes
- * its calls on one connection, and a bind is two calls. */
+/* Binds go through a few API clients: one client serializes its calls on
+ * one connection, so each call takes an idle one (round-robin could queue
+ * a bind behind a busy connection while another sat idle). */
 #define API_CLIENTS 4
 #define TLS_FILE_MAX (1 << 20)
 
@@ -158,6 +159,15 @@ static const struct option_spec specs[] = {
      .def = "10s",
      .min = 1,
      .help = "time limit of one API request made by a bind"},
+    {.flag = "bind-unknown-hold",
+     .env = {"GP_BIND_UNKNOWN_HOLD"},
+     .type = OPT_DURATION,
+     .offset = FIELD(bind_unknown_hold_ms),
+     .def = "60s",
+     .min = 1,
+     .help = "how long a bind whose Binding got no answer (or a 5xx) keeps its GPU charge before "
+             "the pod, read back unbound, may be bound again; at least kube-apiserver's "
+             "--request-timeout"},
     {.flag = "metrics-port",
      .env = {"GP_METRICS_PORT"},
      .type = OPT_INT,
@@ -391,6 +401,7 @@ struct extender {
     const struct extender_config *cfg; /* borrowed: outlives the extender */
     struct kube_client *watch_client;  /* reflectors: each watch has its own connection */
     struct kube_client *api[API_CLIENTS];
+    atomic_bool api_busy[API_CLIENTS]; /* a call is using api[i] */
     atomic_uint next_api;
     struct kube_cancel *cancel;
     struct cache *cache;
@@ -659,31 +670,50 @@ bool extender_wait_synced(struct extender *ext, int timeout_ms)
 
 /* ---- the API as bind.c sees it ------------------------------------------- */
 
-static struct kube_client *next_client(struct extender *ext)
+/* An idle client (*slot: its index, to give back), or, when all are busy,
+ * one to queue behind (*slot -1). */
+static struct kube_client *take_client(struct extender *ext, int *slot)
 {
-    return ext->api[atomic_fetch_add(&ext->next_api, 1) % API_CLIENTS];
+    unsigned start = atomic_fetch_add(&ext->next_api, 1);
+    for (unsigned i = 0; i < API_CLIENTS; i++) {
+        unsigned k = (start + i) % API_CLIENTS;
+        if (!atomic_exchange(&ext->api_busy[k], true)) {
+            *slot = (int)k;
+            return ext->api[k];
+        }
+    }
+    *slot = -1;
+    return ext->api[start % API_CLIENTS];
 }
 
-static int api_get_pod(void *ctx, const char *ns, const char *name, json_t **out,
-                       struct kube_error *err)
+static void give_client(struct extender *ext, int slot)
+{
+    if (slot >= 0)
+        atomic_store(&ext->api_busy[slot], false);
+}
+
+static int api_get_pod(void *ctx, const char *ns, const char *name, int64_t deadline_ns,
+                       json_t **out, struct kube_error *err)
 {
     char path[600];
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
-    return kube_get(next_client(ctx), path, out, err);
-}
-
-static int api_patch_pod(void *ctx, const char *ns, const char *name, const json_t *patch,
-                         struct kube_error *err)
-{
-    char path[600];
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
-    return kube_patch(next_client(ctx), path, KUBE_PATCH_STRATEGIC, patch, NULL, err);
+    int slot;
+    struct kube_client *client = take_client(ctx, &slot);
+    int rc = kube_get_until(client, path, deadline_ns, out, err);
+    give_client(ctx, slot);
+    return rc;
 }
 
 static int api_create_binding(void *ctx, const char *ns, const char *name, const char *uid,
-                              const char *node, struct kube_error *err)
+                              const char *node, const json_t *annotations, int64_t deadline_ns,
+                              struct kube_error *err)
 {
-    return kube_bind_pod(next_client(ctx), ns, name, uid && *uid ? uid : NULL, node, err);
+    int slot;
+    struct kube_client *client = take_client(ctx, &slot);
+    int rc = kube_bind_pod(client, ns, name, uid && *uid ? uid : NULL, node, annotations,
+                           deadline_ns, err);
+    give_client(ctx, slot);
+    return rc;
 }
 
 /* ---- routes ----------------------------------------------------------------- */
@@ -851,7 +881,8 @@ static void handle_bind(struct extender *ext, const struct httpd_request *req, c
         if (permit.fence_ns < deadline)
             deadline = permit.fence_ns; /* no write of ours may land after a successor starts */
     }
-    const struct bind_api api = {ext, api_get_pod, api_patch_pod, api_create_binding};
+    const struct bind_api api = {ext, api_get_pod, api_create_binding,
+                                 (int64_t)ext->cfg->bind_unknown_hold_ms * 1000000};
     enum bind_result result = bind_pod_result(ext->cache, &api, &args, deadline, err, sizeof(err));
     if (ext->leader)
         leader_bind_end(ext->leader);

@@ -45,6 +45,7 @@ struct extender_config {
     int max_request_bytes;
     int list_page_size;
     int api_timeout_ms;
+    int bind_unknown_hold_ms;           /* BIND_UNKNOWN_HOLD_MS by default */
     int metrics_port;                   /* 0: no metrics server */
     enum pool_mem_unit gpu_memory_unit; /* the unit of aliyun.com/gpu-mem (poolapi_unit.h) */
     /* Leader election (leader.h, docs/ha.md): only the Lease holder binds. */

@@ -100,6 +100,7 @@ struct call {
     const char *accept; /* the Accept header's value; NULL: application/json */
     struct kube_cancel *cancel;
     struct kube_stream *stream; /* NULL: every answer is buffered */
+    int64_t deadline_ns;        /* clock_now_ns() instant no attempt may outlive; 0: none */
 };
 
 /* A 2xx answer's body, NUL-terminated; data is the caller's to free(). */

@@ -418,12 +418,27 @@ static CURLcode perform_once(struct kube_client *c, const struct call *call, str
     curl->easy_reset(h); /* keeps the connection cache: reuse survives */
     struct curl_slist *headers = NULL;
     CURLcode code = CURLE_OK;
+    long timeout_ms = c->timeout_ms;
+    if (call->deadline_ns > 0) {
+        /* Measured after the wait for the shared connection, which counts
+         * against the caller's deadline too. */
+        int64_t left_ms = (call->deadline_ns - clock_now_ns()) / 1000000;
+        if (left_ms <= 0) {
+            *setup_failed = true;
+            kube_fail(err, 0, "DeadlineExceeded", "%s %s: deadline passed before it was sent",
+                      call->method, call->path);
+            code = CURLE_OPERATION_TIMEDOUT;
+            goto out;
+        }
+        if (left_ms < timeout_ms)
+            timeout_ms = (long)left_ms;
+    }
     if (handle_setup(c, h, url, call->accept, call->content_type, &headers, err) != 0) {
         *setup_failed = true;
         code = CURLE_OUT_OF_MEMORY;
         goto out;
     }
-    curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl->easy_setopt(h, CURLOPT_WRITEDATA, r);
     curl->easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -596,6 +611,8 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
         if (!retryable(cls, call->idempotent) || attempt >= c->retry.max_attempts)
             return -1;
         long wait = kube_backoff_ms(&c->retry, attempt, kube_random01(c), r.retry_after_ms);
+        if (call->deadline_ns > 0 && clock_now_ns() + (int64_t)wait * 1000000 >= call->deadline_ns)
+            return -1; /* no time left for another attempt: err has the last failure */
         if (kube_cancel_sleep(call->cancel, wait))
             return kube_fail(err, 0, "Cancelled", "%s: cancelled", what);
     }
@@ -615,15 +632,22 @@ static int call_json(struct kube_client *c, const struct call *call, json_t **ou
 
 int kube_get(struct kube_client *client, const char *path, json_t **out, struct kube_error *err)
 {
-    struct call call = {.method = "GET", .path = path, .idempotent = true};
+    return kube_get_until(client, path, 0, out, err);
+}
+
+int kube_get_until(struct kube_client *client, const char *path, int64_t deadline_ns, json_t **out,
+                   struct kube_error *err)
+{
+    struct call call = {
+        .method = "GET", .path = path, .idempotent = true, .deadline_ns = deadline_ns};
     if (out != NULL)
         *out = NULL;
     return call_json(client, &call, out, err);
 }
 
 static int call_with_body(struct kube_client *c, const char *method, const char *path,
-                          const char *content_type, const json_t *body, json_t **out,
-                          struct kube_error *err)
+                          const char *content_type, const json_t *body, int64_t deadline_ns,
+                          json_t **out, struct kube_error *err)
 {
     if (out != NULL)
         *out = NULL;
@@ -643,7 +667,8 @@ static int call_with_body(struct kube_client *c, const char *method, const char 
                         .content_type = content_type,
                         .body = text,
                         .body_len = len,
-                        .idempotent = false};
+                        .idempotent = false,
+                        .deadline_ns = deadline_ns};
     int rc = call_json(c, &call, out, err);
     free(text);
     return rc;
@@ -660,27 +685,30 @@ int kube_patch(struct kube_client *client, const char *path, enum kube_patch_typ
     if ((unsigned)type > KUBE_PATCH_JSON)
         return kube_fail(err, 0, "InvalidArgument", "PATCH %s: unknown patch type %d", path,
                          (int)type);
-    return call_with_body(client, "PATCH", path, types[type], body, out, err);
+    return call_with_body(client, "PATCH", path, types[type], body, 0, out, err);
 }
 
 int kube_post(struct kube_client *client, const char *path, const json_t *body, json_t **out,
               struct kube_error *err)
 {
-    return call_with_body(client, "POST", path, "application/json", body, out, err);
+    return call_with_body(client, "POST", path, "application/json", body, 0, out, err);
 }
 
 int kube_put(struct kube_client *client, const char *path, const json_t *body, json_t **out,
              struct kube_error *err)
 {
-    return call_with_body(client, "PUT", path, "application/json", body, out, err);
+    return call_with_body(client, "PUT", path, "application/json", body, 0, out, err);
 }
 
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
-                  const char *node, struct kube_error *err)
+                  const char *node, const json_t *annotations, int64_t deadline_ns,
+                  struct kube_error *err)
 {
     json_t *meta = json_pack("{s:s, s:s}", "name", name, "namespace", ns);
     if (meta != NULL && uid != NULL)
         json_object_set_new(meta, "uid", json_string(uid));
+    if (meta != NULL && annotations != NULL)
+        json_object_set_new(meta, "annotations", json_deep_copy(annotations));
     json_t *body =
         json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind", "Binding",
                   "metadata", meta, "target", "apiVersion", "v1", "kind", "Node", "name", node);
@@ -689,7 +717,7 @@ int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, 
                          node);
     char path[1024];
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/binding", ns, name);
-    int rc = kube_post(client, path, body, NULL, err);
+    int rc = call_with_body(client, "POST", path, "application/json", body, deadline_ns, NULL, err);
     json_decref(body);
     return rc;
 }

@@ -141,6 +141,13 @@ GP_MUST_USE char *kube_escape(const char *value);
 /* GET path; *out receives the parsed JSON object. */
 int kube_get(struct kube_client *client, const char *path, json_t **out,
              struct kube_error *err) GP_MUST_USE;
+/* The same, but no attempt outlives deadline_ns (clock_now_ns() terms; 0:
+ * none): each attempt's time limit is the shorter of the client's timeout
+ * and what is left, a retry that would start past it is not made, and when
+ * it has passed before the request is sent (waiting for the client's
+ * connection) the call fails with reason "DeadlineExceeded", nothing sent. */
+int kube_get_until(struct kube_client *client, const char *path, int64_t deadline_ns, json_t **out,
+                   struct kube_error *err) GP_MUST_USE;
 
 /* LIST: fetches `limit` items per request (0 = 500) following the
  * `continue` token and calls on_item once per item, in order. Each item is
@@ -250,9 +257,16 @@ int kube_http_post(const char *url, const char *header, const char *body, size_t
                    long timeout_ms, size_t max_resp, long *status, char **resp, char *err,
                    size_t errlen) GP_MUST_USE;
 
-/* Convenience: POST a v1 Binding of pod ns/name (uid may be NULL) to node. */
+/* POST a v1 Binding of pod ns/name to node: one write that sets
+ * spec.nodeName and merges `annotations` (a JSON object of strings, may be
+ * NULL; copied) into the pod's. uid (may be NULL) is sent as
+ * metadata.uid, a precondition from kube-apiserver 1.23 on (1.20-1.22
+ * ignore it). deadline_ns as for kube_get_until(); a failure with
+ * http_status 0 and reason "DeadlineExceeded" or "ConnectError" was never
+ * sent, any other one without a 4xx Status may have been applied. */
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
-                  const char *node, struct kube_error *err) GP_MUST_USE;
+                  const char *node, const json_t *annotations, int64_t deadline_ns,
+                  struct kube_error *err) GP_MUST_USE;
 
 /* A core/v1 Event about a pod, as `kubectl describe pod` shows it. */
 struct kube_pod_event {

@@ -392,6 +392,10 @@ class FakeApiServer:
         # Statuses) in protobuf when the Accept header asks for it
         # (k8s_protobuf.py). False: JSON whatever the client asks.
         self.protobuf = True
+        # Like a 1.20 apiserver: a Binding's metadata.uid/resourceVersion are
+        # not checked. True: as from 1.23 (kubernetes PR 105913), a mismatch
+        # is a 409 "Precondition failed".
+        self.binding_preconditions = False
         self.watchers = set()
         self.connections = 0
         self.stopping = threading.Event()
@@ -749,23 +753,54 @@ def _handler_class(server):
             return self._send_json(200, store.update(resource, ns, name, fn, expected))
 
         def _bind(self, ns, name, binding):
+            """BindingREST as in kube-apiserver 1.20: one write that sets
+            spec.nodeName, merges the Binding's metadata.annotations into the
+            pod's and sets the PodScheduled condition; metadata.uid and
+            metadata.resourceVersion are ignored (preconditions are honoured
+            only from 1.23 on: server.binding_preconditions)."""
             target = (binding.get("target") or {}).get("name")
             if binding.get("kind") not in (None, "Binding") or not target:
                 raise ApiError(400, "BadRequest", "binding: target.name is required")
-            uid = (binding.get("metadata") or {}).get("uid")
+            meta = binding.get("metadata") or {}
+            if meta.get("name") not in (None, name):
+                raise ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
+            annotations = meta.get("annotations") or {}
+            if not isinstance(annotations, dict) or \
+                    not all(isinstance(v, str) for v in annotations.values()):
+                raise ApiError(400, "BadRequest", "binding: metadata.annotations must map strings to strings")
+            uid = meta.get("uid") if server.binding_preconditions else None
+            rv = meta.get("resourceVersion") if server.binding_preconditions else None
 
             def assign(pod):
-                if uid and pod["metadata"].get("uid") != uid:
+                pmeta = pod["metadata"]
+                if uid and pmeta.get("uid") != uid:
                     raise ApiError(409, "Conflict",
-                                   "Operation cannot be fulfilled on pods/binding \"%s\": "
-                                   "Precondition failed: UID in precondition: %s, UID in object "
-                                   "meta: %s" % (name, uid, pod["metadata"].get("uid")))
+                                   "Operation cannot be fulfilled on pods \"%s\": Precondition "
+                                   "failed: UID in precondition: %s, UID in object meta: %s"
+                                   % (name, uid, pmeta.get("uid")))
+                if rv and pmeta.get("resourceVersion") != rv:
+                    raise ApiError(409, "Conflict",
+                                   "Operation cannot be fulfilled on pods \"%s\": Precondition "
+                                   "failed: ResourceVersion in precondition: %s, ResourceVersion "
+                                   "in object meta: %s" % (name, rv, pmeta.get("resourceVersion")))
+                if pmeta.get("deletionTimestamp"):
+                    raise ApiError(409, "Conflict",
+                                   "Operation cannot be fulfilled on pods/binding \"%s\": pod %s "
+                                   "is being deleted, cannot be assigned to a host" % (name, name))
                 node = (pod.get("spec") or {}).get("nodeName")
                 if node:
                     raise ApiError(409, "Conflict",
                                    "Operation cannot be fulfilled on pods/binding \"%s\": pod %s "
                                    "is already assigned to node \"%s\"" % (name, name, node))
                 pod.setdefault("spec", {})["nodeName"] = target
+                if annotations:
+                    if not isinstance(pmeta.get("annotations"), dict):
+                        pmeta["annotations"] = {}
+                    pmeta["annotations"].update(annotations)
+                conds = pod.setdefault("status", {}).setdefault("conditions", [])
+                conds[:] = [c for c in conds if c.get("type") != "PodScheduled"]
+                conds.append({"type": "PodScheduled", "status": "True",
+                              "lastTransitionTime": now_rfc3339()})
                 return pod
 
             store.update("pods", ns, name, assign)
@@ -1020,12 +1055,16 @@ def main():
     ap.add_argument("--max-history", type=int, default=10000)
     ap.add_argument("--chunk-bytes", type=int, default=0)
     ap.add_argument("--ready-file", help="also write the ready line to this file")
+    ap.add_argument("--binding-preconditions", action="store_true",
+                    help="honour a Binding's metadata.uid/resourceVersion as 1.23+ does (1.20 ignores them)")
     args = ap.parse_args()
     if args.make_certs:
         make_certs(args.tls_dir)
     srv = FakeApiServer(fixture=args.fixture, host=args.host, port=args.port, tls_dir=args.tls_dir,
                         tokens=args.token, client_cert_auth=args.client_cert_auth,
-                        max_history=args.max_history, chunk_bytes=args.chunk_bytes).start()
+                        max_history=args.max_history, chunk_bytes=args.chunk_bytes)
+    srv.binding_preconditions = args.binding_preconditions
+    srv.start()
     line = json.dumps({"url": srv.url, "port": srv.port})
     print(line, flush=True)
     if args.ready_file:

@@ -247,7 +247,8 @@ static int cmd_write(struct kube_client *client, const char *verb, char **args, 
     if (strcmp(verb, "bind") == 0) {
         if (nargs < 3)
             return 64;
-        rc = kube_bind_pod(client, args[0], args[1], nargs > 3 ? args[3] : NULL, args[2], &err);
+        rc = kube_bind_pod(client, args[0], args[1], nargs > 3 ? args[3] : NULL, args[2], NULL, 0,
+                           &err);
         return report(rc == 0 ? KUBE_OK : KUBE_ERROR, NULL, &err);
     }
     bool patch = strcmp(verb, "patch") == 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "ext_fixtures.h"
 
 /* Feeds one object (and frees it). */
@@ -185,24 +186,28 @@ static void test_assume_confirm_rollback(void **state)
     struct cache_pod *h;
     struct cache_assumption as;
     char err[256];
-    assert_int_equal(cache_assume(c, "u1", "n1", NULL, &h, &as, err, sizeof err), CACHE_ASSUMED);
+    assert_int_equal(cache_assume(c, "u1", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
     assert_int_equal(as.gpu_mask, 0x1);
     assert_int_equal(as.gpu_units, 6);
     assert_int_equal(as.device_memory, 8);
     assert_int_equal(used(c, "n1", 0), 6);
     /* A second bind of the same pod while the first is in flight. */
     struct cache_pod *h2;
-    assert_int_equal(cache_assume(c, "u1", "n1", NULL, &h2, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u1", NULL, NULL, "n1", NULL, &h2, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "in progress"));
     cache_rollback(c, h);
     assert_int_equal(used(c, "n1", 0), 0);
 
     /* Unknown pod: the caller must supply it. */
-    assert_int_equal(cache_assume(c, "u9", "n1", NULL, &h, &as, err, sizeof err), CACHE_NEED_POD);
+    assert_int_equal(cache_assume(c, "u9", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_NEED_POD);
     json_t *p9 = fx_pod("u9", "z", 8, NULL, NULL);
     struct pod_facts f;
     assert_int_equal(poolapi_pod_facts(p9, &f, err, sizeof err), 0);
-    assert_int_equal(cache_assume(c, "u9", "n1", &f, &h, &as, err, sizeof err), CACHE_ASSUMED);
+    assert_int_equal(cache_assume(c, "u9", NULL, NULL, "n1", &f, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
     json_decref(p9);
     cache_confirm(c, h);
     assert_int_equal(used(c, "n1", 0) + used(c, "n1", 1), 8);
@@ -210,7 +215,8 @@ static void test_assume_confirm_rollback(void **state)
     cache_stats(c, &st);
     assert_int_equal(st.assumed, 1);
     /* Assumed: a second bind is refused; then the watch shows it bound. */
-    assert_int_equal(cache_assume(c, "u9", "n1", NULL, &h, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u9", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "already bound"));
     pod_in(c, fx_pod("u9", "z", 8, "n1", as.gpu_mask == 1 ? "0" : "1"));
     cache_stats(c, &st);
@@ -219,10 +225,64 @@ static void test_assume_confirm_rollback(void **state)
 
     /* Too big for any GPU now: refused with the reason. */
     pod_in(c, fx_pod("u2", "b", 9, NULL, NULL));
-    assert_int_equal(cache_assume(c, "u2", "n1", NULL, &h, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u2", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "does not fit"));
-    assert_int_equal(cache_assume(c, "u2", "n7", NULL, &h, &as, err, sizeof err), CACHE_REFUSED);
+    assert_int_equal(cache_assume(c, "u2", NULL, NULL, "n7", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
     assert_non_null(strstr(err, "not in the extender's cache"));
+    cache_free(c);
+}
+
+static void test_unknown_outcome_and_uid_check(void **state)
+{
+    (void)state;
+    struct cache *c = cache_new(PLACEMENT_BINPACK);
+    node_in(c, fx_node("n1", 16, 2));
+    pod_in(c, fx_pod("u1", "a", 8, NULL, NULL));
+    pod_in(c, fx_pod("u2", "b", 8, NULL, NULL));
+    struct cache_pod *h;
+    struct cache_assumption as;
+    char err[256];
+    /* u1 is a's UID: a request naming b with it is refused, nothing charged. */
+    assert_int_equal(cache_assume(c, "u1", "default", "b", "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
+    assert_non_null(strstr(err, "belongs to pod default/a"));
+    assert_int_equal(used(c, "n1", 0) + used(c, "n1", 1), 0);
+    /* An unknown outcome keeps the charge, also when the watch shows the pod
+     * still pending (a lagging watch cannot prove the write did not land). */
+    assert_int_equal(cache_assume(c, "u1", "default", "a", "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
+    cache_unknown(c, h, clock_now_ns() + 3600 * 1000000000LL);
+    pod_in(c, fx_pod("u1", "a", 8, NULL, NULL));
+    cache_pods_list_begin(c);
+    pod_in(c, fx_pod("u1", "a", 8, NULL, NULL));
+    pod_in(c, fx_pod("u2", "b", 8, NULL, NULL));
+    cache_pods_list_end(c);
+    assert_int_equal(used(c, "n1", 0), 8);
+    assert_int_equal(cache_assume(c, "u1", "default", "a", "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_REFUSED);
+    assert_non_null(strstr(err, "not known yet"));
+    assert_false(cache_unknown_release(c, "u1")); /* the hold is not over */
+    struct cache_stats st;
+    cache_stats(c, &st);
+    assert_int_equal(st.assumed, 1);
+    /* Past the hold: assume asks for a read-back; a release frees it. */
+    assert_int_equal(cache_assume(c, "u2", "default", "b", "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
+    cache_unknown(c, h, clock_now_ns() - 1);
+    assert_int_equal(used(c, "n1", 1), 8);
+    assert_int_equal(cache_assume(c, "u2", "default", "b", "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_UNKNOWN_EXPIRED);
+    assert_true(cache_unknown_release(c, "u2"));
+    assert_false(cache_unknown_release(c, "u2"));
+    assert_int_equal(used(c, "n1", 1), 0);
+    /* The watch showing u1 bound ends its unknown state: the API's charge. */
+    pod_in(c, fx_pod("u1", "a", 8, "n1", "1"));
+    cache_stats(c, &st);
+    assert_int_equal(st.assumed, 0);
+    assert_int_equal(used(c, "n1", 0), 0);
+    assert_int_equal(used(c, "n1", 1), 8);
     cache_free(c);
 }
 
@@ -236,7 +296,8 @@ static void test_delete_while_binding(void **state)
     struct cache_pod *h;
     struct cache_assumption as;
     char err[256];
-    assert_int_equal(cache_assume(c, "u1", "n1", NULL, &h, &as, err, sizeof err), CACHE_ASSUMED);
+    assert_int_equal(cache_assume(c, "u1", NULL, NULL, "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
     cache_pod_delete(c, pod); /* the record stays pinned until the bind ends */
     cache_pods_list_begin(c);
     cache_pods_list_end(c);
@@ -269,7 +330,8 @@ static void *racer(void *arg)
         struct cache_assumption as;
         char err[256];
         if (poolapi_pod_facts(pod, &f, err, sizeof err) == 0 &&
-            cache_assume(r->c, uid, "n1", &f, &h, &as, err, sizeof err) == CACHE_ASSUMED) {
+            cache_assume(r->c, uid, NULL, NULL, "n1", &f, &h, &as, err, sizeof err) ==
+                CACHE_ASSUMED) {
             r->assumed++;
             cache_confirm(r->c, h);
         }
@@ -343,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_pods_before_nodes_and_relist),
         cmocka_unit_test(test_filter_reasons),
         cmocka_unit_test(test_assume_confirm_rollback),
+        cmocka_unit_test(test_unknown_outcome_and_uid_check),
         cmocka_unit_test(test_delete_while_binding),
         cmocka_unit_test(test_concurrent_assumes_never_overcommit),
         cmocka_unit_test(test_model_constraint),
