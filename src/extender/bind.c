@@ -87,6 +87,14 @@ static enum bind_result write_binding(struct cache *cache, const struct bind_api
         cache_confirm(cache, handle);
         return BIND_OK;
     }
+    if (binding_not_applied(&kerr) && as->held) {
+        /* This write did not land, the earlier one still may: its hold stands. */
+        cache_unknown(cache, handle, as->held_until_ns);
+        snprintf(err, errlen,
+                 "binding pod %s/%s to %s failed: %s (an earlier Binding's charge stays held)",
+                 args->pod_namespace, args->pod_name, args->node, kerr.message);
+        return BIND_BINDING_REFUSED;
+    }
     if (binding_not_applied(&kerr)) {
         cache_rollback(cache, handle);
         snprintf(err, errlen, "binding pod %s/%s to %s failed: %s", args->pod_namespace,
@@ -98,8 +106,8 @@ static enum bind_result write_binding(struct cache *cache, const struct bind_api
      * have the same memory (D1). */
     int64_t hold =
         api->unknown_hold_ns > 0 ? api->unknown_hold_ns : (int64_t)BIND_UNKNOWN_HOLD_MS * 1000000;
-    int64_t now = clock_now_ns();
-    cache_unknown(cache, handle, (deadline_ns > now ? deadline_ns : now) + hold);
+    int64_t now = clock_now_ns(), until = (deadline_ns > now ? deadline_ns : now) + hold;
+    cache_unknown(cache, handle, as->held && as->held_until_ns > until ? as->held_until_ns : until);
     log_warn("pod %s/%s: the Binding to %s may or may not exist (%s); its GPU charge is held "
              "until the API shows the pod, or %.0f s have passed",
              args->pod_namespace, args->pod_name, args->node, kerr.message, (double)hold / 1e9);
@@ -151,7 +159,6 @@ enum bind_result bind_pod_result(struct cache *cache, const struct bind_api *api
                                  const struct binding_args *args, int64_t deadline_ns, char *err,
                                  size_t errlen)
 {
-    (void)deadline_ns; /* honoured by the bind rewrite (issue 16, item 1) */
     json_t *pod_json = NULL;
     struct pod_facts facts, *known = NULL;
     const char *uid = args->pod_uid;

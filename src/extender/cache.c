@@ -729,10 +729,13 @@ static enum cache_assume_result refuse(char *err, size_t errlen, const char *fmt
 }
 
 /* Checks the pod record against a bind; state_lock held. */
+/* assume_check_pod(): retry on the node of a held charge (not public). */
+#define ASSUME_RETRY_HELD 1
+
 static enum cache_assume_result assume_check_pod(struct cache *cache, struct cache_pod **podp,
                                                  const char *uid, const char *ns, const char *name,
-                                                 const struct pod_facts *f, char *err,
-                                                 size_t errlen)
+                                                 const char *node_name, const struct pod_facts *f,
+                                                 char *err, size_t errlen)
 {
     struct cache_pod *pod = *podp;
     /* A UID names one pod for good: a request pairing it with another
@@ -748,11 +751,14 @@ static enum cache_assume_result assume_check_pod(struct cache *cache, struct cac
                       pod->name);
     if (pod && pod->state == POD_UNKNOWN && !pod->bound) {
         int64_t left = pod->hold_until - clock_now_ns();
+        if (left > 0 && pod->node && strcmp(pod->node->name, node_name) == 0)
+            return (enum cache_assume_result)ASSUME_RETRY_HELD;
         if (left > 0)
             return refuse(err, errlen,
-                          "the outcome of an earlier Binding of pod %s/%s is not known yet "
+                          "the outcome of an earlier Binding of pod %s/%s to %s is not known yet "
                           "(its charge is held %.1f s more); retry later",
-                          pod->ns, pod->name, (double)left / 1e9);
+                          pod->ns, pod->name, pod->node ? pod->node->name : "?",
+                          (double)left / 1e9);
         return CACHE_UNKNOWN_EXPIRED;
     }
     if (pod && (pod->bound || pod->state == POD_ASSUMED))
@@ -785,7 +791,24 @@ enum cache_assume_result cache_assume(struct cache *cache, const char *uid, cons
     *handle = NULL;
     pthread_mutex_lock(&cache->state_lock);
     struct cache_pod *pod = pod_find(cache, uid);
-    enum cache_assume_result r = assume_check_pod(cache, &pod, uid, ns, name, f, err, errlen);
+    enum cache_assume_result r =
+        assume_check_pod(cache, &pod, uid, ns, name, node_name, f, err, errlen);
+    if ((int)r == ASSUME_RETRY_HELD) {
+        struct cache_node *held = pod->node;
+        pthread_mutex_lock(&held->lock);
+        out->gpu_mask = pod->charge.gpu_mask;
+        out->gpu_units = pod->charge.gpu_mask ? pod->charge.gpu_units : 0;
+        out->pod_memory = pod->gpu_memory;
+        out->device_memory =
+            pod->charge.gpu_mask ? held->pn.gpu_total[__builtin_ctz(pod->charge.gpu_mask)] : 0;
+        pthread_mutex_unlock(&held->lock);
+        out->held = true;
+        out->held_until_ns = pod->hold_until;
+        pod_set_state(cache, pod, POD_BINDING);
+        *handle = pod;
+        r = CACHE_ASSUMED;
+        goto out;
+    }
     if (r != CACHE_ASSUMED)
         goto out;
     struct pod_facts demand = {.name = pod->name,

@@ -116,6 +116,12 @@ struct cache_assumption {
     uint64_t gpu_units;     /* memory on each chosen GPU */
     uint64_t pod_memory;    /* the pod's total aliyun.com/gpu-mem */
     uint64_t device_memory; /* memory of the first chosen GPU (ALIYUN_COM_GPU_MEM_DEV) */
+    /* A retry to the node of an earlier Binding whose outcome is unknown:
+     * that Binding's charge is re-used as it is (a pod binds once, so of
+     * the two writes at most one lands, with this same charge); a refusal
+     * must put it back with cache_unknown(handle, held_until_ns). */
+    bool held;
+    int64_t held_until_ns;
 };
 
 /* Chooses GPUs for pod uid on node_name under the node's lock, re-checking
@@ -135,8 +141,10 @@ enum cache_assume_result cache_assume(struct cache *cache, const char *uid, cons
 void cache_confirm(struct cache *cache, struct cache_pod *handle);
 /* The Binding's outcome is unknown (no answer, or a 5xx): the charge stays
  * until the API shows the pod bound (its view replaces the charge) or
- * deleted; binds of the pod are refused until hold_until_ns
- * (clock_now_ns() terms), then answered CACHE_UNKNOWN_EXPIRED. */
+ * deleted. Until hold_until_ns (clock_now_ns() terms) a bind of the pod to
+ * the same node re-uses the charge (cache_assumption.held) and a bind to
+ * another node is refused; after it, cache_assume() answers
+ * CACHE_UNKNOWN_EXPIRED. */
 void cache_unknown(struct cache *cache, struct cache_pod *handle, int64_t hold_until_ns);
 /* A read-back after the hold found pod uid unbound (or gone): gives the
  * held charge back. True when it did (the record was POD_UNKNOWN, past its

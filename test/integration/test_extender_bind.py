@@ -97,6 +97,29 @@ def test_d1_binding_that_outlives_the_timeout_keeps_its_charge(api, started):
     assert [x for x in api.requests() if x["method"] != "GET"] == []
 
 
+def test_d1_retry_to_the_same_node_reuses_the_held_charge(api, started):
+    """kube-scheduler retries a bind whose outcome is unknown (an API outage,
+    a failover) on the same node: the held charge is re-used, so the pod
+    lands at once instead of after the hold, and whichever of the two
+    Bindings the API server applies (a pod binds once), the charge is the
+    same: nothing is charged twice, nothing over-commits."""
+    ext = started(api, "--api-timeout", "1s", "--bind-unknown-hold", "60s")
+    api.add_fault(method="POST", path="/p003/binding$", action="delay", delay_ms=2500)
+    assert bind(ext, api, "p003", "n2") != ""
+    assert node_used(ext, "n2") == 16
+    assert bind(ext, api, "p003", "n2") == ""
+    assert get(api, "p003")["spec"]["nodeName"] == "n2"
+    assert node_used(ext, "n2") == 16
+    held = gpu_annotations(api, "p003")["ALIYUN_COM_GPU_MEM_IDX"]
+    # The first Binding arrives late and is refused (already assigned).
+    time.sleep(scaled(2.0))
+    assert gpu_annotations(api, "p003")["ALIYUN_COM_GPU_MEM_IDX"] == held
+    assert bind(ext, api, "p004", "n2") == ""
+    assert bind(ext, api, "p005", "n2") != ""
+    assert node_used(ext, "n2") == 32
+    assert gpu_annotations(api, "p004")["ALIYUN_COM_GPU_MEM_IDX"] != held
+
+
 def test_d1_unknown_outcome_released_only_after_readback(api, started):
     """A Binding that never lands: the charge is held until --bind-unknown-hold
     after the bind's deadline, then the pod's retry reads it back (unbound)
@@ -107,12 +130,13 @@ def test_d1_unknown_outcome_released_only_after_readback(api, started):
     err = bind(ext, api, "p001", "n2")
     assert err, "a stalled Binding was reported bound"
     assert node_used(ext, "n2") == 16
-    # kube-scheduler retries at once: still unknown, refused, nothing written.
+    # kube-scheduler retries elsewhere at once: still unknown, refused,
+    # nothing written, nothing more charged.
     api.clear_requests()
-    err = bind(ext, api, "p001", "n2")
+    err = bind(ext, api, "p001", "n1")
     assert "not known" in err, err
     assert [x for x in api.requests() if x["method"] != "GET"] == []
-    assert node_used(ext, "n2") == 16
+    assert node_used(ext, "n2") == 16 and node_used(ext, "n1") == 0
     # A 5xx is just as unknown: p002's charge is kept too.
     api.add_fault(method="POST", path="/p002/binding$", status=504, count=1)
     t2 = time.monotonic()

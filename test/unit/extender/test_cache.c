@@ -260,9 +260,21 @@ static void test_unknown_outcome_and_uid_check(void **state)
     pod_in(c, fx_pod("u2", "b", 8, NULL, NULL));
     cache_pods_list_end(c);
     assert_int_equal(used(c, "n1", 0), 8);
-    assert_int_equal(cache_assume(c, "u1", "default", "a", "n1", NULL, &h, &as, err, sizeof err),
+    /* A retry elsewhere is refused; one to the same node re-uses the charge
+     * (nothing more is charged), and a refusal of it keeps the hold. */
+    node_in(c, fx_node("n2", 16, 2));
+    assert_int_equal(cache_assume(c, "u1", "default", "a", "n2", NULL, &h, &as, err, sizeof err),
                      CACHE_REFUSED);
     assert_non_null(strstr(err, "not known yet"));
+    assert_int_equal(used(c, "n2", 0) + used(c, "n2", 1), 0);
+    assert_int_equal(cache_assume(c, "u1", "default", "a", "n1", NULL, &h, &as, err, sizeof err),
+                     CACHE_ASSUMED);
+    assert_true(as.held);
+    assert_int_equal(as.gpu_mask, 1);
+    assert_int_equal(as.pod_memory, 8);
+    assert_int_equal(used(c, "n1", 0), 8);
+    assert_int_equal(used(c, "n1", 1), 0);
+    cache_unknown(c, h, as.held_until_ns);
     assert_false(cache_unknown_release(c, "u1")); /* the hold is not over */
     struct cache_stats st;
     cache_stats(c, &st);
