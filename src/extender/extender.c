@@ -757,9 +757,12 @@ static void metrics_handle(void *ctx, const struct httpd_request *req, struct ht
 #define EXTENDER_MAX_CONNECTIONS 1024
 #define EXTENDER_PER_IP_CONNECTIONS 128
 #define EXTENDER_IDLE_TIMEOUT_S 15
-/* Bodies buffered at once, in --max-request-bytes: bounds the memory of
- * concurrent large requests (503 beyond: the pod is retried later). */
-#define EXTENDER_BODIES_IN_FLIGHT 8
+/* Bytes of request bodies held at once (503 beyond: the pod is retried
+ * later): the larger of 8 MiB and two bodies of --max-request-bytes. A
+ * body is held until its reply is sent, so this also bounds how many
+ * large documents are parsed at once (each ~12 x its text at worst,
+ * protocol.h), whatever the number of connections. */
+#define EXTENDER_BODIES_MIN_BYTES ((size_t)8 << 20)
 
 /* A metrics port that cannot be opened (taken by a second extender on the
  * host, say) is logged as an error, and scheduling goes on: metrics are
@@ -792,6 +795,9 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
 {
     /* A liveness probe presents no client certificate. */
     static const char *const open_paths[] = {"/healthz", "/version", NULL};
+    size_t held_bodies = ext->max_body * 2;
+    if (held_bodies < EXTENDER_BODIES_MIN_BYTES)
+        held_bodies = EXTENDER_BODIES_MIN_BYTES;
     const char *address = ext->cfg->address;
     if (address && *address && !httpd_host_is_numeric(address)) { /* no resolver at start-up */
         snprintf(err, errlen, "--address %s is not a numeric IPv4 or IPv6 address", address);
@@ -806,7 +812,7 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
         .tls_client_ca_pem = ext->client_ca_pem,
         .open_paths = open_paths,
         .max_body = ext->max_body,
-        .max_body_total = EXTENDER_BODIES_IN_FLIGHT * ext->max_body,
+        .max_body_total = held_bodies,
         .thread_per_connection = true, /* a bind blocks on the API server */
         .max_connections = EXTENDER_MAX_CONNECTIONS,
         .per_ip_limit = EXTENDER_PER_IP_CONNECTIONS,

@@ -335,6 +335,9 @@ def test_tls_client_certificates(api, started, tmp_path):
             assert status == 403, (cert, path, status, text)
         assert call("GET", "/healthz", cert) == (200, "ok")
     assert not [r for r in api.requests() if r["method"] in ("POST", "PATCH")]
+    log = ext.log()
+    assert "client certificate refused (none sent)" in log
+    assert "client certificate refused (not signed by the client CA" in log  # the rogue one
 
 
 def test_client_ca_needs_tls(tmp_path, api, started):
