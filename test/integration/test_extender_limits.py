@@ -129,6 +129,32 @@ def test_small_values_cannot_amplify_memory(api, started, mib, cap):
     assert status == 200
 
 
+def test_bodies_held_at_once_are_bounded(api, started):
+    """Many connections each under the cap cannot add up: with 8 MiB of
+    unfinished bodies held, the next body gets 503; once they go, 200."""
+    ext = started(api)
+    stalled = []
+    chunk = (1 << 20) - 64
+    try:
+        for _ in range(8):
+            s = connect_from("127.0.0.1", ext.port, timeout=scaled(10))
+            s.sendall(b"POST /gpupool-scheduler/filter HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (1 << 20))
+            s.sendall(b" " * chunk)
+            stalled.append(s)
+        time.sleep(0.5)  # the server has read them
+        names = ["node-%05d" % i for i in range(5000)]
+        body = json.dumps(filter_args(POD, names)).encode()
+        status, r = ext.post(PREFIX + "/filter", raw=body)
+        assert status == 503 and "busy" in r["Error"], (status, r)
+    finally:
+        for s in stalled:
+            s.close()
+    time.sleep(0.5)
+    status, r = ext.post(PREFIX + "/filter", raw=body)
+    assert status == 200, (status, r)
+
+
 def test_worst_body_within_the_value_budget_stays_within_the_memory_bound(api, started):
     """As many objects and elements as the budget lets through (1 per 64
     and 1 per 8 bytes of text): accepted, and the peak stays within
