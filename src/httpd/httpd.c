@@ -222,8 +222,8 @@ static void *reaper_main(void *arg)
             shut++;
         }
         if (shut)
-            log_v(1, "%s: closed %u connection(s) that sent no complete request within %lld s",
-                  server->what, shut, (long long)(server->deadline_ns / 1000000000));
+            log_v(1, "%s %s: closed %u connection(s) that sent no complete request within %lld s",
+                  server->what, server->bound, shut, (long long)(server->deadline_ns / 1000000000));
     }
     pthread_mutex_unlock(&server->conns_lock);
     return NULL;
@@ -297,7 +297,7 @@ static bool client_verified(struct httpd *server, struct MHD_Connection *conn)
     unsigned int status = 1;
     int rc = server->verify_peers(info->tls_session, &status);
     if (rc != 0 || status != 0) {
-        log_v(1, "%s: client certificate refused (%s)", server->what,
+        log_v(1, "%s %s: client certificate refused (%s)", server->what, server->bound,
               rc == HTTPD_GNUTLS_NO_CERTIFICATE_FOUND ? "none sent"
               : rc != 0                               ? "verification error"
                                                       : "not signed by the client CA, or expired");
