@@ -484,7 +484,12 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
         return -1;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-    flags |= opt->thread_per_connection ? MHD_USE_THREAD_PER_CONNECTION : MHD_USE_POLL;
+    /* poll(), not select(), in both models: select() refuses descriptors
+     * from FD_SETSIZE (1024) on, which a server with 1,024 connections and
+     * its other files reaches. */
+    flags |= MHD_USE_POLL;
+    if (opt->thread_per_connection)
+        flags |= MHD_USE_THREAD_PER_CONNECTION;
     if (family == AF_INET6)
         flags |= MHD_USE_IPv6;
     bool tls = opt->tls_cert_pem && opt->tls_key_pem;
