@@ -94,8 +94,9 @@ static const struct option_spec specs[] = {
      .env = {"GP_ADDRESS"},
      .type = OPT_STRING,
      .offset = FIELD(address),
-     .def = "",
-     .help = "numeric IPv4/IPv6 address to listen on; empty: every IPv4 address"},
+     .def = "127.0.0.1",
+     .help = "numeric IPv4/IPv6 address to listen on (also --metrics-port's); 0.0.0.0: every "
+             "IPv4 address (deploy/ sets it: kube-scheduler reaches the pod through a Service)"},
     {.flag = "kubeconfig",
      .env = {"KUBECONFIG"},
      .type = OPT_STRING,
@@ -117,17 +118,27 @@ static const struct option_spec specs[] = {
      .def = "gpupool",
      .help = "GPU placement: gpupool (fragmentation-aware), binpack (gpushare's best fit), spread"},
     {.flag = "tls-cert",
+     .alias = {"tls-cert-file"},
      .env = {"GP_TLS_CERT"},
      .type = OPT_STRING,
      .offset = FIELD(tls_cert),
      .def = "",
      .help = "PEM certificate file: serve HTTPS (with --tls-key)"},
     {.flag = "tls-key",
+     .alias = {"tls-private-key-file"},
      .env = {"GP_TLS_KEY"},
      .type = OPT_STRING,
      .offset = FIELD(tls_key),
      .def = "",
      .help = "PEM private key file for --tls-cert"},
+    {.flag = "client-ca-file",
+     .env = {"GP_CLIENT_CA_FILE"},
+     .type = OPT_STRING,
+     .offset = FIELD(client_ca),
+     .def = "",
+     .help = "PEM CA file: the verbs, /inspect and /ui answer only clients whose certificate it "
+             "signed (kube-scheduler's tlsConfig certFile/keyFile); /healthz and /version stay "
+             "open. Needs --tls-cert"},
     {.flag = "prefix",
      .env = {"GP_URL_PREFIX"},
      .type = OPT_STRING,
@@ -140,10 +151,12 @@ static const struct option_spec specs[] = {
      .env = {"GP_MAX_REQUEST_BYTES"},
      .type = OPT_INT,
      .offset = FIELD(max_request_bytes),
-     .def = "67108864",
+     .def = "1048576",
      .min = 1024,
      .max = 1 << 30,
-     .help = "largest request body accepted; larger ones get 413"},
+     .help = "largest request body accepted; larger ones get 413. 1 MiB: ~50,000 node names "
+             "(nodeCacheCapable: true); nodeCacheCapable: false sends whole Nodes (~5 KB "
+             "each): raise it, and the memory limit, ~13 bytes of memory per byte"},
     {.flag = "list-page-size",
      .env = {"GP_LIST_PAGE_SIZE"},
      .type = OPT_INT,
@@ -360,6 +373,10 @@ enum extender_config_result extender_config_load(struct extender_config *cfg, in
     }
     if (cfg->leader_elect && leader_flags_check(cfg, envp, err, errlen) < 0)
         goto fail;
+    if (*cfg->client_ca && !*cfg->tls_cert) {
+        snprintf(err, errlen, "--client-ca-file needs --tls-cert and --tls-key (HTTPS)");
+        goto fail;
+    }
     return EXTENDER_CONFIG_OK;
 fail:
     options_free(&table, cfg);
@@ -416,6 +433,7 @@ struct extender {
     struct httpd *metrics_http; /* NULL when --metrics-port 0 */
     struct metrics metrics;
     char *tls_cert_pem, *tls_key_pem;
+    char *client_ca_pem; /* NULL: no client certificates asked for */
     size_t max_body;
 };
 
@@ -514,6 +532,8 @@ struct extender *extender_new(const struct extender_config *cfg, char *err, size
             !(ext->tls_key_pem = read_small_file(cfg->tls_key, err, errlen)))
             goto fail;
     }
+    if (*cfg->client_ca && !(ext->client_ca_pem = read_small_file(cfg->client_ca, err, errlen)))
+        goto fail;
     return ext;
 fail:
     extender_free(ext);
@@ -955,6 +975,16 @@ static void route_get(struct extender *ext, const char *path, struct httpd_respo
     }
 }
 
+/* Whether a Content-Type names JSON ("application/json; charset=utf-8"
+ * too), as kube-scheduler's always does. */
+static bool is_json_type(const char *type)
+{
+    static const char json[] = "application/json";
+    size_t n = sizeof(json) - 1;
+    return type && strncasecmp(type, json, n) == 0 &&
+           (type[n] == '\0' || type[n] == ';' || type[n] == ' ');
+}
+
 void extender_handle(void *ctx, const struct httpd_request *req, struct httpd_response *resp)
 {
     struct extender *ext = ctx;
@@ -965,7 +995,20 @@ void extender_handle(void *ctx, const struct httpd_request *req, struct httpd_re
         verb = verb_of(path, EXTENDER_GPUSHARE_PREFIX);
     bool is_verb = verb && (strcmp(verb, "filter") == 0 || strcmp(verb, "prioritize") == 0 ||
                             strcmp(verb, "bind") == 0);
-    if (strcmp(method, "POST") == 0 && is_verb) {
+    /* Browsers: kube-scheduler and curl send no Origin; a web page's
+     * cross-origin request always carries one (docs/security.md). A
+     * "simple" text/plain POST needs no CORS preflight, so the verbs
+     * also insist on JSON. */
+    if (httpd_header(req, "Origin")) {
+        reply_error(resp, 403, "cross-origin requests (with an Origin header) are refused");
+        return;
+    }
+    bool post = strcmp(method, "POST") == 0;
+    if (post && is_verb && !is_json_type(httpd_header(req, "Content-Type"))) {
+        reply_error(resp, 415, "the verbs take Content-Type: application/json");
+        return;
+    }
+    if (post && is_verb) {
         uint64_t start = (uint64_t)clock_now_ns();
         enum metrics_verb which;
         if (strcmp(verb, "filter") == 0) {
@@ -1011,6 +1054,25 @@ static void metrics_handle(void *ctx, const struct httpd_request *req, struct ht
     reply(resp, 200, "text/plain; version=0.0.4; charset=utf-8", text, n);
 }
 
+/* Connection limits (docs/security.md). kube-scheduler binds in parallel,
+ * one connection per bind in flight, all from one address: the per-address
+ * limit stays above any burst it makes, the total above a few such
+ * clients; a thread per connection costs only its touched stack. A
+ * connection must deliver each request within the idle timeout of its
+ * accept or previous reply (httpd.h request_deadline_s), so neither idle
+ * nor trickling connections hold a slot longer. kube-scheduler's HTTP
+ * client keeps idle connections 90 s, so it is the extender that closes
+ * them; Go's client then dials afresh. */
+#define EXTENDER_MAX_CONNECTIONS 1024
+#define EXTENDER_PER_IP_CONNECTIONS 128
+#define EXTENDER_IDLE_TIMEOUT_S 15
+/* Bytes of request bodies held at once (503 beyond: the pod is retried
+ * later): the larger of 8 MiB and two bodies of --max-request-bytes. A
+ * body is held until its reply is sent, so this also bounds how many
+ * large documents are parsed at once (each ~12 x its text at worst,
+ * protocol.h), whatever the number of connections. */
+#define EXTENDER_BODIES_MIN_BYTES ((size_t)8 << 20)
+
 /* A metrics port that cannot be opened (taken by a second extender on the
  * host, say) is logged as an error, and scheduling goes on: metrics are
  * worth less than placing pods. */
@@ -1024,7 +1086,10 @@ static void serve_metrics(struct extender *ext)
         .what = "metrics port",
         .max_body = 1024,
         .thread_per_connection = true,
-        .max_connections = 16,
+        .max_connections = 64,
+        .per_ip_limit = 8, /* a scraper uses one; one client cannot take the rest */
+        .idle_timeout_s = EXTENDER_IDLE_TIMEOUT_S,
+        .request_deadline_s = EXTENDER_IDLE_TIMEOUT_S,
     };
     char why[256];
     if (httpd_start(&opt, metrics_handle, ext, &ext->metrics_http, why, sizeof(why)) != 0) {
@@ -1037,6 +1102,11 @@ static void serve_metrics(struct extender *ext)
 
 int extender_serve(struct extender *ext, char *err, size_t errlen)
 {
+    /* A liveness probe presents no client certificate. */
+    static const char *const open_paths[] = {"/healthz", "/version", NULL};
+    size_t held_bodies = ext->max_body * 2;
+    if (held_bodies < EXTENDER_BODIES_MIN_BYTES)
+        held_bodies = EXTENDER_BODIES_MIN_BYTES;
     const char *address = ext->cfg->address;
     if (address && *address && !httpd_host_is_numeric(address)) { /* no resolver at start-up */
         snprintf(err, errlen, "--address %s is not a numeric IPv4 or IPv6 address", address);
@@ -1048,8 +1118,15 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
         .what = "address",
         .tls_cert_pem = ext->tls_cert_pem,
         .tls_key_pem = ext->tls_key_pem,
+        .tls_client_ca_pem = ext->client_ca_pem,
+        .open_paths = open_paths,
         .max_body = ext->max_body,
+        .max_body_total = held_bodies,
         .thread_per_connection = true, /* a bind blocks on the API server */
+        .max_connections = EXTENDER_MAX_CONNECTIONS,
+        .per_ip_limit = EXTENDER_PER_IP_CONNECTIONS,
+        .idle_timeout_s = EXTENDER_IDLE_TIMEOUT_S,
+        .request_deadline_s = EXTENDER_IDLE_TIMEOUT_S,
     };
     if (httpd_start(&opt, extender_handle, ext, &ext->http, err, errlen) != 0)
         return -1;
@@ -1090,6 +1167,7 @@ void extender_free(struct extender *ext)
         kube_client_free(ext->api[i]);
     free(ext->tls_cert_pem);
     free(ext->tls_key_pem);
+    free(ext->client_ca_pem);
     pthread_mutex_destroy(&ext->sync_lock);
     pthread_cond_destroy(&ext->sync_cond);
     free(ext);

@@ -41,6 +41,7 @@ struct extender_config {
     int verbosity;
     int policy; /* enum placement_policy */
     char *tls_cert, *tls_key;
+    char *client_ca; /* PEM CA file: require client certificates; "" = none */
     char *prefix;
     int max_request_bytes;
     int list_page_size;

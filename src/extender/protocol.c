@@ -33,6 +33,51 @@ int protocol_json_depth(const char *text, size_t len, int max)
     return deepest;
 }
 
+int protocol_json_bounded(const char *text, size_t len, char *err, size_t errlen)
+{
+    size_t containers = 0, items = 0;
+    size_t max_containers = PROTOCOL_BASE_CONTAINERS + len / PROTOCOL_BYTES_PER_CONTAINER;
+    size_t max_items = PROTOCOL_BASE_ITEMS + len / PROTOCOL_BYTES_PER_ITEM;
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++; /* the escaped character cannot end the string */
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > PROTOCOL_MAX_DEPTH) {
+                snprintf(err, errlen, "request body nested deeper than %d levels",
+                         PROTOCOL_MAX_DEPTH);
+                return -1;
+            }
+            containers++;
+            items++; /* its first element or member, if any */
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',') {
+            items++;
+        } else {
+            continue;
+        }
+        if (containers > max_containers || items > max_items) {
+            snprintf(err, errlen,
+                     "request body holds too many JSON values for its %zu bytes (at most %zu "
+                     "objects/arrays and %zu elements: they would cost the extender far more "
+                     "memory than the text)",
+                     len, max_containers, max_items);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Decodes a body into an object, with the depth cut and a clear message. */
 static json_t *decode_object(const char *body, size_t len, const char *what, char *err,
                              size_t errlen)
@@ -41,10 +86,8 @@ static json_t *decode_object(const char *body, size_t len, const char *what, cha
         snprintf(err, errlen, "empty request body: want %s JSON", what);
         return NULL;
     }
-    if (protocol_json_depth(body, len, PROTOCOL_MAX_DEPTH) < 0) {
-        snprintf(err, errlen, "request body nested deeper than %d levels", PROTOCOL_MAX_DEPTH);
+    if (protocol_json_bounded(body, len, err, errlen) < 0)
         return NULL;
-    }
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
@@ -324,8 +367,10 @@ static int parse_args_fast(const char *body, size_t len, struct extender_args *o
 {
     const char *pod = NULL;
     size_t pod_len = 0;
+    char why[8]; /* the general path words the error */
     if (fast_envelope(body, len, &pod, &pod_len, out) < 0 ||
-        protocol_json_depth(pod, pod_len, PROTOCOL_MAX_DEPTH - 1) < 0) {
+        protocol_json_depth(pod, pod_len, PROTOCOL_MAX_DEPTH - 1) < 0 ||
+        protocol_json_bounded(pod, pod_len, why, sizeof why) < 0) {
         protocol_args_free(out);
         return -1;
     }

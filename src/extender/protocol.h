@@ -10,7 +10,8 @@
  * Nodes.items; we answer in the form we were asked in.
  *
  * Parsing refuses, with a message naming the field: bodies that are not
- * JSON, nested deeper than PROTOCOL_MAX_DEPTH, of the wrong shape or types.
+ * JSON, nested deeper than PROTOCOL_MAX_DEPTH, holding more values than
+ * their size allows (protocol_json_bounded), of the wrong shape or types.
  * Ownership: parsed structs own the decoded document (root) and borrow
  * everything else from it; *_free() releases it. */
 #ifndef GP_EXTENDER_PROTOCOL_H
@@ -52,6 +53,25 @@ struct binding_args {
 
 /* The nesting depth of a JSON text (strings skipped), or -1 beyond max. */
 int protocol_json_depth(const char *text, size_t len, int max);
+
+/* What a decoded document may cost, checked on the text before jansson
+ * builds it: a container (object, array) costs jansson about 250 bytes
+ * and an element or member about 60, against 2 and 2 bytes of text at
+ * best ("{}", "0,"), so a body of small values would grow ~80-fold. At
+ * most PROTOCOL_BASE_CONTAINERS + len / PROTOCOL_BYTES_PER_CONTAINER
+ * containers and PROTOCOL_BASE_ITEMS + len / PROTOCOL_BYTES_PER_ITEM
+ * elements and members are allowed: about 12 x len + 1 MiB in all. Real
+ * requests stay far below (a Node object: ~150 bytes per container, ~30
+ * per item; a NodeNames list is read without jansson). */
+#define PROTOCOL_BASE_CONTAINERS 1024
+#define PROTOCOL_BYTES_PER_CONTAINER 64
+#define PROTOCOL_BASE_ITEMS 4096
+#define PROTOCOL_BYTES_PER_ITEM 8
+
+/* 0 when the text is within PROTOCOL_MAX_DEPTH and the budget above;
+ * -1 + err ("request body nested deeper than ...", "... too many JSON
+ * values for its size"). Strings are skipped. */
+int protocol_json_bounded(const char *text, size_t len, char *err, size_t errlen) GP_MUST_USE;
 
 int protocol_parse_args(const char *body, size_t len, struct extender_args *out, char *err,
                         size_t errlen) GP_MUST_USE;

@@ -1,20 +1,25 @@
-/* httpd.c -- libmicrohttpd glue: our listening socket, body accumulation, size cap, TLS (see httpd.h). */
+/* httpd.c -- libmicrohttpd glue: our listening socket, body accumulation, size caps, connection
+ * limits and deadlines, TLS with client certificates (see httpd.h). */
 #include "httpd.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h> /* types and constants only: the functions come from dl_bind */
 
 #include "buf.h"
+#include "clock.h"
 #include "dl.h"
 #include "errmsg.h"
 #include "log.h"
@@ -35,13 +40,33 @@
     X(destroy_response, "MHD_destroy_response", void, (struct MHD_Response *))                 \
     X(lookup_connection_value, "MHD_lookup_connection_value", const char *,                    \
       (struct MHD_Connection *, enum MHD_ValueKind, const char *))                             \
-    X(is_feature_supported, "MHD_is_feature_supported", enum MHD_Result, (enum MHD_FEATURE))
+    X(is_feature_supported, "MHD_is_feature_supported", enum MHD_Result, (enum MHD_FEATURE))     \
+    X(get_connection_info, "MHD_get_connection_info", const union MHD_ConnectionInfo *,         \
+      (struct MHD_Connection *, enum MHD_ConnectionInfoType, ...))
 /* clang-format on */
 
 struct mhd_api {
 #define HTTPD_MHD_FIELD(field, name, ret, args) ret(*field) args;
     HTTPD_MHD_FUNCTIONS(HTTPD_MHD_FIELD)
 #undef HTTPD_MHD_FIELD
+};
+
+/* GnuTLS, for client certificates only: libmicrohttpd hands us its
+ * session and leaves the verification to us. Already loaded as a
+ * dependency of libmicrohttpd; bound by name so that no GnuTLS header or
+ * link is needed. */
+#define HTTPD_GNUTLS_SONAME "libgnutls.so.30"
+#define HTTPD_GNUTLS_NO_CERTIFICATE_FOUND (-49) /* GNUTLS_E_NO_CERTIFICATE_FOUND */
+typedef int (*gnutls_verify_fn)(void *session, unsigned int *status);
+
+/* One TCP connection, for the request deadline (MHD's "socket_context").
+ * Linked in struct httpd's list while open, under conns_lock. */
+struct conn_track {
+    int fd;
+    int64_t since_ns; /* accepted, or the previous reply queued */
+    bool busy;        /* in the handler or sending: the deadline does not run */
+    bool shut;        /* shut down by the reaper (logged once) */
+    struct conn_track *prev, *next;
 };
 
 struct httpd {
@@ -51,17 +76,37 @@ struct httpd {
     httpd_handler_fn handler;
     void *ctx;
     size_t max_body;
+    size_t max_body_total;
+    atomic_size_t body_total; /* bytes buffered by every request now */
     unsigned port;
     char bound[128];
+    const char *what;
+    /* client certificates */
+    bool verify_clients;
+    const char *const *open_paths;
+    struct dl_library gnutls;
+    gnutls_verify_fn verify_peers;
+    /* the request deadline: a reaper thread walks conns once a second */
+    int64_t deadline_ns;
+    pthread_mutex_t conns_lock;
+    pthread_cond_t reaper_wake;
+    bool reaper_started, stopping;
+    pthread_t reaper;
+    struct conn_track *conns;
 };
 
 /* One request in progress (MHD's per-connection "con_cls"). */
 struct request {
     struct buf body; /* first_cap 16 KiB: most bodies fit in one allocation */
-    bool too_large;
+    size_t reserved; /* bytes counted in body_total */
+    int refused;     /* 0, or the status already decided: 413, 503 */
 };
 
 static const char too_large_body[] = "{\"Error\":\"request body too large\"}";
+static const char busy_body[] =
+    "{\"Error\":\"server busy: too many request bodies in flight, retry\"}";
+static const char forbidden_body[] =
+    "{\"Error\":\"a client certificate signed by the configured CA is required\"}";
 
 static void log_mhd(void *cls, const char *fmt, va_list ap)
 {
@@ -74,18 +119,114 @@ static void log_mhd(void *cls, const char *fmt, va_list ap)
     log_warn("libmicrohttpd: %s", line);
 }
 
+static struct conn_track *track_of(struct httpd *server, struct MHD_Connection *conn)
+{
+    if (!server->deadline_ns)
+        return NULL;
+    const union MHD_ConnectionInfo *info =
+        server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
+/* busy: the request has arrived (or, false, its reply is out and the
+ * connection waits for the next one, which restarts the deadline). */
+static void track_set_busy(struct httpd *server, struct MHD_Connection *conn, bool busy)
+{
+    struct conn_track *t = track_of(server, conn);
+    if (!t)
+        return;
+    pthread_mutex_lock(&server->conns_lock);
+    t->busy = busy;
+    t->since_ns = clock_now_ns();
+    pthread_mutex_unlock(&server->conns_lock);
+}
+
+static void request_release(struct httpd *server, struct request *req)
+{
+    if (req->reserved)
+        atomic_fetch_sub(&server->body_total, req->reserved);
+    req->reserved = 0;
+    buf_free(&req->body);
+}
+
 static void request_done(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode code)
 {
-    (void)cls;
-    (void)conn;
     (void)code;
+    struct httpd *server = cls;
     struct request *req = *con_cls;
     if (req) {
-        buf_free(&req->body);
+        request_release(server, req);
         free(req);
         *con_cls = NULL;
     }
+    track_set_busy(server, conn, false);
+}
+
+/* MHD_CONNECTION_NOTIFY_CLOSED comes before MHD closes the socket, and
+ * the reaper shuts sockets down only under conns_lock, so it never
+ * touches a descriptor number that was closed and reused. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct httpd *server = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn_track *t = info ? calloc(1, sizeof(*t)) : NULL;
+        if (!t)
+            return; /* not tracked: only the idle timeout applies to it */
+        t->fd = info->connect_fd;
+        t->since_ns = clock_now_ns();
+        pthread_mutex_lock(&server->conns_lock);
+        t->next = server->conns;
+        if (server->conns)
+            server->conns->prev = t;
+        server->conns = t;
+        pthread_mutex_unlock(&server->conns_lock);
+        *socket_context = t;
+        return;
+    }
+    struct conn_track *t = *socket_context;
+    if (!t)
+        return;
+    pthread_mutex_lock(&server->conns_lock);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        server->conns = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    pthread_mutex_unlock(&server->conns_lock);
+    free(t);
+    *socket_context = NULL;
+}
+
+/* Shuts down (never closes: MHD owns the descriptor) every connection
+ * whose request has not arrived within the deadline; MHD then sees the
+ * end of the stream and closes it. */
+static void *reaper_main(void *arg)
+{
+    struct httpd *server = arg;
+    pthread_mutex_lock(&server->conns_lock);
+    while (!server->stopping) {
+        struct timespec wake = clock_deadline(CLOCK_MONOTONIC, 1000);
+        (void)pthread_cond_timedwait(&server->reaper_wake, &server->conns_lock, &wake);
+        int64_t now = clock_now_ns();
+        unsigned shut = 0;
+        for (struct conn_track *t = server->conns; t; t = t->next) {
+            if (t->busy || t->shut || now - t->since_ns < server->deadline_ns)
+                continue;
+            (void)shutdown(t->fd, SHUT_RDWR); /* best effort: it may be closing already */
+            t->shut = true;
+            shut++;
+        }
+        if (shut)
+            log_v(1, "%s %s: closed %u connection(s) that sent no complete request within %lld s",
+                  server->what, server->bound, shut, (long long)(server->deadline_ns / 1000000000));
+    }
+    pthread_mutex_unlock(&server->conns_lock);
+    return NULL;
 }
 
 static enum MHD_Result send_reply(struct httpd *server, struct MHD_Connection *conn, int status,
@@ -106,23 +247,63 @@ static enum MHD_Result send_reply(struct httpd *server, struct MHD_Connection *c
     return r;
 }
 
-static enum MHD_Result send_too_large(struct httpd *server, struct MHD_Connection *conn)
+static enum MHD_Result send_refusal(struct httpd *server, struct MHD_Connection *conn, int status)
 {
-    return send_reply(server, conn, MHD_HTTP_CONTENT_TOO_LARGE, "application/json",
-                      (char *)too_large_body, sizeof(too_large_body) - 1, false);
+    const char *body = status == MHD_HTTP_CONTENT_TOO_LARGE ? too_large_body
+                       : status == MHD_HTTP_FORBIDDEN       ? forbidden_body
+                                                            : busy_body;
+    return send_reply(server, conn, status, "application/json", (char *)body, strlen(body), false);
 }
 
-/* Appends a chunk of the body, or notes that the cap was passed (the rest
- * is then read and dropped, so the connection stays usable for the 413).
- * Out of memory is refused like an oversized body. */
-static void request_append(struct request *req, size_t max, const char *data, size_t n)
+/* Appends a chunk of the body, or notes the refusal (the rest is then
+ * read and dropped, so the connection stays usable for the answer): 413
+ * past max_body or out of memory, 503 past max_body_total. */
+static void request_append(struct httpd *server, struct request *req, const char *data, size_t n)
 {
-    if (req->too_large)
+    if (req->refused)
         return;
-    if (n > max - req->body.len || !buf_add(&req->body, data, n)) {
-        req->too_large = true;
-        buf_free(&req->body);
+    if (n > server->max_body - req->body.len) {
+        req->refused = MHD_HTTP_CONTENT_TOO_LARGE;
+    } else if (server->max_body_total &&
+               atomic_fetch_add(&server->body_total, n) + n > server->max_body_total) {
+        atomic_fetch_sub(&server->body_total, n);
+        req->refused = MHD_HTTP_SERVICE_UNAVAILABLE;
+    } else {
+        if (server->max_body_total)
+            req->reserved += n;
+        if (!buf_add(&req->body, data, n))
+            req->refused = MHD_HTTP_CONTENT_TOO_LARGE;
     }
+    if (req->refused)
+        request_release(server, req);
+}
+
+static bool open_path(const struct httpd *server, const char *url)
+{
+    for (const char *const *p = server->open_paths; p && *p; p++)
+        if (strcmp(*p, url) == 0)
+            return true;
+    return false;
+}
+
+/* Whether the TLS client presented a certificate that verifies against
+ * the client CA (MHD_OPTION_HTTPS_MEM_TRUST made GnuTLS ask for one). */
+static bool client_verified(struct httpd *server, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (!info || !info->tls_session)
+        return false;
+    unsigned int status = 1;
+    int rc = server->verify_peers(info->tls_session, &status);
+    if (rc != 0 || status != 0) {
+        log_v(1, "%s %s: client certificate refused (%s)", server->what, server->bound,
+              rc == HTTPD_GNUTLS_NO_CERTIFICATE_FOUND ? "none sent"
+              : rc != 0                               ? "verification error"
+                                                      : "not signed by the client CA, or expired");
+        return false;
+    }
+    return true;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -135,10 +316,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!req) {
         /* First call: headers only. An announced oversized body is refused
          * before a byte of it is read. */
+        if (server->verify_clients && !open_path(server, url) && !client_verified(server, conn))
+            return send_refusal(server, conn, MHD_HTTP_FORBIDDEN);
         const char *length = server->mhd.lookup_connection_value(conn, MHD_HEADER_KIND,
                                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (server->max_body && length && strtoull(length, NULL, 10) > server->max_body)
-            return send_too_large(server, conn);
+            return send_refusal(server, conn, MHD_HTTP_CONTENT_TOO_LARGE);
         if (!(req = calloc(1, sizeof(*req))))
             return MHD_NO;
         req->body.first_cap = 16384;
@@ -147,12 +330,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size > 0) {
         if (server->max_body) /* 0: dropped; the reply goes out at the body's end */
-            request_append(req, server->max_body, upload_data, *upload_data_size);
+            request_append(server, req, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (req->too_large)
-        return send_too_large(server, conn);
+    track_set_busy(server, conn, true); /* the whole request is in */
+    if (req->refused)
+        return send_refusal(server, conn, req->refused);
     const struct httpd_request request = {
         method, url, req->body.data ? req->body.data : "", req->body.len, server, conn};
     struct httpd_response resp = {.status = 500, .content_type = "application/json"};
@@ -286,6 +470,12 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
     server->handler = handler;
     server->ctx = ctx;
     server->max_body = opt->max_body;
+    server->max_body_total = opt->max_body_total;
+    server->what = opt->what ? opt->what : "address";
+    server->open_paths = opt->open_paths;
+    server->deadline_ns = (int64_t)opt->request_deadline_s * 1000000000;
+    pthread_mutex_init(&server->conns_lock, NULL);
+    clock_cond_init(&server->reaper_wake);
     int family = AF_INET;
     int fd =
         listen_on(opt, server->bound, sizeof server->bound, &server->port, &family, err, errlen);
@@ -296,7 +486,12 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
         return -1;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-    flags |= opt->thread_per_connection ? MHD_USE_THREAD_PER_CONNECTION : MHD_USE_POLL;
+    /* poll(), not select(), in both models: select() refuses descriptors
+     * from FD_SETSIZE (1024) on, which a server with 1,024 connections and
+     * its other files reaches. */
+    flags |= MHD_USE_POLL;
+    if (opt->thread_per_connection)
+        flags |= MHD_USE_THREAD_PER_CONNECTION;
     if (family == AF_INET6)
         flags |= MHD_USE_IPv6;
     bool tls = opt->tls_cert_pem && opt->tls_key_pem;
@@ -309,10 +504,45 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
         }
         flags |= MHD_USE_TLS;
     }
+    if (opt->tls_client_ca_pem && !tls) {
+        snprintf(err, errlen, "client certificates need TLS (a certificate and key)");
+        close(fd);
+        httpd_stop(server);
+        return -1;
+    }
+    if (opt->tls_client_ca_pem) {
+        static const char *const gnutls_soname[] = {HTTPD_GNUTLS_SONAME};
+        static const char *const verify_names[] = {"gnutls_certificate_verify_peers2", NULL};
+        const struct dl_symbol verify[] = {{verify_names, &server->verify_peers, NULL, true}};
+        char why[GP_ERR_LEN];
+        if (dl_open(&server->gnutls, gnutls_soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) !=
+                0 ||
+            dl_bind(&server->gnutls, verify, 1, NULL, why, sizeof why) != 0) {
+            snprintf(err, errlen, "client certificates need GnuTLS: %s", why);
+            close(fd);
+            httpd_stop(server);
+            return -1;
+        }
+        server->verify_clients = true;
+    }
+    if (server->deadline_ns) {
+        int rc = pthread_create(&server->reaper, NULL, reaper_main, server);
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot start a thread: %s", strerror(rc));
+            close(fd);
+            httpd_stop(server);
+            return -1;
+        }
+        server->reaper_started = true;
+    }
     struct MHD_OptionItem ops[] = {
-        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)request_done, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)request_done, server},
+        {server->deadline_ns ? MHD_OPTION_NOTIFY_CONNECTION : MHD_OPTION_END,
+         (intptr_t)on_connection, server},
         {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, opt->max_connections ? opt->max_connections : 256, NULL},
+        {opt->per_ip_limit ? MHD_OPTION_PER_IP_CONNECTION_LIMIT : MHD_OPTION_END, opt->per_ip_limit,
+         NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, opt->idle_timeout_s ? opt->idle_timeout_s : 300, NULL},
         /* Read buffer per connection: a 5,000-name filter body (~85 KB)
          * arrives in a few reads instead of a dozen. */
@@ -321,6 +551,10 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
          (intptr_t)opt->thread_stack_bytes, NULL},
         {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)opt->tls_cert_pem},
         {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)opt->tls_key_pem},
+        /* Makes GnuTLS ask every client for a certificate; client_verified()
+         * decides per request (MHD itself accepts a connection without one). */
+        {opt->tls_client_ca_pem ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END, 0,
+         (void *)opt->tls_client_ca_pem},
         {MHD_OPTION_END, 0, NULL},
     };
     /* MHD_OPTION_END ends the array early, so unused entries go last. */
@@ -361,10 +595,21 @@ void httpd_stop(struct httpd *server)
 {
     if (!server)
         return;
+    if (server->reaper_started) {
+        pthread_mutex_lock(&server->conns_lock);
+        server->stopping = true;
+        pthread_cond_signal(&server->reaper_wake);
+        pthread_mutex_unlock(&server->conns_lock);
+        pthread_join(server->reaper, NULL);
+    }
     if (server->daemon)
         server->mhd.stop_daemon(server->daemon); /* joins its threads, closes the listen socket */
     char why[GP_ERR_LEN];
+    if (dl_close(&server->gnutls, why, sizeof why) != 0)
+        log_warn("httpd: %s", why);
     if (dl_close(&server->lib, why, sizeof why) != 0)
         log_warn("httpd: %s", why);
+    pthread_cond_destroy(&server->reaper_wake);
+    pthread_mutex_destroy(&server->conns_lock);
     free(server);
 }

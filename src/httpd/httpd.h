@@ -14,8 +14,22 @@
  * connections; kube-scheduler keeps a few persistent connections open);
  * otherwise one internal polling thread serves every connection in turn.
  * Handlers run on those threads, concurrently in the first model.
+ * Limits (docs/security.md): max_connections in all, per_ip_limit from one
+ * client address (MHD refuses more at accept), idle_timeout_s without a
+ * byte, and request_deadline_s for a whole request to arrive: a connection
+ * that has not delivered its request line, headers and body that long
+ * after it was accepted or after its previous reply is shut down (slow
+ * clients that trickle a byte now and then reset an idle timeout, never
+ * this one). Time in the handler and sending the reply does not count.
+ * max_body_total bounds the bodies buffered by every connection together
+ * (503 beyond), so many concurrent bodies under max_body cannot add up.
+ * Client certificates: with tls_client_ca_pem, every TLS client is asked
+ * for a certificate and a request whose certificate does not verify
+ * against that CA (or that sends none) gets 403 before its body is read,
+ * except on the paths of open_paths (a liveness probe has no certificate).
  * Errors: httpd_start() returns -1 with a message (bad address, port in use,
- * library missing, TLS key/cert refused or not built in).
+ * library missing, TLS key/cert refused or not built in, GnuTLS missing for
+ * client certificates).
  * Ownership: the caller owns the struct httpd returned and stops it. */
 #ifndef GP_HTTPD_H
 #define GP_HTTPD_H
@@ -66,12 +80,17 @@ struct httpd_options {
     const char *what; /* names the listener in errors: "metrics address" */
     const char *tls_cert_pem; /* both set: HTTPS */
     const char *tls_key_pem;
-    size_t max_body; /* bytes; larger bodies get 413. 0 = bodies are read and dropped */
+    const char *tls_client_ca_pem; /* with TLS: require client certificates signed by it */
+    const char *const *open_paths; /* NULL-terminated: served without one; NULL = none */
+    size_t max_body;       /* bytes; larger bodies get 413. 0 = bodies are read and dropped */
+    size_t max_body_total; /* bytes buffered by all requests at once; 0 = no bound */
     bool thread_per_connection;
-    unsigned max_connections;  /* 0 = 256 */
-    unsigned idle_timeout_s;   /* 0 = 300 */
-    unsigned listen_backlog;   /* 0 = SOMAXCONN */
-    size_t thread_stack_bytes; /* 0 = the default */
+    unsigned max_connections;    /* 0 = 256 */
+    unsigned per_ip_limit;       /* connections from one address; 0 = no limit */
+    unsigned idle_timeout_s;     /* 0 = 300 */
+    unsigned request_deadline_s; /* 0 = none (see above) */
+    unsigned listen_backlog;     /* 0 = SOMAXCONN */
+    size_t thread_stack_bytes;   /* 0 = the default */
 };
 
 /* Whether host is a numeric IPv4 or IPv6 address ("[::1]" too), for a

@@ -227,7 +227,9 @@ def test_gpu_mem_overlay_extender_on_its_service():
     spec = dep["spec"]["template"]["spec"]
     assert not spec.get("hostNetwork") and "nodeSelector" not in spec
     assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["nodeAffinity"]
-    assert "GP_ADDRESS" not in env_of(dep)  # every interface: the Service and scrapes reach it
+    # Every interface, set explicitly (the binary's default is loopback): the Service, the
+    # kubelet's probes, scrapes and kubectl port-forward all reach it.
+    assert env_of(dep)["GP_ADDRESS"] == "0.0.0.0"
     assert svc["spec"]["clusterIP"] == CLUSTER_IP
     ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
     assert ports == {"http": 39999, "metrics": 39998}

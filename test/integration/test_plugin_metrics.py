@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -251,3 +252,65 @@ def test_pod_resources_that_never_answers_cannot_hang_scrapes(plugin, sockdir):
         assert "DEADLINE_EXCEEDED" in p.log()
     finally:
         mute.close()
+
+
+def scrape_from(source, url, timeout):
+    """One GET of url from the given source address: its status, or the exception's repr."""
+    host, port = url.split("/")[2].split(":")
+    try:
+        s = socket.socket()
+        s.settimeout(timeout)
+        s.bind((source, 0))
+        s.connect((host, int(port)))
+        s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else repr(data[:40])
+    except OSError as e:
+        return repr(e)
+
+
+def test_slow_connections_cannot_block_scrapes(plugin):
+    """The review's D11: 25 connections from one address that send a header
+    line every 5 s (and reconnect when dropped). A scraper elsewhere is
+    served throughout; the trickling ones are closed at the 10 s request
+    deadline although each keeps sending."""
+    p = start(plugin)
+    host, port = p.metrics_url.split("/")[2].split(":")
+
+    def conn():
+        s = socket.create_connection((host, int(port)), timeout=2)
+        s.sendall(b"GET /metrics HTTP/1.1\r\n")
+        return s
+    socks = []
+    for _ in range(25):
+        try:
+            socks.append(conn())
+        except OSError:
+            pass
+    dropped = 0
+    try:
+        for _ in range(5):
+            time.sleep(5)
+            for i, s in enumerate(socks):
+                try:
+                    s.sendall(b"X-Slow: y\r\n")
+                except OSError:
+                    dropped += 1
+                    s.close()
+                    try:
+                        socks[i] = conn()
+                    except OSError:
+                        pass
+            assert scrape_from("127.0.0.2", p.metrics_url, scaled(5)) == 200
+    finally:
+        for s in socks:
+            s.close()
+    assert dropped > 0, "no trickling connection was closed in 25 s"
+    time.sleep(0.5)  # the server notices the closed ones and frees their per-address slots
+    assert scrape_from("127.0.0.1", p.metrics_url, scaled(5)) == 200

@@ -24,7 +24,14 @@
  * which runs the core's transport on this thread: the same budget as the
  * RPC thread's, doubled for the sanitizer build's larger frames. */
 #define METRICS_STACK_BYTES (512 * 1024)
-#define METRICS_MAX_CONNECTIONS 8 /* scrapers are few; refuse floods early */
+/* Scrapers are few and each uses one connection: a small per-address
+ * limit keeps one client from taking every slot, and a request must arrive
+ * within the timeout of its accept (or previous reply), so connections
+ * that trickle a header line now and then are closed (httpd.h). One
+ * polling thread serves them all: a connection costs a descriptor and its
+ * buffer, not a thread. */
+#define METRICS_MAX_CONNECTIONS 64
+#define METRICS_PER_IP_CONNECTIONS 4
 #define METRICS_CONNECTION_TIMEOUT_S 10
 #define METRICS_MAX_RESOURCES 64 /* distinct resource names over all reloads */
 #define METRICS_MAX_XIDS 256     /* distinct (GPU, XID) pairs kept */
@@ -540,7 +547,9 @@ int metrics_start(const struct option_hostport *addr, struct plugin_metrics **ou
         .max_body = 0, /* a body is ignored; the reply goes out at its end */
         .thread_per_connection = false,
         .max_connections = METRICS_MAX_CONNECTIONS,
+        .per_ip_limit = METRICS_PER_IP_CONNECTIONS,
         .idle_timeout_s = METRICS_CONNECTION_TIMEOUT_S,
+        .request_deadline_s = METRICS_CONNECTION_TIMEOUT_S,
         .listen_backlog = 16,
         .thread_stack_bytes = METRICS_STACK_BYTES,
     };

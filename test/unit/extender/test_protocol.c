@@ -150,6 +150,64 @@ static void test_depth(void **state)
     bad(deep, "nested deeper");
 }
 
+/* n bytes of text holding k copies of unit inside one array. */
+static char *repeated(const char *unit, size_t k, size_t *n)
+{
+    size_t u = strlen(unit);
+    char *text = malloc(k * u + 3);
+    assert_non_null(text);
+    text[0] = '[';
+    for (size_t i = 0; i < k; i++)
+        memcpy(text + 1 + i * u, unit, u);
+    text[1 + k * u - 1] = ']'; /* replaces the last comma */
+    text[1 + k * u] = '\0';
+    *n = k * u + 1;
+    return text;
+}
+
+static void test_value_budget(void **state)
+{
+    (void)state;
+    char err[256];
+    size_t n;
+    /* Empty objects, 3 bytes each: over the container budget once past
+     * the base allowance; strings never count. */
+    char *t = repeated("{},", 1000, &n);
+    assert_int_equal(protocol_json_bounded(t, n, err, sizeof err), 0);
+    free(t);
+    t = repeated("{},", 100000, &n);
+    assert_int_equal(protocol_json_bounded(t, n, err, sizeof err), -1);
+    assert_non_null(strstr(err, "too many JSON values"));
+    free(t);
+    /* Scalars, 2 bytes each: over the element budget. */
+    t = repeated("0,", 100000, &n);
+    assert_int_equal(protocol_json_bounded(t, n, err, sizeof err), -1);
+    free(t);
+    /* The same count padded to 8 bytes per element and 64 per container is allowed. */
+    t = repeated("0,      ", 100000, &n);
+    assert_int_equal(protocol_json_bounded(t, n, err, sizeof err), 0);
+    free(t);
+    t = repeated("\"{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\",", 100000, &n);
+    assert_int_equal(protocol_json_bounded(t, n, err, sizeof err), 0);
+    free(t);
+    /* And the parsers refuse such a body with that message. */
+    t = repeated("{},", 100000, &n);
+    char *body = malloc(n + 100);
+    assert_non_null(body);
+    int len = snprintf(body, n + 100, "{\"Pod\":" POD ",\"NodeNames\":[\"a\"],\"X\":%s}", t);
+    bad(body, "too many JSON values");
+    struct binding_args b;
+    len = snprintf(body, n + 100, "{\"PodName\":\"p\",\"X\":%s}", t);
+    assert_int_equal(protocol_parse_binding(body, (size_t)len, &b, err, sizeof err), -1);
+    assert_non_null(strstr(err, "too many JSON values"));
+    free(body);
+    free(t);
+    char deep[200];
+    memset(deep, '[', PROTOCOL_MAX_DEPTH + 1);
+    assert_int_equal(protocol_json_bounded(deep, PROTOCOL_MAX_DEPTH + 1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "nested deeper"));
+}
+
 static void test_binding_args(void **state)
 {
     (void)state;
@@ -268,7 +326,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_node_names),   cmocka_unit_test(test_full_nodes),
         cmocka_unit_test(test_bad_args),     cmocka_unit_test(test_depth),
-        cmocka_unit_test(test_binding_args), cmocka_unit_test(test_replies),
+        cmocka_unit_test(test_value_budget), cmocka_unit_test(test_binding_args),
+        cmocka_unit_test(test_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 /* Unit tests: the shared HTTP server (httpd.h) over loopback -- routing by
  * method and path, the query, an echoed body, 413 on an oversized body
- * (announced or not), a taken and a static body, stop. Needs
+ * (announced or not), a taken and a static body, stop; a header, the
+ * request deadline (both threading models), the per-address limit, 503
+ * past the held-bodies bound, client CA without TLS. Needs
  * libmicrohttpd.so.12 installed (it is a build dependency). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "httpd.h"
@@ -33,9 +37,45 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
         resp->status = 201;
         resp->body = malloc(req->len + 64);
         resp->len = (size_t)sprintf(resp->body, "%s %s x=%s", req->method, req->body, q ? q : "-");
+    } else if (strcmp(req->path, "/header") == 0) {
+        const char *h = httpd_header(req, "x-test");
+        resp->status = 200;
+        resp->body = strdup(h ? h : "-");
+        resp->len = strlen(resp->body);
     } else {
         resp->status = 404;
     }
+}
+
+/* A connection to 127.0.0.1:port from the loopback address source. */
+static int connect_from(const char *source, unsigned port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    assert_int_equal(inet_pton(AF_INET, source, &from.sin_addr), 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof from), 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* Whether the server ends the connection (EOF or reset) within ms. */
+static bool closed_within(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, ms) <= 0)
+        return false;
+    char c;
+    return read(fd, &c, 1) <= 0;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* One request on a fresh connection; the raw response (malloc'ed). */
@@ -159,6 +199,124 @@ static void test_httpd_one_polling_thread_drops_bodies(void **state)
     httpd_stop(server);
 }
 
+static void test_httpd_header(void **state)
+{
+    (void)state;
+    int calls = 0;
+    const struct httpd_options opt = {.host = "127.0.0.1", .thread_per_connection = true};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+    expect(exchange(httpd_port(server), "GET /header HTTP/1.0\r\nX-Test: yes\r\n\r\n"), " 200 ",
+           "yes");
+    expect(exchange(httpd_port(server), "GET /header HTTP/1.0\r\n\r\n"), " 200 ", "-");
+    httpd_stop(server);
+}
+
+/* A header line every 300 ms resets the 30 s idle timeout, never the 2 s
+ * deadline; a connection that completes its request in time is served. */
+static void test_httpd_request_deadline(void **state)
+{
+    (void)state;
+    for (int threads = 0; threads < 2; threads++) {
+        int calls = 0;
+        const struct httpd_options opt = {.host = "127.0.0.1",
+                                          .thread_per_connection = threads,
+                                          .idle_timeout_s = 30,
+                                          .request_deadline_s = 2};
+        struct httpd *server = NULL;
+        char err[256];
+        assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+        int fd = connect_from("127.0.0.1", httpd_port(server));
+        const char *line = "GET /static HTTP/1.1\r\n";
+        assert_int_equal(write(fd, line, strlen(line)), (ssize_t)strlen(line));
+        double start = now_s();
+        bool closed = false;
+        while (!closed && now_s() - start < 6) {
+            closed = closed_within(fd, 300);
+            if (!closed && write(fd, "X-Slow: y\r\n", 11) != 11)
+                closed = true;
+        }
+        double took = now_s() - start;
+        close(fd);
+        assert_true(closed);
+        assert_true(took > 1.5 && took < 4.5);
+        assert_int_equal(calls, 0);
+        expect(exchange(httpd_port(server), "GET /static HTTP/1.0\r\n\r\n"), " 200 ", "fixed");
+        httpd_stop(server);
+    }
+}
+
+static void test_httpd_per_ip_limit(void **state)
+{
+    (void)state;
+    int calls = 0;
+    const struct httpd_options opt = {
+        .host = "127.0.0.1", .thread_per_connection = true, .per_ip_limit = 2};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+    unsigned port = httpd_port(server);
+    int a = connect_from("127.0.0.1", port), b = connect_from("127.0.0.1", port);
+    int c = connect_from("127.0.0.1", port); /* the third from one address: closed at once */
+    assert_true(closed_within(c, 2000));
+    close(c);
+    int d = connect_from("127.0.0.2", port); /* another address is served */
+    const char *req = "GET /static HTTP/1.0\r\n\r\n";
+    assert_int_equal(write(d, req, strlen(req)), (ssize_t)strlen(req));
+    char buf[512] = "";
+    struct pollfd p = {.fd = d, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 2000), 1);
+    assert_true(read(d, buf, sizeof buf - 1) > 0);
+    assert_non_null(strstr(buf, " 200 "));
+    close(d);
+    close(a);
+    close(b);
+    httpd_stop(server);
+}
+
+static void test_httpd_held_bodies_bound(void **state)
+{
+    (void)state;
+    int calls = 0;
+    const struct httpd_options opt = {.host = "127.0.0.1",
+                                      .thread_per_connection = true,
+                                      .max_body = 1000,
+                                      .max_body_total = 1500};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+    int held = connect_from("127.0.0.1", httpd_port(server));
+    char req[1200];
+    int n = snprintf(req, sizeof req, "POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n\r\n");
+    memset(req + n, 'a', 900);
+    assert_int_equal(write(held, req, (size_t)n + 900), n + 900);
+    usleep(200 * 1000); /* the server has buffered those 900 bytes */
+    char body[800];
+    memset(body, 'b', 700);
+    snprintf(req, sizeof req, "POST /echo HTTP/1.0\r\nContent-Length: 700\r\n\r\n%.700s", body);
+    char *raw = exchange(httpd_port(server), req);
+    assert_non_null(strstr(raw, " 503 "));
+    assert_non_null(strstr(raw, "server busy"));
+    free(raw);
+    close(held);
+    usleep(200 * 1000);
+    expect(exchange(httpd_port(server), req), " 201 ", NULL);
+    httpd_stop(server);
+}
+
+static void test_httpd_client_ca_needs_tls(void **state)
+{
+    (void)state;
+    int calls = 0;
+    const struct httpd_options opt = {.host = "127.0.0.1", .tls_client_ca_pem = "x"};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), -1);
+    assert_null(server);
+    assert_non_null(strstr(err, "client certificates need TLS"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +324,11 @@ int main(void)
         cmocka_unit_test(test_httpd_bad_host),
         cmocka_unit_test(test_httpd_host_is_numeric),
         cmocka_unit_test(test_httpd_one_polling_thread_drops_bodies),
+        cmocka_unit_test(test_httpd_header),
+        cmocka_unit_test(test_httpd_request_deadline),
+        cmocka_unit_test(test_httpd_per_ip_limit),
+        cmocka_unit_test(test_httpd_held_bodies_bound),
+        cmocka_unit_test(test_httpd_client_ca_needs_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
