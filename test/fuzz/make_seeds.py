@@ -87,6 +87,20 @@ def extender():
     put("extender", "all-with-objects.json", b"\x03" + names.encode() + extra.encode())
 
 
+def extender_route():
+    p = PODS[0]
+    names = compact({"Pod": p, "NodeNames": ["n1", "n2"]})
+    for i, (head, body) in enumerate([
+            ("POST /gpupool-scheduler/filter", names),
+            ("POST /gpushare-scheduler/prioritize", names),
+            ("POST /gpushare-scheduler/bind", "{}"),
+            ("GET /gpupool-scheduler/filter", ""),
+            ("GET /gpushare-scheduler/inspect/n1", ""),
+            ("GET /inspect", ""), ("HEAD /ui/", ""), ("GET /ui/pool.json", ""),
+            ("GET /healthz", ""), ("GET /version", ""), ("DELETE /", "")]):
+        put("extender_route", "%02d.txt" % i, head + "\n" + body)
+
+
 def kube_json():
     put("kube_json", "podlist.json", compact({"kind": "PodList", "apiVersion": "v1",
                                               "metadata": {"resourceVersion": "300",
@@ -269,6 +283,6 @@ def cuda_region():
     put("cuda_region", "short-file.bin", b"GPCR\x01")
 
 
-for fn in (extender, kube_json, kube_protobuf, kube_watch, kubeconfig, dp_config, podresources,
+for fn in (extender, extender_route, kube_json, kube_protobuf, kube_watch, kubeconfig, dp_config, podresources,
            gpumem_ledger, sim_trace, cuda_config, cuda_region):
     fn()
