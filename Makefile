@@ -11,6 +11,9 @@
 #   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
 #   make image    OCI images of the daemons from Debian packages, no Docker (root; docs/deploy.md)
 #   make bench    footprint and latency benchmarks
+#   make fuzz     the libFuzzer targets (test/fuzz, clang, build-fuzz/), each run for
+#                 FUZZ_SECONDS (default 60) on its corpus; FUZZ_TARGETS picks some,
+#                 FUZZ_JOBS runs that many at once (default 1)
 #   make cross    every program cross-built for arm64 (build-arm64/), smoke-tested
 #                 under qemu-user (scripts/cross.sh); part of `make test`
 #   make build ARCH=arm64, make image ARCH=arm64   the same for arm64 (cross)
@@ -31,6 +34,10 @@ $(error ARCH=$(ARCH): only $(HOST_ARCH) (native) and arm64 (cross, from amd64) a
 endif
 ARM64_BUILD ?= build-arm64
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS  ?= 1
+FUZZ_TARGETS ?=
 PYTHON     ?= /usr/bin/python3
 JOBS       ?= $(shell nproc)
 
@@ -104,7 +111,7 @@ VALGRIND_TESTS ?= \
   $(IT)/test_isolation.py::test_threads $(IT)/test_isolation.py::test_unusable_limit_fails_closed
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
-        asan-integration-test valgrind-test e2e image bench clean cross image-index
+        asan-integration-test valgrind-test e2e image bench clean cross image-index fuzz
 
 all: build
 
@@ -148,6 +155,11 @@ cross: build
 
 test: unit-test asan-test integration-test asan-integration-test valgrind-test cross
 
+# clang + libFuzzer + ASan/UBSan, its own build directory; new inputs land in
+# $(FUZZ_BUILD)/corpus, never in the tree (scripts/fuzz.sh).
+fuzz: deps
+	@FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(abspath $(FUZZ_BUILD)) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 e2e: build
 	@test/e2e/run.sh $(abspath $(BUILD))
 
@@ -165,4 +177,4 @@ bench: build
 	@bench/run.sh $(abspath $(BUILD))
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(ARM64_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(ARM64_BUILD) $(FUZZ_BUILD)

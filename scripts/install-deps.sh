@@ -18,6 +18,7 @@ build_pkgs=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libjansson-dev libyaml-dev libcurl4-openssl-dev libmicrohttpd-dev
   libcmocka-dev valgrind clang-format
+  clang libclang-rt-14-dev  # make fuzz: clang's -fsanitize=fuzzer links libclang_rt.fuzzer from it
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-pytest python3-yaml
   python3-prometheus-client
   # what the integration tests would otherwise skip without (a skip fails CI):

@@ -949,12 +949,31 @@ static json_t *json_parent(json_t *root, const char *path, const char **leaf)
     return obj;
 }
 
+/* A value as a JSON string. Flags and environment variables are bytes, not
+ * necessarily UTF-8, and JSON strings must be UTF-8: such a value is shown
+ * with '?' for every byte above 0x7f rather than lost (which failed the whole
+ * dump as if out of memory). NULL only when out of memory. */
+static json_t *text_json(const char *text, size_t len)
+{
+    json_t *v = json_stringn(text, len);
+    if (v != NULL)
+        return v;
+    char *ascii = malloc(len + 1);
+    if (ascii == NULL)
+        return NULL;
+    for (size_t i = 0; i < len; i++)
+        ascii[i] = (unsigned char)text[i] > 0x7f ? '?' : text[i];
+    v = json_stringn(ascii, len);
+    free(ascii);
+    return v;
+}
+
 static json_t *strlist_json(const char *text)
 {
     json_t *a = json_array();
     for (const char *p = text; a != NULL && p != NULL && *p != '\0';) {
         size_t len = strcspn(p, ",");
-        json_array_append_new(a, json_stringn(p, len));
+        json_array_append_new(a, text_json(p, len));
         p += len + (p[len] == ',');
     }
     return a;
@@ -966,12 +985,13 @@ static json_t *option_json(const struct option_spec *o, const void *obj)
     char buf[32];
     switch (o->type) {
     case OPT_STRING:
-        return *(char *const *)f ? json_string(*(char *const *)f) : json_null();
+        return *(char *const *)f ? text_json(*(char *const *)f, strlen(*(char *const *)f))
+                                 : json_null();
     case OPT_STRLIST:
         return strlist_json(*(char *const *)f);
     case OPT_HOSTPORT: {
         const struct option_hostport *hp = f;
-        return json_string(hp->text != NULL ? hp->text : "");
+        return text_json(hp->text != NULL ? hp->text : "", hp->text != NULL ? strlen(hp->text) : 0);
     }
     case OPT_BOOL:
         return json_boolean(*(const bool *)f);

@@ -127,15 +127,26 @@ static bool slot_is_dead(const struct slot *s, uint32_t pidns)
 
 /* ---- the lock ------------------------------------------------------------- */
 
+/* The total rebuilt from the slots. The file is the container's to write,
+ * so shares may be anything: a negative one counts 0, and the sum saturates
+ * rather than wrap (a total past the limit refuses every charge). */
 static void recompute(struct region_file *f)
 {
     int64_t sum = 0;
     for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
         if (f->slots[i].pid == 0 || f->slots[i].used < 0)
             f->slots[i].used = 0;
-        sum += f->slots[i].used;
+        sum = f->slots[i].used > INT64_MAX - sum ? INT64_MAX : sum + f->slots[i].used;
     }
     f->used = sum;
+}
+
+/* Takes a slot's share off the total; a share that the total cannot hold
+ * (a corrupt file) leaves the total negative, which makes the caller
+ * rebuild it (recompute) once the slot is cleared, instead of wrapping. */
+static void total_sub(struct region_file *f, int64_t bytes)
+{
+    f->used = bytes >= 0 && bytes <= f->used ? f->used - bytes : -1;
 }
 
 /* 0 locked, -1 unusable. A previous owner that died inside the lock may have
@@ -164,7 +175,7 @@ static void reap(struct cudareg *r)
         struct slot *s = &f->slots[i];
         if (s->pid == 0 || s->pid == r->pid || !slot_is_dead(s, r->pidns))
             continue;
-        f->used -= s->used;
+        total_sub(f, s->used);
         memset(s, 0, sizeof *s);
         f->reclaimed++;
     }
@@ -335,8 +346,10 @@ void cudareg_detach(struct cudareg *r)
     if (r->slot >= 0 && region_lock(f) == 0) {
         struct slot *s = &f->slots[r->slot];
         if (s->pid == r->pid) {
-            f->used -= s->used;
+            total_sub(f, s->used);
             memset(s, 0, sizeof *s);
+            if (f->used < 0)
+                recompute(f);
         }
         region_unlock(f);
     }
@@ -360,7 +373,16 @@ int cudareg_reserve(struct cudareg *r, int64_t bytes)
         region_unlock(f);
         return -1;
     }
-    /* used <= limit always holds, so limit - used cannot overflow. */
+    /* Our share within the total and the total not negative: then, with
+     * limit >= 0, neither limit - used nor the sums below can overflow. Only
+     * a corrupt file breaks that; its total is rebuilt from the slots. */
+    const struct slot *own = &f->slots[r->slot];
+    if (f->used < 0 || own->used < 0 || own->used > f->used)
+        recompute(f);
+    if (f->limit < 0) {
+        region_unlock(f);
+        return 1;
+    }
     if (bytes > f->limit - f->used) {
         reap(r);
         if (bytes > f->limit - f->used) {
@@ -382,9 +404,9 @@ void cudareg_release(struct cudareg *r, int64_t bytes)
     if (r->slot >= 0 && f->slots[r->slot].pid == r->pid) {
         struct slot *s = &f->slots[r->slot];
         if (bytes > s->used)
-            bytes = s->used; /* never below zero: counters cannot wrap */
+            bytes = s->used < 0 ? 0 : s->used; /* never below zero: counters cannot wrap */
         s->used -= bytes;
-        f->used -= bytes;
+        total_sub(f, bytes);
         if (f->used < 0)
             recompute(f);
     }

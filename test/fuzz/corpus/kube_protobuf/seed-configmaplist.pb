@@ -1,0 +1,7 @@
+
+
+v1ConfigMapList:
+7c0
+#
+gpupool-unhealthy-n1kube-system	
+gpus1

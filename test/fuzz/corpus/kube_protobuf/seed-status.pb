@@ -1,0 +1,3 @@
+
+
+v1StatusFailuregone"Expired0š

@@ -1,0 +1,50 @@
+/* fuzz_cuda_config.c -- libgpupool-cuda's limit variables: cudacfg_load()
+ * on an environment made of the input's lines ("NAME=value"), then
+ * cudacfg_limit() for a few ordinals, and cudacfg_parse_size() on every
+ * line's value. Seeds: corpus/cuda_config/. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_config.h"
+
+#define MAX_VARS 32
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (!text)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    char *env[MAX_VARS + 1];
+    size_t n = 0;
+    for (char *line = text; line && n < MAX_VARS;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        env[n++] = line;
+        line = nl ? nl + 1 : NULL;
+    }
+    env[n] = NULL;
+
+    struct cudacfg cfg;
+    cudacfg_load(&cfg, env);
+    if (cfg.state == CUDACFG_BROKEN && !memchr(cfg.why, '\0', sizeof(cfg.why)))
+        abort(); /* the reason must be a string */
+    for (int ordinal = -1; ordinal <= CUDACFG_MAX_DEVICES; ordinal += 13) {
+        int64_t limit = cudacfg_limit(&cfg, ordinal, (int64_t)16 << 30);
+        if (limit < 0)
+            abort(); /* contract: > 0 to enforce, 0 for none */
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(env[i], '=');
+        int64_t bytes;
+        if (cudacfg_parse_size(eq ? eq + 1 : env[i], &bytes) == 0 && bytes < 0)
+            abort(); /* a parsed size is never negative */
+    }
+    free(text);
+    return 0;
+}
