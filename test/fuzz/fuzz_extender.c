@@ -18,6 +18,7 @@
 
 #include "bind.h"
 #include "cache.h"
+#include "clock.h"
 #include "placement.h"
 #include "protocol.h"
 #include "fuzz_util.h"
@@ -44,9 +45,10 @@ static const char *const seed_pods[] = {
 
 static unsigned api_flags;
 
-static int get_pod(void *ctx, const char *ns, const char *name, json_t **out,
+static int get_pod(void *ctx, const char *ns, const char *name, int64_t deadline_ns, json_t **out,
                    struct kube_error *err)
 {
+    (void)deadline_ns;
     const struct binding_args *args = ctx;
     *out = json_pack("{s:{s:s, s:s, s:s}, s:{s:[{s:s, s:{s:{s:s}}}]}, s:{s:s}}", "metadata", "name",
                      name, "namespace", ns, "uid", args->pod_uid[0] ? args->pod_uid : "u-x", "spec",
@@ -59,24 +61,18 @@ static int get_pod(void *ctx, const char *ns, const char *name, json_t **out,
     return 0;
 }
 
-static int patch_pod(void *ctx, const char *ns, const char *name, const json_t *patch,
-                     struct kube_error *err)
+static int create_binding(void *ctx, const char *ns, const char *name, const char *uid,
+                          const char *node, const json_t *annotations, int64_t deadline_ns,
+                          struct kube_error *err)
 {
-    (void)ctx, (void)ns, (void)name;
-    char *text = json_dumps(patch, JSON_COMPACT);
+    (void)ctx, (void)ns, (void)name, (void)uid, (void)node, (void)deadline_ns;
+    char *text = annotations ? json_dumps(annotations, JSON_COMPACT) : NULL;
     free(text);
-    if (api_flags & 8) {
+    if (api_flags & 8) { /* a refusal: nothing written */
         err->http_status = 409;
         snprintf(err->message, sizeof(err->message), "conflict");
         return -1;
     }
-    return 0;
-}
-
-static int create_binding(void *ctx, const char *ns, const char *name, const char *uid,
-                          const char *node, struct kube_error *err)
-{
-    (void)ctx, (void)ns, (void)name, (void)uid, (void)node;
     if (api_flags & 16) {
         err->http_status = 0; /* no answer: the outcome is unknown */
         snprintf(err->message, sizeof(err->message), "timed out");
@@ -154,8 +150,10 @@ static void bind(struct cache *c, const char *body, size_t len)
     char err[768];
     if (protocol_parse_binding(body, len, &args, err, sizeof(err)) < 0)
         return;
-    const struct bind_api api = {&args, get_pod, patch_pod, create_binding};
-    enum bind_result r = bind_pod_result(c, &api, &args, err, sizeof(err));
+    const struct bind_api api = {&args, get_pod, create_binding, 0};
+    /* A deadline as the server sets it: now + an API timeout. */
+    enum bind_result r =
+        bind_pod_result(c, &api, &args, clock_now_ns() + 10000000000LL, err, sizeof(err));
     if ((unsigned)r >= BIND_RESULTS || (r != BIND_OK && !err[0]))
         abort(); /* a refusal says why */
     protocol_binding_free(&args);
