@@ -107,7 +107,7 @@ rbac_gpu_mem() {  # rbac_gpu_mem PLUGIN_POD EXTENDER_POD
     "create pods --subresource=binding -n default" "list nodes" "update nodes" "delete nodes" \
     "get secrets -n kube-system" "list secrets -A" "list configmaps -n kube-system" "update events -n default"
   rbac_expect yes "$e" "list nodes" "watch nodes" "get pods -n default" "list pods -A" "watch pods -A" \
-    "patch pods -n default" "create pods --subresource=binding -n default" \
+    "create pods --subresource=binding -n default" \
     "list configmaps -n kube-system" "watch configmaps -n kube-system" \
     "create leases.coordination.k8s.io -n kube-system" \
     "get leases.coordination.k8s.io/gpupool-scheduler-extender -n kube-system" \
@@ -115,7 +115,7 @@ rbac_gpu_mem() {  # rbac_gpu_mem PLUGIN_POD EXTENDER_POD
   rbac_expect no "$e" "get leases.coordination.k8s.io/kube-scheduler -n kube-system" \
     "update leases.coordination.k8s.io/kube-scheduler -n kube-system" \
     "get configmaps -n kube-system" "list configmaps -n default" "get nodes" "patch nodes" \
-    "create pods -n default" "delete pods -n default" "update pods -n default" \
+    "create pods -n default" "delete pods -n default" "update pods -n default" "patch pods -n default" \
     "get secrets -n kube-system" "create events -n default"
 
   # The GFD labels: GET + merge PATCH of the node, under the plugin's rules.
