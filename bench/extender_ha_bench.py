@@ -19,7 +19,8 @@ Run by bench/extender_ha_bench.sh, which starts etcd and kube-apiserver first.
      or 100 random nodes when no hot node fits; bind the chosen node on a
      random replica (the Service routes each request anywhere); a bind
      error re-queues the pod after 0.5 s, as the scheduler's backoff does.
-  4. every --kill-every seconds: SIGKILL the Lease holder (the replica whose
+  4. --first-kill (2) seconds into the burst, and then every --kill-every
+     seconds while pods are left: SIGKILL the Lease holder (the replica whose
      port is in the Lease's gpupool.io/bind-url) and start it again at once.
   5. audit with a LIST: GiB charged per GPU (ALIYUN_COM_GPU_MEM_IDX/POD) over
      32 = over-committed; a bound pod without annotations or an annotated pod
@@ -173,7 +174,8 @@ def schedule(api, cluster, reps, names, uids, sizes, deadline_s):
             if time.monotonic() - t0 > deadline_s:
                 done.set()
 
-    ts = [threading.Thread(target=worker) for _ in range(4)]
+    # Daemons: a failing bench must not hang on workers still re-queueing.
+    ts = [threading.Thread(target=worker, daemon=True) for _ in range(4)]
     for t in ts:
         t.start()
     return ts, bound_at, errors, samples, done, t0
@@ -207,6 +209,8 @@ def main():
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--kill-every", type=float, default=10.0)
+    ap.add_argument("--first-kill", type=float, default=2.0,
+                    help="seconds into the burst of the first kill (the burst may end before 10 s)")
     ap.add_argument("--port", type=int, default=39990)
     ap.add_argument("--deadline", type=float, default=900.0, help="give up after this many seconds")
     ap.add_argument("--log-dir", default=".")
@@ -244,7 +248,7 @@ def main():
         ts, bound_at, errors, samples, done, t0 = schedule(api, cluster, reps, names, uids, sizes,
                                                            args.deadline)
         kills = []        # (monotonic time of the kill, replica)
-        next_kill = t0 + args.kill_every
+        next_kill = t0 + args.first_kill
         while any(t.is_alive() for t in ts):
             time.sleep(0.1)
             for i in range(len(reps.exts)):

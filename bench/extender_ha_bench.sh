@@ -8,7 +8,10 @@
 # The same etcd + kube-apiserver set-up as extender_bench.sh (its own ports;
 # no kubelet, scheduler or containerd); everything it started is stopped on exit.
 # Environment: EXTENDER_BIN, NODES (5000), REPLICAS (3), PODS (2000),
-# KILL_EVERY (10), EXTENDER_PORT (first replica's port, 39990), K8S_CACHE.
+# KILL_EVERY (10), EXTENDER_PORT (first replica's port, 29990: below the
+# ephemeral range, or a restarted replica may find its port taken by a client
+# connection), LEASE (the --leader-elect-lease-duration, renew deadline, retry
+# period and fence margin: default 6s,4s,1s,1.5s), K8S_CACHE.
 # Logs: /var/tmp/gpupool-bench/logs/<UTC time>/.
 set -euo pipefail
 
@@ -30,7 +33,7 @@ EXTENDER_BIN=${EXTENDER_BIN:-$BUILD/bin/gpupool-scheduler-extender}
 ETCD_PORT=23790
 ETCD_PEER_PORT=23800
 API_PORT=16443
-EXTENDER_PORT=${EXTENDER_PORT:-39990}
+EXTENDER_PORT=${EXTENDER_PORT:-29990}
 
 for f in "$K8S_BIN/kube-apiserver" "$EXTENDER_BIN"; do
   [[ -x $f ]] || { echo "extender_ha_bench.sh: $f missing (build-k8s.sh / cmake --build)" >&2; exit 1; }
@@ -61,7 +64,16 @@ echo "## gpupool-scheduler-extender against kube-apiserver $("$K8S_BIN/kube-apis
 echo
 echo "$(nproc) CPUs, ${cpu:-$(uname -m)}, load $(cut -d' ' -f1-3 /proc/loadavg) at start; $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; extender $EXTENDER_BIN; logs $E2E_LOGS"
 echo
+# A SIGKILLed holder's Lease is taken after a lease duration: with the
+# extender's default 10 s and a kill every 10 s, each new holder would be
+# killed as it starts. 6 s (renew 4 s, retry 1 s, margin 1.5 s) leaves time
+# to bind between kills; docs/ha.md gives the arithmetic for any values.
+IFS=, read -r ld rd rp fm <<<"${LEASE:-6s,4s,1s,1.5s}"
+echo "Replicas run with --leader-elect-lease-duration $ld --leader-elect-renew-deadline $rd --leader-elect-retry-period $rp --leader-elect-fence-margin $fm."
+echo
 "$PYTHON" "$SRC/bench/extender_ha_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
   --kubeconfig "$KUBECONFIG" --extender "$EXTENDER_BIN" --port "$EXTENDER_PORT" \
   --nodes "${NODES:-5000}" --replicas "${REPLICAS:-3}" --pods "${PODS:-2000}" \
-  --kill-every "${KILL_EVERY:-10}" --log-dir "$E2E_LOGS"
+  --kill-every "${KILL_EVERY:-10}" --log-dir "$E2E_LOGS" \
+  --extender-arg=--leader-elect-lease-duration="$ld" --extender-arg=--leader-elect-renew-deadline="$rd" \
+  --extender-arg=--leader-elect-retry-period="$rp" --extender-arg=--leader-elect-fence-margin="$fm"
