@@ -73,8 +73,24 @@ echo "## gpupool-scheduler-extender against kube-apiserver $("$K8S_BIN/kube-apis
 echo
 echo "$(nproc) CPUs, ${cpu:-$(uname -m)}, load $(cut -d' ' -f1-3 /proc/loadavg) at start; $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; extender $EXTENDER_BIN; logs $E2E_LOGS"
 echo
-"$PYTHON" "$SRC/bench/extender_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
-  --kubeconfig "$KUBECONFIG" --extender "$EXTENDER_BIN" --port "$EXTENDER_PORT" \
-  --prefix "${EXTENDER_PREFIX:-/gpupool-scheduler}" --sizes "${SIZES:-1000,5000}" \
-  --duration "${DURATION:-10}" --binds "${BINDS:-300}" --client "$BENCH_CLIENT" --log-dir "$E2E_LOGS" \
-  ${PERF:+--perf}
+if [[ -n ${HA_BENCH:-} ]]; then   # bench/extender_ha_bench.sh
+  # A SIGKILLed holder's Lease is taken after a lease duration: with the
+  # extender's default 10 s and a kill every 10 s, each new holder would be
+  # killed as it starts. 6 s (renew 4 s, retry 1 s, margin 1.5 s) leaves time
+  # to bind between kills; docs/ha.md gives the arithmetic for any values.
+  IFS=, read -r ld rd rp fm <<<"${LEASE:-6s,4s,1s,1.5s}"
+  echo "Replicas run with --leader-elect-lease-duration $ld --leader-elect-renew-deadline $rd --leader-elect-retry-period $rp --leader-elect-fence-margin $fm."
+  echo
+  "$PYTHON" "$SRC/bench/extender_ha_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
+    --kubeconfig "$KUBECONFIG" --extender "$EXTENDER_BIN" --port "$EXTENDER_PORT" \
+    --nodes "${NODES:-5000}" --replicas "${REPLICAS:-3}" --pods "${PODS:-2000}" \
+    --kill-every "${KILL_EVERY:-10}" --log-dir "$E2E_LOGS" \
+    --extender-arg=--leader-elect-lease-duration="$ld" --extender-arg=--leader-elect-renew-deadline="$rd" \
+    --extender-arg=--leader-elect-retry-period="$rp" --extender-arg=--leader-elect-fence-margin="$fm"
+else
+  "$PYTHON" "$SRC/bench/extender_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
+    --kubeconfig "$KUBECONFIG" --extender "$EXTENDER_BIN" --port "$EXTENDER_PORT" \
+    --prefix "${EXTENDER_PREFIX:-/gpupool-scheduler}" --sizes "${SIZES:-1000,5000}" \
+    --duration "${DURATION:-10}" --binds "${BINDS:-300}" --client "$BENCH_CLIENT" --log-dir "$E2E_LOGS" \
+    ${PERF:+--perf}
+fi

@@ -6,10 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-int protocol_json_depth(const char *text, size_t len, int max)
+/* One pass over JSON text, outside its strings: the deepest nesting, the
+ * objects/arrays, and the elements (each container's first one and one per
+ * comma). 0, or as soon as a limit is passed 1 (depth) or 2 (a count). */
+struct json_shape {
+    int deepest;
+    size_t containers, items;
+};
+static int json_scan(const char *text, size_t len, int max_depth, size_t max_containers,
+                     size_t max_items, struct json_shape *sh)
 {
-    int depth = 0, deepest = 0;
+    int depth = 0;
     bool in_string = false;
+    memset(sh, 0, sizeof(*sh));
     for (size_t i = 0; i < len; i++) {
         char c = text[i];
         if (in_string) {
@@ -22,60 +31,50 @@ int protocol_json_depth(const char *text, size_t len, int max)
         if (c == '"') {
             in_string = true;
         } else if (c == '{' || c == '[') {
-            if (++depth > max)
-                return -1;
-            if (depth > deepest)
-                deepest = depth;
+            if (++depth > max_depth)
+                return 1;
+            if (depth > sh->deepest)
+                sh->deepest = depth;
+            sh->containers++;
+            sh->items++; /* its first element or member, if any */
         } else if (c == '}' || c == ']') {
             depth--;
+        } else if (c == ',') {
+            sh->items++;
+        } else {
+            continue;
         }
+        if (sh->containers > max_containers || sh->items > max_items)
+            return 2;
     }
-    return deepest;
+    return 0;
+}
+
+int protocol_json_depth(const char *text, size_t len, int max)
+{
+    struct json_shape sh;
+    return json_scan(text, len, max, SIZE_MAX, SIZE_MAX, &sh) ? -1 : sh.deepest;
 }
 
 int protocol_json_bounded(const char *text, size_t len, char *err, size_t errlen)
 {
-    size_t containers = 0, items = 0;
     size_t max_containers = PROTOCOL_BASE_CONTAINERS + len / PROTOCOL_BYTES_PER_CONTAINER;
     size_t max_items = PROTOCOL_BASE_ITEMS + len / PROTOCOL_BYTES_PER_ITEM;
-    int depth = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < len; i++) {
-        char c = text[i];
-        if (in_string) {
-            if (c == '\\')
-                i++; /* the escaped character cannot end the string */
-            else if (c == '"')
-                in_string = false;
-            continue;
-        }
-        if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > PROTOCOL_MAX_DEPTH) {
-                snprintf(err, errlen, "request body nested deeper than %d levels",
-                         PROTOCOL_MAX_DEPTH);
-                return -1;
-            }
-            containers++;
-            items++; /* its first element or member, if any */
-        } else if (c == '}' || c == ']') {
-            depth--;
-        } else if (c == ',') {
-            items++;
-        } else {
-            continue;
-        }
-        if (containers > max_containers || items > max_items) {
-            snprintf(err, errlen,
-                     "request body holds too many JSON values for its %zu bytes (at most %zu "
-                     "objects/arrays and %zu elements: they would cost the extender far more "
-                     "memory than the text)",
-                     len, max_containers, max_items);
-            return -1;
-        }
+    struct json_shape sh;
+    switch (json_scan(text, len, PROTOCOL_MAX_DEPTH, max_containers, max_items, &sh)) {
+    case 0:
+        return 0;
+    case 1:
+        snprintf(err, errlen, "request body nested deeper than %d levels", PROTOCOL_MAX_DEPTH);
+        return -1;
+    default:
+        snprintf(err, errlen,
+                 "request body holds too many JSON values for its %zu bytes (at most %zu "
+                 "objects/arrays and %zu elements: they would cost the extender far more "
+                 "memory than the text)",
+                 len, max_containers, max_items);
+        return -1;
     }
-    return 0;
 }
 
 /* Decodes a body into an object, with the depth cut and a clear message. */
