@@ -88,6 +88,8 @@ for p in json.load(sys.stdin)["items"]:
     if bool(node) != bool(idx and mem):
         bad.append(f"{name}: node {node!r} IDX {idx!r} POD {mem!r}")
         continue
+    if not node:
+        continue
     for i in idx.split(","):
         use[(node, i)] = use.get((node, i), 0) + int(mem) // len(idx.split(","))
     for c in p["status"].get("conditions", []):
@@ -101,8 +103,9 @@ for (node, i), gib in sorted(use.items()):
 times.sort()
 after = [t for t in times if t >= t_del]
 gap = max((b - a for a, b in zip(times, times[1:])), default=0)
-print(f"    {len(times)} pods scheduled; longest gap between binds {gap:.0f} s; first bind after the delete "
-      f"{(after[0] - t_del) if after else float(\"nan\"):.0f} s after it (1 s resolution)")
+first = "%.0f s after it" % (after[0] - t_del) if after else "none"
+print(f"    {len(times)} pods scheduled; longest gap between binds {gap:.0f} s; first bind after the "
+      f"delete: {first} (1 s resolution)")
 for b in bad:
     print("    BAD:", b)
 sys.exit(1 if bad else 0)' "$per_gpu" "$HA_T_DEL"
