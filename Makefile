@@ -94,8 +94,8 @@ VALGRIND_TESTS ?= \
   $(IT)/test_kube_client.py::test_https_bearer_token \
   $(IT)/test_kube_client.py::test_bad_kubeconfig_is_reported \
   $(IT)/test_extender.py::test_filter_both_modes_and_gpushare_paths \
-  $(IT)/test_extender.py::test_bind_writes_annotations_then_binding \
-  $(IT)/test_extender.py::test_failed_binding_rolls_back \
+  $(IT)/test_extender.py::test_bind_writes_one_binding_with_the_annotations \
+  $(IT)/test_extender.py::test_refused_binding_rolls_back \
   $(IT)/test_extender.py::test_malformed_bodies_get_4xx_json_error \
   $(IT)/test_extender.py::test_bad_flags_are_refused \
   $(IT)/test_sim.py::test_json_lines_contract $(IT)/test_sim.py::test_bad_csv \
