@@ -24,14 +24,16 @@
  * which runs the core's transport on this thread: the same budget as the
  * RPC thread's, doubled for the sanitizer build's larger frames. */
 #define METRICS_STACK_BYTES (512 * 1024)
-/* Scrapers are few and each uses one connection: a small per-address
- * limit keeps one client from taking every slot, and a request must arrive
+/* Scrapers are few and each uses one connection: a per-address limit
+ * keeps one client from taking every slot (16, not fewer: `kubectl
+ * port-forward` reaches a host-network pod from 127.0.0.1 and its closed
+ * streams linger a moment, and make e2e saw a 5th scrape refused at 4), and a request must arrive
  * within the timeout of its accept (or previous reply), so connections
  * that trickle a header line now and then are closed (httpd.h). One
  * polling thread serves them all: a connection costs a descriptor and its
  * buffer, not a thread. */
 #define METRICS_MAX_CONNECTIONS 64
-#define METRICS_PER_IP_CONNECTIONS 4
+#define METRICS_PER_IP_CONNECTIONS 16
 #define METRICS_CONNECTION_TIMEOUT_S 10
 #define METRICS_MAX_RESOURCES 64 /* distinct resource names over all reloads */
 #define METRICS_MAX_XIDS 256     /* distinct (GPU, XID) pairs kept */
