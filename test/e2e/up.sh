@@ -143,9 +143,9 @@ for ns in default kube-system; do
 done
 
 # --- containerd ------------------------------------------------------------
-# isGateway: the bridge takes the subnet's first address and pods a default
-# route through it, so pod-network pods (10g) reach the host's apiserver and
-# the host (kube-scheduler) reaches them.
+# isGateway: the bridge takes the subnet's first address, and the IPAM's
+# default route sends pods' traffic through it, so pod-network pods (10g)
+# reach the host's apiserver and the host (kube-scheduler) reaches them.
 cat >"$E2E_STATE/cni/net.d/10-gpupool-e2e.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -160,6 +160,7 @@ cat >"$E2E_STATE/cni/net.d/10-gpupool-e2e.conflist" <<EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_SUBNET"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": "$E2E_STATE/cni/ipam"
       }
     }
