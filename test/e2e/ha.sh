@@ -2,8 +2,9 @@
 # 10g: the extender's replicas as shipped (overlays/gpu-mem: 2 replicas on the
 # pod network, --leader-elect on the Lease kube-system/gpupool-scheduler-extender,
 # docs/ha.md), kube-scheduler calling them through the Service's ClusterIP.
-# 50 gpu-mem pods are created at once; once 10 are bound the Lease holder's
-# pod is deleted. Every pod must run, bound with its annotations, and no GPU
+# 25 gpu-mem pods are created at once; once 5 are bound the Lease holder's
+# pod is deleted and 25 more are created. Every pod must run, bound with its
+# annotations, and no GPU
 # may hold more than its memory.
 #
 # No kube-proxy runs here: ha_proxy stands in for it with one iptables NAT
@@ -63,7 +64,7 @@ ha_holder() {  # the pod named by the Lease's holderIdentity (hostname_random)
 }
 ha_holder_is_replica() {
   local h
-  h=$(ha_holder) && dep_kc get pod "$h" -l "$DEP_EXT_SEL" -o name >/dev/null 2>&1
+  h=$(ha_holder) && [[ $(dep_kc get pod "$h" -o jsonpath='{.metadata.labels.app\.kubernetes\.io/name}' 2>/dev/null) == gpupool-scheduler-extender ]]
 }
 ha_holder_other_than() { local h; h=$(ha_holder) && [[ $h != "$1" ]] && dep_kc get pod "$h" -o name >/dev/null 2>&1; }
 ha_pods_json() { kc get pods -l app=gpupool-e2e-ha -o json 2>/dev/null; }
@@ -131,12 +132,13 @@ kshow -n "$DEP_NS" get lease "$HA_LEASE" -o jsonpath='{.spec}{"\n"}'
 check "the Lease kube-system/$HA_LEASE names one of the replicas" ha_holder_is_replica
 dep_scheduler gpu-mem-ha --config="$DEP_DIR/scheduler-config.yaml"
 
-{
-  echo "apiVersion: v1"
-  echo "kind: List"
-  echo "items:"
-  for ((i = 0; i < HA_PODS; i++)); do
-    cat <<EOP
+ha_pods_yaml() {  # ha_pods_yaml FIRST COUNT FILE
+  {
+    echo "apiVersion: v1"
+    echo "kind: List"
+    echo "items:"
+    for ((i = $1; i < $1 + $2; i++)); do
+      cat <<EOP
 - apiVersion: v1
   kind: Pod
   metadata: {name: ha-mem-$i, labels: {app: gpupool-e2e-ha}}
@@ -152,15 +154,24 @@ dep_scheduler gpu-mem-ha --config="$DEP_DIR/scheduler-config.yaml"
       resources:
         limits: {aliyun.com/gpu-mem: "1"}
 EOP
-  done
-} >"$DEP_DIR/ha-pods.yaml"
-printf '  $ kubectl apply -f %s   (%s pods, 1 GiB each)\n' "$DEP_DIR/ha-pods.yaml" "$HA_PODS"
-kc apply -f "$DEP_DIR/ha-pods.yaml" >/dev/null
-wait_for 120 "10 of the $HA_PODS pods bound" ha_bound_at_least 10
+    done
+  } >"$3"
+}
+# Half the pods, the holder deleted once 5 of them are bound, then the other
+# half at once: those are scheduled across the failover.
+ha_half=$((HA_PODS / 2))
+ha_pods_yaml 0 "$ha_half" "$DEP_DIR/ha-pods-1.yaml"
+ha_pods_yaml "$ha_half" "$((HA_PODS - ha_half))" "$DEP_DIR/ha-pods-2.yaml"
+printf '  $ kubectl apply -f %s   (%s pods, 1 GiB each)\n' "$DEP_DIR/ha-pods-1.yaml" "$ha_half"
+kc apply -f "$DEP_DIR/ha-pods-1.yaml" >/dev/null
+wait_for 120 "5 of the pods bound" ha_bound_at_least 5
 ha_old=$(ha_holder)
 HA_T_DEL=$(date +%s)
 printf '  $ kubectl -n %s delete pod %s   (the Lease holder, %s of %s pods bound)\n' "$DEP_NS" "$ha_old" "$(ha_bound)" "$HA_PODS"
 dep_kc delete pod "$ha_old" --wait=false 2>&1 | sed 's/^/    /'
+printf '  $ kubectl apply -f %s   (%s more pods)\n' "$DEP_DIR/ha-pods-2.yaml" "$((HA_PODS - ha_half))"
+kc apply -f "$DEP_DIR/ha-pods-2.yaml" >/dev/null
+printf '    %s of %s pods bound right after\n' "$(ha_bound)" "$HA_PODS"
 wait_for 60 "another replica holds the Lease" ha_holder_other_than "$ha_old"
 printf '    new holder %s after %ss\n' "$(ha_holder)" "$(($(date +%s) - HA_T_DEL))"
 check "a replica other than the deleted $ha_old took the Lease" ha_holder_other_than "$ha_old"
