@@ -18,8 +18,9 @@
  *      (cache_confirm); refused with a 4xx Status, or never sent -> given
  *      back (cache_rollback); no answer or a 5xx (the write may have
  *      happened) -> kept (cache_unknown) until the watch shows the pod bound
- *      or deleted, or, after the hold, a GET shows it unbound. Nothing is
- *      ever undone: a refused Binding wrote nothing, so there is nothing to.
+ *      or deleted, or, after the hold, a GET shows it unbound; meanwhile a
+ *      retry to the same node re-uses that charge (cache_assumption.held).
+ *      Nothing is ever undone: a refused Binding wrote nothing.
  * The API calls go through struct bind_api so tests can script failures. */
 #ifndef GP_EXTENDER_BIND_H
 #define GP_EXTENDER_BIND_H
