@@ -19,6 +19,9 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgraphNode_st *CUgraphNode;
 typedef unsigned long long CUdeviceptr; /* CUdeviceptr_v2 on LP64 */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef unsigned long long cuuint64_t;
@@ -32,6 +35,7 @@ enum {
     CUDA_ERROR_INVALID_VALUE = 1,
     CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_NOT_FOUND = 500,
@@ -57,6 +61,40 @@ typedef struct {
     CUmemLocation location;
     /* win32SecurityAttributes, maxSize, usage, reserved follow; not read */
 } CUmemPoolProps;
+
+/* The whole CUmemPoolProps, as a size: 88 bytes in every CUDA 11 and 12
+ * header (the reserved tail shrank as maxSize and usage were added). */
+#define CU_MEM_POOL_PROPS_SIZE 88
+
+/* CUDA_MEM_ALLOC_NODE_PARAMS (v1, what cuGraphMemAllocNodeGetParams
+ * fills): the pool properties, the access descriptors, then the size. */
+typedef struct {
+    unsigned char poolProps[CU_MEM_POOL_PROPS_SIZE];
+    const void *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+/* Stream-ordered pools (CUmemPool_attribute), graph memory
+ * (CUgraphMem_attribute), graph node types, capture status. */
+enum { CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5, CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7 };
+enum { CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2 };
+enum { CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10 };
+enum { CU_STREAM_CAPTURE_STATUS_NONE = 0 };
+/* The special stream handles that mean "the current context's". */
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+/* CUlimit values that size device memory of the context. */
+enum { CU_LIMIT_STACK_SIZE = 0, CU_LIMIT_MALLOC_HEAP_SIZE = 2 };
+
+/* CUdevice_attribute values read here. */
+enum {
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+    CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT = 51,
+};
 
 /* CUarray_format: element sizes of the formats with a plain size. */
 enum {

@@ -19,6 +19,7 @@
 #ifdef CUDA_GLIBC_BASE
 __asm__(".symver dlopen,dlopen@" CUDA_GLIBC_BASE);
 __asm__(".symver dlvsym,dlvsym@" CUDA_GLIBC_BASE);
+__asm__(".symver dlclose,dlclose@" CUDA_GLIBC_BASE);
 __asm__(".symver pthread_once,pthread_once@" CUDA_GLIBC_BASE);
 __asm__(".symver pthread_mutexattr_init,pthread_mutexattr_init@" CUDA_GLIBC_BASE);
 __asm__(".symver pthread_mutexattr_destroy,pthread_mutexattr_destroy@" CUDA_GLIBC_BASE);

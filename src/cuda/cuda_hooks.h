@@ -1,7 +1,12 @@
-/* cuda_hooks.h -- the seam inside libgpupool-cuda between the accounting
- * wrappers (cuda_hooks.c) and the code that hands them out in place of the
- * driver's entry points (cuda_intercept.c). Not installed, not a public API:
- * the library's only interface is the CUDA driver and NVML ABI it exports. */
+/* cuda_hooks.h -- every entry point libgpupool-cuda interposes, and the
+ * table (cuda_table.c) that cuda_intercept.c hands them out from in place of
+ * the driver's. Each wrapper lives with its API family:
+ *   cuda_hooks_mem.c    linear memory, arrays, VMM, contexts, reports
+ *   cuda_hooks_pool.c   stream-ordered allocation, pools, graph memory
+ *   cuda_hooks_nvml.c   NVML's memory figures
+ *   cuda_intercept.c    dlsym and cuGetProcAddress themselves
+ * Not installed, not a public API: the library's only interface is the CUDA
+ * driver and NVML ABI it exports. */
 #ifndef GP_CUDA_HOOKS_H
 #define GP_CUDA_HOOKS_H
 
@@ -25,28 +30,79 @@ struct cuda_hook {
 extern const struct cuda_hook cuda_hooks[];
 extern const unsigned cuda_hook_count;
 
-/* The driver's real dlsym (never ours). Set by cuda_intercept_init. */
-extern void *(*cuda_real_dlsym)(void *, const char *);
-
-/* Finds the real dlsym; called by the constructor and lazily. */
-void cuda_intercept_init(void);
-
 /* The hook of an exported name, or NULL. */
 const struct cuda_hook *cuda_hook_by_name(const char *name);
 
-/* Loads the real libcuda pointers once (cheap after the first call); false
- * when no libcuda.so.1 can be found. Same for NVML. */
-bool cuda_real_ready(void);
-bool cuda_nvml_ready(void);
-
-/* The driver's cuGetProcAddress[_v2] (cuda_hooks.c keeps the pointers), and
- * our exported replacements (cuda_intercept.c). */
-CUresult cuda_real_getprocaddress(const char *, void **, int, cuuint64_t);
-CUresult cuda_real_getprocaddress_v2(const char *, void **, int, cuuint64_t, int *);
+/* ---- the wrappers, under the driver's names and exact ABIs ---- */
+CUresult cuInit(unsigned);
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
 CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, int *);
 
-/* True when this process enforces a limit (any limit variable was set). */
-bool cuda_hooks_active(void);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAlloc(unsigned *, unsigned);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemFree(unsigned);
+
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
+CUresult cuMemPoolDestroy(CUmemoryPool);
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
+CUresult cuDeviceGetMemPool(CUmemoryPool *, CUdevice);
+CUresult cuDeviceSetMemPool(CUdevice, CUmemoryPool);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                     unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *, void *, int);
+CUresult cuMemExportToShareableHandle(void *, CUmemGenericAllocationHandle, int,
+                                      unsigned long long);
+
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
+
+CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuCtxDestroy(CUcontext);
+CUresult cuCtxSetLimit(int, size_t);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+CUresult cuDevicePrimaryCtxRelease(CUdevice);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+CUresult cuDevicePrimaryCtxReset(CUdevice);
+
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_t *);
+
+/* ---- between the families ---- */
+
+/* Gives back what a context's teardown freed: its allocations (ledger) and
+ * the stream-ordered and graph memory of its device, re-read. */
+void cuda_context_gone(CUcontext ctx, CUdevice dev);
+
+/* Brings the charges of dev's pools and graph memory down to what the
+ * driver says they hold now (never below: a failed read keeps the charge).
+ * trim: first ask the driver to give back what they hold unused. */
+void cuda_pools_settle(CUdevice dev, bool trim);
 
 #endif

@@ -94,20 +94,68 @@ bool cudaledger_take(enum cudaledger_kind kind, uint64_t handle, struct cudaledg
     return found;
 }
 
+int cudaledger_update(enum cudaledger_kind kind, uint64_t handle, int drefs, int dmaps,
+                      uint8_t set_flags, struct cudaledger_entry *gone)
+{
+    int rc = -1;
+    pthread_mutex_lock(&lock);
+    if (count > 0) {
+        uint64_t i = find((uint8_t)kind, handle);
+        if (table[i].kind != 0) {
+            struct cudaledger_entry *e = &table[i];
+            int64_t refs = (int64_t)e->refs + drefs, maps = (int64_t)e->maps + dmaps;
+            e->refs = refs < 0 ? 0 : refs > UINT32_MAX ? UINT32_MAX : (uint32_t)refs;
+            e->maps = maps < 0 ? 0 : maps > UINT16_MAX ? UINT16_MAX : (uint16_t)maps;
+            e->flags |= set_flags;
+            rc = 0;
+            if (e->refs == 0 && e->maps == 0) {
+                *gone = *e;
+                remove_at(i);
+                rc = 1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void cudaledger_take_matching(bool (*match)(const struct cudaledger_entry *, const void *),
+                              const void *match_arg,
+                              void (*give)(const struct cudaledger_entry *, void *), void *give_arg)
+{
+    pthread_mutex_lock(&lock);
+    /* A removal shifts a later entry of the cluster back into slot i, and
+     * may wrap one from the table's start to its end: scan until a full
+     * pass takes nothing. */
+    for (bool took = true; took;) {
+        took = false;
+        for (uint64_t i = 0; i < cap;) {
+            if (table[i].kind != 0 && match(&table[i], match_arg)) {
+                struct cudaledger_entry e = table[i];
+                remove_at(i);
+                give(&e, give_arg);
+                took = true;
+                continue; /* slot i now holds a shifted entry, or is empty */
+            }
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Mappings and VMM handles belong to the device, not to a context (and a
+ * mapping's ctx field holds its handle). */
+static bool of_context(const struct cudaledger_entry *e, const void *ctx)
+{
+    return e->kind != LEDGER_MAPPING && e->kind != LEDGER_HANDLE &&
+           e->ctx == *(const uint64_t *)ctx;
+}
+
 void cudaledger_take_context(uint64_t ctx, void (*give)(const struct cudaledger_entry *, void *),
                              void *arg)
 {
-    pthread_mutex_lock(&lock);
-    for (uint64_t i = 0; i < cap;) {
-        if (table[i].kind != 0 && table[i].ctx == ctx && ctx != 0) {
-            struct cudaledger_entry e = table[i];
-            remove_at(i);
-            give(&e, arg);
-            continue; /* slot i now holds a shifted entry, or is empty */
-        }
-        i++;
-    }
-    pthread_mutex_unlock(&lock);
+    if (ctx != 0)
+        cudaledger_take_matching(of_context, &ctx, give, arg);
 }
 
 uint64_t cudaledger_count(void)

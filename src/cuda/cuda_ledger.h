@@ -14,11 +14,16 @@
 #include <stdint.h>
 
 enum cudaledger_kind {
-    LEDGER_POINTER = 1, /* cuMemAlloc*, cuMemAllocManaged/Async/FromPoolAsync */
-    LEDGER_HANDLE,      /* cuMemCreate */
+    LEDGER_POINTER = 1, /* cuMemAlloc*, cuMemAllocManaged, legacy cuMemAlloc */
+    LEDGER_HANDLE,      /* cuMemCreate (refs, maps: alive until both are 0) */
     LEDGER_ARRAY,       /* cuArrayCreate, cuArray3DCreate */
     LEDGER_MIPMAP,      /* cuMipmappedArrayCreate */
+    LEDGER_MAPPING,     /* cuMemMap: handle = address, ctx = the VMM handle mapped */
+    LEDGER_CTX_LIMIT,   /* cuCtxSetLimit growth: handle = context | limit */
 };
+
+/* Flags of a LEDGER_HANDLE entry. */
+#define LEDGER_EXPORTED 0x1 /* given to another process: never given back */
 
 struct cudaledger_entry {
     uint64_t handle;
@@ -26,6 +31,9 @@ struct cudaledger_entry {
     int64_t bytes;
     int32_t device;
     uint8_t kind;
+    uint8_t flags;
+    uint16_t maps; /* LEDGER_HANDLE: live mappings */
+    uint32_t refs; /* LEDGER_HANDLE: handles not yet released */
 };
 
 /* Records an allocation. 0 on success, -1 when memory for the table itself
@@ -36,6 +44,21 @@ int cudaledger_add(const struct cudaledger_entry *e, struct cudaledger_entry *re
 
 /* Takes the entry of (kind, handle) out: true and *out when it was there. */
 bool cudaledger_take(enum cudaledger_kind kind, uint64_t handle, struct cudaledger_entry *out);
+
+/* Changes the reference and mapping counts of (kind, handle) by drefs and
+ * dmaps (never below zero), and flags |= set_flags. -1: no such entry.
+ * 1: both counts reached zero, and the entry was taken out into *gone.
+ * 0: otherwise (*gone untouched). */
+int cudaledger_update(enum cudaledger_kind kind, uint64_t handle, int drefs, int dmaps,
+                      uint8_t set_flags, struct cudaledger_entry *gone);
+
+/* Takes out every entry for which match(entry, match_arg) is true, calling
+ * give(entry, give_arg) for each (under the ledger's lock: give must not
+ * call back into the ledger). */
+void cudaledger_take_matching(bool (*match)(const struct cudaledger_entry *, const void *),
+                              const void *match_arg,
+                              void (*give)(const struct cudaledger_entry *, void *),
+                              void *give_arg);
 
 /* Takes out every entry of ctx, calling give(entry, arg) for each. */
 void cudaledger_take_context(uint64_t ctx, void (*give)(const struct cudaledger_entry *, void *),
