@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "fakecuda_api.h"
+#include "fakecuda_phys.h"
 #include "fakecuda_size.h"
 
 #define FC_DRIVER_VERSION 12040
@@ -190,6 +191,8 @@ static struct {
     struct fc_obj *spare; /* free records */
     struct fc_obj va;     /* list head: reservations and mappings */
     uint64_t next_va, next_va32, next_handle;
+    bool phys_on;        /* FAKECUDA_PHYS: physical use shared with other processes */
+    struct fc_phys phys; /* its file; a slot once initialised (again after a fork) */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local struct fc_ctx *tls_ctx;
@@ -343,10 +346,53 @@ static const char *parse_fail(const char *spec)
     return NULL;
 }
 
+/* fork: the child must not run on the parent's slot (the inherited
+ * descriptor is the parent's lock), and no update may be in flight. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g.lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g.lock);
+}
+
+static void fork_child(void)
+{
+    fc_phys_forget(&g.phys);
+    pthread_mutex_unlock(&g.lock);
+}
+
+static const char *open_phys(const char *path)
+{
+    static char why[600];
+    char msg[512];
+    if (*path == '\0')
+        return "FAKECUDA_PHYS is empty";
+    if (fc_phys_open(&g.phys, path, msg, sizeof(msg)) != 0) {
+        snprintf(why, sizeof(why), "FAKECUDA_PHYS: %s", msg);
+        return why;
+    }
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
+        fc_phys_close(&g.phys);
+        return "FAKECUDA_PHYS: pthread_atfork failed";
+    }
+    g.phys_on = true;
+    return NULL;
+}
+
+__attribute__((destructor)) static void fc_unload(void)
+{
+    if (g.phys_on)
+        fc_phys_close(&g.phys);
+}
+
 __attribute__((constructor)) static void fc_load(void)
 {
     const char *devs = getenv("FAKECUDA_DEVICES");
     const char *fail = getenv("FAKECUDA_FAIL");
+    const char *phys = getenv("FAKECUDA_PHYS");
     if (devs)
         g.broken = parse_devices(devs);
     else {
@@ -357,6 +403,8 @@ __attribute__((constructor)) static void fc_load(void)
     }
     if (!g.broken && fail)
         g.broken = parse_fail(fail);
+    if (!g.broken && phys)
+        g.broken = open_phys(phys);
     if (g.broken) {
         fprintf(stderr, "fakecuda: %s; every call returns CUDA_ERROR_UNKNOWN\n", g.broken);
         return;
@@ -433,15 +481,59 @@ static void list_del(struct fc_obj *o)
     o->prev = o->next = NULL;
 }
 
+/* This process's slot in the physical-use file: claimed at cuInit, and again
+ * by a forked child at its first charge. */
+static CUresult phys_slot(void)
+{
+    if (g.phys.slot >= 0)
+        return CUDA_SUCCESS;
+    char uuids[FC_MAX_DEVICES][FC_PHYS_UUID];
+    char why[600];
+    for (int i = 0; i < g.ndev; i++)
+        memcpy(uuids[i], g.dev[i].uuid, FC_PHYS_UUID);
+    if (fc_phys_claim(&g.phys, (const char(*)[FC_PHYS_UUID])uuids, g.ndev, why, sizeof(why)) != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_PHYS: %s\n", why);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Takes `bytes` of dev's memory for this process: OUT_OF_MEMORY when the
+ * device's total would be passed, counting this process alone or, with
+ * FAKECUDA_PHYS, every live process. Every charge goes through here and
+ * dev_give, so the physical file always mirrors `used`. */
+static CUresult dev_take(int dev, uint64_t bytes)
+{
+    struct fc_dev *d = &g.dev[dev];
+    if (bytes > d->total - d->used || bytes > INT64_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (g.phys_on && bytes) {
+        CUresult rc = phys_slot();
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        int r = fc_phys_charge(&g.phys, dev, (int64_t)bytes, d->total);
+        if (r != 0)
+            return r > 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+    }
+    d->used += bytes;
+    return CUDA_SUCCESS;
+}
+
+static void dev_give(int dev, uint64_t bytes)
+{
+    g.dev[dev].used -= bytes;
+    /* A failure here (the file's lock) would leave our share too high, never
+     * too low; a forked child that has no slot yet holds nothing there. */
+    if (g.phys_on && bytes && g.phys.slot >= 0)
+        (void)fc_phys_charge(&g.phys, dev, -(int64_t)bytes, g.dev[dev].total);
+}
+
 /* A new record in the table for addr/kind, charged `charge` bytes on dev and
  * owned by ctx (NULL: device-level). OUT_OF_MEMORY when the device is full
  * (or the host is); nothing changes then. */
 static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t charge,
                         struct fc_ctx *ctx, struct fc_obj **out)
 {
-    struct fc_dev *d = &g.dev[dev];
-    if (charge > d->total - d->used)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     if (g.count >= ((size_t)1 << g.bits) && table_grow() != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct fc_obj *o = g.spare;
@@ -449,6 +541,12 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
         g.spare = o->hnext;
     else if (!(o = malloc(sizeof(*o))))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = dev_take(dev, charge);
+    if (rc != CUDA_SUCCESS) {
+        o->hnext = g.spare;
+        g.spare = o;
+        return rc;
+    }
     memset(o, 0, sizeof(*o));
     o->key = addr | (uint64_t)kind;
     o->kind = kind;
@@ -460,7 +558,6 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
     o->hnext = g.buckets[b];
     g.buckets[b] = o;
     g.count++;
-    d->used += charge;
     if (ctx)
         list_add(&ctx->own, o);
     *out = o;
@@ -474,7 +571,7 @@ static void obj_free(struct fc_obj *o)
         pp = &(*pp)->hnext;
     *pp = o->hnext;
     g.count--;
-    g.dev[o->dev].used -= o->charged;
+    dev_give(o->dev, o->charged);
     list_del(o);
     o->hnext = g.spare;
     g.spare = o;
@@ -564,6 +661,10 @@ static CUresult fc_cuInit(unsigned int Flags)
         if (table_grow() != 0) {
             pthread_mutex_unlock(&g.lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (g.phys_on && (rc = phys_slot()) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&g.lock);
+            return rc;
         }
         for (int i = 0; i < g.ndev; i++) {
             struct fc_obj *pool;
@@ -1078,10 +1179,19 @@ static CUresult mem_info(enum fc_ep ep, uint64_t *free_out, uint64_t *total_out)
     if ((rc = current(&c)) != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&g.lock);
-    *free_out = g.dev[c->dev].total - g.dev[c->dev].used;
-    *total_out = g.dev[c->dev].total;
+    struct fc_dev *d = &g.dev[c->dev];
+    uint64_t used = d->used, phys = 0;
+    /* As on a real GPU, other live processes' memory is not free either. */
+    if (g.phys_on && g.phys.slot >= 0) {
+        if (fc_phys_current(&g.phys, c->dev, &phys) != 0)
+            rc = CUDA_ERROR_UNKNOWN;
+        else if (phys > used)
+            used = phys;
+    }
+    *free_out = used < d->total ? d->total - used : 0;
+    *total_out = d->total;
     pthread_mutex_unlock(&g.lock);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 static CUresult fc_cuMemGetInfo_v2(size_t *free, size_t *total)

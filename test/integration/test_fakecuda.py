@@ -11,30 +11,86 @@ from conftest import BUILD, run_program, scaled
 FAKECUDA_DIR = os.path.join(BUILD, "test", "fakecuda")
 PROBE = os.path.join(BUILD, "test", "cuda", "gpupool-cudaprobe")
 PROBE_LINKED = os.path.join(BUILD, "test", "cuda", "gpupool-cudaprobe-linked")
+PHYS_TOOL = os.path.join(FAKECUDA_DIR, "gpupool-fakecuda-phys")
 FAKENVML_DIR = os.path.join(BUILD, "test", "fakenvml")
 GIB = 1 << 30
 MIB = 1 << 20
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 
 
-def probe(*script, via=None, ptsz=False, devices=None, fail=None, binary=PROBE, env_extra=None,
-          expect_rc=0):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKECUDA_")}
+def probe_env(devices=None, fail=None, env_extra=None):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FAKECUDA_") and k != "CUDA_VISIBLE_DEVICES"}
     env["LD_LIBRARY_PATH"] = FAKECUDA_DIR
     if devices is not None:
         env["FAKECUDA_DEVICES"] = devices
     if fail is not None:
         env["FAKECUDA_FAIL"] = fail
     env.update(env_extra or {})
+    return env
+
+
+def probe_argv(script, via=None, ptsz=False, binary=PROBE):
     argv = [binary]
     if via:
         argv += ["--via", via]
     if ptsz:
         argv.append("--ptsz")
-    argv += [str(a) for a in script]
-    proc = run_program(argv, env=env)
+    return argv + [str(a) for a in script]
+
+
+def probe(*script, via=None, ptsz=False, devices=None, fail=None, binary=PROBE, env_extra=None,
+          expect_rc=0):
+    proc = run_program(probe_argv(script, via, ptsz, binary),
+                       env=probe_env(devices, fail, env_extra))
     assert proc.returncode == expect_rc, (proc.returncode, proc.stdout, proc.stderr)
     return proc
+
+
+class Holder:
+    """A probe left running at its `hold` (or `zombie`): what it printed up to then."""
+
+    def __init__(self, *script, devices=None, env_extra=None, until="holding"):
+        self.proc = subprocess.Popen(probe_argv(script), stdout=subprocess.PIPE, text=True,
+                                     env=probe_env(devices, None, env_extra))
+        self.out = []
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, ("probe ended before %r" % until, self.out)
+            self.out.append(line.split())
+            if line.strip() == until:
+                break
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=scaled(10))
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def holders():
+    started = []
+
+    def start(*script, **kw):
+        h = Holder(*script, **kw)
+        started.append(h)
+        return h
+    yield start
+    for h in started:
+        h.kill()
+
+
+def phys(path, reset=False):
+    """The physical-use file as gpupool-fakecuda-phys prints it: {dev: (uuid, current, peak)}."""
+    argv = [PHYS_TOOL] + (["--reset-peak"] if reset else []) + [str(path)]
+    r = run_program(argv)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    out = {}
+    for line in r.stdout.splitlines():
+        v = kv(line.split())
+        out[int(v["dev"])] = (v["uuid"], int(v["current"]), int(v["peak"]))
+    return out
 
 
 def lines(proc):
@@ -265,3 +321,57 @@ def test_hold_flushes_and_can_be_killed():
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=scaled(10))
         proc.stdout.close()
+
+
+# --- FAKECUDA_PHYS: physical use across live processes ----------------------------------------
+
+def test_phys_two_processes_add_up_and_share_the_device(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    devs = "%s=4g,2g" % UUID0
+    holders("init", "alloc", "1g", "array", 1024, 1024, "hold", devices=devs, env_extra=env)
+    assert oct(os.stat(f).st_mode & 0o777) == "0o666"
+    b = holders("init", "alloc", "2g", "alloc", "2g", "info", "device", 1, "create", "2m",
+                "hold", devices=devs, env_extra=env)
+    # 1g + 4 MiB held by the first: the second gets 2g, not 2g more, and sees the rest.
+    assert [l[1] for l in b.out[:3]] == ["CUDA_SUCCESS", "CUDA_SUCCESS",
+                                         "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert kv(b.out[3])["free"] == str(GIB - 4 * MIB)
+    got = phys(f)
+    assert got[0] == (UUID0, 3 * GIB + 4 * MIB, 3 * GIB + 4 * MIB)
+    assert got[1] == ("GPU-fa4ecada-0000-0000-0000-000000000001", 2 * MIB, 2 * MIB)
+    # Frees go back: a third process fills exactly what is left.
+    p = probe("init", "fill", "1m", devices=devs, env_extra=env)
+    assert kv(lines(p)[1])["bytes"] == str(GIB - 4 * MIB)
+    assert phys(f)[0][1] == 3 * GIB + 4 * MIB
+
+
+def test_phys_killed_process_drops_out_and_peak_is_kept(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    a = holders("init", "alloc", "3g", "hold", devices="4g", env_extra=env)
+    holders("init", "async", "512m", "hold", devices="4g", env_extra=env)
+    assert phys(f)[0][1:] == (3 * GIB + 512 * MIB, 3 * GIB + 512 * MIB)
+    p = probe("init", "alloc", "1g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    a.kill()
+    assert phys(f)[0][1:] == (512 * MIB, 3 * GIB + 512 * MIB)   # current drops, peak stays
+    p = probe("init", "alloc", "3g", "info", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS"] * 3
+    assert kv(lines(p)[2])["free"] == str(512 * MIB)
+    assert phys(f)[0][1:] == (512 * MIB, 3 * GIB + 512 * MIB)   # 3.5g again: no new peak
+    assert phys(f, reset=True)[0][1:] == (512 * MIB, 512 * MIB)
+    assert phys(f)[0][1:] == (512 * MIB, 512 * MIB)
+
+
+def test_phys_bad_file_fails_closed(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"x" * 100)
+    for path in (str(bad), str(tmp_path / "no" / "dir"), ""):
+        p = probe("init", env_extra={"FAKECUDA_PHYS": path})
+        assert codes(p) == ["CUDA_ERROR_UNKNOWN"]
+        assert "FAKECUDA_PHYS" in p.stderr
+    r = subprocess.run([PHYS_TOOL, str(bad)], capture_output=True, text=True, timeout=scaled(10))
+    assert r.returncode == 1 and "not a physical-use file" in r.stderr
+    r = subprocess.run([PHYS_TOOL], capture_output=True, text=True, timeout=scaled(10))
+    assert r.returncode == 2
