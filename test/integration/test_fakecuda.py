@@ -3,6 +3,7 @@
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -375,3 +376,78 @@ def test_phys_bad_file_fails_closed(tmp_path):
     assert r.returncode == 1 and "not a physical-use file" in r.stderr
     r = subprocess.run([PHYS_TOOL], capture_output=True, text=True, timeout=scaled(10))
     assert r.returncode == 2
+
+
+def test_phys_exec_drops_the_old_image_share(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    h = holders("--via", "proc", "init", "alloc", "3g", "exec-self", "init", "info", "alloc",
+                "3g", "hold", devices="4g", env_extra=env)
+    # The new image (same pid, same options) starts from nothing: the old one's
+    # descriptor closed at exec, and with it the slot's lock.
+    assert [l[:2] for l in h.out] == [["init", "CUDA_SUCCESS"], ["alloc", "CUDA_SUCCESS"],
+                                      ["init", "CUDA_SUCCESS"], ["info", "CUDA_SUCCESS"],
+                                      ["alloc", "CUDA_SUCCESS"], ["holding"]]
+    assert kv(h.out[3])["free"] == str(4 * GIB)
+    assert phys(f)[0][1:] == (3 * GIB, 3 * GIB)
+
+
+def test_phys_zombie_leader_keeps_its_share(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    h = holders("init", "zombie", "3g", devices="4g", env_extra=env)
+    assert h.out[1] == ["zombie", "CUDA_SUCCESS"]
+    stat = "/proc/%d/stat" % h.proc.pid
+    deadline = time.monotonic() + scaled(10)
+    while open(stat).read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the main thread did not exit"
+        time.sleep(0.01)
+    assert h.proc.poll() is None                       # the worker keeps the process alive
+    p = probe("init", "alloc", "2g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert phys(f)[0][1] == 3 * GIB
+    h.kill()
+    assert phys(f)[0][1] == 0
+
+
+def test_no_load_and_dlsym_default():
+    p = probe("--no-load", "dlsym-default", "cuInit", "sleep", 1, "dlsym-default", "cuInit",
+              "init", "dlsym-default", "cuInit", "dlsym-default", "cuNoSuchCall")
+    assert lines(p) == [["dlsym-default", "CUDA_SUCCESS", "null"], ["sleep", "CUDA_SUCCESS"],
+                        ["dlsym-default", "CUDA_SUCCESS", "null"], ["init", "CUDA_SUCCESS"],
+                        ["dlsym-default", "CUDA_SUCCESS", "found"],
+                        ["dlsym-default", "CUDA_SUCCESS", "null"]]
+    r = subprocess.run([PROBE_LINKED, "--no-load", "init"], capture_output=True, text=True,
+                       env=dict(os.environ, LD_LIBRARY_PATH=FAKECUDA_DIR), timeout=scaled(10))
+    assert r.returncode == 2
+
+
+def test_no_load_still_fails_to_load_with_exit_3():
+    r = subprocess.run([PROBE, "--no-load", "dlsym-default", "cuInit", "init"],
+                       capture_output=True, text=True, timeout=scaled(10),
+                       env=dict(os.environ, LD_LIBRARY_PATH="/nonexistent"))
+    if r.returncode == 0:
+        pytest.skip("a real libcuda.so.1 is installed on this machine")
+    assert r.returncode == 3 and r.stdout == "dlsym-default CUDA_SUCCESS null\n"
+
+
+@pytest.mark.parametrize("no_load", [True, False])
+def test_ctor_deadlock_runs_both_threads(no_load):
+    p = probe(*((["--no-load"] if no_load else []) + ["ctor-deadlock", "init", "alloc", "1m"]))
+    out = lines(p)
+    assert out[0][:2] == ["ctor-deadlock", "CUDA_SUCCESS"], p.stdout
+    # Without a layer in between, the constructor's lookup runs while thread B
+    # waits for the loader: libcuda is not there yet when it was never loaded.
+    assert out[0][2] == ("cuInit=null" if no_load else "cuInit=found")
+    assert codes(p)[1:] == ["CUDA_SUCCESS"] * 2
+
+
+@pytest.mark.parametrize("via", ["dlsym", "proc", "proc2", "proc-old"])
+def test_legacy_release_frees_the_primary_context(via):
+    p = probe("init", "alloc", "1g", "legacy-release", "info", "device", 0, "info",
+              "legacy-release", "legacy-release", via=via)
+    assert codes(p) == ["CUDA_SUCCESS"] * 3 + ["CUDA_ERROR_CONTEXT_IS_DESTROYED"] + \
+        ["CUDA_SUCCESS"] * 3 + ["CUDA_ERROR_INVALID_CONTEXT"]
+    assert kv(lines(p)[5])["free"] == str(16 * GIB)
+    p = probe("init", "legacy-release", binary=PROBE_LINKED)
+    assert codes(p) == ["CUDA_SUCCESS"] * 2
