@@ -54,6 +54,8 @@
 #define PROBE_FNS(XX)                                                  \
     XX(cuInit, "cuInit")                                               \
     XX(cuDeviceGet, "cuDeviceGet")                                     \
+    XX(cuDeviceGetCount, "cuDeviceGetCount")                           \
+    XX(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                          \
     XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                        \
     XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")           \
     XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")          \
@@ -142,6 +144,8 @@ enum opcode {
     OP_DLSYM_DEFAULT,
     OP_CTOR_DEADLOCK,
     OP_LEGACY_RELEASE,
+    OP_DEVICE_COUNT,
+    OP_UUID,
     OP_COUNT
 };
 
@@ -181,6 +185,8 @@ static const struct op ops[OP_COUNT] = {
     [OP_DLSYM_DEFAULT] = {"dlsym-default", {A_NAME}, true},
     [OP_CTOR_DEADLOCK] = {"ctor-deadlock", {A_NONE}, true},
     [OP_LEGACY_RELEASE] = {"legacy-release", {A_NONE}},
+    [OP_DEVICE_COUNT] = {"count", {A_NONE}},
+    [OP_UUID] = {"uuid", {A_NONE}},
 };
 
 struct cmd {
@@ -201,7 +207,7 @@ static void usage(void)
           "  loop N SIZE | launch N | threads N SIZE | nvml | hold | sleep MS\n"
           "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n"
           "  zombie SIZE | exec-self COMMAND... | dlsym-default NAME | ctor-deadlock\n"
-          "  legacy-release\n",
+          "  legacy-release | count | uuid\n",
           stderr);
 }
 
@@ -1024,6 +1030,22 @@ static void run(const struct cmd *c)
     case OP_LEGACY_RELEASE:
         cmd_legacy_release();
         return;
+    case OP_DEVICE_COUNT: {
+        int n = 0;
+        rc = CALL(cuDeviceGetCount, &n);
+        say(name, rc, "n=%d", n);
+        return;
+    }
+    case OP_UUID: {
+        CUuuid u = {{0}};
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        rc = CALL(cuDeviceGetUuid_v2, &u, st.dev);
+        say(name, rc,
+            "uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+            b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+            b[15]);
+        return;
+    }
     case OP_COUNT:
         break;
     }

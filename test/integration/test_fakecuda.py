@@ -451,3 +451,71 @@ def test_legacy_release_frees_the_primary_context(via):
     assert kv(lines(p)[5])["free"] == str(16 * GIB)
     p = probe("init", "legacy-release", binary=PROBE_LINKED)
     assert codes(p) == ["CUDA_SUCCESS"] * 2
+
+
+# --- cuGetProcAddress pointers that differ from the exports; CUDA_VISIBLE_DEVICES ------------
+
+def test_procaddr_distinct_pointers_behave_the_same():
+    env = {"FAKECUDA_PROCADDR_DISTINCT": "1"}
+    p = probe("procaddr", "cuMemAlloc", 12040, "procaddr", "cuMemAllocAsync", 12040, 2,
+              "procaddr", "cuGetProcAddress", 12040, env_extra=env)
+    # Inside the library, but at no exported symbol's address.
+    assert lines(p) == [["procaddr", "CUDA_SUCCESS", "status=0", "lib=libcuda.so.1",
+                         "sym=?"]] * 3
+    for via in ("proc", "proc2", "proc-old"):
+        p = probe("init", "alloc", "1g", "async", "1m", "info", "legacy-release", "device", 0,
+                  "info", via=via, ptsz=via == "proc2", env_extra=env)
+        assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+        assert kv(lines(p)[3])["free"] == str(15 * GIB - MIB)
+        assert kv(lines(p)[6])["free"] == str(16 * GIB)
+    p = probe("procaddr", "cuMemAlloc", 12040, env_extra={"FAKECUDA_PROCADDR_DISTINCT": "0"})
+    assert lines(p)[0][-1] == "sym=cuMemAlloc_v2"
+    p = probe("init", env_extra={"FAKECUDA_PROCADDR_DISTINCT": "yes"})
+    assert codes(p) == ["CUDA_ERROR_UNKNOWN"] and "FAKECUDA_PROCADDR_DISTINCT" in p.stderr
+
+
+UUID1 = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+CVD_DEVICES = "%s=1g,2g,%s=3g" % (UUID0, UUID1)
+
+
+@pytest.mark.parametrize("cvd,want", [
+    ("2,0", [(UUID1, 3), (UUID0, 1)]),
+    ("1", [("GPU-fa4ecada-0000-0000-0000-000000000001", 2)]),
+    ("GPU-6666,GPU-11111111-2222-3333-4444-555555555555", [(UUID1, 3), (UUID0, 1)]),
+    ("1,7,0", [("GPU-fa4ecada-0000-0000-0000-000000000001", 2)]),   # stops at 7
+    ("0,0,2", [(UUID0, 1)]),                                         # a repeat stops it
+    ("2,GPU-", [(UUID1, 3)]),
+    ("0,x,1", [(UUID0, 1)]),
+])
+def test_cuda_visible_devices_remaps_ordinals(cvd, want):
+    script = ["init", "count"]
+    for i in range(len(want)):
+        script += ["device", i, "uuid", "total"]
+    script += ["device", len(want)]
+    p = probe(*script, devices=CVD_DEVICES, env_extra={"CUDA_VISIBLE_DEVICES": cvd})
+    out = lines(p)
+    assert codes(p)[:-1] == ["CUDA_SUCCESS"] * (2 + 3 * len(want)), p.stdout
+    assert out[-1][1] == "CUDA_ERROR_INVALID_DEVICE"
+    assert kv(out[1])["n"] == str(len(want))
+    for i, (uuid, gib) in enumerate(want):
+        assert kv(out[3 + 3 * i])["uuid"] == uuid
+        assert kv(out[4 + 3 * i])["bytes"] == str(gib * GIB)
+
+
+@pytest.mark.parametrize("cvd", ["", "7", "GPU-fa4ecada", "-1", "GPU-11111111-2222-3333-4444-5555555555550"])
+def test_cuda_visible_devices_naming_none_is_no_device(cvd):
+    p = probe("init", "count", devices="%s=1g,2g,2g" % UUID0,
+              env_extra={"CUDA_VISIBLE_DEVICES": cvd})
+    assert codes(p) == ["CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_NOT_INITIALIZED"]
+
+
+def test_phys_file_counts_real_devices_under_cuda_visible_devices(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f), "CUDA_VISIBLE_DEVICES": "2"}
+    holders("init", "alloc", "3g", "hold", devices=CVD_DEVICES, env_extra=env)
+    p = probe("init", "device", 2, "alloc", "1g", devices=CVD_DEVICES,
+              env_extra={"FAKECUDA_PHYS": str(f)})
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    got = phys(f)
+    assert [got[d][:2] for d in range(3)] == [(UUID0, 0), ("GPU-fa4ecada-0000-0000-0000-000000000001",
+                                                           0), (UUID1, 3 * GIB)]
