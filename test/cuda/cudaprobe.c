@@ -1,6 +1,6 @@
 /* cudaprobe.c -- gpupool-cudaprobe: reach libcuda as applications do and run a script.
  *
- * Usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] COMMAND...
+ * Usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] [--no-load] COMMAND...
  * Runs the commands given on the command line in order and prints one line
  * per command, "<command> <CUDA error name> [values]", flushed at once (tests
  * kill the probe mid-script). Exit 0 once the script ran (whatever the CUDA
@@ -12,6 +12,9 @@
  *   proc2     cuGetProcAddress_v2, cudaVersion 12040
  *   proc-old  cuGetProcAddress, cudaVersion 11030
  * --ptsz asks the proc paths for the per-thread-default-stream variants.
+ * --no-load: libcuda is not loaded at start but by the first command that
+ * needs the driver (dlsym-default, sleep, hold, exec-self and ctor-deadlock
+ * do not; ctor-deadlock makes the first lookup itself).
  * Built with GP_CUDAPROBE_LINKED (gpupool-cudaprobe-linked), it links
  * libcuda.so.1 and calls the _v2 symbols by name instead: the direct path.
  *
@@ -20,6 +23,7 @@
  * can be copied into a container image. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -40,12 +44,18 @@
 #define PROBE_THREAD_ROUNDS 100
 #define PROBE_VERSION_NEW 12040
 #define PROBE_VERSION_OLD 11030
+#define PROBE_VERSION_LEGACY_RELEASE 10000 /* before the _v2 of 11000 */
+#define PROBE_ALARM_S 10                   /* ctor-deadlock: a hang ends in exit 124 */
+#define PROBE_CTOR_LIB "libgpupool-ctor-dlsym.so"
+#define PROBE_CTOR_DELAY_MS 20 /* thread B starts inside A's constructor (which sleeps 200) */
 
 /* The entry points the commands call: the symbol a dlsym/direct caller uses
  * and the base name cuGetProcAddress takes. */
 #define PROBE_FNS(XX)                                                  \
     XX(cuInit, "cuInit")                                               \
     XX(cuDeviceGet, "cuDeviceGet")                                     \
+    XX(cuDeviceGetCount, "cuDeviceGetCount")                           \
+    XX(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                          \
     XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                        \
     XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")           \
     XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")          \
@@ -78,6 +88,8 @@ static struct {
 #undef PROBE_FIELD
     __typeof__(cuGetProcAddress) *gpa;
     __typeof__(cuGetProcAddress_v2) *gpa2;
+    /* The unversioned legacy symbol (cuGetProcAddress at 10000). */
+    __typeof__(cuDevicePrimaryCtxRelease) *legacy_release;
 } cu;
 
 /* Calls an entry point, or answers NOT_FOUND where the library did not
@@ -93,6 +105,7 @@ enum arg { A_NONE, A_INT, A_SIZE, A_NAME };
 struct op {
     const char *name;
     enum arg args[3];
+    bool no_driver; /* runs without libcuda loaded (--no-load) */
 };
 
 enum opcode {
@@ -126,6 +139,13 @@ enum opcode {
     OP_NULL_ALLOC,
     OP_PROCADDR,
     OP_GRAPH_NODE,
+    OP_ZOMBIE,
+    OP_EXEC_SELF,
+    OP_DLSYM_DEFAULT,
+    OP_CTOR_DEADLOCK,
+    OP_LEGACY_RELEASE,
+    OP_DEVICE_COUNT,
+    OP_UUID,
     OP_COUNT
 };
 
@@ -154,12 +174,19 @@ static const struct op ops[OP_COUNT] = {
     [OP_LAUNCH] = {"launch", {A_INT}},
     [OP_THREADS] = {"threads", {A_INT, A_SIZE}},
     [OP_NVML] = {"nvml", {A_NONE}},
-    [OP_HOLD] = {"hold", {A_NONE}},
-    [OP_SLEEP] = {"sleep", {A_INT}},
+    [OP_HOLD] = {"hold", {A_NONE}, true},
+    [OP_SLEEP] = {"sleep", {A_INT}, true},
     [OP_NULL_INFO] = {"null-info", {A_NONE}},
     [OP_NULL_ALLOC] = {"null-alloc", {A_NONE}},
     [OP_PROCADDR] = {"procaddr", {A_NAME, A_INT}}, /* [FLAGS] optional */
     [OP_GRAPH_NODE] = {"graph-node", {A_INT}},
+    [OP_ZOMBIE] = {"zombie", {A_SIZE}},
+    [OP_EXEC_SELF] = {"exec-self", {A_NONE}, true}, /* the rest of argv is the new script */
+    [OP_DLSYM_DEFAULT] = {"dlsym-default", {A_NAME}, true},
+    [OP_CTOR_DEADLOCK] = {"ctor-deadlock", {A_NONE}, true},
+    [OP_LEGACY_RELEASE] = {"legacy-release", {A_NONE}},
+    [OP_DEVICE_COUNT] = {"count", {A_NONE}},
+    [OP_UUID] = {"uuid", {A_NONE}},
 };
 
 struct cmd {
@@ -170,14 +197,17 @@ struct cmd {
 
 static void usage(void)
 {
-    fputs("usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] COMMAND...\n"
+    fputs("usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] [--no-load] "
+          "COMMAND...\n"
           "commands (SIZE: bytes or a number with k/m/g):\n"
           "  init | device N | ctx-create | ctx-destroy | primary-reset\n"
           "  alloc SIZE | pitch WIDTH HEIGHT | managed SIZE | async SIZE | poolalloc SIZE\n"
           "  create SIZE | array W H | array3d W H D | mipmap W H LEVELS\n"
           "  free | free-all | info | total | fill STEP | fill-free\n"
           "  loop N SIZE | launch N | threads N SIZE | nvml | hold | sleep MS\n"
-          "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n",
+          "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n"
+          "  zombie SIZE | exec-self COMMAND... | dlsym-default NAME | ctor-deadlock\n"
+          "  legacy-release | count | uuid\n",
           stderr);
 }
 
@@ -218,6 +248,11 @@ static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncm
         /* procaddr's optional FLAGS: a number (no command is one). */
         if (op == OP_PROCADDR && i < argc && parse_u64(argv[i], false, &c->a[2]) == 0)
             i++;
+        /* exec-self: what follows is the new image's script, checked there. */
+        if (op == OP_EXEC_SELF) {
+            c->a[0] = (uint64_t)i;
+            break;
+        }
     }
     *ncmds = n;
     return 0;
@@ -278,8 +313,32 @@ static double now_ns(void)
 
 /* --- loading ------------------------------------------------------------------ */
 
+/* How the process was started: exec-self repeats the options, and --no-load
+ * defers load() to the first command that needs the driver. */
+static struct {
+    enum via via;
+    bool ptsz;
+    bool loaded;
+    char **argv;
+    int nopts; /* argv[1..nopts] are the options */
+} opt;
+
+#ifndef GP_CUDAPROBE_LINKED
+/* One entry point through cuGetProcAddress(_v2) at `version`; NULL if absent. */
+static void *proc_get(enum via via, const char *base, int version, cuuint64_t flags)
+{
+    CUdriverProcAddressQueryResult status;
+    void *p = NULL;
+    if ((via == VIA_PROC2 ? cu.gpa2(base, &p, version, flags, &status)
+                          : cu.gpa(base, &p, version, flags)) != CUDA_SUCCESS)
+        p = NULL;
+    return p;
+}
+#endif
+
 static int load(enum via via, bool ptsz)
 {
+    opt.loaded = true;
 #ifdef GP_CUDAPROBE_LINKED
     (void)via;
     (void)ptsz;
@@ -288,6 +347,7 @@ static int load(enum via via, bool ptsz)
 #undef PROBE_LINK
     cu.gpa = cuGetProcAddress;
     cu.gpa2 = cuGetProcAddress_v2;
+    cu.legacy_release = cuDevicePrimaryCtxRelease;
     return 0;
 #else
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
@@ -301,6 +361,7 @@ static int load(enum via via, bool ptsz)
 #define PROBE_DLSYM(sym, base) cu.sym = (__typeof__(cu.sym))dlsym(h, #sym);
         PROBE_FNS(PROBE_DLSYM)
 #undef PROBE_DLSYM
+        cu.legacy_release = (__typeof__(cu.legacy_release))dlsym(h, "cuDevicePrimaryCtxRelease");
         return 0;
     }
     if ((via == VIA_PROC2 && !cu.gpa2) || (via != VIA_PROC2 && !cu.gpa)) {
@@ -310,16 +371,11 @@ static int load(enum via via, bool ptsz)
     }
     int version = via == VIA_PROC_OLD ? PROBE_VERSION_OLD : PROBE_VERSION_NEW;
     cuuint64_t flags = ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
-    CUdriverProcAddressQueryResult status;
-    void *p;
-#define PROBE_PROC(sym, base)                                                  \
-    p = NULL;                                                                  \
-    if ((via == VIA_PROC2 ? cu.gpa2(base, &p, version, flags, &status)         \
-                          : cu.gpa(base, &p, version, flags)) != CUDA_SUCCESS) \
-        p = NULL;                                                              \
-    cu.sym = (__typeof__(cu.sym))p;
+#define PROBE_PROC(sym, base) cu.sym = (__typeof__(cu.sym))proc_get(via, base, version, flags);
     PROBE_FNS(PROBE_PROC)
 #undef PROBE_PROC
+    cu.legacy_release = (__typeof__(cu.legacy_release))proc_get(
+        via, "cuDevicePrimaryCtxRelease", PROBE_VERSION_LEGACY_RELEASE, flags);
     return 0;
 #endif
 }
@@ -580,11 +636,146 @@ static void cmd_graph_node(uint64_t version)
         loc);
 }
 
+/* zombie: a worker holds the memory while the main thread exits, leaving
+ * the process alive behind a zombie thread-group leader. */
+static void *zombie_main(void *arg)
+{
+    uint64_t size = *(uint64_t *)arg;
+    CUdeviceptr p = 0;
+    CUresult rc = CALL(cuCtxSetCurrent, st.cur);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemAlloc_v2, &p, size);
+    say("zombie", rc, NULL);
+    printf("holding\n");
+    fflush(stdout);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void cmd_zombie(uint64_t size)
+{
+    static uint64_t arg;
+    pthread_t tid;
+    arg = size;
+    if (pthread_create(&tid, NULL, zombie_main, &arg) != 0) {
+        say("zombie", CUDA_ERROR_OUT_OF_MEMORY, "thread=failed");
+        return;
+    }
+    pthread_exit(NULL);
+}
+
+/* exec-self: the same options, the rest of argv as the new script. */
+static void cmd_exec_self(int rest)
+{
+    int argc = 0;
+    while (opt.argv[argc])
+        argc++;
+    char **nargv = calloc((size_t)argc + 1, sizeof(*nargv));
+    if (!nargv) {
+        say("exec-self", CUDA_ERROR_OUT_OF_MEMORY, NULL);
+        return;
+    }
+    int n = 0;
+    for (int k = 0; k <= opt.nopts; k++)
+        nargv[n++] = opt.argv[k];
+    for (int k = rest; k < argc; k++)
+        nargv[n++] = opt.argv[k];
+    fflush(stdout);
+    execv("/proc/self/exe", nargv);
+    int e = errno;
+    free(nargv);
+    say("exec-self", CUDA_ERROR_UNKNOWN, "errno=%d", e);
+}
+
+/* ctor-deadlock: thread A dlopen()s a library whose constructor looks up
+ * cuInit through dlsym(RTLD_DEFAULT) (with the loader's lock held), while
+ * thread B makes the process's first CUDA lookup. A lookup layer that loads
+ * libcuda under its own once-lock inside dlsym deadlocks here. */
+static pthread_barrier_t ctor_start;
+
+struct ctor_run {
+    char path[PATH_MAX];
+    void *lib;
+    CUresult rc;
+};
+
+static void *ctor_thread_a(void *arg)
+{
+    struct ctor_run *r = arg;
+    (void)pthread_barrier_wait(&ctor_start);
+    r->lib = dlopen(r->path, RTLD_NOW);
+    return NULL;
+}
+
+static void *ctor_thread_b(void *arg)
+{
+    struct ctor_run *r = arg;
+    struct timespec ts = {0, PROBE_CTOR_DELAY_MS * 1000000L};
+    (void)pthread_barrier_wait(&ctor_start);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    r->rc = load(opt.via, opt.ptsz) == 0 ? CALL(cuInit, 0) : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+    return NULL;
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    _exit(124);
+}
+
+static void cmd_ctor_deadlock(void)
+{
+    static struct ctor_run r;
+    ssize_t n = readlink("/proc/self/exe", r.path, sizeof(r.path) - 1);
+    char *slash = n > 0 ? memrchr(r.path, '/', (size_t)n) : NULL;
+    if (!slash || (size_t)(slash - r.path) + sizeof("/" PROBE_CTOR_LIB) > sizeof(r.path)) {
+        say("ctor-deadlock", CUDA_ERROR_NOT_FOUND, "lib=unknown");
+        return;
+    }
+    memcpy(slash + 1, PROBE_CTOR_LIB, sizeof(PROBE_CTOR_LIB));
+    pthread_t a, b;
+    if (signal(SIGALRM, on_alarm) == SIG_ERR || pthread_barrier_init(&ctor_start, NULL, 2) != 0) {
+        say("ctor-deadlock", CUDA_ERROR_UNKNOWN, "setup=failed");
+        return;
+    }
+    alarm(PROBE_ALARM_S);
+    if (pthread_create(&a, NULL, ctor_thread_a, &r) != 0)
+        _exit(2);
+    if (pthread_create(&b, NULL, ctor_thread_b, &r) != 0)
+        _exit(2);
+    (void)pthread_join(a, NULL);
+    (void)pthread_join(b, NULL);
+    alarm(0);
+    (void)pthread_barrier_destroy(&ctor_start);
+    if (!r.lib) {
+        say("ctor-deadlock", CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "dlopen=%s", dlerror());
+        return;
+    }
+    const int *found = dlsym(r.lib, "gp_ctor_dlsym_found");
+    say("ctor-deadlock", r.rc, "cuInit=%s", !found ? "?" : *found ? "found" : "null");
+}
+
+static void cmd_legacy_release(void)
+{
+    CUresult rc = cu.legacy_release ? cu.legacy_release(st.dev) : CUDA_ERROR_NOT_FOUND;
+    if (rc == CUDA_SUCCESS && st.dev >= 0 && st.dev < PROBE_MAX_DEVICES && st.primary[st.dev]) {
+        /* The probe retains once per device: the context is gone, and the
+         * next `device` retains it afresh. */
+        forget_ctx(st.primary[st.dev]);
+        st.primary[st.dev] = NULL;
+    }
+    say("legacy-release", rc, NULL);
+}
+
 static void run(const struct cmd *c)
 {
     const char *name = ops[c->op].name;
     CUresult rc = CUDA_SUCCESS;
     CUdeviceptr p = 0;
+    if (!ops[c->op].no_driver && !opt.loaded && load(opt.via, opt.ptsz) != 0)
+        exit(3);
     switch (c->op) {
     case OP_INIT:
         rc = CALL(cuInit, 0);
@@ -824,6 +1015,37 @@ static void run(const struct cmd *c)
     case OP_GRAPH_NODE:
         cmd_graph_node(c->a[0]);
         return;
+    case OP_ZOMBIE:
+        cmd_zombie(c->a[0]);
+        return;
+    case OP_EXEC_SELF:
+        cmd_exec_self((int)c->a[0]);
+        return;
+    case OP_DLSYM_DEFAULT:
+        say(name, CUDA_SUCCESS, "%s", dlsym(RTLD_DEFAULT, c->name) ? "found" : "null");
+        return;
+    case OP_CTOR_DEADLOCK:
+        cmd_ctor_deadlock();
+        return;
+    case OP_LEGACY_RELEASE:
+        cmd_legacy_release();
+        return;
+    case OP_DEVICE_COUNT: {
+        int n = 0;
+        rc = CALL(cuDeviceGetCount, &n);
+        say(name, rc, "n=%d", n);
+        return;
+    }
+    case OP_UUID: {
+        CUuuid u = {{0}};
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        rc = CALL(cuDeviceGetUuid_v2, &u, st.dev);
+        say(name, rc,
+            "uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+            b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+            b[15]);
+        return;
+    }
     case OP_COUNT:
         break;
     }
@@ -832,11 +1054,15 @@ static void run(const struct cmd *c)
 int main(int argc, char **argv)
 {
     enum via via = VIA_DLSYM;
-    bool ptsz = false;
+    bool ptsz = false, no_load = false;
     int i = 1;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
         if (strcmp(argv[i], "--ptsz") == 0) {
             ptsz = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-load") == 0) {
+            no_load = true;
             continue;
         }
         if (strcmp(argv[i], "--via") != 0 || i + 1 >= argc) {
@@ -858,11 +1084,16 @@ int main(int argc, char **argv)
         }
     }
 #ifdef GP_CUDAPROBE_LINKED
-    if (via != VIA_DLSYM || ptsz) {
-        fputs("gpupool-cudaprobe-linked: --via and --ptsz need the dlopen build\n", stderr);
+    if (via != VIA_DLSYM || ptsz || no_load) {
+        fputs("gpupool-cudaprobe-linked: --via, --ptsz and --no-load need the dlopen build\n",
+              stderr);
         return 2;
     }
 #endif
+    opt.via = via;
+    opt.ptsz = ptsz;
+    opt.argv = argv;
+    opt.nopts = i - 1;
     if (i >= argc) {
         usage();
         return 2;
@@ -878,7 +1109,7 @@ int main(int argc, char **argv)
         free(cmds);
         return 2;
     }
-    if (load(via, ptsz) != 0) {
+    if (!no_load && load(via, ptsz) != 0) {
         free(cmds);
         return 3;
     }

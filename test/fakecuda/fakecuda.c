@@ -26,7 +26,14 @@
 #include <string.h>
 
 #include "fakecuda_api.h"
+#include "fakecuda_phys.h"
 #include "fakecuda_size.h"
+
+/* FAKECUDA_PROCADDR_DISTINCT's second entry points are one-jump assembly
+ * stubs (any signature, arguments untouched): x86-64 and AArch64 only. */
+#if defined(__x86_64__) || defined(__aarch64__)
+#define FC_HAVE_DISTINCT 1
+#endif
 
 #define FC_DRIVER_VERSION 12040
 #define FC_MAX_DEVICES 16
@@ -172,6 +179,7 @@ struct fc_dev {
     unsigned char raw[16];
     uint64_t total;
     uint64_t used;
+    int real; /* its index in FAKECUDA_DEVICES (ordinals follow CUDA_VISIBLE_DEVICES) */
     struct fc_ctx primary;
     uint64_t default_pool; /* key of the default pool */
 };
@@ -180,9 +188,12 @@ static struct {
     pthread_mutex_t lock;
     const char *broken; /* non-NULL: bad configuration, every call fails */
     atomic_int initialized;
-    int fail[EP_COUNT]; /* FAKECUDA_FAIL: code to return, 0 = none */
-    int ndev;
-    struct fc_dev dev[FC_MAX_DEVICES];
+    int fail[EP_COUNT];                /* FAKECUDA_FAIL: code to return, 0 = none */
+    int ndev;                          /* visible devices: the process's ordinals */
+    struct fc_dev dev[FC_MAX_DEVICES]; /* (FAKECUDA_DEVICES until fc_load remaps) */
+    int nall;                          /* FAKECUDA_DEVICES, all of them */
+    char all_uuid[FC_MAX_DEVICES][FC_PHYS_UUID];
+    bool distinct;       /* FAKECUDA_PROCADDR_DISTINCT: cuGetProcAddress gives other addresses */
     struct fc_ctx *ctxs; /* every context ever created (kept: stale handles stay checkable) */
     struct fc_obj **buckets;
     unsigned bits;
@@ -190,6 +201,8 @@ static struct {
     struct fc_obj *spare; /* free records */
     struct fc_obj va;     /* list head: reservations and mappings */
     uint64_t next_va, next_va32, next_handle;
+    bool phys_on;        /* FAKECUDA_PHYS: physical use shared with other processes */
+    struct fc_phys phys; /* its file; a slot once initialised (again after a fork) */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local struct fc_ctx *tls_ctx;
@@ -343,10 +356,100 @@ static const char *parse_fail(const char *spec)
     return NULL;
 }
 
+/* CUDA_VISIBLE_DEVICES: the listed devices, in that order, become ordinals
+ * 0..n-1. An entry is an index into FAKECUDA_DEVICES or a UUID (full, or a
+ * prefix matching exactly one device); the list ends at the first entry that
+ * names no device (or one already listed), as the driver's does. */
+static int visible_entry(const struct fc_dev *all, const char *e, size_t n, const bool *taken)
+{
+    int found = -1;
+    if (n > 0 && e[0] >= '0' && e[0] <= '9') {
+        uint64_t v;
+        if (fakecuda_parse_size(e, n, false, &v) != 0 || v >= (uint64_t)g.ndev)
+            return -1;
+        found = (int)v;
+    } else if (n > 4 && memcmp(e, "GPU-", 4) == 0) {
+        for (int i = 0; i < g.ndev; i++) {
+            if (strlen(all[i].uuid) < n || strncmp(all[i].uuid, e, n) != 0)
+                continue;
+            if (found >= 0)
+                return -1; /* ambiguous prefix */
+            found = i;
+        }
+    }
+    return found >= 0 && !taken[found] ? found : -1;
+}
+
+static void apply_visible(const char *list)
+{
+    struct fc_dev all[FC_MAX_DEVICES];
+    bool taken[FC_MAX_DEVICES] = {false};
+    int n = 0;
+    memcpy(all, g.dev, sizeof(all));
+    for (const char *p = list; *p && n < g.ndev;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int i = visible_entry(all, p, len, taken);
+        if (i < 0)
+            break;
+        taken[i] = true;
+        g.dev[n++] = all[i];
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    g.ndev = n;
+}
+
+/* fork: the child must not run on the parent's slot (the inherited
+ * descriptor is the parent's lock), and no update may be in flight. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g.lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g.lock);
+}
+
+static void fork_child(void)
+{
+    fc_phys_forget(&g.phys);
+    pthread_mutex_unlock(&g.lock);
+}
+
+static const char *open_phys(const char *path)
+{
+    static char why[600];
+    char msg[512];
+    if (*path == '\0')
+        return "FAKECUDA_PHYS is empty";
+    if (fc_phys_open(&g.phys, path, msg, sizeof(msg)) != 0) {
+        snprintf(why, sizeof(why), "FAKECUDA_PHYS: %s", msg);
+        return why;
+    }
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
+        fc_phys_close(&g.phys);
+        return "FAKECUDA_PHYS: pthread_atfork failed";
+    }
+    g.phys_on = true;
+    return NULL;
+}
+
+__attribute__((destructor)) static void fc_unload(void)
+{
+    if (g.phys_on)
+        fc_phys_close(&g.phys);
+}
+
 __attribute__((constructor)) static void fc_load(void)
 {
     const char *devs = getenv("FAKECUDA_DEVICES");
     const char *fail = getenv("FAKECUDA_FAIL");
+    const char *phys = getenv("FAKECUDA_PHYS");
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    const char *distinct = getenv("FAKECUDA_PROCADDR_DISTINCT");
     if (devs)
         g.broken = parse_devices(devs);
     else {
@@ -357,6 +460,24 @@ __attribute__((constructor)) static void fc_load(void)
     }
     if (!g.broken && fail)
         g.broken = parse_fail(fail);
+    if (!g.broken && distinct && strcmp(distinct, "0") != 0 && strcmp(distinct, "1") != 0)
+        g.broken = "FAKECUDA_PROCADDR_DISTINCT is neither 0 nor 1";
+    g.distinct = distinct && strcmp(distinct, "1") == 0;
+#ifndef FC_HAVE_DISTINCT
+    if (!g.broken && g.distinct)
+        g.broken = "FAKECUDA_PROCADDR_DISTINCT is not supported on this architecture";
+#endif
+    if (!g.broken) {
+        g.nall = g.ndev;
+        for (int i = 0; i < g.ndev; i++) {
+            g.dev[i].real = i;
+            memcpy(g.all_uuid[i], g.dev[i].uuid, FC_PHYS_UUID);
+        }
+        if (visible)
+            apply_visible(visible);
+    }
+    if (!g.broken && phys)
+        g.broken = open_phys(phys);
     if (g.broken) {
         fprintf(stderr, "fakecuda: %s; every call returns CUDA_ERROR_UNKNOWN\n", g.broken);
         return;
@@ -433,15 +554,59 @@ static void list_del(struct fc_obj *o)
     o->prev = o->next = NULL;
 }
 
+/* This process's slot in the physical-use file: claimed at cuInit, and again
+ * by a forked child at its first charge. */
+static CUresult phys_slot(void)
+{
+    if (g.phys.slot >= 0)
+        return CUDA_SUCCESS;
+    char why[600];
+    /* Every configured device, visible or not, in FAKECUDA_DEVICES order:
+     * the file's device numbers do not depend on CUDA_VISIBLE_DEVICES. */
+    if (fc_phys_claim(&g.phys, (const char(*)[FC_PHYS_UUID])g.all_uuid, g.nall, why, sizeof(why)) !=
+        0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_PHYS: %s\n", why);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Takes `bytes` of dev's memory for this process: OUT_OF_MEMORY when the
+ * device's total would be passed, counting this process alone or, with
+ * FAKECUDA_PHYS, every live process. Every charge goes through here and
+ * dev_give, so the physical file always mirrors `used`. */
+static CUresult dev_take(int dev, uint64_t bytes)
+{
+    struct fc_dev *d = &g.dev[dev];
+    if (bytes > d->total - d->used || bytes > INT64_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (g.phys_on && bytes) {
+        CUresult rc = phys_slot();
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        int r = fc_phys_charge(&g.phys, d->real, (int64_t)bytes, d->total);
+        if (r != 0)
+            return r > 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+    }
+    d->used += bytes;
+    return CUDA_SUCCESS;
+}
+
+static void dev_give(int dev, uint64_t bytes)
+{
+    g.dev[dev].used -= bytes;
+    /* A failure here (the file's lock) would leave our share too high, never
+     * too low; a forked child that has no slot yet holds nothing there. */
+    if (g.phys_on && bytes && g.phys.slot >= 0)
+        (void)fc_phys_charge(&g.phys, g.dev[dev].real, -(int64_t)bytes, g.dev[dev].total);
+}
+
 /* A new record in the table for addr/kind, charged `charge` bytes on dev and
  * owned by ctx (NULL: device-level). OUT_OF_MEMORY when the device is full
  * (or the host is); nothing changes then. */
 static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t charge,
                         struct fc_ctx *ctx, struct fc_obj **out)
 {
-    struct fc_dev *d = &g.dev[dev];
-    if (charge > d->total - d->used)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     if (g.count >= ((size_t)1 << g.bits) && table_grow() != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct fc_obj *o = g.spare;
@@ -449,6 +614,12 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
         g.spare = o->hnext;
     else if (!(o = malloc(sizeof(*o))))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = dev_take(dev, charge);
+    if (rc != CUDA_SUCCESS) {
+        o->hnext = g.spare;
+        g.spare = o;
+        return rc;
+    }
     memset(o, 0, sizeof(*o));
     o->key = addr | (uint64_t)kind;
     o->kind = kind;
@@ -460,7 +631,6 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
     o->hnext = g.buckets[b];
     g.buckets[b] = o;
     g.count++;
-    d->used += charge;
     if (ctx)
         list_add(&ctx->own, o);
     *out = o;
@@ -474,7 +644,7 @@ static void obj_free(struct fc_obj *o)
         pp = &(*pp)->hnext;
     *pp = o->hnext;
     g.count--;
-    g.dev[o->dev].used -= o->charged;
+    dev_give(o->dev, o->charged);
     list_del(o);
     o->hnext = g.spare;
     g.spare = o;
@@ -559,11 +729,17 @@ static CUresult fc_cuInit(unsigned int Flags)
         return rc;
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (g.ndev == 0)
+        return CUDA_ERROR_NO_DEVICE; /* CUDA_VISIBLE_DEVICES named none */
     pthread_mutex_lock(&g.lock);
     if (!atomic_load(&g.initialized)) {
         if (table_grow() != 0) {
             pthread_mutex_unlock(&g.lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (g.phys_on && (rc = phys_slot()) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&g.lock);
+            return rc;
         }
         for (int i = 0; i < g.ndev; i++) {
             struct fc_obj *pool;
@@ -652,7 +828,7 @@ static CUresult fc_cuDeviceGetName(char *name, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if ((rc = check_dev(dev)) != CUDA_SUCCESS)
         return rc;
-    snprintf(name, (size_t)len, "fakecuda GPU %d", dev);
+    snprintf(name, (size_t)len, "fakecuda GPU %d", g.dev[dev].real);
     return CUDA_SUCCESS;
 }
 
@@ -727,7 +903,7 @@ static CUresult fc_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUde
         *pi = 132;
         break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-        *pi = dev + 1;
+        *pi = g.dev[dev].real + 1;
         break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
         *pi = 9;
@@ -1078,10 +1254,19 @@ static CUresult mem_info(enum fc_ep ep, uint64_t *free_out, uint64_t *total_out)
     if ((rc = current(&c)) != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&g.lock);
-    *free_out = g.dev[c->dev].total - g.dev[c->dev].used;
-    *total_out = g.dev[c->dev].total;
+    struct fc_dev *d = &g.dev[c->dev];
+    uint64_t used = d->used, phys = 0;
+    /* As on a real GPU, other live processes' memory is not free either. */
+    if (g.phys_on && g.phys.slot >= 0) {
+        if (fc_phys_current(&g.phys, d->real, &phys) != 0)
+            rc = CUDA_ERROR_UNKNOWN;
+        else if (phys > used)
+            used = phys;
+    }
+    *free_out = used < d->total ? d->total - used : 0;
+    *total_out = d->total;
     pthread_mutex_unlock(&g.lock);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 static CUresult fc_cuMemGetInfo_v2(size_t *free, size_t *total)
@@ -1798,6 +1983,40 @@ static const struct fc_proc procs[] = {
     {"cuGraphAddKernelNode", 12000, FC_FN(cuGraphAddKernelNode_v2), NULL},
 };
 
+/* FAKECUDA_PROCADDR_DISTINCT: a real driver's cuGetProcAddress may hand out
+ * internal entry points rather than its exported symbols. Each export gets a
+ * twin, fcd_<name>, a stub that jumps to the same code: same behaviour, an
+ * address that no dlsym returns (and no dynamic symbol names). */
+#ifdef FC_HAVE_DISTINCT
+#if defined(__x86_64__)
+#define FC_JUMP "jmp"
+#else
+#define FC_JUMP "b"
+#endif
+#define FC_DISTINCT_STUB(sym)                                                               \
+    __asm__(".text\n.p2align 4\n.globl fcd_" #sym "\n.hidden fcd_" #sym "\n.type fcd_" #sym \
+            ",%function\nfcd_" #sym ":\n\t" FC_JUMP " fc_" #sym "\n.size fcd_" #sym         \
+            ", .-fcd_" #sym "\n");                                                          \
+    extern char fcd_##sym[] __attribute__((visibility("hidden")));
+FC_ENTRY_POINTS(FC_DISTINCT_STUB)
+#undef FC_DISTINCT_STUB
+
+static void *distinct_of(void *fn)
+{
+#define FC_DISTINCT_CASE(sym) \
+    if (fn == FC_FN(sym))     \
+        return (void *)fcd_##sym;
+    FC_ENTRY_POINTS(FC_DISTINCT_CASE)
+#undef FC_DISTINCT_CASE
+    return fn;
+}
+#else
+static void *distinct_of(void *fn)
+{
+    return fn;
+}
+#endif
+
 static CUresult proc_address(enum fc_ep ep, const char *symbol, void **pfn, int cudaVersion,
                              cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
@@ -1824,6 +2043,8 @@ static CUresult proc_address(enum fc_ep ep, const char *symbol, void **pfn, int 
     }
     *pfn = flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM && best->ptsz ? best->ptsz
                                                                                 : best->fn;
+    if (g.distinct)
+        *pfn = distinct_of(*pfn);
     if (status)
         *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;

@@ -3,6 +3,7 @@
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -11,30 +12,86 @@ from conftest import BUILD, run_program, scaled
 FAKECUDA_DIR = os.path.join(BUILD, "test", "fakecuda")
 PROBE = os.path.join(BUILD, "test", "cuda", "gpupool-cudaprobe")
 PROBE_LINKED = os.path.join(BUILD, "test", "cuda", "gpupool-cudaprobe-linked")
+PHYS_TOOL = os.path.join(FAKECUDA_DIR, "gpupool-fakecuda-phys")
 FAKENVML_DIR = os.path.join(BUILD, "test", "fakenvml")
 GIB = 1 << 30
 MIB = 1 << 20
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 
 
-def probe(*script, via=None, ptsz=False, devices=None, fail=None, binary=PROBE, env_extra=None,
-          expect_rc=0):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKECUDA_")}
+def probe_env(devices=None, fail=None, env_extra=None):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FAKECUDA_") and k != "CUDA_VISIBLE_DEVICES"}
     env["LD_LIBRARY_PATH"] = FAKECUDA_DIR
     if devices is not None:
         env["FAKECUDA_DEVICES"] = devices
     if fail is not None:
         env["FAKECUDA_FAIL"] = fail
     env.update(env_extra or {})
+    return env
+
+
+def probe_argv(script, via=None, ptsz=False, binary=PROBE):
     argv = [binary]
     if via:
         argv += ["--via", via]
     if ptsz:
         argv.append("--ptsz")
-    argv += [str(a) for a in script]
-    proc = run_program(argv, env=env)
+    return argv + [str(a) for a in script]
+
+
+def probe(*script, via=None, ptsz=False, devices=None, fail=None, binary=PROBE, env_extra=None,
+          expect_rc=0):
+    proc = run_program(probe_argv(script, via, ptsz, binary),
+                       env=probe_env(devices, fail, env_extra))
     assert proc.returncode == expect_rc, (proc.returncode, proc.stdout, proc.stderr)
     return proc
+
+
+class Holder:
+    """A probe left running at its `hold` (or `zombie`): what it printed up to then."""
+
+    def __init__(self, *script, devices=None, env_extra=None, until="holding"):
+        self.proc = subprocess.Popen(probe_argv(script), stdout=subprocess.PIPE, text=True,
+                                     env=probe_env(devices, None, env_extra))
+        self.out = []
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, ("probe ended before %r" % until, self.out)
+            self.out.append(line.split())
+            if line.strip() == until:
+                break
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=scaled(10))
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def holders():
+    started = []
+
+    def start(*script, **kw):
+        h = Holder(*script, **kw)
+        started.append(h)
+        return h
+    yield start
+    for h in started:
+        h.kill()
+
+
+def phys(path, reset=False):
+    """The physical-use file as gpupool-fakecuda-phys prints it: {dev: (uuid, current, peak)}."""
+    argv = [PHYS_TOOL] + (["--reset-peak"] if reset else []) + [str(path)]
+    r = run_program(argv)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    out = {}
+    for line in r.stdout.splitlines():
+        v = kv(line.split())
+        out[int(v["dev"])] = (v["uuid"], int(v["current"]), int(v["peak"]))
+    return out
 
 
 def lines(proc):
@@ -265,3 +322,200 @@ def test_hold_flushes_and_can_be_killed():
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=scaled(10))
         proc.stdout.close()
+
+
+# --- FAKECUDA_PHYS: physical use across live processes ----------------------------------------
+
+def test_phys_two_processes_add_up_and_share_the_device(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    devs = "%s=4g,2g" % UUID0
+    holders("init", "alloc", "1g", "array", 1024, 1024, "hold", devices=devs, env_extra=env)
+    assert oct(os.stat(f).st_mode & 0o777) == "0o666"
+    b = holders("init", "alloc", "2g", "alloc", "2g", "info", "device", 1, "create", "2m",
+                "hold", devices=devs, env_extra=env)
+    # 1g + 4 MiB held by the first: the second gets 2g, not 2g more, and sees the rest.
+    assert [l[1] for l in b.out[:3]] == ["CUDA_SUCCESS", "CUDA_SUCCESS",
+                                         "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert kv(b.out[3])["free"] == str(GIB - 4 * MIB)
+    got = phys(f)
+    assert got[0] == (UUID0, 3 * GIB + 4 * MIB, 3 * GIB + 4 * MIB)
+    assert got[1] == ("GPU-fa4ecada-0000-0000-0000-000000000001", 2 * MIB, 2 * MIB)
+    # Frees go back: a third process fills exactly what is left.
+    p = probe("init", "fill", "1m", devices=devs, env_extra=env)
+    assert kv(lines(p)[1])["bytes"] == str(GIB - 4 * MIB)
+    assert phys(f)[0][1] == 3 * GIB + 4 * MIB
+
+
+def test_phys_killed_process_drops_out_and_peak_is_kept(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    a = holders("init", "alloc", "3g", "hold", devices="4g", env_extra=env)
+    holders("init", "async", "512m", "hold", devices="4g", env_extra=env)
+    assert phys(f)[0][1:] == (3 * GIB + 512 * MIB, 3 * GIB + 512 * MIB)
+    p = probe("init", "alloc", "1g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    a.kill()
+    assert phys(f)[0][1:] == (512 * MIB, 3 * GIB + 512 * MIB)   # current drops, peak stays
+    p = probe("init", "alloc", "3g", "info", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS"] * 3
+    assert kv(lines(p)[2])["free"] == str(512 * MIB)
+    assert phys(f)[0][1:] == (512 * MIB, 3 * GIB + 512 * MIB)   # 3.5g again: no new peak
+    assert phys(f, reset=True)[0][1:] == (512 * MIB, 512 * MIB)
+    assert phys(f)[0][1:] == (512 * MIB, 512 * MIB)
+
+
+def test_phys_bad_file_fails_closed(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"x" * 100)
+    for path in (str(bad), str(tmp_path / "no" / "dir"), ""):
+        p = probe("init", env_extra={"FAKECUDA_PHYS": path})
+        assert codes(p) == ["CUDA_ERROR_UNKNOWN"]
+        assert "FAKECUDA_PHYS" in p.stderr
+    r = subprocess.run([PHYS_TOOL, str(bad)], capture_output=True, text=True, timeout=scaled(10))
+    assert r.returncode == 1 and "not a physical-use file" in r.stderr
+    r = subprocess.run([PHYS_TOOL], capture_output=True, text=True, timeout=scaled(10))
+    assert r.returncode == 2
+
+
+def test_phys_exec_drops_the_old_image_share(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    h = holders("--via", "proc", "init", "alloc", "3g", "exec-self", "init", "info", "alloc",
+                "3g", "hold", devices="4g", env_extra=env)
+    # The new image (same pid, same options) starts from nothing: the old one's
+    # descriptor closed at exec, and with it the slot's lock.
+    assert [l[:2] for l in h.out] == [["init", "CUDA_SUCCESS"], ["alloc", "CUDA_SUCCESS"],
+                                      ["init", "CUDA_SUCCESS"], ["info", "CUDA_SUCCESS"],
+                                      ["alloc", "CUDA_SUCCESS"], ["holding"]]
+    assert kv(h.out[3])["free"] == str(4 * GIB)
+    assert phys(f)[0][1:] == (3 * GIB, 3 * GIB)
+
+
+def test_phys_zombie_leader_keeps_its_share(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    h = holders("init", "zombie", "3g", devices="4g", env_extra=env)
+    assert h.out[1] == ["zombie", "CUDA_SUCCESS"]
+    stat = "/proc/%d/stat" % h.proc.pid
+    deadline = time.monotonic() + scaled(10)
+    while open(stat).read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the main thread did not exit"
+        time.sleep(0.01)
+    assert h.proc.poll() is None                       # the worker keeps the process alive
+    p = probe("init", "alloc", "2g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert phys(f)[0][1] == 3 * GIB
+    h.kill()
+    assert phys(f)[0][1] == 0
+
+
+def test_no_load_and_dlsym_default():
+    p = probe("--no-load", "dlsym-default", "cuInit", "sleep", 1, "dlsym-default", "cuInit",
+              "init", "dlsym-default", "cuInit", "dlsym-default", "cuNoSuchCall")
+    assert lines(p) == [["dlsym-default", "CUDA_SUCCESS", "null"], ["sleep", "CUDA_SUCCESS"],
+                        ["dlsym-default", "CUDA_SUCCESS", "null"], ["init", "CUDA_SUCCESS"],
+                        ["dlsym-default", "CUDA_SUCCESS", "found"],
+                        ["dlsym-default", "CUDA_SUCCESS", "null"]]
+    r = subprocess.run([PROBE_LINKED, "--no-load", "init"], capture_output=True, text=True,
+                       env=dict(os.environ, LD_LIBRARY_PATH=FAKECUDA_DIR), timeout=scaled(10))
+    assert r.returncode == 2
+
+
+def test_no_load_still_fails_to_load_with_exit_3():
+    r = subprocess.run([PROBE, "--no-load", "dlsym-default", "cuInit", "init"],
+                       capture_output=True, text=True, timeout=scaled(10),
+                       env=dict(os.environ, LD_LIBRARY_PATH="/nonexistent"))
+    if r.returncode == 0:
+        pytest.skip("a real libcuda.so.1 is installed on this machine")
+    assert r.returncode == 3 and r.stdout == "dlsym-default CUDA_SUCCESS null\n"
+
+
+@pytest.mark.parametrize("no_load", [True, False])
+def test_ctor_deadlock_runs_both_threads(no_load):
+    p = probe(*((["--no-load"] if no_load else []) + ["ctor-deadlock", "init", "alloc", "1m"]))
+    out = lines(p)
+    assert out[0][:2] == ["ctor-deadlock", "CUDA_SUCCESS"], p.stdout
+    # Without a layer in between, the constructor's lookup runs while thread B
+    # waits for the loader: libcuda is not there yet when it was never loaded.
+    assert out[0][2] == ("cuInit=null" if no_load else "cuInit=found")
+    assert codes(p)[1:] == ["CUDA_SUCCESS"] * 2
+
+
+@pytest.mark.parametrize("via", ["dlsym", "proc", "proc2", "proc-old"])
+def test_legacy_release_frees_the_primary_context(via):
+    p = probe("init", "alloc", "1g", "legacy-release", "info", "device", 0, "info",
+              "legacy-release", "legacy-release", via=via)
+    assert codes(p) == ["CUDA_SUCCESS"] * 3 + ["CUDA_ERROR_CONTEXT_IS_DESTROYED"] + \
+        ["CUDA_SUCCESS"] * 3 + ["CUDA_ERROR_INVALID_CONTEXT"]
+    assert kv(lines(p)[5])["free"] == str(16 * GIB)
+    p = probe("init", "legacy-release", binary=PROBE_LINKED)
+    assert codes(p) == ["CUDA_SUCCESS"] * 2
+
+
+# --- cuGetProcAddress pointers that differ from the exports; CUDA_VISIBLE_DEVICES ------------
+
+def test_procaddr_distinct_pointers_behave_the_same():
+    env = {"FAKECUDA_PROCADDR_DISTINCT": "1"}
+    p = probe("procaddr", "cuMemAlloc", 12040, "procaddr", "cuMemAllocAsync", 12040, 2,
+              "procaddr", "cuGetProcAddress", 12040, env_extra=env)
+    # Inside the library, but at no exported symbol's address.
+    assert lines(p) == [["procaddr", "CUDA_SUCCESS", "status=0", "lib=libcuda.so.1",
+                         "sym=?"]] * 3
+    for via in ("proc", "proc2", "proc-old"):
+        p = probe("init", "alloc", "1g", "async", "1m", "info", "legacy-release", "device", 0,
+                  "info", via=via, ptsz=via == "proc2", env_extra=env)
+        assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+        assert kv(lines(p)[3])["free"] == str(15 * GIB - MIB)
+        assert kv(lines(p)[6])["free"] == str(16 * GIB)
+    p = probe("procaddr", "cuMemAlloc", 12040, env_extra={"FAKECUDA_PROCADDR_DISTINCT": "0"})
+    assert lines(p)[0][-1] == "sym=cuMemAlloc_v2"
+    p = probe("init", env_extra={"FAKECUDA_PROCADDR_DISTINCT": "yes"})
+    assert codes(p) == ["CUDA_ERROR_UNKNOWN"] and "FAKECUDA_PROCADDR_DISTINCT" in p.stderr
+
+
+UUID1 = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+CVD_DEVICES = "%s=1g,2g,%s=3g" % (UUID0, UUID1)
+
+
+@pytest.mark.parametrize("cvd,want", [
+    ("2,0", [(UUID1, 3), (UUID0, 1)]),
+    ("1", [("GPU-fa4ecada-0000-0000-0000-000000000001", 2)]),
+    ("GPU-6666,GPU-11111111-2222-3333-4444-555555555555", [(UUID1, 3), (UUID0, 1)]),
+    ("1,7,0", [("GPU-fa4ecada-0000-0000-0000-000000000001", 2)]),   # stops at 7
+    ("0,0,2", [(UUID0, 1)]),                                         # a repeat stops it
+    ("2,GPU-", [(UUID1, 3)]),
+    ("0,x,1", [(UUID0, 1)]),
+])
+def test_cuda_visible_devices_remaps_ordinals(cvd, want):
+    script = ["init", "count"]
+    for i in range(len(want)):
+        script += ["device", i, "uuid", "total"]
+    script += ["device", len(want)]
+    p = probe(*script, devices=CVD_DEVICES, env_extra={"CUDA_VISIBLE_DEVICES": cvd})
+    out = lines(p)
+    assert codes(p)[:-1] == ["CUDA_SUCCESS"] * (2 + 3 * len(want)), p.stdout
+    assert out[-1][1] == "CUDA_ERROR_INVALID_DEVICE"
+    assert kv(out[1])["n"] == str(len(want))
+    for i, (uuid, gib) in enumerate(want):
+        assert kv(out[3 + 3 * i])["uuid"] == uuid
+        assert kv(out[4 + 3 * i])["bytes"] == str(gib * GIB)
+
+
+@pytest.mark.parametrize("cvd", ["", "7", "GPU-fa4ecada", "-1", "GPU-11111111-2222-3333-4444-5555555555550"])
+def test_cuda_visible_devices_naming_none_is_no_device(cvd):
+    p = probe("init", "count", devices="%s=1g,2g,2g" % UUID0,
+              env_extra={"CUDA_VISIBLE_DEVICES": cvd})
+    assert codes(p) == ["CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_NOT_INITIALIZED"]
+
+
+def test_phys_file_counts_real_devices_under_cuda_visible_devices(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f), "CUDA_VISIBLE_DEVICES": "2"}
+    holders("init", "alloc", "3g", "hold", devices=CVD_DEVICES, env_extra=env)
+    p = probe("init", "device", 2, "alloc", "1g", devices=CVD_DEVICES,
+              env_extra={"FAKECUDA_PHYS": str(f)})
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    got = phys(f)
+    assert [got[d][:2] for d in range(3)] == [(UUID0, 0), ("GPU-fa4ecada-0000-0000-0000-000000000001",
+                                                           0), (UUID1, 3 * GIB)]
