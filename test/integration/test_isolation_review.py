@@ -1,0 +1,137 @@
+"""libgpupool-cuda against the adversarial review's probes
+(/work/shared/research/isolation-review.md, docs/isolation.md): each test
+drives the library through the driver ABI, over the fake libcuda.so.1 with
+FAKECUDA_PHYS on, so the fake also tracks what every live process
+*physically* holds on each GPU -- and every test asserts that this never
+passed the limit, not only what the library reported. Each one fails on the
+library as it was before the review's defects were fixed (named per test).
+"""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD as BUILD_DIR, TIMEOUT_SCALE
+from test_isolation import (FAKECUDA, LIB, PRELOAD, PROBE, UUID0, UUID1, GiB, MiB, Probe,
+                            _run_via)
+
+PHYS_TOOL = os.path.join(FAKECUDA, "gpupool-fakecuda-phys")
+RACE = os.path.join(BUILD_DIR, "test", "cuda", "gpupool-dlsym-race")
+CTOR_LIB = os.path.join(BUILD_DIR, "test", "cuda", "libgpupool-ctor-dlsym.so")
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(LIB) or not os.path.exists(PROBE) or not os.path.exists(PHYS_TOOL),
+    reason="libgpupool-cuda, the probe or the fake's physical-use tool is not built")
+
+
+class PhysProbe(Probe):
+    """The probe with the fake's physical-use file on."""
+
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.phys_file = os.path.join(self.tmp, "phys")
+
+    def env(self, **kw):
+        env = super().env(**kw)
+        env.setdefault("FAKECUDA_PHYS", self.phys_file)
+        return env
+
+    def phys(self):
+        """{device index: (current, peak)} over live processes."""
+        out = subprocess.run([PHYS_TOOL, self.phys_file], capture_output=True, text=True,
+                             check=True).stdout
+        res = {}
+        for line in out.splitlines():
+            f = dict(t.split("=", 1) for t in line.split())
+            res[int(f["dev"])] = (int(f["current"]), int(f["peak"]))
+        return res
+
+    def peak(self, dev=0):
+        return self.phys().get(dev, (0, 0))[1]
+
+
+@pytest.fixture
+def probe(tmp_path):
+    return PhysProbe(tmp_path)
+
+
+# ---- D6, D15: the lookups ------------------------------------------------------
+
+@pytest.mark.parametrize("limit", ["4g", None])
+def test_d6_no_deadlock_between_dlsym_and_the_loader_lock(probe, limit):
+    """A library constructor (loader lock held) calling dlsym while another
+    thread makes the first CUDA lookup. Before: hung (exit 124), with a
+    limit and without one (pure pass-through)."""
+    p = subprocess.run([RACE, CTOR_LIB], env=probe.env(limit=limit), capture_output=True,
+                       text=True, timeout=30 * TIMEOUT_SCALE)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout.startswith("ok "), p.stdout
+
+
+@pytest.mark.parametrize("limit", ["4g", None])
+def test_d15_dlsym_default_unchanged_without_libcuda(probe, limit):
+    """'Is CUDA present?' in a process that never loaded libcuda answers NULL,
+    as without the library, and loads nothing. Before: the wrapper was found
+    (and libcuda loaded as a side effect)."""
+    r = probe.run("--no-load dlsym-default cuInit dlsym-default cuMemAlloc_v2 "
+                  "dlsym-default nvmlDeviceGetMemoryInfo", limit=limit)
+    ref = probe.run("--no-load dlsym-default cuInit dlsym-default cuMemAlloc_v2 "
+                    "dlsym-default nvmlDeviceGetMemoryInfo", limit=limit, preload=False)
+    assert [l[2] for l in r.lines] == ["null", "null", "null"] == [l[2] for l in ref.lines]
+    # Once the application has loaded the driver, the wrapper is what it finds.
+    r = probe.run("init dlsym-default cuMemAlloc_v2", limit=limit)
+    assert r.line("dlsym-default")[2] == "found"
+
+
+# ---- D12: cuGetProcAddress with pointers that are not the exports --------------
+
+def test_d12_best_abi_match_when_the_driver_hands_out_other_pointers(probe):
+    """With the driver's cuGetProcAddress pointers differing from its exported
+    symbols, the version rule must pick the newest ABI not after the caller's
+    version. Before: cuGetProcAddress at 12000+ got the v1 wrapper (status
+    never written by a _v2 caller)."""
+    r = probe.run("init procaddr cuGetProcAddress 12040 procaddr cuGetProcAddress 11080 "
+                  "procaddr cuMemAlloc 12040 procaddr cuMemAllocAsync 12040 2 "
+                  "procaddr cuDevicePrimaryCtxRelease 12040 "
+                  "procaddr cuDevicePrimaryCtxRelease 10000",
+                  via="proc2", FAKECUDA_PROCADDR_DISTINCT=1)
+    got = [(l[1], [t for t in l if t.startswith("sym=")]) for l in r.lines if l[0] == "procaddr"]
+    assert got == [("CUDA_SUCCESS", ["sym=cuGetProcAddress_v2"]),
+                   ("CUDA_SUCCESS", ["sym=cuGetProcAddress"]),
+                   ("CUDA_SUCCESS", ["sym=cuMemAlloc_v2"]),
+                   ("CUDA_SUCCESS", ["sym=cuMemAllocAsync_ptsz"]),
+                   ("CUDA_SUCCESS", ["sym=cuDevicePrimaryCtxRelease_v2"]),
+                   ("CUDA_SUCCESS", ["sym=cuDevicePrimaryCtxRelease"])], r.p.stdout
+    # ...and what they hand out is charged.
+    r = probe.run("init alloc 3g alloc 2g", via="proc2", FAKECUDA_PROCADDR_DISTINCT=1)
+    assert r.codes()[1:] == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert probe.peak() <= 4 * GiB
+
+
+# ---- D13: the legacy primary-context release ------------------------------------
+
+@pytest.mark.parametrize("via", ["dlsym", "proc-old"])
+def test_d13_legacy_primary_release_gives_the_context_memory_back(probe, via):
+    """Before: the unversioned cuDevicePrimaryCtxRelease passed through, the
+    context's 3g stayed charged and the next 3g was refused."""
+    r = probe.run("init alloc 3g legacy-release device 0 alloc 3g info", via=via)
+    assert r.codes() == ["CUDA_SUCCESS"] * 6, r.p.stdout
+    assert r.value("info", "free") == 1 * GiB
+    assert probe.peak() <= 4 * GiB
+
+
+# ---- D10: pitch padding ---------------------------------------------------------
+
+def test_d10_pitch_padding_charged_before_the_driver_allocates(probe):
+    """Width 1, height 1M: the driver pads each row to 512 bytes (512 MiB).
+    Before: 1 MiB was charged, the driver took 512 MiB (4.11 GiB physical
+    under a 4 GiB limit) until the padding's charge failed."""
+    r = probe.run("init alloc 3700m pitch 1 1048576 info")
+    assert r.line("pitch")[1] == "CUDA_ERROR_OUT_OF_MEMORY", r.p.stdout
+    assert r.value("info", "free") == 4 * GiB - 3700 * MiB
+    assert probe.peak() <= 4 * GiB
+    # Exactly what the driver takes is charged when it fits.
+    r = probe.run("init pitch 1000 1024 info")
+    assert r.value("pitch", "pitch") == 1024
+    assert r.value("info", "free") == 4 * GiB - 1024 * 1024
