@@ -794,7 +794,7 @@ static struct cudareg *nvml_region(nvmlDevice_t device, unsigned long long total
         st = DEV_UNKNOWN; /* ask again next time */
     } else {
         uuid[sizeof uuid - 1] = '\0';
-        int64_t limit = cudacfg_limit(&cfg, (int)index, (int64_t)total);
+        int64_t limit = cudacfg_container_limit(&cfg, (int)index, (int64_t)total);
         if (limit > 0) {
             if (limit > (int64_t)total)
                 limit = (int64_t)total;
