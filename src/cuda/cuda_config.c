@@ -6,10 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define VAR_LIMIT "CUDA_DEVICE_MEMORY_LIMIT"
-#define VAR_CACHE "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-#define VAR_SHARE_CONTAINER "ALIYUN_COM_GPU_MEM_CONTAINER"
-#define VAR_SHARE_DEV "ALIYUN_COM_GPU_MEM_DEV"
+/* CUDA's own variable, not the contract's: the process's renumbering. */
+#define VAR_VISIBLE "CUDA_VISIBLE_DEVICES"
+#define WANT_SIZE "a size (bytes, or a number with k/m/g/t)"
 
 int cudacfg_parse_size(const char *s, int64_t *bytes)
 {
@@ -53,12 +52,62 @@ static int parse_units(const char *s, uint64_t *out)
     return 0;
 }
 
+/* A GPU ordinal as the plugin writes it: decimal without sign or leading
+ * zero, below CUDACFG_MAX_DEVICES. -1 otherwise: "_01" or "_1 " may mean
+ * something else to whoever wrote them, and a limit that is not understood
+ * must not be dropped (docs/isolation.md, "fails closed"). */
+static int parse_ordinal(const char *s, size_t n)
+{
+    if (n == 0 || (n > 1 && s[0] == '0'))
+        return -1;
+    int v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+        if (v >= CUDACFG_MAX_DEVICES)
+            return -1;
+    }
+    return v;
+}
+
+/* CUDA_VISIBLE_DEVICES, comma-separated. An entry of digits names a
+ * container ordinal; anything else (GPU-<uuid>, MIG-<uuid>, junk the driver
+ * stops at) is CUDACFG_VISIBLE_BY_NAME, which cudacfg_limit answers with the
+ * smallest limit: whichever way the driver reads such an entry, the process
+ * is never given more than any of the container's GPUs has. */
+static void parse_visible(struct cudacfg *cfg, const char *v)
+{
+    cfg->visible_count = 0;
+    while (cfg->visible_count < CUDACFG_MAX_DEVICES) {
+        size_t n = strcspn(v, ",");
+        bool digits = n > 0 && strspn(v, "0123456789") == n;
+        int ordinal = CUDACFG_VISIBLE_BY_NAME;
+        if (digits && n <= 3) { /* "007" is 7 to the driver too */
+            int k = 0;
+            for (size_t i = 0; i < n; i++)
+                k = k * 10 + (v[i] - '0');
+            ordinal = k < CUDACFG_MAX_DEVICES ? k : CUDACFG_VISIBLE_BY_NAME;
+        }
+        if (n > 0 || v[n] == ',')
+            cfg->visible[cfg->visible_count++] = ordinal;
+        if (v[n] != ',')
+            break;
+        v += n + 1;
+    }
+}
+
 static void broken(struct cudacfg *cfg, const char *name, const char *value, const char *want)
 {
     if (cfg->state == CUDACFG_BROKEN)
         return; /* the first reason is the one reported */
     cfg->state = CUDACFG_BROKEN;
     snprintf(cfg->why, sizeof cfg->why, "%s=\"%.64s\" is not %s", name, value, want);
+}
+
+static bool is_var(const char *e, size_t n, const char *name)
+{
+    return n == strlen(name) && memcmp(e, name, n) == 0;
 }
 
 void cudacfg_load(struct cudacfg *cfg, char *const *env)
@@ -68,8 +117,10 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
     cfg->all = -1;
     for (int i = 0; i < CUDACFG_MAX_DEVICES; i++)
         cfg->dev[i] = -1;
+    cfg->visible_count = -1;
     snprintf(cfg->prefix, sizeof cfg->prefix, "%s", CUDACFG_DEFAULT_PREFIX);
     const char *share_units = NULL, *share_of = NULL;
+    const size_t prefix_len = strlen(POOL_ENV_MEM_LIMIT_PREFIX);
     bool any = false;
     for (; env != NULL && *env != NULL; env++) {
         const char *e = *env, *eq = strchr(e, '=');
@@ -79,53 +130,53 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
         const char *v = eq + 1;
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), e);
-        if (n == strlen(VAR_LIMIT) && memcmp(e, VAR_LIMIT, n) == 0) {
+        if (is_var(e, n, POOL_ENV_MEM_LIMIT)) {
             any = true;
             if (cudacfg_parse_size(v, &cfg->all) != 0)
-                broken(cfg, name, v, "a size (bytes, or a number with k/m/g/t)");
-        } else if (n > strlen(VAR_LIMIT) + 1 &&
-                   memcmp(e, VAR_LIMIT "_", strlen(VAR_LIMIT) + 1) == 0) {
-            const char *idx = e + strlen(VAR_LIMIT) + 1;
-            unsigned i = 0;
-            bool ok = idx < eq && eq - idx <= 2;
-            for (const char *p = idx; ok && p < eq; p++) {
-                ok = *p >= '0' && *p <= '9';
-                i = i * 10 + (unsigned)(*p - '0');
-            }
+                broken(cfg, name, v, WANT_SIZE);
+        } else if (n >= prefix_len && memcmp(e, POOL_ENV_MEM_LIMIT_PREFIX, prefix_len) == 0) {
+            /* The whole family is ours: "_" alone, "_x" or "_64" is a limit
+             * someone meant, so it is refused rather than ignored (D14). */
             any = true;
-            if (!ok || i >= CUDACFG_MAX_DEVICES) {
-                broken(cfg, name, v, "for a device ordinal 0..63");
-                continue;
-            }
-            if (cudacfg_parse_size(v, &cfg->dev[i]) != 0)
-                broken(cfg, name, v, "a size (bytes, or a number with k/m/g/t)");
-        } else if (n == strlen(VAR_CACHE) && memcmp(e, VAR_CACHE, n) == 0) {
+            int i = parse_ordinal(e + prefix_len, n - prefix_len);
+            if (i < 0)
+                broken(cfg, name, v, "for a device ordinal 0..63 (the name must end in one)");
+            else if (cudacfg_parse_size(v, &cfg->dev[i]) != 0)
+                broken(cfg, name, v, WANT_SIZE);
+        } else if (is_var(e, n, POOL_ENV_SHARED_CACHE)) {
             if (v[0] == '\0' || strlen(v) >= sizeof cfg->prefix - 64)
                 broken(cfg, name, v, "a usable path");
             else
                 snprintf(cfg->prefix, sizeof cfg->prefix, "%s", v);
-        } else if (n == strlen(VAR_SHARE_CONTAINER) && memcmp(e, VAR_SHARE_CONTAINER, n) == 0) {
+        } else if (is_var(e, n, POOL_ENV_GPU_MEM_CONTAINER)) {
             share_units = v;
-        } else if (n == strlen(VAR_SHARE_DEV) && memcmp(e, VAR_SHARE_DEV, n) == 0) {
+        } else if (is_var(e, n, POOL_ENV_GPU_MEM_DEV)) {
             share_of = v;
+        } else if (is_var(e, n, VAR_VISIBLE)) {
+            parse_visible(cfg, v);
         }
     }
     if (share_units != NULL || share_of != NULL) {
+        /* Both positive: a share of 0 units would mean no limit at all for a
+         * container that was given gpu-mem (D14). */
         any = true;
-        if (share_units == NULL || parse_units(share_units, &cfg->share_units) != 0)
-            broken(cfg, VAR_SHARE_CONTAINER, share_units ? share_units : "",
-                   "a number of units (gpushare's share needs it with " VAR_SHARE_DEV ")");
+        if (share_units == NULL || parse_units(share_units, &cfg->share_units) != 0 ||
+            cfg->share_units == 0)
+            broken(
+                cfg, POOL_ENV_GPU_MEM_CONTAINER, share_units ? share_units : "",
+                "a positive number of units (gpushare's share needs it with " POOL_ENV_GPU_MEM_DEV
+                ")");
         else if (share_of == NULL || parse_units(share_of, &cfg->share_of) != 0 ||
                  cfg->share_of == 0)
-            broken(cfg, VAR_SHARE_DEV, share_of ? share_of : "",
-                   "a positive number of units (gpushare's share needs it with " VAR_SHARE_CONTAINER
-                   ")");
+            broken(cfg, POOL_ENV_GPU_MEM_DEV, share_of ? share_of : "",
+                   "a positive number of units (gpushare's share needs it "
+                   "with " POOL_ENV_GPU_MEM_CONTAINER ")");
     }
     if (any && cfg->state != CUDACFG_BROKEN)
         cfg->state = CUDACFG_ON;
 }
 
-int64_t cudacfg_limit(const struct cudacfg *cfg, int ordinal, int64_t device_total)
+int64_t cudacfg_container_limit(const struct cudacfg *cfg, int ordinal, int64_t device_total)
 {
     if (cfg->state != CUDACFG_ON || ordinal < 0 || ordinal >= CUDACFG_MAX_DEVICES)
         return 0;
@@ -139,4 +190,27 @@ int64_t cudacfg_limit(const struct cudacfg *cfg, int ordinal, int64_t device_tot
         return b > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)b;
     }
     return 0;
+}
+
+/* The smallest limit > 0 of any container ordinal; 0 when none has one. */
+static int64_t smallest_limit(const struct cudacfg *cfg, int64_t device_total)
+{
+    int64_t least = 0;
+    for (int i = 0; i < CUDACFG_MAX_DEVICES; i++) {
+        int64_t l = cudacfg_container_limit(cfg, i, device_total);
+        if (l > 0 && (least == 0 || l < least))
+            least = l;
+    }
+    return least;
+}
+
+int64_t cudacfg_limit(const struct cudacfg *cfg, int ordinal, int64_t device_total)
+{
+    if (cfg->state != CUDACFG_ON || ordinal < 0)
+        return 0;
+    if (cfg->visible_count < 0)
+        return cudacfg_container_limit(cfg, ordinal, device_total);
+    if (ordinal >= cfg->visible_count || cfg->visible[ordinal] == CUDACFG_VISIBLE_BY_NAME)
+        return smallest_limit(cfg, device_total);
+    return cudacfg_container_limit(cfg, cfg->visible[ordinal], device_total);
 }

@@ -1,5 +1,6 @@
 /* cuda_config.h -- what libgpupool-cuda enforces, read from the container's
- * environment once per process (docs/isolation.md has the variables).
+ * environment once per process (docs/isolation.md has the variables; their
+ * names are the container contract's, poolapi_names.h).
  *
  * Pure: no I/O beyond reading the array it is given, no allocation, no
  * locks. Used by the library's constructor and by the tests and fuzz target
@@ -10,8 +11,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CUDACFG_MAX_DEVICES 64
+#include "poolapi_names.h"
+
+/* GPUs of one process the library tracks: the contract's maximum. */
+#define CUDACFG_MAX_DEVICES POOL_MAX_CONTAINER_GPUS
+/* The region prefix when CUDA_DEVICE_MEMORY_SHARED_CACHE is unset (the
+ * library used outside the device plugin). */
 #define CUDACFG_DEFAULT_PREFIX "/tmp/gpupool-cuda"
+/* CUDA_VISIBLE_DEVICES entry that is not a container ordinal: a GPU UUID, a
+ * MIG name, or anything else the library does not resolve. */
+#define CUDACFG_VISIBLE_BY_NAME (-1)
 
 enum cudacfg_state {
     CUDACFG_OFF,    /* no limit variable at all: pure pass-through */
@@ -24,8 +33,13 @@ struct cudacfg {
     int64_t all;                      /* CUDA_DEVICE_MEMORY_LIMIT; -1 unset, 0 none */
     int64_t dev[CUDACFG_MAX_DEVICES]; /* CUDA_DEVICE_MEMORY_LIMIT_<i>; -1 unset */
     uint64_t share_units, share_of;   /* gpushare's CONTAINER / DEV, share_of 0: unset */
-    char prefix[1024];                /* CUDA_DEVICE_MEMORY_SHARED_CACHE */
-    char why[320];                    /* when BROKEN: the one message for stderr */
+    /* CUDA_VISIBLE_DEVICES: this process's CUDA ordinal k is the container's
+     * ordinal visible[k] (or CUDACFG_VISIBLE_BY_NAME) for k < visible_count;
+     * visible_count -1 when unset (the two numberings are the same). */
+    int visible_count;
+    int visible[CUDACFG_MAX_DEVICES];
+    char prefix[1024]; /* CUDA_DEVICE_MEMORY_SHARED_CACHE */
+    char why[320];     /* when BROKEN: the one message for stderr */
 };
 
 /* Parses "1073741824", "1g", "1024m", "1048576k", "2t" (1024-based, either
@@ -33,14 +47,27 @@ struct cudacfg {
  * 0 on success, -1 on anything else (empty, sign, junk, overflow). */
 int cudacfg_parse_size(const char *s, int64_t *bytes);
 
-/* Reads the limit variables from env (NULL-terminated "NAME=value" strings,
- * like environ; NULL means none). Never fails: a bad value makes the state
- * CUDACFG_BROKEN with the reason in why. */
+/* Reads the limit variables and CUDA_VISIBLE_DEVICES from env
+ * (NULL-terminated "NAME=value" strings, like environ; NULL means none).
+ * Never fails: a bad value, or a name of the limit family that does not end
+ * in an ordinal 0..63, makes the state CUDACFG_BROKEN with the reason in
+ * why. */
 void cudacfg_load(struct cudacfg *cfg, char *const *env);
 
-/* The limit of CUDA ordinal `ordinal` whose memory is device_total bytes:
- * > 0 bytes to enforce, 0 for none. A per-device variable wins over the
- * all-devices one, which wins over gpushare's share. */
+/* The limit of the GPU the CONTAINER numbers `ordinal` (the index the limit
+ * variables use; NVML's index inside the container), whose memory is
+ * device_total bytes: > 0 bytes to enforce, 0 for none. A per-device
+ * variable wins over the all-devices one, which wins over gpushare's
+ * share. */
+int64_t cudacfg_container_limit(const struct cudacfg *cfg, int ordinal, int64_t device_total);
+
+/* The limit of this PROCESS's CUDA ordinal `ordinal` (what the driver API
+ * numbers, after CUDA_VISIBLE_DEVICES): without CUDA_VISIBLE_DEVICES the
+ * container's limit of the same ordinal; with it, the container's limit of
+ * the ordinal its entry names; for an entry that names no ordinal (a UUID,
+ * a MIG name, junk) or an ordinal past the list, the smallest limit any
+ * container ordinal gets (conservative; exact when all are equal, as the
+ * plugin writes them). */
 int64_t cudacfg_limit(const struct cudacfg *cfg, int ordinal, int64_t device_total);
 
 #endif

@@ -104,6 +104,8 @@ static int pod_requests(const json_t *spec, uint64_t total[R_COUNT], char *err, 
     return 0;
 }
 
+/* Decimal digits only, at most UINT64_MAX: strtoull alone would take a
+ * sign, blanks and "0x". */
 static int parse_u64(const char *s, uint64_t *out)
 {
     if (!s || !isdigit((unsigned char)*s))
@@ -117,14 +119,19 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+int poolapi_gpu_mem_pod(const json_t *annotations, uint64_t *units)
+{
+    const char *text = json_string_value(json_object_get(annotations, POOL_ANN_GPU_MEM_POD));
+    return text != NULL ? parse_u64(text, units) : -1;
+}
+
 static void pod_assignment_of(const json_t *annotations, struct pod_assignment *a)
 {
     struct poolapi_index_list list;
     memset(a, 0, sizeof(*a));
     const char *idx = json_string_value(json_object_get(annotations, POOL_ANN_GPU_MEM_IDX));
-    const char *mem = json_string_value(json_object_get(annotations, POOL_ANN_GPU_MEM_POD));
-    if (!idx || !mem || poolapi_index_parse(idx, &list, NULL, 0) < 0 ||
-        parse_u64(mem, &a->pod_memory) < 0) {
+    if (!idx || poolapi_index_parse(idx, &list, NULL, 0) < 0 ||
+        poolapi_gpu_mem_pod(annotations, &a->pod_memory) < 0) {
         memset(a, 0, sizeof(*a));
         return;
     }

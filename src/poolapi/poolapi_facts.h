@@ -28,6 +28,16 @@ struct pod_assignment {
     uint64_t pod_memory; /* ALIYUN_COM_GPU_MEM_POD: the pod's total */
 };
 
+/* ALIYUN_COM_GPU_MEM_POD in a pod's annotations (NULL: none): the pod's
+ * gpu-mem units as the extender wrote them at bind. The one rule of every
+ * reader (extender, CLI, device plugin): a JSON string of decimal digits,
+ * no sign, blank or suffix, that fits in 64 bits. A JSON number is refused:
+ * annotations are strings in the Kubernetes API (map[string]string), so no
+ * API server serves one, and a value no writer can have produced is not
+ * guessed at (the plugin then totals the pod's containers itself). 0 with
+ * *units set; -1 when absent or malformed (*units untouched). */
+int poolapi_gpu_mem_pod(const json_t *annotations, uint64_t *units) GP_MUST_USE;
+
 /* Everything the pool needs from a pod. */
 struct pod_facts {
     const char *name, *ns, *uid; /* borrowed; never NULL ("" when absent) */

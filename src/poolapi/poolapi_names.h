@@ -1,10 +1,11 @@
 /* poolapi_names.h -- every name the gpupool programs exchange through the API server.
  *
  * Resources, annotations, labels and the container environment that the
- * device plugin, the scheduler extender, kubectl-gpupool (and next the CUDA
- * interception library and the DRA driver) must spell the same way. One
- * prefix, POOL_. Header-only and dependency-free on purpose: a library
- * loaded into users' containers includes it without jansson or gp_base.
+ * device plugin, the scheduler extender, kubectl-gpupool, the CUDA
+ * interception library (libgpupool-cuda) and next the DRA driver must spell
+ * the same way. One prefix, POOL_. Header-only and dependency-free on
+ * purpose: src/cuda, loaded into users' containers, includes it without
+ * linking jansson or gp_base.
  * docs/poolapi.md says who writes and who reads each name. */
 #ifndef GP_POOLAPI_NAMES_H
 #define GP_POOLAPI_NAMES_H
@@ -45,6 +46,30 @@
 #define POOL_ENV_GPU_MEM_POD "ALIYUN_COM_GPU_MEM_POD"             /* the pod's units */
 #define POOL_ENV_GPU_MEM_CONTAINER "ALIYUN_COM_GPU_MEM_CONTAINER" /* this container's units */
 #define POOL_ENV_GPU_MEM_DEV "ALIYUN_COM_GPU_MEM_DEV"             /* units of its first GPU */
+
+/* ---- the container contract: what Allocate hands a container and
+ * libgpupool-cuda (src/cuda) reads inside it (docs/isolation.md) ---- */
+/* Bytes (or "4g", "1024m") for every GPU of the process; HAMi-core's name. */
+#define POOL_ENV_MEM_LIMIT "CUDA_DEVICE_MEMORY_LIMIT"
+/* + the GPU's ordinal as the CONTAINER sees it ("CUDA_DEVICE_MEMORY_LIMIT_1"),
+ * which is what the plugin writes; a process's own CUDA_VISIBLE_DEVICES
+ * renumbering is undone by the library. */
+#define POOL_ENV_MEM_LIMIT_PREFIX POOL_ENV_MEM_LIMIT "_"
+/* The path prefix of the per-GPU shared regions ("<prefix>.<GPU-UUID>"). */
+#define POOL_ENV_SHARED_CACHE "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+/* Reserved for compute limits (HAMi-core's name); nothing writes or reads
+ * it yet. */
+#define POOL_ENV_SM_LIMIT "CUDA_DEVICE_SM_LIMIT"
+/* Where the plugin's mounts put the library, the preload list naming it,
+ * and the container's read-write region directory. */
+#define POOL_CONTAINER_LIBRARY "/usr/local/gpupool/libgpupool-cuda.so"
+#define POOL_CONTAINER_PRELOAD "/etc/ld.so.preload"
+#define POOL_CONTAINER_REGION_DIR "/run/gpupool-cuda"
+/* The POOL_ENV_SHARED_CACHE value the plugin writes. */
+#define POOL_CONTAINER_REGION_PREFIX POOL_CONTAINER_REGION_DIR "/region"
+/* The most GPUs one container gets a limit for: ordinals 0..63 of
+ * POOL_ENV_MEM_LIMIT_PREFIX, and the library's per-process tables. */
+#define POOL_MAX_CONTAINER_GPUS 64
 
 /* gpushare's device IDs in gpu-mem mode: "<GPU-UUID>-_-<j>". */
 #define POOL_DEVICE_ID_SEPARATOR "-_-"

@@ -1,7 +1,10 @@
 /* fuzz_cuda_config.c -- libgpupool-cuda's limit variables: cudacfg_load()
  * on an environment made of the input's lines ("NAME=value"), then
- * cudacfg_limit() for a few ordinals, and cudacfg_parse_size() on every
+ * cudacfg_limit() and cudacfg_container_limit() for a few ordinals (with
+ * CUDA_VISIBLE_DEVICES, the first must never exceed what the second gives
+ * some ordinal), and cudacfg_parse_size() on every
  * line's value. Seeds: corpus/cuda_config/. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +37,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cudacfg_load(&cfg, env);
     if (cfg.state == CUDACFG_BROKEN && !memchr(cfg.why, '\0', sizeof(cfg.why)))
         abort(); /* the reason must be a string */
-    for (int ordinal = -1; ordinal <= CUDACFG_MAX_DEVICES; ordinal += 13) {
+    if (cfg.state != CUDACFG_ON && cfg.state != CUDACFG_OFF && cfg.state != CUDACFG_BROKEN)
+        abort();
+    int64_t most = 0; /* the largest limit of any container ordinal */
+    bool unlimited = false;
+    for (int ordinal = 0; ordinal < CUDACFG_MAX_DEVICES; ordinal++) {
+        int64_t limit = cudacfg_container_limit(&cfg, ordinal, (int64_t)16 << 30);
+        if (limit < 0 || (cfg.state != CUDACFG_ON && limit != 0))
+            abort(); /* contract: > 0 to enforce, 0 for none; nothing unless ON */
+        most = limit > most ? limit : most;
+        unlimited = unlimited || limit == 0;
+    }
+    for (int ordinal = -1; ordinal <= CUDACFG_MAX_DEVICES + 1; ordinal += 13) {
         int64_t limit = cudacfg_limit(&cfg, ordinal, (int64_t)16 << 30);
-        if (limit < 0)
-            abort(); /* contract: > 0 to enforce, 0 for none */
+        if (limit < 0 || (cfg.state != CUDACFG_ON && limit != 0))
+            abort();
+        if (limit > most || (limit == 0 && ordinal >= 0 && !unlimited && cfg.visible_count >= 0))
+            abort(); /* a process ordinal gets some container ordinal's limit, or the smallest */
     }
     for (size_t i = 0; i < n; i++) {
         const char *eq = strchr(env[i], '=');

@@ -262,6 +262,14 @@ def cuda_config():
                                          "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x\n")
     put("cuda_config", "gpushare.env", "ALIYUN_COM_GPU_MEM_CONTAINER=4\nALIYUN_COM_GPU_MEM_DEV=16\n")
     put("cuda_config", "broken.env", "CUDA_DEVICE_MEMORY_LIMIT=-5\n")
+    # D14: names and values that must fail closed, not mean "no limit".
+    put("cuda_config", "empty-ordinal.env", "CUDA_DEVICE_MEMORY_LIMIT_=4g\n")
+    put("cuda_config", "bad-ordinal.env", "CUDA_DEVICE_MEMORY_LIMIT_x=4g\nCUDA_DEVICE_MEMORY_LIMIT_01=1g\n")
+    put("cuda_config", "ordinal-64.env", "CUDA_DEVICE_MEMORY_LIMIT_64=4g\n")
+    put("cuda_config", "share-zero.env", "ALIYUN_COM_GPU_MEM_CONTAINER=0\nALIYUN_COM_GPU_MEM_DEV=16\n")
+    # The ordinal rule: the process's CUDA_VISIBLE_DEVICES renumbering.
+    put("cuda_config", "visible.env", "CUDA_DEVICE_MEMORY_LIMIT_0=4g\nCUDA_DEVICE_MEMORY_LIMIT_1=2g\n"
+                                      "CUDA_VISIBLE_DEVICES=1,GPU-6f1e2d3c,0,,-1,63\n")
 
 
 def cuda_region():

@@ -168,7 +168,7 @@ int isolation_install(const struct gp_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--isolation-library %s is empty", cfg->isolation_library);
         goto out;
     }
-    const char *preload = ISOLATION_CONTAINER_LIBRARY "\n";
+    const char *preload = POOL_CONTAINER_LIBRARY "\n";
     if (snprintf(containers, sizeof containers, "%s/%s", cfg->isolation_dir,
                  ISOLATION_CONTAINERS_NAME) >= (int)sizeof containers) {
         snprintf(err, errlen, "--isolation-dir %s is too long", cfg->isolation_dir);
@@ -327,9 +327,9 @@ int isolation_add_to_reply(struct arena *a, const char *dir, const char *host_di
                            const unsigned long long *limits, size_t n,
                            V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen)
 {
-    if (n > ISOLATION_MAX_GPUS) {
+    if (n > POOL_MAX_CONTAINER_GPUS) {
         snprintf(err, errlen, "%zu GPUs in one container: at most %d get a memory limit", n,
-                 ISOLATION_MAX_GPUS);
+                 POOL_MAX_CONTAINER_GPUS);
         return -1;
     }
     char lib[4096], preload[4096];
@@ -345,18 +345,18 @@ int isolation_add_to_reply(struct arena *a, const char *dir, const char *host_di
     if (out->n_envs > 0)
         memcpy(envs, out->envs, out->n_envs * sizeof *envs);
     size_t nm = out->n_mounts, ne = out->n_envs;
-    if ((mounts[nm++] = new_mount(a, lib, ISOLATION_CONTAINER_LIBRARY, true)) == NULL ||
-        (mounts[nm++] = new_mount(a, preload, ISOLATION_CONTAINER_PRELOAD, true)) == NULL ||
-        (mounts[nm++] = new_mount(a, host_dir, ISOLATION_CONTAINER_REGION_DIR, false)) == NULL)
+    if ((mounts[nm++] = new_mount(a, lib, POOL_CONTAINER_LIBRARY, true)) == NULL ||
+        (mounts[nm++] = new_mount(a, preload, POOL_CONTAINER_PRELOAD, true)) == NULL ||
+        (mounts[nm++] = new_mount(a, host_dir, POOL_CONTAINER_REGION_DIR, false)) == NULL)
         goto oom;
     for (size_t i = 0; i < n; i++) {
         char key[64], value[24];
-        snprintf(key, sizeof key, ISOLATION_ENV_LIMIT_PREFIX "%zu", i);
+        snprintf(key, sizeof key, POOL_ENV_MEM_LIMIT_PREFIX "%zu", i);
         snprintf(value, sizeof value, "%llu", limits[i]);
         if ((envs[ne++] = new_env(a, key, value)) == NULL)
             goto oom;
     }
-    if ((envs[ne++] = new_env(a, ISOLATION_ENV_SHARED_CACHE, ISOLATION_SHARED_CACHE)) == NULL)
+    if ((envs[ne++] = new_env(a, POOL_ENV_SHARED_CACHE, POOL_CONTAINER_REGION_PREFIX)) == NULL)
         goto oom;
     out->mounts = mounts;
     out->n_mounts = nm;

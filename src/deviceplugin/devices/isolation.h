@@ -26,20 +26,17 @@
 #include "gpu.h"
 #include "resource.h"
 #include "compiler.h"
+#include "poolapi_names.h"
 
+/* The layout under --isolation-dir on the host. Where a container sees
+ * these files, and the variables naming them, are the container contract's
+ * (poolapi_names.h: POOL_CONTAINER_*, POOL_ENV_MEM_LIMIT_PREFIX,
+ * POOL_ENV_SHARED_CACHE, POOL_MAX_CONTAINER_GPUS). */
 #define ISOLATION_LIBRARY_NAME "libgpupool-cuda.so"
 #define ISOLATION_PRELOAD_NAME "ld.so.preload"
 #define ISOLATION_CONTAINERS_NAME "containers"
-/* Where a container sees them (the contract's paths). */
-#define ISOLATION_CONTAINER_LIBRARY "/usr/local/gpupool/libgpupool-cuda.so"
-#define ISOLATION_CONTAINER_PRELOAD "/etc/ld.so.preload"
-#define ISOLATION_CONTAINER_REGION_DIR "/run/gpupool-cuda"
-#define ISOLATION_SHARED_CACHE ISOLATION_CONTAINER_REGION_DIR "/region"
-#define ISOLATION_ENV_LIMIT_PREFIX "CUDA_DEVICE_MEMORY_LIMIT_"
-#define ISOLATION_ENV_SHARED_CACHE "CUDA_DEVICE_MEMORY_SHARED_CACHE"
 #define ISOLATION_KEY_LEN 160
 #define ISOLATION_TS_PREFIX "ts_"
-#define ISOLATION_MAX_GPUS 64 /* limit variables of one container */
 
 /* True when this configuration gives some container a limit: memory
  * isolation in gpu-mem mode, or a time-slicing entry with memoryLimit. */
@@ -82,11 +79,12 @@ size_t isolation_replica_limits(const struct gpu_inventory *inv, const struct re
                                 size_t max);
 
 /* Appends to the container's reply the three mounts (library and preload
- * file read-only, region directory host_dir read-write) and the env
- * CUDA_DEVICE_MEMORY_LIMIT_<i>=limits[i] for i < n plus
- * CUDA_DEVICE_MEMORY_SHARED_CACHE. Everything lives in the arena; the
- * reply's existing mounts and envs are kept. -1 + err: out of memory or
- * n > ISOLATION_MAX_GPUS. */
+ * file read-only, region directory host_dir read-write, at the
+ * POOL_CONTAINER_* paths) and the env CUDA_DEVICE_MEMORY_LIMIT_<i>=limits[i]
+ * (decimal bytes; i the GPU's ordinal in the container) for i < n plus
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE=POOL_CONTAINER_REGION_PREFIX. Everything
+ * lives in the arena; the reply's existing mounts and envs are kept. -1 +
+ * err: out of memory or n > POOL_MAX_CONTAINER_GPUS. */
 GP_MUST_USE int isolation_add_to_reply(struct arena *a, const char *dir, const char *host_dir,
                                        const unsigned long long *limits, size_t n,
                                        V1beta1__ContainerAllocateResponse *out, char *err,

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "gpumem.h"
 #include "poolapi_demand.h"
+#include "poolapi_facts.h"
 #include "poolapi_quantity.h"
 #include "log.h"
 
@@ -60,61 +61,77 @@ static char *dup_string(const json_t *v)
     return strdup(s ? s : "");
 }
 
-/* ALIYUN_COM_GPU_MEM_POD, as the extender writes it: a decimal string (a
- * JSON integer, written by hand, is taken too). */
-static int parse_units(const json_t *v, unsigned long long *out)
+/* One pass of poolapi_pod_containers' walk: the containers of one list
+ * (init ones first, then app ones: the kubelet's Allocate order, which
+ * containers[] keeps). */
+struct container_pass {
+    struct gpumem_pod *pod;
+    bool init;
+    bool oom;
+};
+
+static int add_container(void *ctx, const json_t *c, const char *where, bool init, bool sidecar,
+                         char *err, size_t errlen)
 {
-    if (json_is_integer(v)) {
-        if (json_integer_value(v) < 0)
-            return -1;
-        *out = (unsigned long long)json_integer_value(v);
+    struct container_pass *w = ctx;
+    struct gpumem_pod *pod = w->pod;
+    (void)where;
+    if (init != w->init)
+        return 0;
+    const json_t *limit = json_object_get(
+        json_object_get(json_object_get(c, "resources"), "limits"), POOL_RES_GPU_MEM);
+    if (limit == NULL)
+        return 0;
+    const char *name = json_string_value(json_object_get(c, "name"));
+    uint64_t units;
+    char what[128], why[256];
+    /* The contract's quantity ("4", "1k", "2e3"); a fraction is refused. */
+    snprintf(what, sizeof what, "the %s limit of container \"%.63s\"", POOL_RES_GPU_MEM,
+             name ? name : "");
+    if (poolapi_quantity_whole(limit, what, &units, why, sizeof why) != 0) {
+        snprintf(why + strlen(why), sizeof why - strlen(why), ": not a whole number of units");
+        free(pod->bad);
+        pod->bad = strdup(why);
         return 0;
     }
-    const char *s = json_string_value(v);
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    *out = strtoull(s, &end, 10);
-    return errno == 0 && *end == '\0' ? 0 : -1;
+    if (units == 0)
+        return 0;
+    struct gpumem_container *grown =
+        realloc(pod->containers, (pod->n_containers + 1) * sizeof *grown);
+    if (grown == NULL)
+        goto oom;
+    pod->containers = grown;
+    struct gpumem_container *gc = &pod->containers[pod->n_containers];
+    gc->name = strdup(name ? name : "");
+    gc->units = units;
+    gc->init = init;
+    gc->sidecar = sidecar;
+    if (gc->name == NULL)
+        goto oom;
+    pod->n_containers++;
+    return 0;
+oom:
+    w->oom = true;
+    snprintf(err, errlen, "out of memory");
+    return -1;
 }
 
-static int add_containers(struct gpumem_pod *pod, const json_t *list, bool init)
+/* The gpu-mem containers of spec through the contract's one walk. A list
+ * that is not an array marks the pod unreadable (out->bad). -1: out of
+ * memory. */
+static int add_containers(struct gpumem_pod *out, const json_t *spec)
 {
-    size_t i;
-    const json_t *c;
-    json_array_foreach (list, i, c) {
-        const json_t *limit = json_object_get(
-            json_object_get(json_object_get(c, "resources"), "limits"), POOL_RES_GPU_MEM);
-        if (limit == NULL)
+    struct container_pass w = {.pod = out, .init = true};
+    char why[256];
+    for (int pass = 0; pass < 2; pass++, w.init = false) {
+        if (poolapi_pod_containers(spec, add_container, &w, why, sizeof why) == 0)
             continue;
-        const char *name = json_string_value(json_object_get(c, "name"));
-        uint64_t units;
-        char what[128], why[256];
-        /* The contract's quantity ("4", "1k", "2e3"); a fraction is refused. */
-        snprintf(what, sizeof what, "the %s limit of container \"%.63s\"", POOL_RES_GPU_MEM,
-                 name ? name : "");
-        if (poolapi_quantity_whole(limit, what, &units, why, sizeof why) != 0) {
-            snprintf(why + strlen(why), sizeof why - strlen(why), ": not a whole number of units");
-            free(pod->bad);
-            pod->bad = strdup(why);
-            continue;
-        }
-        if (units == 0)
-            continue;
-        struct gpumem_container *grown =
-            realloc(pod->containers, (pod->n_containers + 1) * sizeof *grown);
-        if (grown == NULL)
+        if (w.oom)
             return -1;
-        pod->containers = grown;
-        struct gpumem_container *gc = &pod->containers[pod->n_containers];
-        gc->name = strdup(name ? name : "");
-        gc->units = units;
-        gc->init = init;
-        gc->sidecar = init && poolapi_container_is_sidecar(c);
-        if (gc->name == NULL)
+        free(out->bad);
+        if ((out->bad = strdup(why)) == NULL)
             return -1;
-        pod->n_containers++;
+        break;
     }
     return 0;
 }
@@ -137,14 +154,13 @@ int gpumem_pod_parse(const json_t *obj, struct gpumem_pod *out, char *err, size_
         phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
     const char *idx = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_IDX));
     const char *assigned = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_ASSIGNED));
-    const json_t *pod_units = json_object_get(ann, POOL_ANN_GPU_MEM_POD);
+    uint64_t pod_units;
     out->assigned = assigned != NULL && strcmp(assigned, "true") == 0;
-    out->has_pod_units = pod_units != NULL && parse_units(pod_units, &out->pod_units) == 0;
+    out->has_pod_units = poolapi_gpu_mem_pod(ann, &pod_units) == 0;
+    out->pod_units = out->has_pod_units ? pod_units : 0;
     if (idx != NULL && (out->idx = strdup(idx)) == NULL)
         goto oom;
-    if (out->ns == NULL || out->name == NULL || out->uid == NULL ||
-        add_containers(out, json_object_get(spec, "initContainers"), true) != 0 ||
-        add_containers(out, json_object_get(spec, "containers"), false) != 0)
+    if (out->ns == NULL || out->name == NULL || out->uid == NULL || add_containers(out, spec) != 0)
         goto oom;
     return 0;
 oom:

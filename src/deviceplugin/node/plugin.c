@@ -290,7 +290,7 @@ static enum rpc_status add_replica_limit(struct arena *a, struct plugin_node *no
     if (first == NULL)
         return RPC_OK; /* only unshared devices: nothing to limit */
     char key[ISOLATION_KEY_LEN], dir[4096], why[8192];
-    unsigned long long limits[ISOLATION_MAX_GPUS];
+    unsigned long long limits[POOL_MAX_CONTAINER_GPUS];
     if (isolation_replica_key(first, key, sizeof key) != 0) {
         snprintf(msg, msglen, "replica ID %s cannot name a region directory", first);
         return RPC_INTERNAL;
@@ -301,7 +301,7 @@ static enum rpc_status add_replica_limit(struct arena *a, struct plugin_node *no
         return RPC_INTERNAL;
     }
     size_t n =
-        isolation_replica_limits(node->inv, res, positions, count, limits, ISOLATION_MAX_GPUS);
+        isolation_replica_limits(node->inv, res, positions, count, limits, POOL_MAX_CONTAINER_GPUS);
     if (isolation_add_to_reply(a, node->cfg->isolation_dir, dir, limits, n, cresp, msg, msglen) !=
         0)
         return RPC_RESOURCE_EXHAUSTED;

@@ -139,24 +139,113 @@ static void test_config_broken_fails_closed(void **state)
         {"CUDA_DEVICE_MEMORY_LIMIT_0=-1", NULL, "CUDA_DEVICE_MEMORY_LIMIT_0=\"-1\""},
         {"CUDA_DEVICE_MEMORY_LIMIT_64=1g", NULL, "device ordinal"},
         {"CUDA_DEVICE_MEMORY_LIMIT_x=1g", NULL, "device ordinal"},
-        {"CUDA_DEVICE_MEMORY_LIMIT_=1g", NULL, NULL},
+        /* D14: a limit whose name lost its ordinal was ignored (no limit). */
+        {"CUDA_DEVICE_MEMORY_LIMIT_=4g", NULL, "CUDA_DEVICE_MEMORY_LIMIT_=\"4g\""},
+        {"CUDA_DEVICE_MEMORY_LIMIT_01=1g", "CUDA_DEVICE_MEMORY_LIMIT_1=2g", "device ordinal"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_1x=1g", NULL, "device ordinal"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_-1=1g", NULL, "device ordinal"},
         {"ALIYUN_COM_GPU_MEM_CONTAINER=4", NULL, "ALIYUN_COM_GPU_MEM_DEV"},
         {"ALIYUN_COM_GPU_MEM_CONTAINER=4", "ALIYUN_COM_GPU_MEM_DEV=0", "positive"},
         {"ALIYUN_COM_GPU_MEM_CONTAINER=4g", "ALIYUN_COM_GPU_MEM_DEV=16", "number of units"},
+        /* D14: a share of 0 units meant no limit at all. */
+        {"ALIYUN_COM_GPU_MEM_CONTAINER=0", "ALIYUN_COM_GPU_MEM_DEV=16",
+         "ALIYUN_COM_GPU_MEM_CONTAINER=\"0\" is not a positive number"},
+        {"ALIYUN_COM_GPU_MEM_DEV=16", NULL, "ALIYUN_COM_GPU_MEM_CONTAINER=\"\""},
         {"CUDA_DEVICE_MEMORY_LIMIT=1g", "CUDA_DEVICE_MEMORY_SHARED_CACHE=", "usable path"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *env[3] = {(char *)cases[i][0], (char *)cases[i][1], NULL};
+        char *env[] = {"PATH=/bin", (char *)cases[i][0], (char *)cases[i][1], NULL};
         struct cudacfg c;
         cudacfg_load(&c, env);
-        if (cases[i][2] == NULL) { /* "CUDA_DEVICE_MEMORY_LIMIT_" alone is not ours */
-            assert_int_equal(c.state, CUDACFG_OFF);
-            continue;
-        }
-        assert_int_equal(c.state, CUDACFG_BROKEN);
-        assert_non_null(strstr(c.why, cases[i][2]));
+        if (c.state != CUDACFG_BROKEN || strstr(c.why, cases[i][2]) == NULL)
+            fail_msg("%s %s: state %d, \"%s\"", cases[i][0], cases[i][1] ? cases[i][1] : "",
+                     (int)c.state, c.why);
         assert_int_equal(cudacfg_limit(&c, 0, 16 * GiB), 0);
+        assert_int_equal(cudacfg_container_limit(&c, 0, 16 * GiB), 0);
     }
+    /* Names that only look alike are not ours. */
+    char *other[] = {"CUDA_DEVICE_MEMORY_LIMITS=1g", "XCUDA_DEVICE_MEMORY_LIMIT_0=1g",
+                     "CUDA_DEVICE_MEMORY_LIMIT", NULL};
+    struct cudacfg c;
+    cudacfg_load(&c, other);
+    assert_int_equal(c.state, CUDACFG_OFF);
+}
+
+/* Limits written per container ordinal; a process that sets
+ * CUDA_VISIBLE_DEVICES renumbers its devices and must still get the limit
+ * of the GPU it uses (D11's CUDA_VISIBLE_DEVICES part). */
+static void test_config_visible_devices(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *visible; /* NULL: unset */
+        int64_t want[4];     /* process ordinals 0..3 */
+    } cases[] = {
+        {NULL, {4 * GiB, 2 * GiB, 6 * GiB, 0}}, /* ordinal 3: no variable, no limit */
+        {"CUDA_VISIBLE_DEVICES=1", {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=2,0", {6 * GiB, 4 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=2,1,0", {6 * GiB, 2 * GiB, 4 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=02", {6 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
+        /* Names: the smallest limit, whichever GPU they are. */
+        {"CUDA_VISIBLE_DEVICES=GPU-6f1e2d3c-0000-1111-2222-333344445555",
+         {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=MIG-1b2c,0", {2 * GiB, 4 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=2,-1,0", {6 * GiB, 2 * GiB, 4 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES= 2", {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=64", {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=", {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=3", {0, 2 * GiB, 2 * GiB, 2 * GiB}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=4g", "CUDA_DEVICE_MEMORY_LIMIT_1=2g",
+                       "CUDA_DEVICE_MEMORY_LIMIT_2=6g", (char *)cases[i].visible, NULL};
+        struct cudacfg c;
+        cudacfg_load(&c, env);
+        assert_int_equal(c.state, CUDACFG_ON);
+        for (int k = 0; k < 4; k++) {
+            int64_t got = cudacfg_limit(&c, k, 16 * GiB);
+            if (got != cases[i].want[k])
+                fail_msg("%s, process ordinal %d: %lld, want %lld",
+                         cases[i].visible ? cases[i].visible : "unset", k, (long long)got,
+                         (long long)cases[i].want[k]);
+        }
+        /* NVML's index is the container's, whatever CUDA_VISIBLE_DEVICES says. */
+        assert_int_equal(cudacfg_container_limit(&c, 0, 16 * GiB), 4 * GiB);
+        assert_int_equal(cudacfg_container_limit(&c, 2, 16 * GiB), 6 * GiB);
+        assert_int_equal(cudacfg_container_limit(&c, 3, 16 * GiB), 0);
+    }
+
+    /* One limit for every GPU, or gpushare's share: a name gets that. */
+    char *all[] = {"CUDA_VISIBLE_DEVICES=GPU-x", "CUDA_DEVICE_MEMORY_LIMIT=3g", NULL};
+    struct cudacfg c;
+    cudacfg_load(&c, all);
+    assert_int_equal(cudacfg_limit(&c, 0, 16 * GiB), 3 * GiB);
+    char *share[] = {"CUDA_VISIBLE_DEVICES=MIG-y", "ALIYUN_COM_GPU_MEM_CONTAINER=4",
+                     "ALIYUN_COM_GPU_MEM_DEV=16", NULL};
+    cudacfg_load(&c, share);
+    assert_int_equal(cudacfg_limit(&c, 0, 16 * GiB), 4 * GiB);
+    /* A 0 limit ("none") is not the smallest: a named GPU gets the tightest. */
+    char *none0[] = {"CUDA_VISIBLE_DEVICES=GPU-z", "CUDA_DEVICE_MEMORY_LIMIT_0=0",
+                     "CUDA_DEVICE_MEMORY_LIMIT_1=5g", NULL};
+    cudacfg_load(&c, none0);
+    assert_int_equal(cudacfg_limit(&c, 0, 16 * GiB), 5 * GiB);
+    /* Without a limit variable CUDA_VISIBLE_DEVICES changes nothing. */
+    char *off[] = {"CUDA_VISIBLE_DEVICES=1,0", NULL};
+    cudacfg_load(&c, off);
+    assert_int_equal(c.state, CUDACFG_OFF);
+    assert_int_equal(cudacfg_limit(&c, 0, 16 * GiB), 0);
+    /* More entries than the table holds: those past it get the smallest. */
+    char many[4 * 70 + 32] = "CUDA_VISIBLE_DEVICES=";
+    for (int k = 0; k < 70; k++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s%d", k ? "," : "", k % 3);
+    char *long_list[] = {many, "CUDA_DEVICE_MEMORY_LIMIT_0=4g", "CUDA_DEVICE_MEMORY_LIMIT_1=2g",
+                         "CUDA_DEVICE_MEMORY_LIMIT_2=6g", NULL};
+    cudacfg_load(&c, long_list);
+    assert_int_equal(cudacfg_limit(&c, 63, 16 * GiB), 4 * GiB); /* 63 % 3 == 0 */
+    assert_int_equal(cudacfg_limit(&c, 62, 16 * GiB), 6 * GiB);
+    assert_int_equal(cudacfg_limit(&c, 64, 16 * GiB), 2 * GiB);
+    assert_int_equal(cudacfg_limit(&c, 1000, 16 * GiB), 2 * GiB);
+    assert_int_equal(cudacfg_limit(&c, -1, 16 * GiB), 0);
 }
 
 /* ---- the region -------------------------------------------------------------- */
@@ -439,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_config_variables),
         cmocka_unit_test(test_config_broken_fails_closed),
+        cmocka_unit_test(test_config_visible_devices),
         cmocka_unit_test(test_region_exact_to_the_byte),
         cmocka_unit_test(test_region_bad_files),
         cmocka_unit_test(test_region_dead_processes_reclaimed),

@@ -426,6 +426,27 @@ static void test_pod_parse(void **state)
     assert_int_equal(p.containers[0].units, 1000);
     gpumem_pod_clear(&p);
     json_decref(obj);
+    /* Through poolapi_pod_containers: a list that is not an array makes the
+     * pod unreadable instead of one without gpu-mem containers. */
+    obj = json_loads("{\"metadata\":{\"name\":\"m\"},\"spec\":{\"initContainers\":{},"
+                     "\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":"
+                     "{\"aliyun.com/gpu-mem\":\"2\"}}}]}}",
+                     0, &jerr);
+    assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), 0);
+    assert_non_null(p.bad);
+    assert_non_null(strstr(p.bad, "spec.initContainers must be an array"));
+    gpumem_pod_clear(&p);
+    json_decref(obj);
+    /* ALIYUN_COM_GPU_MEM_POD is a string (poolapi_gpu_mem_pod): a JSON number is
+     * not taken, so the plugin totals the containers itself. */
+    obj = json_loads("{\"metadata\":{\"name\":\"n\",\"annotations\":"
+                     "{\"ALIYUN_COM_GPU_MEM_POD\":6}},\"spec\":{}}",
+                     0, &jerr);
+    assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), 0);
+    assert_false(p.has_pod_units);
+    assert_int_equal(p.pod_units, 0);
+    gpumem_pod_clear(&p);
+    json_decref(obj);
     obj = json_loads("[1]", 0, &jerr);
     assert_int_equal(gpumem_pod_parse(obj, &p, err, sizeof err), -1);
     json_decref(obj);

@@ -145,10 +145,10 @@ static void test_add_to_reply_keeps_what_was_there(void **state)
     assert_string_equal(env_of(&r, "CUDA_DEVICE_MEMORY_LIMIT_1"), "1");
     assert_string_equal(env_of(&r, "CUDA_DEVICE_MEMORY_SHARED_CACHE"), "/run/gpupool-cuda/region");
     assert_null(env_of(&r, "CUDA_DEVICE_MEMORY_LIMIT_2"));
-    unsigned long long many[ISOLATION_MAX_GPUS + 1] = {0};
-    assert_int_equal(
-        isolation_add_to_reply(&a, "/d", "/d/c", many, ISOLATION_MAX_GPUS + 1, &r, err, sizeof err),
-        -1);
+    unsigned long long many[POOL_MAX_CONTAINER_GPUS + 1] = {0};
+    assert_int_equal(isolation_add_to_reply(&a, "/d", "/d/c", many, POOL_MAX_CONTAINER_GPUS + 1, &r,
+                                            err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "at most"));
     arena_free(&a);
 }

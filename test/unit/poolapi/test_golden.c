@@ -196,6 +196,70 @@ static void test_index_lists(void **state)
     fixture_inventory_free(&inv);
 }
 
+/* ---- the annotation ALIYUN_COM_GPU_MEM_POD ---- */
+
+struct pod_units_case {
+    const char *value; /* the annotation's JSON value */
+    bool ok;           /* false: nobody takes it */
+    uint64_t want;
+};
+
+static const struct pod_units_case pod_units_cases[] = {
+    {"\"6\"", true, 6},
+    {"\"0\"", true, 0},
+    {"\"007\"", true, 7},
+    {"\"18446744073709551615\"", true, UINT64_MAX},
+    {"\"18446744073709551616\"", false, 0},
+    {"\"\"", false, 0},
+    {"\"-1\"", false, 0},
+    {"\"+6\"", false, 0},
+    {"\" 6\"", false, 0},
+    {"\"6 \"", false, 0},
+    {"\"6Gi\"", false, 0},
+    {"\"0x10\"", false, 0},
+    {"\"1e3\"", false, 0},
+    /* Annotations are strings in the API: a number is refused by both. */
+    {"6", false, 0},
+    {"null", false, 0},
+};
+
+/* The extender (and the CLI: the same poolapi_pod_facts) reads the pod's
+ * units from its assignment; the device plugin from its pod view. */
+static void test_pod_units_annotation(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof pod_units_cases / sizeof pod_units_cases[0]; i++) {
+        const struct pod_units_case *k = &pod_units_cases[i];
+        char text[512];
+        snprintf(
+            text, sizeof text,
+            "{\"metadata\":{\"name\":\"p\",\"namespace\":\"ns\",\"uid\":\"u\","
+            "\"annotations\":{\"ALIYUN_COM_GPU_MEM_IDX\":\"1\",\"ALIYUN_COM_GPU_MEM_POD\":%s}},"
+            "\"spec\":{\"nodeName\":\"n\",\"containers\":[" C("a", "\"4\"") "]}}",
+            k->value);
+        json_error_t jerr;
+        json_t *pod = json_loads(text, 0, &jerr);
+        if (pod == NULL)
+            fail_msg("bad test JSON (%s): %s", jerr.text, text);
+        struct pod_facts f;
+        struct gpumem_pod p;
+        char err[256];
+        assert_int_equal(poolapi_pod_facts(pod, &f, err, sizeof err), 0);
+        assert_int_equal(gpumem_pod_parse(pod, &p, err, sizeof err), 0);
+        bool ext_ok = f.assigned.present, dp_ok = p.has_pod_units, want_ok = k->ok;
+        uint64_t want = k->want;
+        if (ext_ok != want_ok || dp_ok != want_ok ||
+            (want_ok && (f.assigned.pod_memory != want || p.pod_units != want)))
+            fail_msg("%s %s: want %s%llu, extender %s%llu, device plugin %s%llu",
+                     POOL_ANN_GPU_MEM_POD, k->value, want_ok ? "" : "none ",
+                     (unsigned long long)want, ext_ok ? "" : "none ",
+                     (unsigned long long)f.assigned.pod_memory, dp_ok ? "" : "none ",
+                     (unsigned long long)p.pod_units);
+        gpumem_pod_clear(&p);
+        json_decref(pod);
+    }
+}
+
 /* ---- the node annotation gpupool.io/gpus ---- */
 
 struct node_case {
@@ -253,6 +317,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pods),
         cmocka_unit_test(test_index_lists),
+        cmocka_unit_test(test_pod_units_annotation),
         cmocka_unit_test(test_node_annotations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
