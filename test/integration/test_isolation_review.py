@@ -38,17 +38,19 @@ class PhysProbe(Probe):
         return env
 
     def phys(self):
-        """{device index: (current, peak)} over live processes."""
+        """{device UUID: (current, peak)} over live processes."""
+        if not os.path.exists(self.phys_file):
+            return {}
         out = subprocess.run([PHYS_TOOL, self.phys_file], capture_output=True, text=True,
                              check=True).stdout
         res = {}
         for line in out.splitlines():
             f = dict(t.split("=", 1) for t in line.split())
-            res[int(f["dev"])] = (int(f["current"]), int(f["peak"]))
+            res[f["uuid"]] = (int(f["current"]), int(f["peak"]))
         return res
 
-    def peak(self, dev=0):
-        return self.phys().get(dev, (0, 0))[1]
+    def peak(self, uuid=UUID0):
+        return self.phys().get(uuid, (0, 0))[1]
 
 
 @pytest.fixture
@@ -135,3 +137,19 @@ def test_d10_pitch_padding_charged_before_the_driver_allocates(probe):
     r = probe.run("init pitch 1000 1024 info")
     assert r.value("pitch", "pitch") == 1024
     assert r.value("info", "free") == 4 * GiB - 1024 * 1024
+
+
+# ---- D11: whose limit, on which GPU ----------------------------------------------
+
+def test_d11_visible_devices_renumbering_keeps_each_gpus_limit(probe):
+    """The limit variables name the GPUs as the container sees them. A process
+    that sets CUDA_VISIBLE_DEVICES=1 sees container GPU 1 as its device 0: it
+    gets GPU 1's limit. Before: limit _0 (6g) was applied to GPU 1 (limit 4g)."""
+    env = dict(limit=None, CUDA_DEVICE_MEMORY_LIMIT_0="6g", CUDA_DEVICE_MEMORY_LIMIT_1="4g")
+    r = probe.run("init total fill 256m", CUDA_VISIBLE_DEVICES="1", **env)
+    assert r.value("total", "bytes") == 4 * GiB
+    assert r.value("fill", "bytes") == 4 * GiB
+    assert probe.peak(UUID1) <= 4 * GiB
+    # By UUID the rule is the smallest limit of any GPU (exact for equal limits).
+    r = probe.run("init total", CUDA_VISIBLE_DEVICES=UUID0, **env)
+    assert r.value("total", "bytes") == 4 * GiB
