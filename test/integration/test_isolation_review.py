@@ -153,3 +153,69 @@ def test_d11_visible_devices_renumbering_keeps_each_gpus_limit(probe):
     # By UUID the rule is the smallest limit of any GPU (exact for equal limits).
     r = probe.run("init total", CUDA_VISIBLE_DEVICES=UUID0, **env)
     assert r.value("total", "bytes") == 4 * GiB
+
+
+# ---- races, against what the GPU physically holds -------------------------------
+
+def _wait_all(procs, timeout=120):
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout * TIMEOUT_SCALE)
+        assert p.returncode == 0, (p.returncode, err)
+        outs.append(out)
+    return outs
+
+
+def test_64_processes_churning_never_hold_more_than_the_limit(probe):
+    """64 processes allocating and freeing 300m at once under 1g: the review
+    saw HAMi-core reach 31.9 GiB under 4 GiB this way."""
+    script = "init " + "alloc 300m free " * 100
+    procs = [probe.spawn(script, limit="1g") for _ in range(64)]
+    outs = _wait_all(procs)
+    granted = sum(o.count("alloc CUDA_SUCCESS") for o in outs)
+    refused = sum(o.count("alloc CUDA_ERROR_OUT_OF_MEMORY") for o in outs)
+    assert granted > 0 and granted + refused == 64 * 100
+    assert probe.peak() <= GiB, probe.phys()
+    assert probe.run("init info", limit="1g").value("info", "free") == GiB
+
+
+def test_4_processes_racing_for_1_5g_each_under_4g(probe):
+    procs = [probe.spawn("init alloc 1536m hold") for _ in range(4)]
+    try:
+        codes = []
+        for p in procs:
+            p.stdout.readline()
+            codes.append(p.stdout.readline().split()[1])
+        assert sorted(codes) == ["CUDA_ERROR_OUT_OF_MEMORY"] * 2 + ["CUDA_SUCCESS"] * 2
+        assert probe.peak() <= 4 * GiB
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_64_threads_churning_in_one_process(probe):
+    r = probe.run("init threads 64 100m info", limit="1g")
+    assert r.value("info", "free") == GiB
+    assert probe.peak() <= GiB
+
+
+def test_kill_storm_physical_peak_and_full_recovery(probe):
+    """300 churning processes SIGKILLed at random instants, 10 at a time."""
+    import random
+    import signal
+    import time
+    rng = random.Random(7)
+    for _ in range(30):
+        batch = [probe.spawn("init " + "alloc 200m free " * 500, limit="1g") for _ in range(10)]
+        for p in batch:
+            assert p.stdout.readline().split()[:2] == ["init", "CUDA_SUCCESS"]
+        time.sleep(rng.random() * 0.01)
+        for p in batch:
+            p.send_signal(signal.SIGKILL)
+        for p in batch:
+            p.wait()
+    assert probe.peak() <= GiB
+    r = probe.run("init info fill 100m", limit="1g")
+    assert r.value("info", "free") == GiB
+    assert r.value("fill", "bytes") == 1000 * MiB
