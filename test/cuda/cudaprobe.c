@@ -80,7 +80,20 @@
     XX(cuArrayDestroy, "cuArrayDestroy")                               \
     XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")               \
     XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")             \
-    XX(cuLaunchKernel, "cuLaunchKernel")
+    XX(cuLaunchKernel, "cuLaunchKernel")                               \
+    XX(cuStreamCreate, "cuStreamCreate")                               \
+    XX(cuStreamSynchronize, "cuStreamSynchronize")                     \
+    XX(cuStreamGetCtx, "cuStreamGetCtx")                               \
+    XX(cuCtxSynchronize, "cuCtxSynchronize")                           \
+    XX(cuCtxPushCurrent_v2, "cuCtxPushCurrent")                        \
+    XX(cuCtxPopCurrent_v2, "cuCtxPopCurrent")                          \
+    XX(cuDeviceGetMemPool, "cuDeviceGetMemPool")                       \
+    XX(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")         \
+    XX(cuDeviceSetMemPool, "cuDeviceSetMemPool")                       \
+    XX(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                 \
+    XX(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                 \
+    XX(cuMemPoolTrimTo, "cuMemPoolTrimTo")                             \
+    XX(cuPointerGetAttribute, "cuPointerGetAttribute")
 
 static struct {
 #define PROBE_FIELD(sym, base) __typeof__(sym) *sym;
@@ -146,6 +159,17 @@ enum opcode {
     OP_LEGACY_RELEASE,
     OP_DEVICE_COUNT,
     OP_UUID,
+    OP_POOL_THRESHOLD,
+    OP_POOL_TRIM,
+    OP_POOL_ATTR,
+    OP_SYNC,
+    OP_XDEV_POOL,
+    OP_STREAM_ON,
+    OP_ASYNC_ON_STREAM,
+    OP_NO_CTX,
+    OP_SET_MEMPOOL,
+    OP_PTR_DEV,
+    OP_STREAM_CTX,
     OP_COUNT
 };
 
@@ -187,6 +211,17 @@ static const struct op ops[OP_COUNT] = {
     [OP_LEGACY_RELEASE] = {"legacy-release", {A_NONE}},
     [OP_DEVICE_COUNT] = {"count", {A_NONE}},
     [OP_UUID] = {"uuid", {A_NONE}},
+    [OP_POOL_THRESHOLD] = {"pool-threshold", {A_NAME}}, /* bytes or "max" */
+    [OP_POOL_TRIM] = {"pool-trim", {A_SIZE}},
+    [OP_POOL_ATTR] = {"pool-attr", {A_NONE}},
+    [OP_SYNC] = {"sync", {A_NONE}},
+    [OP_XDEV_POOL] = {"xdev-pool", {A_SIZE, A_INT}},
+    [OP_STREAM_ON] = {"stream-on", {A_INT}},
+    [OP_ASYNC_ON_STREAM] = {"async-on-stream", {A_SIZE}},
+    [OP_NO_CTX] = {"no-ctx", {A_NONE}},
+    [OP_SET_MEMPOOL] = {"set-mempool", {A_INT}},
+    [OP_PTR_DEV] = {"ptr-dev", {A_NONE}},
+    [OP_STREAM_CTX] = {"stream-ctx", {A_NONE}},
 };
 
 struct cmd {
@@ -207,7 +242,10 @@ static void usage(void)
           "  loop N SIZE | launch N | threads N SIZE | nvml | hold | sleep MS\n"
           "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n"
           "  zombie SIZE | exec-self COMMAND... | dlsym-default NAME | ctor-deadlock\n"
-          "  legacy-release | count | uuid\n",
+          "  legacy-release | count | uuid\n"
+          "  pool-threshold BYTES|max | pool-trim BYTES | pool-attr | sync | xdev-pool SIZE DEV\n"
+          "  stream-on DEV | async-on-stream SIZE | no-ctx | set-mempool DEV | ptr-dev\n"
+          "  stream-ctx\n",
           stderr);
 }
 
@@ -248,6 +286,15 @@ static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncm
         /* procaddr's optional FLAGS: a number (no command is one). */
         if (op == OP_PROCADDR && i < argc && parse_u64(argv[i], false, &c->a[2]) == 0)
             i++;
+        if (op == OP_POOL_THRESHOLD) {
+            if (strcmp(c->name, "max") == 0)
+                c->a[0] = UINT64_MAX;
+            else if (parse_u64(c->name, true, &c->a[0]) != 0) {
+                fprintf(stderr, "gpupool-cudaprobe: pool-threshold: \"%s\" is not a size or max\n",
+                        c->name);
+                return -1;
+            }
+        }
         /* exec-self: what follows is the new image's script, checked there. */
         if (op == OP_EXEC_SELF) {
             c->a[0] = (uint64_t)i;
@@ -387,7 +434,8 @@ enum akind { AK_PTR, AK_ASYNC, AK_VMM, AK_ARRAY, AK_MIPMAP };
 struct alloc {
     enum akind kind;
     uint64_t h;
-    CUcontext ctx;
+    CUcontext ctx;   /* what its teardown frees it with */
+    CUstream stream; /* async: the stream it came from (and is freed on) */
 };
 
 static struct {
@@ -397,6 +445,8 @@ static struct {
     CUcontext created[PROBE_MAX_DEVICES];
     int ncreated;
     CUmemoryPool pool[PROBE_MAX_DEVICES];
+    CUstream stream;      /* stream-on's newest stream */
+    CUcontext stream_ctx; /* the context it was made in */
     struct alloc *live;
     size_t nlive, caplive;
     CUdeviceptr *fill;
@@ -416,12 +466,17 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static CUresult remember(enum akind kind, uint64_t h)
+static CUresult remember_in(enum akind kind, uint64_t h, CUcontext ctx, CUstream stream)
 {
     if (grow((void **)&st.live, &st.caplive, st.nlive + 1, sizeof(*st.live)) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    st.live[st.nlive++] = (struct alloc){kind, h, st.cur};
+    st.live[st.nlive++] = (struct alloc){kind, h, ctx, stream};
     return CUDA_SUCCESS;
+}
+
+static CUresult remember(enum akind kind, uint64_t h)
+{
+    return remember_in(kind, h, st.cur, NULL);
 }
 
 static CUresult release(const struct alloc *a)
@@ -430,7 +485,7 @@ static CUresult release(const struct alloc *a)
     case AK_PTR:
         return CALL(cuMemFree_v2, a->h);
     case AK_ASYNC:
-        return CALL(cuMemFreeAsync, a->h, NULL);
+        return CALL(cuMemFreeAsync, a->h, a->stream);
     case AK_VMM:
         return CALL(cuMemRelease, a->h);
     case AK_ARRAY:
@@ -757,6 +812,93 @@ static void cmd_ctor_deadlock(void)
     say("ctor-deadlock", r.rc, "cuInit=%s", !found ? "?" : *found ? "found" : "null");
 }
 
+/* The current pool of the current device (cuDeviceGetMemPool). */
+static CUresult cur_mempool(CUmemoryPool *pool)
+{
+    return CALL(cuDeviceGetMemPool, pool, st.dev);
+}
+
+/* The probe's own pool on device d (cuMemPoolCreate, made once). */
+static CUresult own_pool(int d, CUmemoryPool *pool)
+{
+    CUresult rc = CUDA_SUCCESS;
+    if (d < 0 || d >= PROBE_MAX_DEVICES)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!st.pool[d]) {
+        CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, d}};
+        rc = CALL(cuMemPoolCreate, &st.pool[d], &props);
+    }
+    *pool = st.pool[d];
+    return rc;
+}
+
+static void cmd_pool_attr(void)
+{
+    CUmemoryPool pool = NULL;
+    cuuint64_t v[5] = {0};
+    static const CUmemPool_attribute which[5] = {
+        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+        CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+        CU_MEMPOOL_ATTR_USED_MEM_HIGH};
+    CUresult rc = cur_mempool(&pool);
+    for (int k = 0; k < 5 && rc == CUDA_SUCCESS; k++)
+        rc = CALL(cuMemPoolGetAttribute, pool, which[k], &v[k]);
+    say("pool-attr", rc,
+        "reserved=%" PRIu64 " used=%" PRIu64 " threshold=%" PRIu64 " reserved-high=%" PRIu64
+        " used-high=%" PRIu64,
+        (uint64_t)v[0], (uint64_t)v[1], (uint64_t)v[2], (uint64_t)v[3], (uint64_t)v[4]);
+}
+
+/* A stream in device d's primary context, the current context unchanged. */
+static void cmd_stream_on(uint64_t d)
+{
+    CUdevice dev = 0;
+    CUcontext popped = NULL;
+    CUstream s = NULL;
+    CUresult rc = d > INT_MAX ? CUDA_ERROR_INVALID_DEVICE : CALL(cuDeviceGet, &dev, (int)d);
+    if (rc == CUDA_SUCCESS && (dev < 0 || dev >= PROBE_MAX_DEVICES))
+        rc = CUDA_ERROR_INVALID_DEVICE;
+    if (rc == CUDA_SUCCESS && !st.primary[dev])
+        rc = CALL(cuDevicePrimaryCtxRetain, &st.primary[dev], dev);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuCtxPushCurrent_v2, st.primary[dev]);
+    if (rc == CUDA_SUCCESS) {
+        rc = CALL(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+        CUresult r = CALL(cuCtxPopCurrent_v2, &popped);
+        rc = rc == CUDA_SUCCESS ? r : rc;
+    }
+    if (rc == CUDA_SUCCESS) {
+        st.stream = s;
+        st.stream_ctx = st.primary[dev];
+    }
+    say("stream-on", rc, NULL);
+}
+
+static void cmd_ptr_dev(void)
+{
+    int dev = -1;
+    size_t k = st.nlive;
+    while (k > 0 && st.live[k - 1].kind != AK_PTR && st.live[k - 1].kind != AK_ASYNC)
+        k--;
+    CUresult rc = k == 0 ? CUDA_ERROR_INVALID_VALUE
+                         : CALL(cuPointerGetAttribute, &dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                st.live[k - 1].h);
+    say("ptr-dev", rc, "dev=%d", dev);
+}
+
+static void cmd_stream_ctx(void)
+{
+    CUcontext ctx = NULL;
+    CUresult rc = CALL(cuStreamGetCtx, st.stream, &ctx);
+    for (int d = 0; rc == CUDA_SUCCESS && d < PROBE_MAX_DEVICES; d++)
+        if (ctx && ctx == st.primary[d]) {
+            say("stream-ctx", rc, "primary=%d", d);
+            return;
+        }
+    say("stream-ctx", rc, "ctx=%s", ctx ? "other" : "null");
+}
+
 static void cmd_legacy_release(void)
 {
     CUresult rc = cu.legacy_release ? cu.legacy_release(st.dev) : CUDA_ERROR_NOT_FOUND;
@@ -844,18 +986,16 @@ static void run(const struct cmd *c)
             rc = remember(AK_ASYNC, p);
         say(name, rc, NULL);
         return;
-    case OP_POOLALLOC:
-        if (!st.pool[st.dev]) {
-            CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                    .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
-            rc = CALL(cuMemPoolCreate, &st.pool[st.dev], &props);
-        }
+    case OP_POOLALLOC: {
+        CUmemoryPool pool = NULL;
+        rc = own_pool(st.dev, &pool);
         if (rc == CUDA_SUCCESS)
-            rc = CALL(cuMemAllocFromPoolAsync, &p, c->a[0], st.pool[st.dev], NULL);
+            rc = CALL(cuMemAllocFromPoolAsync, &p, c->a[0], pool, NULL);
         if (rc == CUDA_SUCCESS)
             rc = remember(AK_ASYNC, p);
         say(name, rc, NULL);
         return;
+    }
     case OP_CREATE: {
         CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                     .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
@@ -1036,6 +1176,73 @@ static void run(const struct cmd *c)
         say(name, rc, "n=%d", n);
         return;
     }
+    case OP_POOL_THRESHOLD: {
+        CUmemoryPool pool = NULL;
+        cuuint64_t v = c->a[0];
+        rc = cur_mempool(&pool);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_POOL_TRIM: {
+        CUmemoryPool pool = NULL;
+        rc = cur_mempool(&pool);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemPoolTrimTo, pool, c->a[0]);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_POOL_ATTR:
+        cmd_pool_attr();
+        return;
+    case OP_SYNC:
+        rc = CALL(cuStreamSynchronize, NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuCtxSynchronize);
+        say(name, rc, NULL);
+        return;
+    case OP_XDEV_POOL: {
+        CUmemoryPool pool = NULL;
+        rc = c->a[1] > INT_MAX ? CUDA_ERROR_INVALID_DEVICE
+                               : CALL(cuDeviceGetDefaultMemPool, &pool, (int)c->a[1]);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemAllocFromPoolAsync, &p, c->a[0], pool, NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_ASYNC, p);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_STREAM_ON:
+        cmd_stream_on(c->a[0]);
+        return;
+    case OP_ASYNC_ON_STREAM:
+        rc = st.stream ? CALL(cuMemAllocAsync, &p, c->a[0], st.stream) : CUDA_ERROR_INVALID_HANDLE;
+        if (rc == CUDA_SUCCESS)
+            rc = remember_in(AK_ASYNC, p, st.stream_ctx, st.stream);
+        say(name, rc, NULL);
+        return;
+    case OP_NO_CTX:
+        rc = CALL(cuCtxSetCurrent, NULL);
+        if (rc == CUDA_SUCCESS)
+            st.cur = NULL;
+        say(name, rc, NULL);
+        return;
+    case OP_SET_MEMPOOL: {
+        CUmemoryPool pool = NULL;
+        rc = c->a[0] >= PROBE_MAX_DEVICES ? CUDA_ERROR_INVALID_DEVICE
+                                          : own_pool((int)c->a[0], &pool);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuDeviceSetMemPool, (int)c->a[0], pool);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_PTR_DEV:
+        cmd_ptr_dev();
+        return;
+    case OP_STREAM_CTX:
+        cmd_stream_ctx();
+        return;
     case OP_UUID: {
         CUuuid u = {{0}};
         const unsigned char *b = (const unsigned char *)u.bytes;

@@ -98,6 +98,16 @@
     XX(cuDeviceGetMemPool)            \
     XX(cuMemAllocFromPoolAsync)       \
     XX(cuMemAllocFromPoolAsync_ptsz)  \
+    XX(cuDeviceSetMemPool)            \
+    XX(cuMemPoolTrimTo)               \
+    XX(cuMemPoolSetAttribute)         \
+    XX(cuMemPoolGetAttribute)         \
+    XX(cuStreamGetCtx)                \
+    XX(cuPointerGetAttribute)         \
+    XX(cuCtxPushCurrent)              \
+    XX(cuCtxPushCurrent_v2)           \
+    XX(cuCtxPopCurrent)               \
+    XX(cuCtxPopCurrent_v2)            \
     XX(cuMemCreate)                   \
     XX(cuMemRelease)                  \
     XX(cuMemMap)                      \
@@ -158,10 +168,13 @@ struct fc_obj {
     int dev;
     uint64_t addr, size; /* address range (pointers, reservations, maps) */
     uint64_t charged;    /* bytes charged to the device */
-    uint64_t link;       /* map: the VMM handle's key */
+    uint64_t link;       /* map: the VMM handle's key; pool allocation: the pool's */
     int maps;            /* VMM handle: live mappings */
     bool released;       /* VMM handle: cuMemRelease called */
     bool is_default;     /* pool: a device's default pool */
+    bool destroyed;      /* pool: cuMemPoolDestroy called, allocations outstanding */
+    uint64_t reserved, used, reserved_high, used_high, threshold; /* pool (charged = reserved) */
+    int reuse[3];                                                 /* pool: REUSE_* attributes */
 };
 
 struct fc_ctx {
@@ -182,6 +195,7 @@ struct fc_dev {
     int real; /* its index in FAKECUDA_DEVICES (ordinals follow CUDA_VISIBLE_DEVICES) */
     struct fc_ctx primary;
     uint64_t default_pool; /* key of the default pool */
+    uint64_t mempool;      /* the current pool (cuDeviceSetMemPool) */
 };
 
 static struct {
@@ -202,6 +216,8 @@ static struct {
     struct fc_obj va;     /* list head: reservations and mappings */
     uint64_t next_va, next_va32, next_handle;
     bool phys_on;        /* FAKECUDA_PHYS: physical use shared with other processes */
+    bool pool_retain;    /* FAKECUDA_POOL_RETAIN: pools keep freed memory until sync/trim */
+    struct fc_obj pools; /* list head: every live or draining pool */
     struct fc_phys phys; /* its file; a slot once initialised (again after a fork) */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -450,6 +466,7 @@ __attribute__((constructor)) static void fc_load(void)
     const char *phys = getenv("FAKECUDA_PHYS");
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     const char *distinct = getenv("FAKECUDA_PROCADDR_DISTINCT");
+    const char *retain = getenv("FAKECUDA_POOL_RETAIN");
     if (devs)
         g.broken = parse_devices(devs);
     else {
@@ -463,6 +480,9 @@ __attribute__((constructor)) static void fc_load(void)
     if (!g.broken && distinct && strcmp(distinct, "0") != 0 && strcmp(distinct, "1") != 0)
         g.broken = "FAKECUDA_PROCADDR_DISTINCT is neither 0 nor 1";
     g.distinct = distinct && strcmp(distinct, "1") == 0;
+    if (!g.broken && retain && strcmp(retain, "0") != 0 && strcmp(retain, "1") != 0)
+        g.broken = "FAKECUDA_POOL_RETAIN is neither 0 nor 1";
+    g.pool_retain = retain && strcmp(retain, "1") == 0;
 #ifndef FC_HAVE_DISTINCT
     if (!g.broken && g.distinct)
         g.broken = "FAKECUDA_PROCADDR_DISTINCT is not supported on this architecture";
@@ -486,6 +506,7 @@ __attribute__((constructor)) static void fc_load(void)
     g.next_va32 = FC_VA32_BASE;
     g.next_handle = FC_HANDLE_BASE;
     g.va.prev = g.va.next = &g.va;
+    g.pools.prev = g.pools.next = &g.pools;
     for (int i = 0; i < g.ndev; i++) {
         struct fc_ctx *c = &g.dev[i].primary;
         c->magic = FC_CTX_MAGIC;
@@ -637,6 +658,9 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
     return CUDA_SUCCESS;
 }
 
+static void pool_give(struct fc_obj *p, uint64_t bytes);
+static CUresult pool_new(int dev, struct fc_obj **out);
+
 static void obj_free(struct fc_obj *o)
 {
     struct fc_obj **pp = &g.buckets[bucket_of(o->key)];
@@ -648,6 +672,10 @@ static void obj_free(struct fc_obj *o)
     list_del(o);
     o->hnext = g.spare;
     g.spare = o;
+    /* A pool allocation's bytes are the pool's: it decides what goes back. */
+    struct fc_obj *pool = o->kind == KIND_PTR && o->link ? lookup(o->link, KIND_POOL) : NULL;
+    if (pool)
+        pool_give(pool, o->size);
 }
 
 static uint64_t round_up(uint64_t v, uint64_t a)
@@ -743,11 +771,11 @@ static CUresult fc_cuInit(unsigned int Flags)
         }
         for (int i = 0; i < g.ndev; i++) {
             struct fc_obj *pool;
-            rc = obj_new(handle_take(), KIND_POOL, i, 0, NULL, &pool);
+            rc = pool_new(i, &pool);
             if (rc != CUDA_SUCCESS)
                 break;
             pool->is_default = true;
-            g.dev[i].default_pool = pool->addr;
+            g.dev[i].default_pool = g.dev[i].mempool = pool->addr;
         }
         if (rc == CUDA_SUCCESS)
             atomic_store_explicit(&g.initialized, 1, memory_order_release);
@@ -1014,6 +1042,64 @@ static CUresult fc_cuCtxSetCurrent(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+/* The calling thread's context stack: tls_ctx is its top; below it, what
+ * cuCtxPushCurrent pushed down. */
+#define FC_CTX_STACK 64
+static _Thread_local struct fc_ctx *tls_stack[FC_CTX_STACK];
+static _Thread_local int tls_depth;
+
+static CUresult ctx_push(enum fc_ep ep, CUcontext ctx)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    bool ok = ctx && ctx_known(ctx) && ((struct fc_ctx *)ctx)->live;
+    pthread_mutex_unlock(&g.lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_depth == FC_CTX_STACK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    tls_stack[tls_depth++] = tls_ctx;
+    tls_ctx = (struct fc_ctx *)ctx;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    return ctx_push(EP_cuCtxPushCurrent_v2, ctx);
+}
+
+static CUresult fc_cuCtxPushCurrent(CUcontext ctx)
+{
+    return ctx_push(EP_cuCtxPushCurrent, ctx);
+}
+
+/* Pops the current context (into *pctx when given); the one below becomes
+ * current. */
+static CUresult ctx_pop(enum fc_ep ep, CUcontext *pctx)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!tls_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx)
+        *pctx = (CUcontext)tls_ctx;
+    tls_ctx = tls_depth > 0 ? tls_stack[--tls_depth] : NULL;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    return ctx_pop(EP_cuCtxPopCurrent_v2, pctx);
+}
+
+static CUresult fc_cuCtxPopCurrent(CUcontext *pctx)
+{
+    return ctx_pop(EP_cuCtxPopCurrent, pctx);
+}
+
 static CUresult fc_cuCtxGetDevice(CUdevice *device)
 {
     CUresult rc = enter(EP_cuCtxGetDevice, true);
@@ -1026,13 +1112,6 @@ static CUresult fc_cuCtxGetDevice(CUdevice *device)
         return rc;
     *device = c->dev;
     return CUDA_SUCCESS;
-}
-
-static CUresult fc_cuCtxSynchronize(void)
-{
-    CUresult rc = enter(EP_cuCtxSynchronize, true);
-    struct fc_ctx *c;
-    return rc != CUDA_SUCCESS ? rc : current(&c);
 }
 
 static CUresult fc_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -1302,21 +1381,17 @@ static CUresult fc_cuMemGetInfo(unsigned int *free, unsigned int *total)
 
 /* --- streams, pools, stream-ordered allocation ----------------------------- */
 
-/* A stream handle's device: the null and special streams are the current
- * context's; others must exist. */
-static CUresult stream_dev(CUstream s, int *dev)
+/* A stream's context: the null and special streams are the current
+ * context's (which must exist); a created stream belongs to the context it
+ * was made in, whatever is current (or whether anything is). */
+static CUresult stream_ctx(CUstream s, struct fc_ctx **out)
 {
-    struct fc_ctx *c;
-    CUresult rc = current(&c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    *dev = c->dev;
     if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
-        return CUDA_SUCCESS;
+        return current(out);
     pthread_mutex_lock(&g.lock);
     struct fc_obj *o = lookup((uint64_t)(uintptr_t)s, KIND_STREAM);
     if (o)
-        *dev = o->dev;
+        *out = o->ctx;
     pthread_mutex_unlock(&g.lock);
     return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
@@ -1363,11 +1438,90 @@ static CUresult fc_cuStreamDestroy_v2(CUstream hStream)
     return stream_destroy(EP_cuStreamDestroy_v2, hStream);
 }
 
+static CUresult fc_cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    CUresult rc = enter(EP_cuStreamGetCtx, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = stream_ctx(hStream, &c)) == CUDA_SUCCESS)
+        *pctx = (CUcontext)c;
+    return rc;
+}
+
+/* A pool's reserved bytes are what it holds of the device (charged there);
+ * `used` is what its live allocations take of them. */
+static void pool_shrink(struct fc_obj *p, uint64_t keep)
+{
+    if (keep < p->used)
+        keep = p->used;
+    if (p->reserved <= keep)
+        return;
+    dev_give(p->dev, p->reserved - keep);
+    p->reserved = keep;
+    p->charged = keep;
+}
+
+/* An allocation of `bytes` takes the pool's cached bytes first, and grows
+ * the reservation (a device charge) for the rest. */
+static CUresult pool_take(struct fc_obj *p, uint64_t bytes)
+{
+    uint64_t cached = p->reserved - p->used;
+    if (bytes > cached) {
+        CUresult rc = dev_take(p->dev, bytes - cached);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        p->reserved += bytes - cached;
+        p->charged = p->reserved;
+    }
+    p->used += bytes;
+    if (p->used > p->used_high)
+        p->used_high = p->used;
+    if (p->reserved > p->reserved_high)
+        p->reserved_high = p->reserved;
+    return CUDA_SUCCESS;
+}
+
+/* A pool allocation is gone (freed, or its context torn down). Without
+ * FAKECUDA_POOL_RETAIN the pool keeps nothing back; with it, the bytes stay
+ * reserved until a synchronisation or a trim. A destroyed pool goes once its
+ * last allocation has. */
+static void pool_give(struct fc_obj *p, uint64_t bytes)
+{
+    p->used -= bytes < p->used ? bytes : p->used;
+    if (!g.pool_retain || p->destroyed)
+        pool_shrink(p, p->used);
+    if (p->destroyed && p->used == 0)
+        obj_free(p);
+}
+
+/* Every synchronisation: each pool's reservation falls to its release
+ * threshold (or what is in use, if more). */
+static void pools_sync(void)
+{
+    for (struct fc_obj *p = g.pools.next; p != &g.pools; p = p->next)
+        pool_shrink(p, p->threshold);
+}
+
+/* A pool handle the caller may use (not destroyed); under g.lock. */
+static struct fc_obj *pool_get(CUmemoryPool pool)
+{
+    struct fc_obj *p = pool ? lookup((uint64_t)(uintptr_t)pool, KIND_POOL) : NULL;
+    return p && !p->destroyed ? p : NULL;
+}
+
 static CUresult stream_sync(enum fc_ep ep, CUstream s)
 {
     CUresult rc = enter(ep, true);
-    int dev;
-    return rc != CUDA_SUCCESS ? rc : stream_dev(s, &dev);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS || (rc = stream_ctx(s, &c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    pools_sync();
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
 }
 
 static CUresult fc_cuStreamSynchronize(CUstream hStream)
@@ -1380,29 +1534,54 @@ static CUresult fc_cuStreamSynchronize_ptsz(CUstream hStream)
     return stream_sync(EP_cuStreamSynchronize_ptsz, hStream);
 }
 
-/* Stream-ordered allocation happens at once (no stream semantics) and the
- * pool keeps nothing back: freed bytes return to the device immediately. */
+static CUresult fc_cuCtxSynchronize(void)
+{
+    CUresult rc = enter(EP_cuCtxSynchronize, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS || (rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    pools_sync();
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+/* Stream-ordered allocation happens at once (no stream semantics). The
+ * pool is the given one, or the current pool of the stream's device; the
+ * memory is the pool's device's, and the allocation belongs to the
+ * stream's context (its teardown frees it). */
 static CUresult async_alloc(enum fc_ep ep, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                             bool from_pool, CUstream s)
 {
     CUresult rc = enter(ep, true);
-    int dev;
+    struct fc_ctx *c;
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!dptr || bytesize == 0 || (from_pool && !pool))
         return CUDA_ERROR_INVALID_VALUE;
-    if ((rc = stream_dev(s, &dev)) != CUDA_SUCCESS)
+    if ((rc = stream_ctx(s, &c)) != CUDA_SUCCESS)
         return rc;
-    if (from_pool) {
-        pthread_mutex_lock(&g.lock);
-        struct fc_obj *p = lookup((uint64_t)(uintptr_t)pool, KIND_POOL);
-        if (p)
-            dev = p->dev;
-        pthread_mutex_unlock(&g.lock);
-        if (!p)
-            return CUDA_ERROR_INVALID_VALUE;
+    if (bytesize > FC_VA_LIMIT)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = from_pool ? pool_get(pool) : lookup(g.dev[c->dev].mempool, KIND_POOL),
+                  *o = NULL;
+    uint64_t va = 0;
+    if (!p)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (!(va = va_take(0, FC_PTR_ALIGN)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else if ((rc = obj_new(va, KIND_PTR, p->dev, 0, c, &o)) == CUDA_SUCCESS &&
+             (rc = pool_take(p, bytesize)) != CUDA_SUCCESS)
+        obj_free(o);
+    if (rc == CUDA_SUCCESS) {
+        o->size = bytesize;
+        o->link = p->addr;
+        g.next_va = va + round_up(bytesize, FC_PTR_ALIGN);
+        *dptr = va;
     }
-    return ptr_alloc(ep, (uint64_t *)dptr, bytesize, dev, false);
+    pthread_mutex_unlock(&g.lock);
+    return rc;
 }
 
 static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -1430,10 +1609,10 @@ static CUresult fc_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
 static CUresult async_free(enum fc_ep ep, CUdeviceptr dptr, CUstream s)
 {
     CUresult rc = enter(ep, true);
-    int dev;
+    struct fc_ctx *c;
     if (rc != CUDA_SUCCESS)
         return rc;
-    if ((rc = stream_dev(s, &dev)) != CUDA_SUCCESS)
+    if ((rc = stream_ctx(s, &c)) != CUDA_SUCCESS)
         return rc;
     if (dptr == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -1457,6 +1636,17 @@ static CUresult device_location(const CUmemLocation *loc)
     return check_dev(loc->id);
 }
 
+/* Under g.lock: a pool record on dev, in the pool list. */
+static CUresult pool_new(int dev, struct fc_obj **out)
+{
+    CUresult rc = obj_new(handle_take(), KIND_POOL, dev, 0, NULL, out);
+    if (rc == CUDA_SUCCESS) {
+        list_add(&g.pools, *out);
+        (*out)->reuse[0] = (*out)->reuse[1] = (*out)->reuse[2] = 1;
+    }
+    return rc;
+}
+
 static CUresult fc_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
     CUresult rc = enter(EP_cuMemPoolCreate, true);
@@ -1468,30 +1658,36 @@ static CUresult fc_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poo
         return rc;
     struct fc_obj *o;
     pthread_mutex_lock(&g.lock);
-    rc = obj_new(handle_take(), KIND_POOL, poolProps->location.id, 0, NULL, &o);
+    rc = pool_new(poolProps->location.id, &o);
     if (rc == CUDA_SUCCESS)
         *pool = (CUmemoryPool)(uintptr_t)o->addr;
     pthread_mutex_unlock(&g.lock);
     return rc;
 }
 
-/* Allocations still out of the pool stay valid (and charged) until freed. */
+/* The handle is invalid at once; its cached bytes go back now, and the rest
+ * when its outstanding allocations are freed. A device whose current pool
+ * it was gets its default pool back. */
 static CUresult fc_cuMemPoolDestroy(CUmemoryPool pool)
 {
     CUresult rc = enter(EP_cuMemPoolDestroy, true);
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&g.lock);
-    struct fc_obj *o = pool ? lookup((uint64_t)(uintptr_t)pool, KIND_POOL) : NULL;
-    if (o && !o->is_default)
-        obj_free(o);
-    else
+    struct fc_obj *o = pool_get(pool);
+    if (o && !o->is_default) {
+        if (g.dev[o->dev].mempool == o->addr)
+            g.dev[o->dev].mempool = g.dev[o->dev].default_pool;
+        o->destroyed = true;
+        pool_give(o, 0);
+    } else {
         rc = CUDA_ERROR_INVALID_VALUE;
+    }
     pthread_mutex_unlock(&g.lock);
     return rc;
 }
 
-static CUresult default_pool(enum fc_ep ep, CUmemoryPool *pool, CUdevice dev)
+static CUresult device_pool(enum fc_ep ep, CUmemoryPool *pool, CUdevice dev, bool dflt)
 {
     CUresult rc = enter(ep, true);
     if (rc != CUDA_SUCCESS)
@@ -1500,19 +1696,137 @@ static CUresult default_pool(enum fc_ep ep, CUmemoryPool *pool, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if ((rc = check_dev(dev)) != CUDA_SUCCESS)
         return rc;
-    *pool = (CUmemoryPool)(uintptr_t)g.dev[dev].default_pool;
+    pthread_mutex_lock(&g.lock);
+    *pool = (CUmemoryPool)(uintptr_t)(dflt ? g.dev[dev].default_pool : g.dev[dev].mempool);
+    pthread_mutex_unlock(&g.lock);
     return CUDA_SUCCESS;
 }
 
 static CUresult fc_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    return default_pool(EP_cuDeviceGetDefaultMemPool, pool_out, dev);
+    return device_pool(EP_cuDeviceGetDefaultMemPool, pool_out, dev, true);
 }
 
-/* cuDeviceSetMemPool is not implemented: the current pool is the default. */
 static CUresult fc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    return default_pool(EP_cuDeviceGetMemPool, pool, dev);
+    return device_pool(EP_cuDeviceGetMemPool, pool, dev, false);
+}
+
+/* The pool must be one of dev's own. */
+static CUresult fc_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    CUresult rc = enter(EP_cuDeviceSetMemPool, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = pool_get(pool);
+    if (p && p->dev == dev)
+        g.dev[dev].mempool = p->addr;
+    else
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    CUresult rc = enter(EP_cuMemPoolTrimTo, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = pool_get(pool);
+    if (p)
+        pool_shrink(p, minBytesToKeep);
+    pthread_mutex_unlock(&g.lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* REUSE_* are ints (0/1), the others cuuint64_t. The CURRENT figures are
+ * read-only; a HIGH mark can only be reset, by writing 0 (it becomes the
+ * current figure). */
+static CUresult pool_attr(enum fc_ep ep, CUmemoryPool pool, CUmemPool_attribute attr, void *value,
+                          bool set)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = pool_get(pool);
+    cuuint64_t v = 0;
+    if (set && attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        memcpy(&v, value, sizeof(v));
+    if (!p) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (attr >= CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES &&
+               attr <= CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES) {
+        int *slot = &p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        if (set)
+            memcpy(slot, value, sizeof(*slot));
+        else
+            memcpy(value, slot, sizeof(*slot));
+    } else if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+        if (set)
+            p->threshold = v;
+        else
+            memcpy(value, &p->threshold, sizeof(p->threshold));
+    } else if (attr >= CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT &&
+               attr <= CU_MEMPOOL_ATTR_USED_MEM_HIGH) {
+        uint64_t *fig[] = {&p->reserved, &p->reserved_high, &p->used, &p->used_high};
+        int k = attr - CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT;
+        if (!set)
+            memcpy(value, fig[k], sizeof(uint64_t));
+        else if (k % 2 == 0 || v != 0)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            *fig[k] = *fig[k - 1];
+    } else {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    return pool_attr(EP_cuMemPoolSetAttribute, pool, attr, value, true);
+}
+
+static CUresult fc_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    return pool_attr(EP_cuMemPoolGetAttribute, pool, attr, value, false);
+}
+
+/* DEVICE_ORDINAL (the device whose memory it is) and CONTEXT, for any
+ * address inside a pointer allocation or a mapping. */
+static CUresult fc_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    CUresult rc = enter(EP_cuPointerGetAttribute, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!data || (attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL &&
+                  attribute != CU_POINTER_ATTRIBUTE_CONTEXT))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup(ptr, KIND_PTR);
+    for (size_t b = 0; !o && b < ((size_t)1 << g.bits); b++)
+        for (struct fc_obj *x = g.buckets[b]; !o && x; x = x->hnext)
+            if (x->kind == KIND_PTR && ptr >= x->addr && ptr - x->addr < x->size)
+                o = x;
+    for (struct fc_obj *x = g.va.next; !o && x != &g.va; x = x->next)
+        if (x->kind == KIND_MAP && ptr >= x->addr && ptr - x->addr < x->size)
+            o = x;
+    if (!o)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+        *(int *)data = o->dev;
+    else
+        *(CUcontext *)data = (CUcontext)o->ctx;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
 }
 
 /* --- virtual memory management --------------------------------------------- */
@@ -1960,6 +2274,16 @@ static const struct fc_proc procs[] = {
     {"cuDeviceGetMemPool", 11020, FC_FN(cuDeviceGetMemPool), NULL},
     {"cuMemAllocFromPoolAsync", 11020, FC_FN(cuMemAllocFromPoolAsync),
      FC_FN(cuMemAllocFromPoolAsync_ptsz)},
+    {"cuDeviceSetMemPool", 11020, FC_FN(cuDeviceSetMemPool), NULL},
+    {"cuMemPoolTrimTo", 11020, FC_FN(cuMemPoolTrimTo), NULL},
+    {"cuMemPoolSetAttribute", 11020, FC_FN(cuMemPoolSetAttribute), NULL},
+    {"cuMemPoolGetAttribute", 11020, FC_FN(cuMemPoolGetAttribute), NULL},
+    {"cuStreamGetCtx", 9020, FC_FN(cuStreamGetCtx), NULL},
+    {"cuPointerGetAttribute", 4000, FC_FN(cuPointerGetAttribute), NULL},
+    {"cuCtxPushCurrent", 2000, FC_FN(cuCtxPushCurrent), NULL},
+    {"cuCtxPushCurrent", 4000, FC_FN(cuCtxPushCurrent_v2), NULL},
+    {"cuCtxPopCurrent", 2000, FC_FN(cuCtxPopCurrent), NULL},
+    {"cuCtxPopCurrent", 4000, FC_FN(cuCtxPopCurrent_v2), NULL},
     {"cuMemCreate", 10020, FC_FN(cuMemCreate), NULL},
     {"cuMemRelease", 10020, FC_FN(cuMemRelease), NULL},
     {"cuMemMap", 10020, FC_FN(cuMemMap), NULL},

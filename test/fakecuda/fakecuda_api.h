@@ -204,6 +204,22 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
 #define FAKECUDA_GRAPH_NODE_V1 ((CUgraphNode)0xfc01)
 #define FAKECUDA_GRAPH_NODE_V2 ((CUgraphNode)0xfc02)
 
+typedef enum CUmemPool_attribute_enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+} CUmemPool_attribute;
+
+typedef enum CUpointer_attribute_enum {
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+} CUpointer_attribute;
+
 /* cuGetProcAddress flags and cuGetProcAddress_v2 symbol status. */
 #define CU_GET_PROC_ADDRESS_DEFAULT 0
 #define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
@@ -241,6 +257,10 @@ CUresult cuCtxGetCurrent(CUcontext *pctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxPushCurrent(CUcontext ctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent(CUcontext *pctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
@@ -271,6 +291,13 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
                                  CUstream hStream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream);
+
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags);

@@ -228,6 +228,15 @@ def test_linked_probe():
     ("cuLaunchKernel", 12040, 2, "cuLaunchKernel_ptsz"),
     ("cuLaunchKernel", 12040, 1, "cuLaunchKernel"),
     ("cuMemAlloc", 12040, 2, "cuMemAlloc_v2"),       # no _ptsz variant: the plain one
+    ("cuCtxPushCurrent", 3020, 0, "cuCtxPushCurrent"),
+    ("cuCtxPushCurrent", 4000, 0, "cuCtxPushCurrent_v2"),
+    ("cuCtxPopCurrent", 12040, 0, "cuCtxPopCurrent_v2"),
+    ("cuMemPoolTrimTo", 11020, 0, "cuMemPoolTrimTo"),
+    ("cuMemPoolSetAttribute", 11020, 0, "cuMemPoolSetAttribute"),
+    ("cuMemPoolGetAttribute", 12040, 0, "cuMemPoolGetAttribute"),
+    ("cuDeviceSetMemPool", 11020, 0, "cuDeviceSetMemPool"),
+    ("cuStreamGetCtx", 9020, 0, "cuStreamGetCtx"),
+    ("cuPointerGetAttribute", 4000, 0, "cuPointerGetAttribute"),
 ])
 def test_procaddr_versions(name, version, flags, want):
     p = probe("procaddr", name, version, flags)
@@ -519,3 +528,107 @@ def test_phys_file_counts_real_devices_under_cuda_visible_devices(tmp_path, hold
     got = phys(f)
     assert [got[d][:2] for d in range(3)] == [(UUID0, 0), ("GPU-fa4ecada-0000-0000-0000-000000000001",
                                                            0), (UUID1, 3 * GIB)]
+
+
+
+# --- stream-ordered pools that retain memory; devices of pools and streams --------------------
+
+RETAIN = {"FAKECUDA_POOL_RETAIN": "1"}
+
+
+def pool_fig(fields):
+    v = kv(fields)
+    return int(v["reserved"]) // MIB, int(v["used"]) // MIB
+
+
+def test_pool_retains_until_sync_and_reuses_its_cache():
+    p = probe("init", "async", "3g", "free", "pool-attr", "info", "alloc", "3g", "async", "1g",
+              "pool-attr", "sync", "pool-attr", "info", devices="4g", env_extra=RETAIN)
+    out = lines(p)
+    assert pool_fig(out[3]) == (3072, 0)              # freed, still reserved
+    assert kv(out[4])["free"] == str(GIB)
+    assert out[5][1] == "CUDA_ERROR_OUT_OF_MEMORY"    # the device is physically full
+    assert out[6][1] == "CUDA_SUCCESS"                # the pool's cache serves this one
+    assert pool_fig(out[7]) == (3072, 1024)
+    assert out[8][1] == "CUDA_SUCCESS"
+    assert pool_fig(out[9]) == (1024, 1024)           # sync: reserved falls to what is used
+    assert kv(out[10])["free"] == str(3 * GIB)
+    v = kv(out[7])
+    assert (v["reserved-high"], v["used-high"]) == (str(3 * GIB), str(3 * GIB))
+
+
+def test_pool_without_retain_keeps_nothing():
+    p = probe("init", "pool-threshold", "max", "async", "3g", "free", "pool-attr", "alloc", "3g",
+              devices="4g")
+    out = lines(p)
+    assert pool_fig(out[4]) == (0, 0) and kv(out[4])["threshold"] == str(2 ** 64 - 1)
+    assert out[5][1] == "CUDA_SUCCESS"
+
+
+def test_pool_release_threshold_and_trim():
+    p = probe("init", "pool-threshold", "max", "async", "3g", "async", "512m", "free", "sync",
+              "pool-attr", "pool-trim", "1g", "pool-attr", "pool-trim", 0, "pool-attr", "free",
+              "pool-threshold", "1g", "pool-attr", "sync", "pool-attr", "pool-threshold", 0,
+              "sync", "pool-attr", "info", devices="4g", env_extra=RETAIN)
+    out = lines(p)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert pool_fig(out[6]) == (3584, 3072)      # UINT64_MAX: a sync keeps everything
+    assert kv(out[6])["threshold"] == str(2 ** 64 - 1)
+    assert pool_fig(out[8]) == (3072, 3072)      # trim never goes below what is used
+    assert pool_fig(out[10]) == (3072, 3072)
+    assert pool_fig(out[13]) == (3072, 0)        # setting the threshold releases nothing
+    assert pool_fig(out[15]) == (1024, 0)        # a sync keeps the threshold's worth
+    assert pool_fig(out[18]) == (0, 0)
+    assert kv(out[19])["free"] == str(4 * GIB)
+
+
+def test_pool_from_another_device_charges_that_device():
+    p = probe("init", "xdev-pool", "3g", 1, "ptr-dev", "info", "device", 1, "info", "alloc",
+              "2g", "free", "device", 0, "free", "device", 1, "info", devices="4g,4g")
+    out = lines(p)
+    assert codes(p)[:3] == ["CUDA_SUCCESS"] * 3 and kv(out[2])["dev"] == "1"
+    assert kv(out[3])["free"] == str(4 * GIB)         # device 0 untouched
+    assert kv(out[5])["free"] == str(GIB)
+    assert out[6][1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert out[7][1] == "CUDA_SUCCESS"                # freed on the stream it came from
+    assert kv(out[11])["free"] == str(4 * GIB)
+
+
+def test_stream_of_another_device_without_a_current_context():
+    p = probe("init", "stream-on", 1, "stream-ctx", "no-ctx", "async", "1m", "async-on-stream",
+              "1g", "ptr-dev", "device", 1, "info", "device", 0, "info", "no-ctx", "free",
+              "device", 1, "info", devices="4g,4g", env_extra=RETAIN)
+    out = lines(p)
+    assert kv(out[2])["primary"] == "1"
+    assert out[4][1] == "CUDA_ERROR_INVALID_CONTEXT"  # the null stream needs a context
+    assert out[5][1] == "CUDA_SUCCESS"                # a real stream does not
+    assert kv(out[6])["dev"] == "1"
+    assert kv(out[8])["free"] == str(3 * GIB)
+    assert kv(out[10])["free"] == str(4 * GIB)
+    assert out[12][1] == "CUDA_SUCCESS"               # cuMemFreeAsync on that stream, no context
+    assert kv(out[14])["free"] == str(3 * GIB)        # retained by device 1's pool until a sync
+
+
+def test_device_set_mem_pool_is_what_alloc_async_uses():
+    p = probe("init", "async", "1m", "set-mempool", 0, "pool-attr", "async", "1g", "pool-attr",
+              "device", 1, "set-mempool", 1, "async", "2m", "pool-attr", "device", 0, "pool-attr",
+              devices="4g,4g")
+    out = lines(p)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert pool_fig(out[3]) == (0, 0)                 # the probe's own pool, now current
+    assert pool_fig(out[5]) == (1024, 1024)
+    assert pool_fig(out[9]) == (2, 2)                 # device 1's own pool
+    assert pool_fig(out[11]) == (1024, 1024)
+
+
+def test_phys_counts_what_a_pool_retains(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = dict(RETAIN, FAKECUDA_PHYS=str(f))
+    a = holders("init", "pool-threshold", "max", "async", "3g", "free", "sync", "pool-attr",
+                "hold", devices="4g", env_extra=env)
+    assert pool_fig(a.out[5]) == (3072, 0)
+    assert phys(f)[0][1] == 3 * GIB
+    p = probe("init", "alloc", "2g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    a.kill()
+    assert phys(f)[0][1:] == (0, 3 * GIB)
