@@ -182,7 +182,16 @@ CUresult cuda_charge(CUdevice dev, size_t bytes, struct cudareg **reg)
     struct cudareg *r = dev_reg[dev];
     if (bytes > (size_t)INT64_MAX)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    switch (cudareg_reserve(r, (int64_t)bytes)) {
+    /* Before a refusal, what this process's pools and graph memory hold
+     * unused goes back to the driver (re-read, then trimmed): they are
+     * charged what they reserve, and that memory is this container's to
+     * reuse. */
+    int rc = cudareg_reserve(r, (int64_t)bytes);
+    for (int attempt = 0; rc == 1 && attempt < 2; attempt++) {
+        cuda_pools_settle(dev, attempt == 1);
+        rc = cudareg_reserve(r, (int64_t)bytes);
+    }
+    switch (rc) {
     case 0:
         *reg = r;
         return CUDA_SUCCESS;
@@ -315,7 +324,7 @@ struct cudareg *cuda_nvml_region(nvmlDevice_t device, unsigned long long total, 
         st = DEV_UNKNOWN; /* ask again next time */
     } else {
         uuid[sizeof uuid - 1] = '\0';
-        int64_t limit = cudacfg_limit(&cuda_cfg, (int)index, (int64_t)total);
+        int64_t limit = cudacfg_container_limit(&cuda_cfg, (int)index, (int64_t)total);
         if (limit > 0) {
             if (limit > (int64_t)total)
                 limit = (int64_t)total;

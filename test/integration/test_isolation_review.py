@@ -219,3 +219,73 @@ def test_kill_storm_physical_peak_and_full_recovery(probe):
     r = probe.run("init info fill 100m", limit="1g")
     assert r.value("info", "free") == GiB
     assert r.value("fill", "bytes") == 1000 * MiB
+
+
+# ---- D3: memory a stream-ordered pool keeps ---------------------------------------
+
+@pytest.mark.parametrize("threshold", ["", "pool-threshold max "])
+def test_d3_pool_retention_is_charged_and_trimmed_before_a_refusal(probe, threshold):
+    """A pool keeps what is freed into it (until a synchronisation past its
+    threshold, or forever with UINT64_MAX). Before: the async free gave the
+    charge back at once and cuMemAlloc_v2 got 3g more: 6 GiB under 4."""
+    r = probe.run("init %sasync 3g free info alloc 3g info" % threshold, FAKECUDA_POOL_RETAIN=1)
+    assert r.value("info", "free") == 1 * GiB, r.p.stdout      # the pool holds 3g
+    assert r.line("alloc")[1] == "CUDA_SUCCESS", r.p.stdout    # after trimming it
+    assert r.value("info", "free", 1) == 1 * GiB
+    assert probe.peak() <= 4 * GiB, probe.phys()
+
+
+def test_d3_pool_that_shrank_is_seen(probe):
+    r = probe.run("init pool-threshold max async 3g free info pool-trim 0 info "
+                  "pool-threshold 0 async 1g free info sync info", FAKECUDA_POOL_RETAIN=1)
+    frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
+    assert frees == [1 * GiB, 4 * GiB, 3 * GiB, 4 * GiB], r.p.stdout
+    assert probe.peak() <= 4 * GiB
+
+
+def test_d3_stream_ordered_allocations_refused_only_past_what_the_pool_can_give(probe):
+    r = probe.run("init pool-threshold max async 3g free async 3g async 1g async 1m info",
+                  FAKECUDA_POOL_RETAIN=1)
+    assert r.codes()[2:] == ["CUDA_SUCCESS", "CUDA_SUCCESS", "CUDA_SUCCESS", "CUDA_SUCCESS",
+                             "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS"], r.p.stdout
+    assert r.value("info", "free") == 0
+    assert probe.peak() <= 4 * GiB
+
+
+# ---- D4: the GPU whose memory it is ------------------------------------------------
+
+def test_d4_another_devices_pool_is_charged_to_that_device(probe):
+    """GPU0 current, an allocation from GPU1's default pool. Before: charged
+    to GPU0, and GPU1 gave 4g more: 7 GiB on a GPU limited to 4."""
+    r = probe.run("init xdev-pool 3g 1 info device 1 info alloc 2g alloc 1g")
+    frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
+    assert frees == [4 * GiB, 1 * GiB], r.p.stdout
+    assert [l[1] for l in r.lines if l[0] == "alloc"] == \
+        ["CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS"]
+    assert probe.peak(UUID1) <= 4 * GiB and probe.peak(UUID0) <= 4 * GiB, probe.phys()
+
+
+@pytest.mark.parametrize("noctx", ["", "no-ctx "])
+def test_d4_a_stream_of_another_context_is_charged_to_its_device(probe, noctx):
+    """cuMemAllocAsync on a stream of GPU1's context, with GPU0 current or no
+    current context at all. Before: charged to GPU0, or not at all."""
+    r = probe.run("init stream-on 1 %sasync-on-stream 3g device 1 info device 0 info" % noctx)
+    assert r.line("async-on-stream")[1] == "CUDA_SUCCESS", r.p.stdout
+    frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
+    assert frees == [1 * GiB, 4 * GiB], r.p.stdout
+    r = probe.run("init stream-on 1 %sasync-on-stream 3g async-on-stream 2g" % noctx)
+    assert [l[1] for l in r.lines if l[0] == "async-on-stream"] == \
+        ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"], r.p.stdout
+    assert probe.peak(UUID1) <= 4 * GiB
+
+
+def test_d4_a_devices_current_pool_is_followed(probe):
+    """cuDeviceSetMemPool(1, a pool made on GPU1) from GPU0's context, then
+    stream-ordered allocations on GPU1 come from it and are charged there,
+    with what it retains."""
+    r = probe.run("init set-mempool 1 device 1 pool-threshold max async 3g free info "
+                  "device 0 info", FAKECUDA_POOL_RETAIN=1)
+    assert r.line("set-mempool")[1] == "CUDA_SUCCESS", r.p.stdout
+    frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
+    assert frees == [1 * GiB, 4 * GiB], r.p.stdout
+    assert probe.peak(UUID1) <= 4 * GiB
