@@ -63,6 +63,8 @@ static bool defaults_known;
 static int64_t graph_charged[CUDACFG_MAX_DEVICES];
 static struct exec_rec execs[MAX_EXECS];
 static unsigned n_execs;
+/* Set once a pool or graph charge was made; read without the lock. */
+static bool anything_charged;
 
 static int64_t round_growth(size_t bytes)
 {
@@ -144,6 +146,7 @@ static bool charge_to(CUdevice dev, int64_t *charged, int64_t target)
     if (target > *charged) {
         if (cudareg_reserve(r, target - *charged) != 0)
             return false;
+        __atomic_store_n(&anything_charged, true, __ATOMIC_RELAXED);
     } else if (target < *charged) {
         cudareg_release(r, *charged - target);
     }
@@ -207,7 +210,9 @@ static void settle_device(CUdevice dev, bool trim)
 
 void cuda_pools_settle(CUdevice dev, bool trim)
 {
-    if (cuda_cfg.state != CUDACFG_ON)
+    /* Nothing to ask the driver in a process that made no stream-ordered
+     * allocation and launched no graph: cuMemGetInfo stays a table read. */
+    if (cuda_cfg.state != CUDACFG_ON || !__atomic_load_n(&anything_charged, __ATOMIC_RELAXED))
         return;
     pthread_mutex_lock(&lock);
     settle_device(dev, trim);
@@ -279,6 +284,7 @@ static CUresult pool_alloc(struct pool_rec *rec, CUdeviceptr *dptr, size_t bytes
     if (rc != CUDA_SUCCESS)
         return rc;
     rec->charged += pre;
+    __atomic_store_n(&anything_charged, true, __ATOMIC_RELAXED);
     rc = afn != NULL ? afn(dptr, bytes, s) : pfn(dptr, bytes, rec->pool, s);
     struct cudareg *r = cuda_device_region(dev);
     if (rc != CUDA_SUCCESS) {
@@ -567,6 +573,7 @@ static CUresult graph_launch(CUresult (*fn)(CUgraphExec, CUstream), CUgraphExec 
         if (more > 0 && (rc = charge_roomy(dev, more)) != CUDA_SUCCESS)
             break;
         graph_charged[dev] += more > 0 ? more : 0;
+        __atomic_store_n(&anything_charged, true, __ATOMIC_RELAXED);
     }
     if (rc == CUDA_SUCCESS)
         rc = fn(exec, s);
@@ -649,6 +656,7 @@ static void after_fork_child(void)
     defaults_known = false;
     memset(graph_charged, 0, sizeof graph_charged);
     n_execs = 0;
+    anything_charged = false;
     pthread_mutex_unlock(&lock);
 }
 

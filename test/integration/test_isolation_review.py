@@ -289,3 +289,48 @@ def test_d4_a_devices_current_pool_is_followed(probe):
     frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
     assert frees == [1 * GiB, 4 * GiB], r.p.stdout
     assert probe.peak(UUID1) <= 4 * GiB
+
+
+# ---- D2: virtual memory, released while still mapped ------------------------------
+
+def test_d2_memory_released_while_mapped_stays_charged(probe):
+    """cuMemCreate, map, set access, cuMemRelease -- what the CUDA VMM samples
+    and UCX do -- four times under 4g. Before: 8.0 GiB physical, and
+    cuMemGetInfo still said 4 GiB free."""
+    r = probe.run("init " + "vmm 2g vmm-release " * 4 + "info")
+    assert [l[1] for l in r.lines if l[0] == "vmm"] == \
+        ["CUDA_SUCCESS", "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert r.value("info", "free") == 0, r.p.stdout
+    assert probe.peak() <= 4 * GiB, probe.phys()
+
+
+@pytest.mark.parametrize("order", [
+    "vmm-release vmm-unmap",            # release first, then the last mapping
+    "vmm-unmap vmm-release",            # unmap first
+])
+def test_d2_given_back_at_the_last_of_release_and_unmap(probe, order):
+    r = probe.run("init vmm 2g info %s info" % order.split()[0] + " info %s info" % order.split()[1])
+    frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
+    assert frees == [2 * GiB, 2 * GiB, 2 * GiB, 4 * GiB], r.p.stdout
+
+
+def test_d2_two_mappings_and_a_retained_handle(probe):
+    """Mapped twice, released, then a handle retained from an address: the
+    memory is charged once and given back only at the end."""
+    r = probe.run("init vmm 2g vmm-map vmm-retain info "
+                  "vmm-release info vmm-unmap info vmm-unmap info vmm-release info")
+    frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
+    assert frees == [2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB, 4 * GiB], r.p.stdout
+    assert probe.peak() <= 4 * GiB
+
+
+def test_d2_exported_memory_stays_charged_until_the_exporter_exits(probe):
+    """Exported (and imported back), then every handle released and every
+    mapping unmapped: another process may still map it, and an importer does
+    not charge it, so it stays charged here until this process exits
+    (docs/isolation.md, "Virtual memory")."""
+    r = probe.run("init vmm 2g vmm-import vmm-release vmm-release vmm-unmap info")
+    assert r.codes() == ["CUDA_SUCCESS"] * 6, r.p.stdout
+    assert r.value("info", "free") == 2 * GiB, r.p.stdout
+    assert probe.run("init info").value("info", "free") == 4 * GiB  # the exporter is gone
+    assert probe.peak() <= 4 * GiB
