@@ -9,6 +9,8 @@
 /* CUDA's own variable, not the contract's: the process's renumbering. */
 #define VAR_VISIBLE "CUDA_VISIBLE_DEVICES"
 #define WANT_SIZE "a size (bytes, or a number with k/m/g/t)"
+/* The messages below spell the ordinal range out. */
+_Static_assert(CUDACFG_MAX_DEVICES == 64, "the messages say 0..63");
 
 int cudacfg_parse_size(const char *s, int64_t *bytes)
 {
@@ -78,19 +80,18 @@ static int parse_ordinal(const char *s, size_t n)
  * is never given more than any of the container's GPUs has. */
 static void parse_visible(struct cudacfg *cfg, const char *v)
 {
-    cfg->visible_count = 0;
-    while (cfg->visible_count < CUDACFG_MAX_DEVICES) {
+    cfg->visible_count = 0; /* "": no device at all */
+    while (*v != '\0' && cfg->visible_count < CUDACFG_MAX_DEVICES) {
         size_t n = strcspn(v, ",");
-        bool digits = n > 0 && strspn(v, "0123456789") == n;
         int ordinal = CUDACFG_VISIBLE_BY_NAME;
-        if (digits && n <= 3) { /* "007" is 7 to the driver too */
+        /* Leading zeros read as the number ("02" is 2), as strtol does. */
+        if (n > 0 && n <= 3 && strspn(v, "0123456789") == n) {
             int k = 0;
             for (size_t i = 0; i < n; i++)
                 k = k * 10 + (v[i] - '0');
             ordinal = k < CUDACFG_MAX_DEVICES ? k : CUDACFG_VISIBLE_BY_NAME;
         }
-        if (n > 0 || v[n] == ',')
-            cfg->visible[cfg->visible_count++] = ordinal;
+        cfg->visible[cfg->visible_count++] = ordinal;
         if (v[n] != ',')
             break;
         v += n + 1;

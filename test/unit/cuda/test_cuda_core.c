@@ -194,6 +194,7 @@ static void test_config_visible_devices(void **state)
         {"CUDA_VISIBLE_DEVICES= 2", {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
         {"CUDA_VISIBLE_DEVICES=64", {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
         {"CUDA_VISIBLE_DEVICES=", {2 * GiB, 2 * GiB, 2 * GiB, 2 * GiB}},
+        {"CUDA_VISIBLE_DEVICES=2,,0", {6 * GiB, 2 * GiB, 4 * GiB, 2 * GiB}},
         {"CUDA_VISIBLE_DEVICES=3", {0, 2 * GiB, 2 * GiB, 2 * GiB}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
