@@ -294,9 +294,10 @@ void cuda_settle_free(CUresult rc, bool had, const struct cudaledger_entry *e)
 
 /* ---- NVML devices --------------------------------------------------------- */
 
-/* The limit variables are per CUDA ordinal; NVML's index inside a container
- * counts the same visible GPUs in PCI order, as CUDA does when the ordinals
- * follow the bus (one GPU per container, the common case, is always 0). */
+/* The limit variables are per container ordinal, and NVML's index inside a
+ * container is that ordinal: NVML ignores CUDA_VISIBLE_DEVICES and counts
+ * the container's GPUs in PCI order, as the plugin numbers them (one GPU
+ * per container, the common case, is always 0). */
 struct cudareg *cuda_nvml_region(nvmlDevice_t device, unsigned long long total, bool *refuse)
 {
     *refuse = false;
