@@ -419,7 +419,7 @@ class Kit:
         except (subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
             status, figures = "FAIL", "error=%s:%s" % (type(e).__name__,
                                                        str(e).replace(" ", "_")[:160])
-        self.report(status, name, "%s wall=%.1fs" % (figures, time.monotonic() - t))
+        self.report(status, name, "%s wall=%.2fs" % (figures, time.monotonic() - t))
 
 
 def expect(cond, figures):
@@ -562,6 +562,26 @@ def unshare_argv():
     return argv
 
 
+def child_of(pid):
+    """The one child of pid (from /proc/PID/task/PID/children, or the
+    parent field of every /proc/N/stat where that file does not exist)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return int(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        pass
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                return int(entry)
+    raise CheckFailed("no_child_of_unshare")
+
+
 def check_restart_pidns(kit):
     """A restarted container: the dead instance's main process was pid 1 of
     its pid namespace and so is the new one's (issue 23, D1)."""
@@ -575,9 +595,7 @@ def check_restart_pidns(kit):
     try:
         holder.wait_for(lambda l: l.startswith("hold"), STEP_TIMEOUT)
         # The namespace's pid 1 is unshare's child: killing it ends the namespace.
-        with open("/proc/%d/task/%d/children" % (holder.p.pid, holder.p.pid)) as f:
-            ns_init = int(f.read().split()[0])
-        os.kill(ns_init, signal.SIGKILL)
+        os.kill(child_of(holder.p.pid), signal.SIGKILL)
         holder.p.wait(timeout=10)
     finally:
         holder.stop()
@@ -836,6 +854,11 @@ class Physical:
 
     def __init__(self, kit, processes):
         self.kit, self.n = kit, processes
+        # The driver frees an exited process's memory a little later: wait
+        # (up to 5 s) for the GPU to be back at the idle level torch-context saw.
+        end = time.monotonic() + 5
+        while kit.nvml.memory()[1] > kit.idle_used + 64 * MiB and time.monotonic() < end:
+            time.sleep(0.02)
         self.idle = kit.nvml.memory()[1]
         kit.nvml.begin_peak()
 
@@ -854,7 +877,7 @@ def check_torch_context(kit, torch):
     """The baseline: what one process's CUDA context (plus a small model's
     kernels) takes on the GPU, with no library."""
     torch.need()
-    idle = kit.nvml.memory()[1]
+    idle = kit.idle_used = kit.nvml.memory()[1]
     p = torch.spawn("context", preload=False)
     try:
         ev = torch.event(p, "context")
@@ -868,9 +891,10 @@ def check_torch_context(kit, torch):
 
 
 def need_ctx(kit, torch):
+    """The context baseline, measured now when torch-context did not run."""
     torch.need()
     if kit.ctx_bytes is None:
-        raise CheckFailed("no_context_baseline (torch-context failed)")
+        check_torch_context(kit, torch)
 
 
 def check_torch_limit(kit, torch):
@@ -888,8 +912,9 @@ def check_torch_limit(kit, torch):
     figures = ("mem_get_info_total=%s props_total=%s tensor_past_limit=%s filled_512MiB=%s "
                "%s" % (gib(info["total"]), gib(info["props_total"]), big["raised"],
                        gib(filled["bytes"]), phys_fig))
+    # A GiB of slack below the limit: the allocator's own small blocks.
     expect(info["total"] == kit.limit and "OutOfMemoryError" in big["raised"] and
-           kit.limit - 512 * MiB < filled["bytes"] <= kit.limit and ok_phys, figures)
+           kit.limit - GiB < filled["bytes"] <= kit.limit and ok_phys, figures)
     return figures
 
 
@@ -943,7 +968,8 @@ def check_torch_expandable(kit, torch):
     figures = "filled=%s refilled=%s+kept=%s reserved=%s mem_get_info_total=%s %s" % (
         gib(a["bytes"]), gib(b["bytes"]), gib(b["kept_bytes"]), gib(b["reserved"]),
         gib(b["total"]), phys_fig)
-    expect(kit.limit - 256 * MiB < a["bytes"] <= kit.limit and held <= kit.limit and
+    # Expandable segments map 20 MiB pages: a 256 MiB tensor takes 260.
+    expect(kit.limit - GiB < a["bytes"] <= kit.limit and held <= kit.limit and
            b["total"] == kit.limit and ok_phys, figures)
     return figures
 
@@ -967,7 +993,8 @@ def check_torch_async(kit, torch):
     ok_phys, phys_fig = phys.verdict()
     figures = "first_freed=6.00GiB first_pool_keeps=%s second_filled=%s %s" % (
         gib(freed["reserved"]), gib(filled["bytes"]), phys_fig)
-    expect(ok_phys and freed["reserved"] + filled["bytes"] <= kit.limit + 256 * MiB, figures)
+    # The verdict is physical: what PyTorch calls reserved is only a figure.
+    expect(ok_phys, figures)
     return figures
 
 

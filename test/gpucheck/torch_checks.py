@@ -157,10 +157,15 @@ def case_graphs(limit_bytes):
         with torch.cuda.graph(g2):
             big = torch.empty(limit_bytes + GiB, dtype=torch.uint8, device="cuda")
             big.fill_(1)
-    except Exception as e:  # whatever the capture's exit raises on top
-        text = str(e).split("\n")[0][:160]
-        raised = type(e).__name__ + (":out_of_memory" if "out of memory" in text.lower() else "")
-        say(ev="note", text=text)
+    except Exception as e:  # the capture's exit may raise on top of the refusal
+        chain, cause = [], e
+        while cause is not None and len(chain) < 5:
+            chain.append(cause)
+            cause = cause.__context__
+        oom = [c for c in chain if isinstance(c, oom_types(torch)) or
+               "out of memory" in str(c).lower()]
+        raised = type(e).__name__ + (":out_of_memory" if oom else "")
+        say(ev="note", text=" <- ".join(str(c).split("\n")[0][:120] for c in chain))
     say(ev="graph_over_limit", raised=raised)
 
 
@@ -186,8 +191,8 @@ def case_async_free(gib):
     the memory on the GPU while it holds none in PyTorch's terms."""
     torch = import_torch()
     xs = [torch.empty(512 * MiB, dtype=torch.uint8, device="cuda") for _ in range(int(gib) * 2)]
-    for x in xs:
-        x.fill_(1)
+    for i in range(len(xs)):
+        xs[i].fill_(1)  # touched, so the memory is really in use
     del xs
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
