@@ -244,6 +244,9 @@ class Kit:
         self.out = args.out
         self.tmp = tempfile.mkdtemp(prefix="gpck-", dir="/tmp")  # socket paths stay short
         self.log = open(os.path.join(self.out or self.tmp, "gpu-check.log"), "w")
+        # Every child's stderr (probes, PyTorch), appended as they run.
+        self.stderr_path = os.path.join(self.out or self.tmp, "gpu-check-stderr.log")
+        open(self.stderr_path, "w").close()
         self.results = []
         self.nvml = None
         self.ctx_bytes = None
@@ -393,7 +396,7 @@ class Kit:
 
     def spawn_probe(self, script, via=None, argv_prefix=(), **env_kw):
         argv = list(argv_prefix) + self.probe_argv(script, via)
-        return Proc(argv, self.env(**env_kw), stderr_path=os.path.join(self.tmp, "probe.err"))
+        return Proc(argv, self.env(**env_kw), stderr_path=self.stderr_path)
 
     # -- reporting ----------------------------------------------------------------------
 
@@ -820,8 +823,7 @@ class Torch:
 
     def spawn(self, case, *args, **env_kw):
         argv = [self.python, "-u", self.script, case] + [str(a) for a in args]
-        return Proc(argv, self.kit.env(**env_kw), stdin=True,
-                    stderr_path=os.path.join(self.kit.tmp, "torch.err"))
+        return Proc(argv, self.kit.env(**env_kw), stdin=True, stderr_path=self.kit.stderr_path)
 
     @staticmethod
     def event(proc, ev, timeout=120):
@@ -998,6 +1000,29 @@ def check_torch_async(kit, torch):
     return figures
 
 
+def check_torch_graphs_async(kit, torch):
+    """A graph's stream-ordered allocation, replayed after the process filled
+    the rest of its limit: physical use must stay inside (or the replay be
+    refused)."""
+    need_ctx(kit, torch)
+    phys = Physical(kit, 1)
+    p = torch.spawn("graphs-async", kit.limit, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    try:
+        cap = torch.event(p, "captured")
+        if not cap["ok"] and not cap["oom"]:
+            raise Skip("this PyTorch cannot capture under cudaMallocAsync: %s" % cap["text"])
+        filled = torch.event(p, "filled") if cap["ok"] else {"bytes": 0}
+        replayed = torch.event(p, "replayed") if cap["ok"] else {"replay": "not_captured"}
+        time.sleep(0.2)
+    finally:
+        torch.finish(p)
+    ok_phys, phys_fig = phys.verdict()
+    figures = "graph_alloc=4.00GiB captured=%s filled_after_capture=%s replay=%s %s" % (
+        "yes" if cap["ok"] else "refused_oom", gib(filled["bytes"]), replayed["replay"], phys_fig)
+    expect(ok_phys, figures)
+    return figures
+
+
 def check_torch_train(kit, torch):
     """One training step with and without the library: A B A B, the
     smaller median of each side."""
@@ -1066,6 +1091,7 @@ def main(argv):
         kit.run_check("torch-graphs", lambda: check_torch_graphs(kit, torch))
         kit.run_check("torch-expandable", lambda: check_torch_expandable(kit, torch))
         kit.run_check("torch-async", lambda: check_torch_async(kit, torch))
+        kit.run_check("torch-graphs-async", lambda: check_torch_graphs_async(kit, torch))
         kit.run_check("torch-train-step", lambda: check_torch_train(kit, torch))
     finally:
         counts = {s: sum(1 for r in kit.results if r["status"] == s)

@@ -200,6 +200,45 @@ def case_async_free(gib):
     hold()
 
 
+def case_graphs_async(limit_bytes):
+    """backend:cudaMallocAsync under stream capture: a tensor made and freed
+    inside the graph becomes the graph's memory nodes. The driver takes that
+    memory when the graph is launched, not when it was captured, so the
+    limit must still hold at replay, after the process filled what was left
+    (issue 23: graph allocation nodes are charged when the graph takes the
+    memory)."""
+    torch = import_torch()
+    warm = torch.ones(1 << 20, dtype=torch.uint8, device="cuda")
+    warm.fill_(1)
+    int(warm.sum())  # the kernels are loaded before the capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            x = torch.empty(4 * GiB, dtype=torch.uint8, device="cuda")
+            x.fill_(1)
+            total = x.sum()
+            del x
+    except Exception as e:
+        oom = isinstance(e, oom_types(torch)) or "out of memory" in str(e).lower()
+        say(ev="captured", ok=False, oom=oom, text=str(e).split("\n")[0][:160])
+        return
+    free, _ = torch.cuda.mem_get_info()
+    say(ev="captured", ok=True, free_after_capture=int(free))
+    kept, got, err = fill(torch, 512 * MiB, limit_bytes)
+    say(ev="filled", bytes=got, error=str(err))
+    try:
+        g.replay()
+        torch.cuda.synchronize()
+        replay = "ok:sum=%d" % int(total)
+    except Exception as e:  # a limit enforced at launch refuses here
+        replay = type(e).__name__ + (":out_of_memory" if "out of memory" in str(e).lower()
+                                     else "")
+    say(ev="replayed", replay=replay)
+    hold()
+
+
 def case_train(steps, warmup):
     """One training step of a small MLP, fixed seed: median seconds."""
     torch = import_torch()
@@ -235,6 +274,7 @@ CASES = {
     "graphs": (case_graphs, 1),
     "expandable": (case_expandable, 1),
     "async-free": (case_async_free, 1),
+    "graphs-async": (case_graphs_async, 1),
     "train": (case_train, 2),
 }
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 NON_TORCH = ["driver", "limit-probe", "nvml-view", "shared-8proc", "sigkill-release", "restart",
              "restart-pidns", "alloc-overhead", "plugin-gpu", "plugin-health", "plugin-gpumem"]
 TORCH = ["torch-context", "torch-limit", "torch-8proc", "torch-graphs", "torch-expandable",
-         "torch-async", "torch-train-step"]
+         "torch-async", "torch-graphs-async", "torch-train-step"]
 # Checks that report a defect issue 23 is fixing, until the fix lands.
 OPEN_DEFECTS = {
     "restart-pidns": "D1: a slot of another pid namespace is never reclaimed",
