@@ -463,16 +463,37 @@ def check_limit(kit):
     return "limit=%s %s" % (gib(L), " ".join(figs))
 
 
+def part(kit, tenths):
+    """tenths/10 of the limit, in whole MiB: the sizes scale with --limit."""
+    return kit.limit * tenths // 10 // MiB * MiB
+
+
+def holder(kit, script, region, argv_prefix=()):
+    """A process of the container that made every allocation of script and
+    now holds them (`holding` comes last), or a failure naming the one refused."""
+    p = kit.spawn_probe(script + " hold", region=region, argv_prefix=argv_prefix)
+    try:
+        while True:
+            _, line = p.wait_for(lambda l: True, STEP_TIMEOUT)
+            f = fields(line)
+            if f["cmd"] == "holding":
+                return p
+            if f["code"] != "CUDA_SUCCESS":
+                raise CheckFailed("holder_%s=%s" % (f["cmd"], f["code"]))
+    except CheckFailed:
+        p.stop()
+        raise
+
+
 def check_nvml_view(kit):
     """nvidia-smi's calls inside the container show the share; outside, the GPU."""
     region = kit.region()
-    holder = kit.spawn_probe("init alloc 1g hold", region=region)
+    held = holder(kit, "init alloc 1g", region)
     try:
-        holder.wait_for(lambda l: l.startswith("hold"), STEP_TIMEOUT)
         inside = kit.probe("nvml", region=region)["nvml"]
         outside = kit.probe("nvml", preload=False)["nvml"]
     finally:
-        holder.stop()
+        held.stop()
     figures = "inside_total=%s inside_used=%s outside_total=%s" % (
         gib(int(inside["total"])), gib(int(inside["used"])), gib(int(outside["total"])))
     expect(int(inside["total"]) == kit.limit and int(inside["used"]) == GiB and
@@ -509,21 +530,20 @@ def watch_free(kit, region, seconds):
 
 
 def check_sigkill(kit):
-    """SIGKILL of a process holding 4 GiB: how long until another process of
+    """SIGKILL of a process holding 4/10 of the limit: how long until another process of
     the container sees it free (and, on a real GPU, until NVML sees the
     driver give it back)."""
-    region, share = kit.region(), 4 * GiB
-    holder = kit.spawn_probe("init alloc 4g hold", region=region)
+    region, share = kit.region(), part(kit, 4)
+    held = holder(kit, "init alloc %d" % share, region)
     watcher = None
     try:
-        holder.wait_for(lambda l: l.startswith("hold"), STEP_TIMEOUT)
         watcher = watch_free(kit, region, 20)
         _, line = watcher.wait_for(lambda l: l.startswith("info "), STEP_TIMEOUT)
         before = int(fields(line)["free"])
         expect(before <= kit.limit - share, "holder_not_charged free=%s" % gib(before))
         phys_before = kit.nvml.memory()[1] if kit.mode == "real" else None
         t0 = time.monotonic()
-        holder.p.kill()
+        held.p.kill()
         t1, line = watcher.wait_for(
             lambda l: l.startswith("info ") and int(fields(l)["free"]) >= before + share, 10)
         back_ms = (t1 - t0) * 1000
@@ -535,7 +555,7 @@ def check_sigkill(kit):
                 time.sleep(0.005)
             figures += " nvml_released_after_ms=%.1f" % ((time.monotonic() - t0) * 1000)
     finally:
-        holder.stop()
+        held.stop()
         if watcher:
             watcher.stop()
     expect(back_ms <= 1000, figures)
@@ -547,10 +567,9 @@ def check_restart(kit):
     do) leaves nothing charged: the next process of the container starts at
     zero and gets the whole limit."""
     region = kit.region()
-    holder = kit.spawn_probe("init alloc 4g hold", region=region)
-    holder.wait_for(lambda l: l.startswith("hold"), STEP_TIMEOUT)
-    holder.stop(signal.SIGKILL)
-    kit.probe("init alloc 3g", region=region)  # exits holding 3 GiB
+    holder(kit, "init alloc %d" % part(kit, 4), region).stop(signal.SIGKILL)
+    r = kit.probe("init alloc %d" % part(kit, 3), region=region)  # exits holding it
+    expect(r["alloc"]["code"] == "CUDA_SUCCESS", "second_holder_alloc=%s" % r["alloc"]["code"])
     r = kit.probe("init info alloc %d" % kit.limit, region=region)
     figures = "free_at_start=%s full_limit_alloc=%s" % (gib(int(r["info"]["free"])),
                                                         r["alloc"]["code"])
@@ -594,14 +613,13 @@ def check_restart_pidns(kit):
     if t.returncode != 0:
         raise Skip("unshare refused: %s" % (t.stderr.strip() or t.returncode))
     region = kit.region()
-    holder = kit.spawn_probe("init alloc 4g hold", region=region, argv_prefix=unshare_argv())
+    held = holder(kit, "init alloc %d" % part(kit, 4), region, argv_prefix=unshare_argv())
     try:
-        holder.wait_for(lambda l: l.startswith("hold"), STEP_TIMEOUT)
         # The namespace's pid 1 is unshare's child: killing it ends the namespace.
-        os.kill(child_of(holder.p.pid), signal.SIGKILL)
-        holder.p.wait(timeout=10)
+        os.kill(child_of(held.p.pid), signal.SIGKILL)
+        held.p.wait(timeout=10)
     finally:
-        holder.stop()
+        held.stop()
     p = subprocess.run(unshare_argv() + kit.probe_argv("init info alloc %d" % kit.limit),
                        env=kit.env(region=region), capture_output=True, text=True,
                        timeout=STEP_TIMEOUT)
@@ -983,7 +1001,8 @@ def check_torch_async(kit, torch):
     region = kit.region()
     conf = "backend:cudaMallocAsync"
     phys = Physical(kit, 2)
-    first = torch.spawn("async-free", 6, region=region, PYTORCH_CUDA_ALLOC_CONF=conf)
+    first = torch.spawn("async-free", part(kit, 6) // MiB, region=region,
+                        PYTORCH_CUDA_ALLOC_CONF=conf)
     second = None
     try:
         freed = torch.event(first, "freed")
@@ -993,8 +1012,9 @@ def check_torch_async(kit, torch):
     finally:
         torch.finish(*[p for p in (first, second) if p])
     ok_phys, phys_fig = phys.verdict()
-    figures = "first_freed=6.00GiB first_pool_keeps=%s second_filled=%s %s" % (
-        gib(freed["reserved"]), gib(filled["bytes"]), phys_fig)
+    figures = "first_freed=%s first_pool_keeps=%s second_filled=%s %s" % (
+        gib(part(kit, 6) // (512 * MiB) * 512 * MiB), gib(freed["reserved"]),
+        gib(filled["bytes"]), phys_fig)
     # The verdict is physical: what PyTorch calls reserved is only a figure.
     expect(ok_phys, figures)
     return figures
@@ -1006,7 +1026,8 @@ def check_torch_graphs_async(kit, torch):
     refused)."""
     need_ctx(kit, torch)
     phys = Physical(kit, 1)
-    p = torch.spawn("graphs-async", kit.limit, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    p = torch.spawn("graphs-async", kit.limit, part(kit, 4),
+                    PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
     try:
         cap = torch.event(p, "captured")
         if not cap["ok"] and not cap["oom"]:
@@ -1017,8 +1038,8 @@ def check_torch_graphs_async(kit, torch):
     finally:
         torch.finish(p)
     ok_phys, phys_fig = phys.verdict()
-    figures = "graph_alloc=4.00GiB captured=%s filled_after_capture=%s replay=%s %s" % (
-        "yes" if cap["ok"] else "refused_oom", gib(filled["bytes"]), replayed["replay"], phys_fig)
+    figures = "graph_alloc=%s captured=%s filled_after_capture=%s replay=%s %s" % (
+        gib(part(kit, 4)), "yes" if cap["ok"] else "refused_oom", gib(filled["bytes"]), replayed["replay"], phys_fig)
     expect(ok_phys, figures)
     return figures
 

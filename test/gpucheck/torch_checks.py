@@ -185,12 +185,12 @@ def case_expandable(limit_bytes):
     hold()
 
 
-def case_async_free(gib):
-    """backend:cudaMallocAsync: take GIB, free it; PyTorch's pool keeps it
+def case_async_free(mib):
+    """backend:cudaMallocAsync: take MIB (in 512 MiB tensors), free it; PyTorch's pool keeps it
     (it raises the pool's release threshold), so the process still holds
     the memory on the GPU while it holds none in PyTorch's terms."""
     torch = import_torch()
-    xs = [torch.empty(512 * MiB, dtype=torch.uint8, device="cuda") for _ in range(int(gib) * 2)]
+    xs = [torch.empty(512 * MiB, dtype=torch.uint8, device="cuda") for _ in range(int(mib) // 512)]
     for i in range(len(xs)):
         xs[i].fill_(1)  # touched, so the memory is really in use
     del xs
@@ -200,7 +200,7 @@ def case_async_free(gib):
     hold()
 
 
-def case_graphs_async(limit_bytes):
+def case_graphs_async(limit_bytes, graph_bytes):
     """backend:cudaMallocAsync under stream capture: a tensor made and freed
     inside the graph becomes the graph's memory nodes. The driver takes that
     memory when the graph is launched, not when it was captured, so the
@@ -216,7 +216,7 @@ def case_graphs_async(limit_bytes):
     g = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(g):
-            x = torch.empty(4 * GiB, dtype=torch.uint8, device="cuda")
+            x = torch.empty(graph_bytes, dtype=torch.uint8, device="cuda")
             x.fill_(1)
             total = x.sum()
             del x
@@ -274,7 +274,7 @@ CASES = {
     "graphs": (case_graphs, 1),
     "expandable": (case_expandable, 1),
     "async-free": (case_async_free, 1),
-    "graphs-async": (case_graphs_async, 1),
+    "graphs-async": (case_graphs_async, 2),
     "train": (case_train, 2),
 }
 
