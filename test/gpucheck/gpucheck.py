@@ -1041,7 +1041,8 @@ def check_torch_graphs_async(kit, torch):
         torch.finish(p)
     ok_phys, phys_fig = phys.verdict()
     figures = "graph_alloc=%s captured=%s filled_after_capture=%s replay=%s %s" % (
-        gib(part(kit, 4)), "yes" if cap["ok"] else "refused_oom", gib(filled["bytes"]), replayed["replay"], phys_fig)
+        gib(part(kit, 4)), "yes" if cap["ok"] else "refused_oom", gib(filled["bytes"]),
+        replayed["replay"], phys_fig)
     expect(ok_phys, figures)
     return figures
 
