@@ -16,6 +16,9 @@
 #                 FUZZ_JOBS runs that many at once (default 1)
 #   make cross    every program cross-built for arm64 (build-arm64/), smoke-tested
 #                 under qemu-user (scripts/cross.sh); part of `make test`
+#   make gpu-bundle   the GPU conformance kit, self-contained (build/gpu-check/, docs/gpu-check.md)
+#   make gpu-check    the kit: on the node's GPU, or against the fake driver and NVML without one
+#                     (GPU_CHECK_ARGS: runner options, e.g. --only torch --limit 4g)
 #   make build ARCH=arm64, make image ARCH=arm64   the same for arm64 (cross)
 #   make image-index   one OCI index per image serving amd64 and arm64
 
@@ -111,7 +114,8 @@ VALGRIND_TESTS ?= \
   $(IT)/test_isolation.py::test_threads $(IT)/test_isolation.py::test_unusable_limit_fails_closed
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
-        asan-integration-test valgrind-test e2e image bench clean cross image-index fuzz
+        asan-integration-test valgrind-test e2e image bench clean cross image-index fuzz \
+        gpu-bundle gpu-check
 
 all: build
 
@@ -175,6 +179,20 @@ image-index:
 
 bench: build
 	@bench/run.sh $(abspath $(BUILD))
+
+# The GPU conformance kit: only what it packs is built (the fakes too, for a
+# machine without a GPU). Native only: it runs the machine's ldd.
+GPU_CHECK_TARGETS = gpupool-device-plugin gpupool-cuda gpupool-cudaprobe gpupool-cudaprobe-linked \
+                    gpupool-gpucheck-kubelet fakecuda fakenvml
+GPU_CHECK_ARGS ?=
+gpu-bundle: deps
+	@test "$(ARCH)" = "$(HOST_ARCH)" || { echo "gpu-bundle: native only (ARCH=$(HOST_ARCH))" >&2; exit 1; }
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target $(GPU_CHECK_TARGETS) -- --no-print-directory
+	@scripts/gpu-check-bundle.sh $(abspath $(BUILD))
+
+gpu-check: gpu-bundle
+	@scripts/gpu-check.sh $(abspath $(BUILD)) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(ARM64_BUILD) $(FUZZ_BUILD)
