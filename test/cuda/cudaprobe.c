@@ -52,57 +52,59 @@
 
 /* The entry points the commands call: the symbol a dlsym/direct caller uses
  * and the base name cuGetProcAddress takes. */
-#define PROBE_FNS(XX)                                                  \
-    XX(cuInit, "cuInit")                                               \
-    XX(cuDeviceGet, "cuDeviceGet")                                     \
-    XX(cuDeviceGetCount, "cuDeviceGetCount")                           \
-    XX(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                          \
-    XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                        \
-    XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")           \
-    XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")          \
-    XX(cuCtxCreate_v2, "cuCtxCreate")                                  \
-    XX(cuCtxDestroy_v2, "cuCtxDestroy")                                \
-    XX(cuCtxSetCurrent, "cuCtxSetCurrent")                             \
-    XX(cuMemAlloc_v2, "cuMemAlloc")                                    \
-    XX(cuMemFree_v2, "cuMemFree")                                      \
-    XX(cuMemAllocPitch_v2, "cuMemAllocPitch")                          \
-    XX(cuMemAllocManaged, "cuMemAllocManaged")                         \
-    XX(cuMemGetInfo_v2, "cuMemGetInfo")                                \
-    XX(cuMemAllocAsync, "cuMemAllocAsync")                             \
-    XX(cuMemFreeAsync, "cuMemFreeAsync")                               \
-    XX(cuMemPoolCreate, "cuMemPoolCreate")                             \
-    XX(cuMemPoolDestroy, "cuMemPoolDestroy")                           \
-    XX(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")             \
-    XX(cuMemCreate, "cuMemCreate")                                     \
-    XX(cuMemRelease, "cuMemRelease")                                   \
-    XX(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity") \
-    XX(cuArrayCreate_v2, "cuArrayCreate")                              \
-    XX(cuArray3DCreate_v2, "cuArray3DCreate")                          \
-    XX(cuArrayDestroy, "cuArrayDestroy")                               \
-    XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")               \
-    XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")             \
-    XX(cuLaunchKernel, "cuLaunchKernel")                               \
-    XX(cuStreamCreate, "cuStreamCreate")                               \
-    XX(cuStreamSynchronize, "cuStreamSynchronize")                     \
-    XX(cuStreamGetCtx, "cuStreamGetCtx")                               \
-    XX(cuCtxSynchronize, "cuCtxSynchronize")                           \
-    XX(cuCtxPushCurrent_v2, "cuCtxPushCurrent")                        \
-    XX(cuCtxPopCurrent_v2, "cuCtxPopCurrent")                          \
-    XX(cuDeviceGetMemPool, "cuDeviceGetMemPool")                       \
-    XX(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")         \
-    XX(cuDeviceSetMemPool, "cuDeviceSetMemPool")                       \
-    XX(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                 \
-    XX(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                 \
-    XX(cuMemPoolTrimTo, "cuMemPoolTrimTo")                             \
-    XX(cuPointerGetAttribute, "cuPointerGetAttribute")                 \
-    XX(cuMemMap, "cuMemMap")                                           \
-    XX(cuMemUnmap, "cuMemUnmap")                                       \
-    XX(cuMemAddressReserve, "cuMemAddressReserve")                     \
-    XX(cuMemAddressFree, "cuMemAddressFree")                           \
-    XX(cuMemSetAccess, "cuMemSetAccess")                               \
-    XX(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")     \
-    XX(cuMemExportToShareableHandle, "cuMemExportToShareableHandle")   \
-    XX(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle")
+#define PROBE_FNS(XX)                                                    \
+    XX(cuInit, "cuInit")                                                 \
+    XX(cuDeviceGet, "cuDeviceGet")                                       \
+    XX(cuDeviceGetCount, "cuDeviceGetCount")                             \
+    XX(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                            \
+    XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                          \
+    XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")             \
+    XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")            \
+    XX(cuCtxCreate_v2, "cuCtxCreate")                                    \
+    XX(cuCtxDestroy_v2, "cuCtxDestroy")                                  \
+    XX(cuCtxSetCurrent, "cuCtxSetCurrent")                               \
+    XX(cuMemAlloc_v2, "cuMemAlloc")                                      \
+    XX(cuMemFree_v2, "cuMemFree")                                        \
+    XX(cuMemAllocPitch_v2, "cuMemAllocPitch")                            \
+    XX(cuMemAllocManaged, "cuMemAllocManaged")                           \
+    XX(cuMemGetInfo_v2, "cuMemGetInfo")                                  \
+    XX(cuMemAllocAsync, "cuMemAllocAsync")                               \
+    XX(cuMemFreeAsync, "cuMemFreeAsync")                                 \
+    XX(cuMemPoolCreate, "cuMemPoolCreate")                               \
+    XX(cuMemPoolDestroy, "cuMemPoolDestroy")                             \
+    XX(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")               \
+    XX(cuMemCreate, "cuMemCreate")                                       \
+    XX(cuMemRelease, "cuMemRelease")                                     \
+    XX(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity")   \
+    XX(cuArrayCreate_v2, "cuArrayCreate")                                \
+    XX(cuArray3DCreate_v2, "cuArray3DCreate")                            \
+    XX(cuArrayDestroy, "cuArrayDestroy")                                 \
+    XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")                 \
+    XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")               \
+    XX(cuLaunchKernel, "cuLaunchKernel")                                 \
+    XX(cuStreamCreate, "cuStreamCreate")                                 \
+    XX(cuStreamSynchronize, "cuStreamSynchronize")                       \
+    XX(cuStreamGetCtx, "cuStreamGetCtx")                                 \
+    XX(cuCtxSynchronize, "cuCtxSynchronize")                             \
+    XX(cuCtxPushCurrent_v2, "cuCtxPushCurrent")                          \
+    XX(cuCtxPopCurrent_v2, "cuCtxPopCurrent")                            \
+    XX(cuDeviceGetMemPool, "cuDeviceGetMemPool")                         \
+    XX(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")           \
+    XX(cuDeviceSetMemPool, "cuDeviceSetMemPool")                         \
+    XX(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                   \
+    XX(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                   \
+    XX(cuMemPoolTrimTo, "cuMemPoolTrimTo")                               \
+    XX(cuPointerGetAttribute, "cuPointerGetAttribute")                   \
+    XX(cuMemMap, "cuMemMap")                                             \
+    XX(cuMemUnmap, "cuMemUnmap")                                         \
+    XX(cuMemAddressReserve, "cuMemAddressReserve")                       \
+    XX(cuMemAddressFree, "cuMemAddressFree")                             \
+    XX(cuMemSetAccess, "cuMemSetAccess")                                 \
+    XX(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")       \
+    XX(cuMemExportToShareableHandle, "cuMemExportToShareableHandle")     \
+    XX(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") \
+    XX(cuCtxSetLimit, "cuCtxSetLimit")                                   \
+    XX(cuCtxGetLimit, "cuCtxGetLimit")
 
 static struct {
 #define PROBE_FIELD(sym, base) __typeof__(sym) *sym;
@@ -186,6 +188,7 @@ enum opcode {
     OP_VMM_UNMAP,
     OP_VMM_RETAIN,
     OP_VMM_IMPORT,
+    OP_SET_LIMIT,
     OP_COUNT
 };
 
@@ -245,6 +248,7 @@ static const struct op ops[OP_COUNT] = {
     [OP_VMM_UNMAP] = {"vmm-unmap", {A_NONE}},
     [OP_VMM_RETAIN] = {"vmm-retain", {A_NONE}},
     [OP_VMM_IMPORT] = {"vmm-import", {A_NONE}},
+    [OP_SET_LIMIT] = {"set-limit", {A_NAME, A_SIZE}}, /* heap|stack BYTES */
 };
 
 struct cmd {
@@ -269,7 +273,7 @@ static void usage(void)
           "  pool-threshold BYTES|max | pool-trim BYTES | pool-attr | sync | xdev-pool SIZE DEV\n"
           "  stream-on DEV | async-on-stream SIZE | no-ctx | set-mempool DEV | ptr-dev\n"
           "  stream-ctx | vmm SIZE | vmm-create SIZE | vmm-map | vmm-release | vmm-unmap\n"
-          "  vmm-retain | vmm-import\n",
+          "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n",
           stderr);
 }
 
@@ -318,6 +322,10 @@ static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncm
                         c->name);
                 return -1;
             }
+        }
+        if (op == OP_SET_LIMIT && strcmp(c->name, "heap") != 0 && strcmp(c->name, "stack") != 0) {
+            fprintf(stderr, "gpupool-cudaprobe: set-limit: \"%s\" is not heap or stack\n", c->name);
+            return -1;
         }
         /* exec-self: what follows is the new image's script, checked there. */
         if (op == OP_EXEC_SELF) {
@@ -1409,6 +1417,15 @@ static void run(const struct cmd *c)
     case OP_VMM_IMPORT:
         cmd_vmm(name, c->op, c->a[0]);
         return;
+    case OP_SET_LIMIT: {
+        CUlimit which =
+            strcmp(c->name, "heap") == 0 ? CU_LIMIT_MALLOC_HEAP_SIZE : CU_LIMIT_STACK_SIZE;
+        size_t v = 0;
+        rc = CALL(cuCtxSetLimit, which, c->a[1]);
+        CUresult r = CALL(cuCtxGetLimit, &v, which);
+        say(name, rc, "value=%zu", r == CUDA_SUCCESS ? v : 0);
+        return;
+    }
     case OP_UUID: {
         CUuuid u = {{0}};
         const unsigned char *b = (const unsigned char *)u.bytes;

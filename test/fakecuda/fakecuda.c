@@ -50,6 +50,11 @@
 #define FC_HANDLE_BASE 0xcafe00000000ULL
 #define FC_MAX_ATTRIBUTE 200
 #define FC_CTX_MAGIC 0x46434358u
+#define FC_LIMITS 3                  /* CUlimit values below this are known */
+#define FC_SMS 132                   /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+#define FC_THREADS_PER_SM 2048       /* resident threads, each with its stack */
+#define FC_DEFAULT_STACK 1024ULL     /* CU_LIMIT_STACK_SIZE, bytes per thread */
+#define FC_DEFAULT_HEAP (8ULL << 20) /* CU_LIMIT_MALLOC_HEAP_SIZE */
 
 /* Every exported entry point, once: failure injection names them, and each
  * one is exported from its fc_ definition. */
@@ -110,6 +115,8 @@
     XX(cuCtxPushCurrent_v2)            \
     XX(cuCtxPopCurrent)                \
     XX(cuCtxPopCurrent_v2)             \
+    XX(cuCtxSetLimit)                  \
+    XX(cuCtxGetLimit)                  \
     XX(cuMemCreate)                    \
     XX(cuMemRelease)                   \
     XX(cuMemMap)                       \
@@ -163,6 +170,7 @@ enum fc_kind {
     KIND_VMM,     /* cuMemCreate handle */
     KIND_RESERVE, /* cuMemAddressReserve range */
     KIND_MAP,     /* cuMemMap mapping */
+    KIND_LIMIT,   /* a context's cuCtxSetLimit growth (charged) */
 };
 
 struct fc_obj {
@@ -196,6 +204,8 @@ struct fc_ctx {
     int refs;          /* primary: retain count */
     struct fc_obj own; /* list head: what teardown frees */
     struct fc_ctx *next_all;
+    uint64_t limit[FC_LIMITS];        /* cuCtxSetLimit values (0: the default) */
+    struct fc_obj *growth[FC_LIMITS]; /* their charge above the default, in `own` */
 };
 
 struct fc_dev {
@@ -712,10 +722,14 @@ static uint64_t handle_take(void)
     return g.next_handle;
 }
 
+/* Frees everything made in the context, its limit growth included (the
+ * limits are back to their defaults). */
 static void ctx_teardown(struct fc_ctx *c)
 {
     while (c->own.next != &c->own)
         obj_free(c->own.next);
+    memset(c->limit, 0, sizeof(c->limit));
+    memset(c->growth, 0, sizeof(c->growth));
 }
 
 /* The calling thread's usable context. */
@@ -1109,6 +1123,83 @@ static CUresult fc_cuCtxPopCurrent_v2(CUcontext *pctx)
 static CUresult fc_cuCtxPopCurrent(CUcontext *pctx)
 {
     return ctx_pop(EP_cuCtxPopCurrent, pctx);
+}
+
+/* The device memory a limit's value takes: the stack size is per thread,
+ * for every resident thread of every SM; the heap is what it says. Other
+ * limits are UNSUPPORTED_LIMIT. UINT64_MAX on overflow. */
+static CUresult limit_bytes(CUlimit limit, uint64_t value, uint64_t *bytes)
+{
+    switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+        *bytes = value > UINT64_MAX / (FC_SMS * FC_THREADS_PER_SM)
+                     ? UINT64_MAX
+                     : value * FC_SMS * FC_THREADS_PER_SM;
+        return CUDA_SUCCESS;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+        *bytes = value;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+}
+
+static uint64_t limit_default(CUlimit limit)
+{
+    return limit == CU_LIMIT_STACK_SIZE ? FC_DEFAULT_STACK : FC_DEFAULT_HEAP;
+}
+
+/* Growth above the default is device memory the context holds: charged
+ * (OUT_OF_MEMORY when it does not fit; nothing changes then), given back
+ * by a smaller value or the context's teardown. */
+static CUresult fc_cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    CUresult rc = enter(EP_cuCtxSetLimit, true);
+    struct fc_ctx *c;
+    uint64_t need, base;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = limit_bytes(limit, value, &need)) != CUDA_SUCCESS ||
+        (rc = limit_bytes(limit, limit_default(limit), &base)) != CUDA_SUCCESS)
+        return rc;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    uint64_t grow = need > base ? need - base : 0;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = c->growth[limit];
+    if (!o) {
+        rc = obj_new(handle_take(), KIND_LIMIT, c->dev, grow, c, &o);
+        if (rc == CUDA_SUCCESS)
+            c->growth[limit] = o;
+    } else if (grow > o->charged) {
+        rc = dev_take(c->dev, grow - o->charged);
+        if (rc == CUDA_SUCCESS)
+            o->charged = grow;
+    } else {
+        dev_give(c->dev, o->charged - grow);
+        o->charged = grow;
+    }
+    if (rc == CUDA_SUCCESS)
+        c->limit[limit] = value;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    CUresult rc = enter(EP_cuCtxGetLimit, true);
+    struct fc_ctx *c;
+    uint64_t b;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pvalue)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = limit_bytes(limit, 0, &b)) != CUDA_SUCCESS || (rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    *pvalue = c->growth[limit] ? c->limit[limit] : limit_default(limit);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
 }
 
 static CUresult fc_cuCtxGetDevice(CUdevice *device)
@@ -2450,6 +2541,8 @@ static const struct fc_proc procs[] = {
     {"cuCtxPushCurrent", 4000, FC_FN(cuCtxPushCurrent_v2), NULL},
     {"cuCtxPopCurrent", 2000, FC_FN(cuCtxPopCurrent), NULL},
     {"cuCtxPopCurrent", 4000, FC_FN(cuCtxPopCurrent_v2), NULL},
+    {"cuCtxSetLimit", 3010, FC_FN(cuCtxSetLimit), NULL},
+    {"cuCtxGetLimit", 3010, FC_FN(cuCtxGetLimit), NULL},
     {"cuMemCreate", 10020, FC_FN(cuMemCreate), NULL},
     {"cuMemRelease", 10020, FC_FN(cuMemRelease), NULL},
     {"cuMemMap", 10020, FC_FN(cuMemMap), NULL},

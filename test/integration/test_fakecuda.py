@@ -237,6 +237,9 @@ def test_linked_probe():
     ("cuDeviceSetMemPool", 11020, 0, "cuDeviceSetMemPool"),
     ("cuStreamGetCtx", 9020, 0, "cuStreamGetCtx"),
     ("cuPointerGetAttribute", 4000, 0, "cuPointerGetAttribute"),
+    ("cuCtxSetLimit", 3010, 0, "cuCtxSetLimit"),
+    ("cuMemRetainAllocationHandle", 11000, 0, "cuMemRetainAllocationHandle"),
+    ("cuMemSetAccess", 10020, 0, "cuMemSetAccess"),
 ])
 def test_procaddr_versions(name, version, flags, want):
     p = probe("procaddr", name, version, flags)
@@ -699,3 +702,39 @@ def test_phys_counts_released_but_mapped_memory(tmp_path, holders):
     assert phys(f)[0][1] == 3 * GIB
     p = probe("init", "vmm", "2g", devices="4g", env_extra=env)
     assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+# --- cuCtxSetLimit growth -------------------------------------------------------------------
+
+STACK_BYTES_PER_BYTE = 132 * 2048    # every resident thread of every SM has the stack
+
+
+def test_ctx_limit_growth_is_device_memory_of_the_context():
+    p = probe("init", "set-limit", "heap", "1g", "info", "set-limit", "stack", 4096, "info",
+              "set-limit", "heap", "5g", "info", "set-limit", "heap", "4m", "info", "ctx-create",
+              "set-limit", "heap", "2g", "info", "ctx-destroy", "info", "set-limit", "stack", 0,
+              "info", "set-limit", "heap", "3g", "primary-reset", "info", devices="4g")
+    out = lines(p)
+    heap = GIB - 8 * MIB
+    stack = (4096 - 1024) * STACK_BYTES_PER_BYTE
+    assert out[1] == ["set-limit", "CUDA_SUCCESS", "value=%d" % GIB]
+    assert kv(out[2])["free"] == str(4 * GIB - heap)
+    assert kv(out[4])["free"] == str(4 * GIB - heap - stack)
+    assert out[5] == ["set-limit", "CUDA_ERROR_OUT_OF_MEMORY", "value=%d" % GIB]  # unchanged
+    assert kv(out[6])["free"] == str(4 * GIB - heap - stack)
+    assert kv(out[8])["free"] == str(4 * GIB - stack)                  # below the default: 0
+    assert kv(out[11])["free"] == str(4 * GIB - stack - (2 * GIB - 8 * MIB))
+    assert kv(out[13])["free"] == str(4 * GIB - stack)                 # gone with the context
+    assert kv(out[15])["free"] == str(4 * GIB)
+    assert out[16][1] == "CUDA_SUCCESS" and kv(out[18])["free"] == str(4 * GIB)
+
+
+def test_phys_counts_ctx_limit_growth(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    holders("init", "set-limit", "heap", "3g", "hold", devices="4g", env_extra=env)
+    assert phys(f)[0][1] == 3 * GIB - 8 * MIB
+    p = probe("init", "set-limit", "heap", "2g", "alloc", "1g", "alloc", "9m", devices="4g",
+              env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS",
+                        "CUDA_ERROR_OUT_OF_MEMORY"]       # 8 MiB of heap were already there
