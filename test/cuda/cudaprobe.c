@@ -42,6 +42,7 @@
 #define PROBE_MAX_DEVICES 64
 #define PROBE_FILL_MAX (1u << 24)
 #define PROBE_THREAD_ROUNDS 100
+#define PROBE_VMM_STACK 64
 #define PROBE_VERSION_NEW 12040
 #define PROBE_VERSION_OLD 11030
 #define PROBE_VERSION_LEGACY_RELEASE 10000 /* before the _v2 of 11000 */
@@ -51,49 +52,59 @@
 
 /* The entry points the commands call: the symbol a dlsym/direct caller uses
  * and the base name cuGetProcAddress takes. */
-#define PROBE_FNS(XX)                                                  \
-    XX(cuInit, "cuInit")                                               \
-    XX(cuDeviceGet, "cuDeviceGet")                                     \
-    XX(cuDeviceGetCount, "cuDeviceGetCount")                           \
-    XX(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                          \
-    XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                        \
-    XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")           \
-    XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")          \
-    XX(cuCtxCreate_v2, "cuCtxCreate")                                  \
-    XX(cuCtxDestroy_v2, "cuCtxDestroy")                                \
-    XX(cuCtxSetCurrent, "cuCtxSetCurrent")                             \
-    XX(cuMemAlloc_v2, "cuMemAlloc")                                    \
-    XX(cuMemFree_v2, "cuMemFree")                                      \
-    XX(cuMemAllocPitch_v2, "cuMemAllocPitch")                          \
-    XX(cuMemAllocManaged, "cuMemAllocManaged")                         \
-    XX(cuMemGetInfo_v2, "cuMemGetInfo")                                \
-    XX(cuMemAllocAsync, "cuMemAllocAsync")                             \
-    XX(cuMemFreeAsync, "cuMemFreeAsync")                               \
-    XX(cuMemPoolCreate, "cuMemPoolCreate")                             \
-    XX(cuMemPoolDestroy, "cuMemPoolDestroy")                           \
-    XX(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")             \
-    XX(cuMemCreate, "cuMemCreate")                                     \
-    XX(cuMemRelease, "cuMemRelease")                                   \
-    XX(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity") \
-    XX(cuArrayCreate_v2, "cuArrayCreate")                              \
-    XX(cuArray3DCreate_v2, "cuArray3DCreate")                          \
-    XX(cuArrayDestroy, "cuArrayDestroy")                               \
-    XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")               \
-    XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")             \
-    XX(cuLaunchKernel, "cuLaunchKernel")                               \
-    XX(cuStreamCreate, "cuStreamCreate")                               \
-    XX(cuStreamSynchronize, "cuStreamSynchronize")                     \
-    XX(cuStreamGetCtx, "cuStreamGetCtx")                               \
-    XX(cuCtxSynchronize, "cuCtxSynchronize")                           \
-    XX(cuCtxPushCurrent_v2, "cuCtxPushCurrent")                        \
-    XX(cuCtxPopCurrent_v2, "cuCtxPopCurrent")                          \
-    XX(cuDeviceGetMemPool, "cuDeviceGetMemPool")                       \
-    XX(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")         \
-    XX(cuDeviceSetMemPool, "cuDeviceSetMemPool")                       \
-    XX(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                 \
-    XX(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                 \
-    XX(cuMemPoolTrimTo, "cuMemPoolTrimTo")                             \
-    XX(cuPointerGetAttribute, "cuPointerGetAttribute")
+#define PROBE_FNS(XX)                                                    \
+    XX(cuInit, "cuInit")                                                 \
+    XX(cuDeviceGet, "cuDeviceGet")                                       \
+    XX(cuDeviceGetCount, "cuDeviceGetCount")                             \
+    XX(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                            \
+    XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                          \
+    XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")             \
+    XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")            \
+    XX(cuCtxCreate_v2, "cuCtxCreate")                                    \
+    XX(cuCtxDestroy_v2, "cuCtxDestroy")                                  \
+    XX(cuCtxSetCurrent, "cuCtxSetCurrent")                               \
+    XX(cuMemAlloc_v2, "cuMemAlloc")                                      \
+    XX(cuMemFree_v2, "cuMemFree")                                        \
+    XX(cuMemAllocPitch_v2, "cuMemAllocPitch")                            \
+    XX(cuMemAllocManaged, "cuMemAllocManaged")                           \
+    XX(cuMemGetInfo_v2, "cuMemGetInfo")                                  \
+    XX(cuMemAllocAsync, "cuMemAllocAsync")                               \
+    XX(cuMemFreeAsync, "cuMemFreeAsync")                                 \
+    XX(cuMemPoolCreate, "cuMemPoolCreate")                               \
+    XX(cuMemPoolDestroy, "cuMemPoolDestroy")                             \
+    XX(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")               \
+    XX(cuMemCreate, "cuMemCreate")                                       \
+    XX(cuMemRelease, "cuMemRelease")                                     \
+    XX(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity")   \
+    XX(cuArrayCreate_v2, "cuArrayCreate")                                \
+    XX(cuArray3DCreate_v2, "cuArray3DCreate")                            \
+    XX(cuArrayDestroy, "cuArrayDestroy")                                 \
+    XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")                 \
+    XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")               \
+    XX(cuLaunchKernel, "cuLaunchKernel")                                 \
+    XX(cuStreamCreate, "cuStreamCreate")                                 \
+    XX(cuStreamSynchronize, "cuStreamSynchronize")                       \
+    XX(cuStreamGetCtx, "cuStreamGetCtx")                                 \
+    XX(cuCtxSynchronize, "cuCtxSynchronize")                             \
+    XX(cuCtxPushCurrent_v2, "cuCtxPushCurrent")                          \
+    XX(cuCtxPopCurrent_v2, "cuCtxPopCurrent")                            \
+    XX(cuDeviceGetMemPool, "cuDeviceGetMemPool")                         \
+    XX(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")           \
+    XX(cuDeviceSetMemPool, "cuDeviceSetMemPool")                         \
+    XX(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                   \
+    XX(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                   \
+    XX(cuMemPoolTrimTo, "cuMemPoolTrimTo")                               \
+    XX(cuPointerGetAttribute, "cuPointerGetAttribute")                   \
+    XX(cuMemMap, "cuMemMap")                                             \
+    XX(cuMemUnmap, "cuMemUnmap")                                         \
+    XX(cuMemAddressReserve, "cuMemAddressReserve")                       \
+    XX(cuMemAddressFree, "cuMemAddressFree")                             \
+    XX(cuMemSetAccess, "cuMemSetAccess")                                 \
+    XX(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")       \
+    XX(cuMemExportToShareableHandle, "cuMemExportToShareableHandle")     \
+    XX(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") \
+    XX(cuCtxSetLimit, "cuCtxSetLimit")                                   \
+    XX(cuCtxGetLimit, "cuCtxGetLimit")
 
 static struct {
 #define PROBE_FIELD(sym, base) __typeof__(sym) *sym;
@@ -170,6 +181,14 @@ enum opcode {
     OP_SET_MEMPOOL,
     OP_PTR_DEV,
     OP_STREAM_CTX,
+    OP_VMM,
+    OP_VMM_CREATE,
+    OP_VMM_MAP,
+    OP_VMM_RELEASE,
+    OP_VMM_UNMAP,
+    OP_VMM_RETAIN,
+    OP_VMM_IMPORT,
+    OP_SET_LIMIT,
     OP_COUNT
 };
 
@@ -222,6 +241,14 @@ static const struct op ops[OP_COUNT] = {
     [OP_SET_MEMPOOL] = {"set-mempool", {A_INT}},
     [OP_PTR_DEV] = {"ptr-dev", {A_NONE}},
     [OP_STREAM_CTX] = {"stream-ctx", {A_NONE}},
+    [OP_VMM] = {"vmm", {A_SIZE}},
+    [OP_VMM_CREATE] = {"vmm-create", {A_SIZE}},
+    [OP_VMM_MAP] = {"vmm-map", {A_NONE}},
+    [OP_VMM_RELEASE] = {"vmm-release", {A_NONE}},
+    [OP_VMM_UNMAP] = {"vmm-unmap", {A_NONE}},
+    [OP_VMM_RETAIN] = {"vmm-retain", {A_NONE}},
+    [OP_VMM_IMPORT] = {"vmm-import", {A_NONE}},
+    [OP_SET_LIMIT] = {"set-limit", {A_NAME, A_SIZE}}, /* heap|stack BYTES */
 };
 
 struct cmd {
@@ -245,7 +272,8 @@ static void usage(void)
           "  legacy-release | count | uuid\n"
           "  pool-threshold BYTES|max | pool-trim BYTES | pool-attr | sync | xdev-pool SIZE DEV\n"
           "  stream-on DEV | async-on-stream SIZE | no-ctx | set-mempool DEV | ptr-dev\n"
-          "  stream-ctx\n",
+          "  stream-ctx | vmm SIZE | vmm-create SIZE | vmm-map | vmm-release | vmm-unmap\n"
+          "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n",
           stderr);
 }
 
@@ -294,6 +322,10 @@ static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncm
                         c->name);
                 return -1;
             }
+        }
+        if (op == OP_SET_LIMIT && strcmp(c->name, "heap") != 0 && strcmp(c->name, "stack") != 0) {
+            fprintf(stderr, "gpupool-cudaprobe: set-limit: \"%s\" is not heap or stack\n", c->name);
+            return -1;
         }
         /* exec-self: what follows is the new image's script, checked there. */
         if (op == OP_EXEC_SELF) {
@@ -445,6 +477,16 @@ static struct {
     CUcontext created[PROBE_MAX_DEVICES];
     int ncreated;
     CUmemoryPool pool[PROBE_MAX_DEVICES];
+    struct {
+        CUmemGenericAllocationHandle h;
+        size_t size;
+    } vh[PROBE_VMM_STACK]; /* vmm: handles (H) */
+    struct {
+        CUdeviceptr va;
+        size_t size;
+        CUmemGenericAllocationHandle h;
+    } vm[PROBE_VMM_STACK]; /* vmm: mappings (M), each in its own reservation */
+    int nvh, nvm;
     CUstream stream;      /* stream-on's newest stream */
     CUcontext stream_ctx; /* the context it was made in */
     struct alloc *live;
@@ -899,6 +941,129 @@ static void cmd_stream_ctx(void)
     say("stream-ctx", rc, "ctx=%s", ctx ? "other" : "null");
 }
 
+/* --- vmm: a stack of handles (H) and one of mappings (M) --- */
+
+static CUresult vmm_push_h(CUmemGenericAllocationHandle h, size_t size)
+{
+    if (st.nvh == PROBE_VMM_STACK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    st.vh[st.nvh].h = h;
+    st.vh[st.nvh++].size = size;
+    return CUDA_SUCCESS;
+}
+
+/* cuMemCreate of size rounded up to the granularity, exportable as a POSIX
+ * file descriptor; pushed on H. */
+static CUresult vmm_create(uint64_t size, size_t *bytes)
+{
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
+    size_t gran = 0;
+    CUmemGenericAllocationHandle h = 0;
+    *bytes = 0;
+    CUresult rc =
+        CALL(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (rc == CUDA_SUCCESS && (gran == 0 || st.nvh == PROBE_VMM_STACK))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        *bytes = size == 0 ? 0 : (size + gran - 1) / gran * gran;
+        rc = CALL(cuMemCreate, &h, *bytes, &prop, 0);
+    }
+    return rc == CUDA_SUCCESS ? vmm_push_h(h, *bytes) : rc;
+}
+
+/* The top of H mapped in a new reservation with read-write access; pushed
+ * on M. */
+static CUresult vmm_map(void)
+{
+    if (st.nvh == 0 || st.nvm == PROBE_VMM_STACK)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUmemGenericAllocationHandle h = st.vh[st.nvh - 1].h;
+    size_t size = st.vh[st.nvh - 1].size;
+    CUdeviceptr va = 0;
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, st.dev},
+                              CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult rc = CALL(cuMemAddressReserve, &va, size, 0, 0, 0);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = CALL(cuMemMap, va, size, 0, h, 0);
+    if (rc != CUDA_SUCCESS) {
+        (void)CALL(cuMemAddressFree, va, size);
+        return rc;
+    }
+    st.vm[st.nvm].va = va;
+    st.vm[st.nvm].size = size;
+    st.vm[st.nvm++].h = h;
+    return CALL(cuMemSetAccess, va, size, &access, 1);
+}
+
+static void cmd_vmm(const char *name, enum opcode op, uint64_t size)
+{
+    CUresult rc = CUDA_SUCCESS;
+    size_t bytes = 0;
+    switch (op) {
+    case OP_VMM:
+        rc = vmm_create(size, &bytes);
+        if (rc == CUDA_SUCCESS)
+            rc = vmm_map();
+        say(name, rc, "bytes=%zu", bytes);
+        return;
+    case OP_VMM_CREATE:
+        rc = vmm_create(size, &bytes);
+        say(name, rc, "bytes=%zu", bytes);
+        return;
+    case OP_VMM_MAP:
+        say(name, vmm_map(), NULL);
+        return;
+    case OP_VMM_RELEASE:
+        say(name, st.nvh ? CALL(cuMemRelease, st.vh[--st.nvh].h) : CUDA_ERROR_INVALID_VALUE, NULL);
+        return;
+    case OP_VMM_UNMAP:
+        if (st.nvm == 0) {
+            say(name, CUDA_ERROR_INVALID_VALUE, NULL);
+            return;
+        }
+        st.nvm--;
+        rc = CALL(cuMemUnmap, st.vm[st.nvm].va, st.vm[st.nvm].size);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemAddressFree, st.vm[st.nvm].va, st.vm[st.nvm].size);
+        say(name, rc, NULL);
+        return;
+    case OP_VMM_RETAIN: {
+        CUmemGenericAllocationHandle h = 0;
+        int same = 0;
+        rc = st.nvm ? CALL(cuMemRetainAllocationHandle, &h, (void *)(uintptr_t)st.vm[st.nvm - 1].va)
+                    : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) {
+            same = h == st.vm[st.nvm - 1].h;
+            rc = vmm_push_h(h, st.vm[st.nvm - 1].size);
+        }
+        say(name, rc, "same=%d", same);
+        return;
+    }
+    case OP_VMM_IMPORT: {
+        CUmemGenericAllocationHandle h = 0, top = st.nvh ? st.vh[st.nvh - 1].h : 0;
+        int fd = -1;
+        rc = st.nvh ? CALL(cuMemExportToShareableHandle, &fd, top,
+                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+                    : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) {
+            rc = CALL(cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
+                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            if (close(fd) != 0 && rc == CUDA_SUCCESS)
+                rc = CUDA_ERROR_UNKNOWN;
+        }
+        if (rc == CUDA_SUCCESS)
+            rc = vmm_push_h(h, st.vh[st.nvh - 1].size);
+        say(name, rc, "new=%d", rc == CUDA_SUCCESS && h != top);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
 static void cmd_legacy_release(void)
 {
     CUresult rc = cu.legacy_release ? cu.legacy_release(st.dev) : CUDA_ERROR_NOT_FOUND;
@@ -1243,6 +1408,24 @@ static void run(const struct cmd *c)
     case OP_STREAM_CTX:
         cmd_stream_ctx();
         return;
+    case OP_VMM:
+    case OP_VMM_CREATE:
+    case OP_VMM_MAP:
+    case OP_VMM_RELEASE:
+    case OP_VMM_UNMAP:
+    case OP_VMM_RETAIN:
+    case OP_VMM_IMPORT:
+        cmd_vmm(name, c->op, c->a[0]);
+        return;
+    case OP_SET_LIMIT: {
+        CUlimit which =
+            strcmp(c->name, "heap") == 0 ? CU_LIMIT_MALLOC_HEAP_SIZE : CU_LIMIT_STACK_SIZE;
+        size_t v = 0;
+        rc = CALL(cuCtxSetLimit, which, c->a[1]);
+        CUresult r = CALL(cuCtxGetLimit, &v, which);
+        say(name, rc, "value=%zu", r == CUDA_SUCCESS ? v : 0);
+        return;
+    }
     case OP_UUID: {
         CUuuid u = {{0}};
         const unsigned char *b = (const unsigned char *)u.bytes;

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fakecuda_api.h"
 #include "fakecuda_phys.h"
@@ -48,88 +50,99 @@
 #define FC_HANDLE_BASE 0xcafe00000000ULL
 #define FC_MAX_ATTRIBUTE 200
 #define FC_CTX_MAGIC 0x46434358u
+#define FC_LIMITS 3                  /* CUlimit values below this are known */
+#define FC_SMS 132                   /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+#define FC_THREADS_PER_SM 2048       /* resident threads, each with its stack */
+#define FC_DEFAULT_STACK 1024ULL     /* CU_LIMIT_STACK_SIZE, bytes per thread */
+#define FC_DEFAULT_HEAP (8ULL << 20) /* CU_LIMIT_MALLOC_HEAP_SIZE */
 
 /* Every exported entry point, once: failure injection names them, and each
  * one is exported from its fc_ definition. */
-#define FC_ENTRY_POINTS(XX)           \
-    XX(cuInit)                        \
-    XX(cuDriverGetVersion)            \
-    XX(cuGetErrorName)                \
-    XX(cuGetErrorString)              \
-    XX(cuGetProcAddress)              \
-    XX(cuGetProcAddress_v2)           \
-    XX(cuDeviceGet)                   \
-    XX(cuDeviceGetCount)              \
-    XX(cuDeviceGetName)               \
-    XX(cuDeviceGetUuid)               \
-    XX(cuDeviceGetUuid_v2)            \
-    XX(cuDeviceTotalMem)              \
-    XX(cuDeviceTotalMem_v2)           \
-    XX(cuDeviceGetAttribute)          \
-    XX(cuCtxCreate)                   \
-    XX(cuCtxCreate_v2)                \
-    XX(cuCtxDestroy)                  \
-    XX(cuCtxDestroy_v2)               \
-    XX(cuCtxGetCurrent)               \
-    XX(cuCtxSetCurrent)               \
-    XX(cuCtxGetDevice)                \
-    XX(cuCtxSynchronize)              \
-    XX(cuDevicePrimaryCtxRetain)      \
-    XX(cuDevicePrimaryCtxRelease)     \
-    XX(cuDevicePrimaryCtxRelease_v2)  \
-    XX(cuDevicePrimaryCtxReset)       \
-    XX(cuDevicePrimaryCtxReset_v2)    \
-    XX(cuMemAlloc)                    \
-    XX(cuMemAlloc_v2)                 \
-    XX(cuMemFree)                     \
-    XX(cuMemFree_v2)                  \
-    XX(cuMemAllocPitch)               \
-    XX(cuMemAllocPitch_v2)            \
-    XX(cuMemAllocManaged)             \
-    XX(cuMemGetInfo)                  \
-    XX(cuMemGetInfo_v2)               \
-    XX(cuMemAllocAsync)               \
-    XX(cuMemAllocAsync_ptsz)          \
-    XX(cuMemFreeAsync)                \
-    XX(cuMemFreeAsync_ptsz)           \
-    XX(cuMemPoolCreate)               \
-    XX(cuMemPoolDestroy)              \
-    XX(cuDeviceGetDefaultMemPool)     \
-    XX(cuDeviceGetMemPool)            \
-    XX(cuMemAllocFromPoolAsync)       \
-    XX(cuMemAllocFromPoolAsync_ptsz)  \
-    XX(cuDeviceSetMemPool)            \
-    XX(cuMemPoolTrimTo)               \
-    XX(cuMemPoolSetAttribute)         \
-    XX(cuMemPoolGetAttribute)         \
-    XX(cuStreamGetCtx)                \
-    XX(cuPointerGetAttribute)         \
-    XX(cuCtxPushCurrent)              \
-    XX(cuCtxPushCurrent_v2)           \
-    XX(cuCtxPopCurrent)               \
-    XX(cuCtxPopCurrent_v2)            \
-    XX(cuMemCreate)                   \
-    XX(cuMemRelease)                  \
-    XX(cuMemMap)                      \
-    XX(cuMemUnmap)                    \
-    XX(cuMemAddressReserve)           \
-    XX(cuMemAddressFree)              \
-    XX(cuMemGetAllocationGranularity) \
-    XX(cuArrayCreate)                 \
-    XX(cuArrayCreate_v2)              \
-    XX(cuArray3DCreate)               \
-    XX(cuArray3DCreate_v2)            \
-    XX(cuArrayDestroy)                \
-    XX(cuMipmappedArrayCreate)        \
-    XX(cuMipmappedArrayDestroy)       \
-    XX(cuStreamCreate)                \
-    XX(cuStreamDestroy)               \
-    XX(cuStreamDestroy_v2)            \
-    XX(cuStreamSynchronize)           \
-    XX(cuStreamSynchronize_ptsz)      \
-    XX(cuLaunchKernel)                \
-    XX(cuLaunchKernel_ptsz)           \
-    XX(cuGraphAddKernelNode)          \
+#define FC_ENTRY_POINTS(XX)            \
+    XX(cuInit)                         \
+    XX(cuDriverGetVersion)             \
+    XX(cuGetErrorName)                 \
+    XX(cuGetErrorString)               \
+    XX(cuGetProcAddress)               \
+    XX(cuGetProcAddress_v2)            \
+    XX(cuDeviceGet)                    \
+    XX(cuDeviceGetCount)               \
+    XX(cuDeviceGetName)                \
+    XX(cuDeviceGetUuid)                \
+    XX(cuDeviceGetUuid_v2)             \
+    XX(cuDeviceTotalMem)               \
+    XX(cuDeviceTotalMem_v2)            \
+    XX(cuDeviceGetAttribute)           \
+    XX(cuCtxCreate)                    \
+    XX(cuCtxCreate_v2)                 \
+    XX(cuCtxDestroy)                   \
+    XX(cuCtxDestroy_v2)                \
+    XX(cuCtxGetCurrent)                \
+    XX(cuCtxSetCurrent)                \
+    XX(cuCtxGetDevice)                 \
+    XX(cuCtxSynchronize)               \
+    XX(cuDevicePrimaryCtxRetain)       \
+    XX(cuDevicePrimaryCtxRelease)      \
+    XX(cuDevicePrimaryCtxRelease_v2)   \
+    XX(cuDevicePrimaryCtxReset)        \
+    XX(cuDevicePrimaryCtxReset_v2)     \
+    XX(cuMemAlloc)                     \
+    XX(cuMemAlloc_v2)                  \
+    XX(cuMemFree)                      \
+    XX(cuMemFree_v2)                   \
+    XX(cuMemAllocPitch)                \
+    XX(cuMemAllocPitch_v2)             \
+    XX(cuMemAllocManaged)              \
+    XX(cuMemGetInfo)                   \
+    XX(cuMemGetInfo_v2)                \
+    XX(cuMemAllocAsync)                \
+    XX(cuMemAllocAsync_ptsz)           \
+    XX(cuMemFreeAsync)                 \
+    XX(cuMemFreeAsync_ptsz)            \
+    XX(cuMemPoolCreate)                \
+    XX(cuMemPoolDestroy)               \
+    XX(cuDeviceGetDefaultMemPool)      \
+    XX(cuDeviceGetMemPool)             \
+    XX(cuMemAllocFromPoolAsync)        \
+    XX(cuMemAllocFromPoolAsync_ptsz)   \
+    XX(cuDeviceSetMemPool)             \
+    XX(cuMemPoolTrimTo)                \
+    XX(cuMemPoolSetAttribute)          \
+    XX(cuMemPoolGetAttribute)          \
+    XX(cuStreamGetCtx)                 \
+    XX(cuPointerGetAttribute)          \
+    XX(cuCtxPushCurrent)               \
+    XX(cuCtxPushCurrent_v2)            \
+    XX(cuCtxPopCurrent)                \
+    XX(cuCtxPopCurrent_v2)             \
+    XX(cuCtxSetLimit)                  \
+    XX(cuCtxGetLimit)                  \
+    XX(cuMemCreate)                    \
+    XX(cuMemRelease)                   \
+    XX(cuMemMap)                       \
+    XX(cuMemUnmap)                     \
+    XX(cuMemAddressReserve)            \
+    XX(cuMemAddressFree)               \
+    XX(cuMemGetAllocationGranularity)  \
+    XX(cuMemRetainAllocationHandle)    \
+    XX(cuMemExportToShareableHandle)   \
+    XX(cuMemImportFromShareableHandle) \
+    XX(cuMemSetAccess)                 \
+    XX(cuArrayCreate)                  \
+    XX(cuArrayCreate_v2)               \
+    XX(cuArray3DCreate)                \
+    XX(cuArray3DCreate_v2)             \
+    XX(cuArrayDestroy)                 \
+    XX(cuMipmappedArrayCreate)         \
+    XX(cuMipmappedArrayDestroy)        \
+    XX(cuStreamCreate)                 \
+    XX(cuStreamDestroy)                \
+    XX(cuStreamDestroy_v2)             \
+    XX(cuStreamSynchronize)            \
+    XX(cuStreamSynchronize_ptsz)       \
+    XX(cuLaunchKernel)                 \
+    XX(cuLaunchKernel_ptsz)            \
+    XX(cuGraphAddKernelNode)           \
     XX(cuGraphAddKernelNode_v2)
 
 enum fc_ep {
@@ -157,6 +170,7 @@ enum fc_kind {
     KIND_VMM,     /* cuMemCreate handle */
     KIND_RESERVE, /* cuMemAddressReserve range */
     KIND_MAP,     /* cuMemMap mapping */
+    KIND_LIMIT,   /* a context's cuCtxSetLimit growth (charged) */
 };
 
 struct fc_obj {
@@ -166,13 +180,18 @@ struct fc_obj {
     struct fc_ctx *ctx;         /* owning context; NULL: device-level (pools, VMM) */
     enum fc_kind kind;
     int dev;
-    uint64_t addr, size; /* address range (pointers, reservations, maps) */
-    uint64_t charged;    /* bytes charged to the device */
-    uint64_t link;       /* map: the VMM handle's key; pool allocation: the pool's */
-    int maps;            /* VMM handle: live mappings */
-    bool released;       /* VMM handle: cuMemRelease called */
-    bool is_default;     /* pool: a device's default pool */
-    bool destroyed;      /* pool: cuMemPoolDestroy called, allocations outstanding */
+    uint64_t addr, size;       /* address range (pointers, reservations, maps) */
+    uint64_t charged;          /* bytes charged to the device */
+    uint64_t link;             /* map: the VMM allocation's key; pool allocation: the pool's */
+    uint64_t handle;           /* map: the handle value it was mapped with */
+    int maps;                  /* VMM allocation: live mappings */
+    int refs;                  /* VMM handle value: references not yet released */
+    int holders;               /* VMM allocation: refs over all its handle values */
+    unsigned htypes;           /* VMM allocation: requestedHandleTypes */
+    uint64_t alias;            /* imported VMM handle: its allocation's key (0: is one) */
+    struct fc_obj *alias_next; /* VMM allocation: its imported handles */
+    bool is_default;           /* pool: a device's default pool */
+    bool destroyed;            /* pool: cuMemPoolDestroy called, allocations outstanding */
     uint64_t reserved, used, reserved_high, used_high, threshold; /* pool (charged = reserved) */
     int reuse[3];                                                 /* pool: REUSE_* attributes */
 };
@@ -185,6 +204,8 @@ struct fc_ctx {
     int refs;          /* primary: retain count */
     struct fc_obj own; /* list head: what teardown frees */
     struct fc_ctx *next_all;
+    uint64_t limit[FC_LIMITS];        /* cuCtxSetLimit values (0: the default) */
+    struct fc_obj *growth[FC_LIMITS]; /* their charge above the default, in `own` */
 };
 
 struct fc_dev {
@@ -701,10 +722,14 @@ static uint64_t handle_take(void)
     return g.next_handle;
 }
 
+/* Frees everything made in the context, its limit growth included (the
+ * limits are back to their defaults). */
 static void ctx_teardown(struct fc_ctx *c)
 {
     while (c->own.next != &c->own)
         obj_free(c->own.next);
+    memset(c->limit, 0, sizeof(c->limit));
+    memset(c->growth, 0, sizeof(c->growth));
 }
 
 /* The calling thread's usable context. */
@@ -1098,6 +1123,83 @@ static CUresult fc_cuCtxPopCurrent_v2(CUcontext *pctx)
 static CUresult fc_cuCtxPopCurrent(CUcontext *pctx)
 {
     return ctx_pop(EP_cuCtxPopCurrent, pctx);
+}
+
+/* The device memory a limit's value takes: the stack size is per thread,
+ * for every resident thread of every SM; the heap is what it says. Other
+ * limits are UNSUPPORTED_LIMIT. UINT64_MAX on overflow. */
+static CUresult limit_bytes(CUlimit limit, uint64_t value, uint64_t *bytes)
+{
+    switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+        *bytes = value > UINT64_MAX / (FC_SMS * FC_THREADS_PER_SM)
+                     ? UINT64_MAX
+                     : value * FC_SMS * FC_THREADS_PER_SM;
+        return CUDA_SUCCESS;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+        *bytes = value;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+}
+
+static uint64_t limit_default(CUlimit limit)
+{
+    return limit == CU_LIMIT_STACK_SIZE ? FC_DEFAULT_STACK : FC_DEFAULT_HEAP;
+}
+
+/* Growth above the default is device memory the context holds: charged
+ * (OUT_OF_MEMORY when it does not fit; nothing changes then), given back
+ * by a smaller value or the context's teardown. */
+static CUresult fc_cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    CUresult rc = enter(EP_cuCtxSetLimit, true);
+    struct fc_ctx *c;
+    uint64_t need, base;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = limit_bytes(limit, value, &need)) != CUDA_SUCCESS ||
+        (rc = limit_bytes(limit, limit_default(limit), &base)) != CUDA_SUCCESS)
+        return rc;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    uint64_t grow = need > base ? need - base : 0;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = c->growth[limit];
+    if (!o) {
+        rc = obj_new(handle_take(), KIND_LIMIT, c->dev, grow, c, &o);
+        if (rc == CUDA_SUCCESS)
+            c->growth[limit] = o;
+    } else if (grow > o->charged) {
+        rc = dev_take(c->dev, grow - o->charged);
+        if (rc == CUDA_SUCCESS)
+            o->charged = grow;
+    } else {
+        dev_give(c->dev, o->charged - grow);
+        o->charged = grow;
+    }
+    if (rc == CUDA_SUCCESS)
+        c->limit[limit] = value;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    CUresult rc = enter(EP_cuCtxGetLimit, true);
+    struct fc_ctx *c;
+    uint64_t b;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pvalue)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = limit_bytes(limit, 0, &b)) != CUDA_SUCCESS || (rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    *pvalue = c->growth[limit] ? c->limit[limit] : limit_default(limit);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
 }
 
 static CUresult fc_cuCtxGetDevice(CUdevice *device)
@@ -1848,6 +1950,33 @@ static CUresult fc_cuMemGetAllocationGranularity(size_t *granularity,
     return CUDA_SUCCESS;
 }
 
+/* --- VMM references ----------------------------------------------------------
+ * An allocation (the cuMemCreate record, charged) is reachable through handle
+ * values: its own, and one per cuMemImportFromShareableHandle (alias records,
+ * uncharged, chained from it). Each value has `refs` outstanding references
+ * (1 at creation or import, +1 per cuMemRetainAllocationHandle), each needing
+ * its own cuMemRelease; `holders` on the allocation is their sum. The memory
+ * goes back when holders and mappings are both 0, whatever the order; until
+ * then every handle value stays known, so a retain through a mapping can
+ * hand out the value it was mapped with. Callers hold g.lock. */
+
+static struct fc_obj *vmm_alloc_of(struct fc_obj *h)
+{
+    return h->alias ? lookup(h->alias, KIND_VMM) : h;
+}
+
+static void vmm_maybe_free(struct fc_obj *a)
+{
+    if (a->holders > 0 || a->maps > 0)
+        return;
+    while (a->alias_next) {
+        struct fc_obj *n = a->alias_next;
+        a->alias_next = n->alias_next;
+        obj_free(n);
+    }
+    obj_free(a);
+}
+
 /* Physical allocations are device-level: a context's teardown leaves them. */
 static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                const CUmemAllocationProp *prop, unsigned long long flags)
@@ -1857,7 +1986,8 @@ static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!handle || !prop || size == 0 || size % FC_GRANULARITY != 0 || flags != 0 ||
-        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     if ((rc = device_location(&prop->location)) != CUDA_SUCCESS)
         return rc;
@@ -1868,26 +1998,119 @@ static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     rc = obj_new(handle_take(), KIND_VMM, prop->location.id, size, NULL, &o);
     if (rc == CUDA_SUCCESS) {
         o->size = size;
+        o->refs = o->holders = 1;
+        o->htypes = (unsigned)prop->requestedHandleTypes;
         *handle = o->addr;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
 }
 
-/* The memory goes back once the handle is released and no mapping is left. */
+/* One reference of this handle value goes; a value with none left is
+ * unknown to cuMemMap, cuMemRelease and export. */
 static CUresult fc_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     CUresult rc = enter(EP_cuMemRelease, true);
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&g.lock);
-    struct fc_obj *o = lookup(handle, KIND_VMM);
-    if (!o || o->released) {
+    struct fc_obj *h = lookup(handle, KIND_VMM), *a = h ? vmm_alloc_of(h) : NULL;
+    if (!h || !a || h->refs == 0) {
         rc = CUDA_ERROR_INVALID_VALUE;
-    } else if (o->maps > 0) {
-        o->released = true;
     } else {
-        obj_free(o);
+        h->refs--;
+        a->holders--;
+        vmm_maybe_free(a);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* The handle value that mapped `addr` (any address inside a mapping), with
+ * one more reference. */
+static CUresult fc_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    CUresult rc = enter(EP_cuMemRetainAllocationHandle, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t va = (uint64_t)(uintptr_t)addr;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *m = NULL, *h = NULL, *a = NULL;
+    for (struct fc_obj *x = g.va.next; !m && x != &g.va; x = x->next)
+        if (x->kind == KIND_MAP && va >= x->addr && va - x->addr < x->size)
+            m = x;
+    if (m && (h = lookup(m->handle, KIND_VMM)) != NULL && (a = vmm_alloc_of(h)) != NULL) {
+        h->refs++;
+        a->holders++;
+        *handle = m->handle;
+    } else {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* POSIX file descriptor only (the allocation must have asked for it): a
+ * memfd holding the allocation's key, which only this process's import
+ * understands. The descriptor holds no reference. */
+static CUresult fc_cuMemExportToShareableHandle(void *shareableHandle,
+                                                CUmemGenericAllocationHandle handle,
+                                                CUmemAllocationHandleType handleType,
+                                                unsigned long long flags)
+{
+    CUresult rc = enter(EP_cuMemExportToShareableHandle, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!shareableHandle || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *h = lookup(handle, KIND_VMM), *a = h ? vmm_alloc_of(h) : NULL;
+    uint64_t key = a ? a->addr : 0;
+    bool ok = h && a && h->refs > 0 && (a->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    pthread_mutex_unlock(&g.lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pwrite(fd, &key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+        (void)close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+/* A new handle value (refs 1) for the allocation the descriptor names. */
+static CUresult fc_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                  void *osHandle,
+                                                  CUmemAllocationHandleType shHandleType)
+{
+    CUresult rc = enter(EP_cuMemImportFromShareableHandle, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!handle || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t key = 0;
+    int fd = (int)(intptr_t)osHandle;
+    if (pread(fd, &key, sizeof(key), 0) != (ssize_t)sizeof(key))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *a = lookup(key, KIND_VMM), *h = NULL;
+    if (!a || a->alias || a->holders + a->maps == 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = obj_new(handle_take(), KIND_VMM, a->dev, 0, NULL, &h);
+    if (rc == CUDA_SUCCESS) {
+        h->size = a->size;
+        h->alias = a->addr;
+        h->refs = 1;
+        h->alias_next = a->alias_next;
+        a->alias_next = h;
+        a->holders++;
+        *handle = h->addr;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
@@ -1941,7 +2164,7 @@ static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         ptr % FC_GRANULARITY != 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g.lock);
-    struct fc_obj *h = lookup(handle, KIND_VMM);
+    struct fc_obj *h = lookup(handle, KIND_VMM), *a = h ? vmm_alloc_of(h) : NULL;
     bool inside = false, overlap = false;
     for (struct fc_obj *o = g.va.next; o != &g.va; o = o->next) {
         if (o->kind == KIND_RESERVE && ptr >= o->addr && ptr - o->addr <= o->size &&
@@ -1951,15 +2174,16 @@ static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
             overlap = true;
     }
     struct fc_obj *m = NULL;
-    if (!h || h->released || size > h->size || !inside || overlap)
+    if (!h || !a || h->refs == 0 || size > a->size || !inside || overlap)
         rc = CUDA_ERROR_INVALID_VALUE;
     else
-        rc = obj_new(ptr, KIND_MAP, h->dev, 0, NULL, &m);
+        rc = obj_new(ptr, KIND_MAP, a->dev, 0, NULL, &m);
     if (rc == CUDA_SUCCESS) {
         m->size = size;
-        m->link = handle;
+        m->link = a->addr;
+        m->handle = handle;
         list_add(&g.va, m);
-        h->maps++;
+        a->maps++;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
@@ -1988,15 +2212,48 @@ static CUresult fc_cuMemUnmap(CUdeviceptr ptr, size_t size)
     for (struct fc_obj *o = g.va.next; rc == CUDA_SUCCESS && o != &g.va;) {
         struct fc_obj *next = o->next;
         if (o->kind == KIND_MAP && o->addr >= ptr && o->addr + o->size <= ptr + size) {
-            struct fc_obj *h = lookup(o->link, KIND_VMM);
+            struct fc_obj *a = lookup(o->link, KIND_VMM);
             obj_free(o);
-            if (h && --h->maps == 0 && h->released)
-                obj_free(h);
+            if (a) {
+                a->maps--;
+                vmm_maybe_free(a);
+            }
         }
         o = next;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
+}
+
+/* The range must be mapped throughout; each descriptor names a device and
+ * a protection (NONE 0, READ 1, READWRITE 3). Access is not modelled. */
+static CUresult fc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                  size_t count)
+{
+    CUresult rc = enter(EP_cuMemSetAccess, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (size == 0 || !desc || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
+        if ((rc = device_location(&desc[i].location)) != CUDA_SUCCESS)
+            return rc;
+    }
+    pthread_mutex_lock(&g.lock);
+    uint64_t covered = 0;
+    for (struct fc_obj *o = g.va.next; o != &g.va; o = o->next) {
+        if (o->kind != KIND_MAP || !(ptr < o->addr + o->size && o->addr < ptr + size))
+            continue;
+        uint64_t lo = o->addr > ptr ? o->addr : ptr;
+        uint64_t hi = o->addr + o->size < ptr + size ? o->addr + o->size : ptr + size;
+        covered += hi - lo;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return covered == size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* --- arrays ----------------------------------------------------------------- */
@@ -2284,6 +2541,8 @@ static const struct fc_proc procs[] = {
     {"cuCtxPushCurrent", 4000, FC_FN(cuCtxPushCurrent_v2), NULL},
     {"cuCtxPopCurrent", 2000, FC_FN(cuCtxPopCurrent), NULL},
     {"cuCtxPopCurrent", 4000, FC_FN(cuCtxPopCurrent_v2), NULL},
+    {"cuCtxSetLimit", 3010, FC_FN(cuCtxSetLimit), NULL},
+    {"cuCtxGetLimit", 3010, FC_FN(cuCtxGetLimit), NULL},
     {"cuMemCreate", 10020, FC_FN(cuMemCreate), NULL},
     {"cuMemRelease", 10020, FC_FN(cuMemRelease), NULL},
     {"cuMemMap", 10020, FC_FN(cuMemMap), NULL},
@@ -2291,6 +2550,10 @@ static const struct fc_proc procs[] = {
     {"cuMemAddressReserve", 10020, FC_FN(cuMemAddressReserve), NULL},
     {"cuMemAddressFree", 10020, FC_FN(cuMemAddressFree), NULL},
     {"cuMemGetAllocationGranularity", 10020, FC_FN(cuMemGetAllocationGranularity), NULL},
+    {"cuMemRetainAllocationHandle", 11000, FC_FN(cuMemRetainAllocationHandle), NULL},
+    {"cuMemExportToShareableHandle", 10020, FC_FN(cuMemExportToShareableHandle), NULL},
+    {"cuMemImportFromShareableHandle", 10020, FC_FN(cuMemImportFromShareableHandle), NULL},
+    {"cuMemSetAccess", 10020, FC_FN(cuMemSetAccess), NULL},
     {"cuArrayCreate", 2000, FC_FN(cuArrayCreate), NULL},
     {"cuArrayCreate", 3020, FC_FN(cuArrayCreate_v2), NULL},
     {"cuArray3DCreate", 2000, FC_FN(cuArray3DCreate), NULL},

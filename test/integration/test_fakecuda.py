@@ -237,6 +237,9 @@ def test_linked_probe():
     ("cuDeviceSetMemPool", 11020, 0, "cuDeviceSetMemPool"),
     ("cuStreamGetCtx", 9020, 0, "cuStreamGetCtx"),
     ("cuPointerGetAttribute", 4000, 0, "cuPointerGetAttribute"),
+    ("cuCtxSetLimit", 3010, 0, "cuCtxSetLimit"),
+    ("cuMemRetainAllocationHandle", 11000, 0, "cuMemRetainAllocationHandle"),
+    ("cuMemSetAccess", 10020, 0, "cuMemSetAccess"),
 ])
 def test_procaddr_versions(name, version, flags, want):
     p = probe("procaddr", name, version, flags)
@@ -632,3 +635,106 @@ def test_phys_counts_what_a_pool_retains(tmp_path, holders):
     assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
     a.kill()
     assert phys(f)[0][1:] == (0, 3 * GIB)
+
+
+# --- VMM references ------------------------------------------------------------------------
+
+def free_mib(fields):
+    return int(kv(fields)["free"]) // MIB
+
+
+@pytest.mark.parametrize("script,frees", [
+    # release while mapped (the CUDA samples' order): the memory stays until the unmap
+    (["vmm", "2g", "vmm-release", "info", "vmm-unmap", "info"], [2048, 4096]),
+    (["vmm", "2g", "vmm-unmap", "info", "vmm-release", "info"], [2048, 4096]),
+    # a retained reference needs its own release, whatever the order
+    (["vmm", "2g", "vmm-retain", "vmm-release", "vmm-unmap", "info", "vmm-release", "info"],
+     [2048, 4096]),
+    (["vmm", "2g", "vmm-retain", "vmm-unmap", "vmm-release", "info", "vmm-release", "info"],
+     [2048, 4096]),
+    # an imported handle is another value for the same allocation
+    (["vmm-create", "2g", "vmm-import", "vmm-map", "vmm-release", "vmm-release", "info",
+      "vmm-unmap", "info"], [2048, 4096]),
+    (["vmm-create", "2g", "vmm-import", "vmm-release", "info", "vmm-release", "info"],
+     [2048, 4096]),
+    # two mappings of one handle: gone with the last
+    (["vmm", "2g", "vmm-map", "vmm-release", "vmm-unmap", "info", "vmm-unmap", "info"],
+     [2048, 4096]),
+])
+def test_vmm_memory_goes_with_the_last_handle_and_mapping(script, frees):
+    p = probe("init", *script, devices="4g")
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert [free_mib(l) for l in lines(p) if l[0] == "info"] == frees
+
+
+def test_vmm_handles_are_checked():
+    p = probe("init", "vmm", "2m", "vmm-retain", "vmm-release", "vmm-release", "vmm-map",
+              "vmm-unmap", "vmm-unmap", "vmm-create", "4m", "vmm-import", "vmm-release",
+              "vmm-map", "vmm-release", "vmm-import", "create", "2m", "free", devices="4g")
+    out = lines(p)
+    assert out[2] == ["vmm-retain", "CUDA_SUCCESS", "same=1"]
+    assert out[5][1] == "CUDA_ERROR_INVALID_VALUE"    # no H left: nothing to map
+    assert out[6][1] == "CUDA_SUCCESS"
+    assert out[7][1] == "CUDA_ERROR_INVALID_VALUE"    # M empty
+    assert out[9] == ["vmm-import", "CUDA_SUCCESS", "new=1"]
+    assert out[11][1] == "CUDA_SUCCESS"               # the first handle still maps
+    assert out[13][1] == "CUDA_ERROR_INVALID_VALUE"   # H empty: nothing to export
+    assert codes(p)[14:] == ["CUDA_SUCCESS"] * 2
+
+
+def test_vmm_released_handle_value_is_dead_while_memory_lives():
+    # Every reference released: the mapping alone keeps the memory, and a
+    # retain through it hands out the value it was mapped with, which maps anew.
+    p = probe("init", "vmm", "2m", "vmm-retain", "vmm-release", "vmm-release", "info",
+              "vmm-retain", "vmm-map", "vmm-unmap", "vmm-unmap", "info", "vmm-release", "info",
+              devices="4g")
+    out = lines(p)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert free_mib(out[5]) == 4094 and out[6] == ["vmm-retain", "CUDA_SUCCESS", "same=1"]
+    assert free_mib(out[10]) == 4094 and free_mib(out[12]) == 4096
+
+
+def test_phys_counts_released_but_mapped_memory(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    holders("init", "vmm", "2g", "vmm-release", "vmm", "1g", "vmm-retain", "vmm-unmap",
+            "vmm-release", "hold", devices="4g", env_extra=env)
+    assert phys(f)[0][1] == 3 * GIB
+    p = probe("init", "vmm", "2g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+# --- cuCtxSetLimit growth -------------------------------------------------------------------
+
+STACK_BYTES_PER_BYTE = 132 * 2048    # every resident thread of every SM has the stack
+
+
+def test_ctx_limit_growth_is_device_memory_of_the_context():
+    p = probe("init", "set-limit", "heap", "1g", "info", "set-limit", "stack", 4096, "info",
+              "set-limit", "heap", "5g", "info", "set-limit", "heap", "4m", "info", "ctx-create",
+              "set-limit", "heap", "2g", "info", "ctx-destroy", "info", "set-limit", "stack", 0,
+              "info", "set-limit", "heap", "3g", "primary-reset", "info", devices="4g")
+    out = lines(p)
+    heap = GIB - 8 * MIB
+    stack = (4096 - 1024) * STACK_BYTES_PER_BYTE
+    assert out[1] == ["set-limit", "CUDA_SUCCESS", "value=%d" % GIB]
+    assert kv(out[2])["free"] == str(4 * GIB - heap)
+    assert kv(out[4])["free"] == str(4 * GIB - heap - stack)
+    assert out[5] == ["set-limit", "CUDA_ERROR_OUT_OF_MEMORY", "value=%d" % GIB]  # unchanged
+    assert kv(out[6])["free"] == str(4 * GIB - heap - stack)
+    assert kv(out[8])["free"] == str(4 * GIB - stack)                  # below the default: 0
+    assert kv(out[11])["free"] == str(4 * GIB - stack - (2 * GIB - 8 * MIB))
+    assert kv(out[13])["free"] == str(4 * GIB - stack)                 # gone with the context
+    assert kv(out[15])["free"] == str(4 * GIB)
+    assert out[16][1] == "CUDA_SUCCESS" and kv(out[18])["free"] == str(4 * GIB)
+
+
+def test_phys_counts_ctx_limit_growth(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    holders("init", "set-limit", "heap", "3g", "hold", devices="4g", env_extra=env)
+    assert phys(f)[0][1] == 3 * GIB - 8 * MIB
+    p = probe("init", "set-limit", "heap", "2g", "alloc", "1g", "alloc", "9m", devices="4g",
+              env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS",
+                        "CUDA_ERROR_OUT_OF_MEMORY"]       # 8 MiB of heap were already there
