@@ -104,7 +104,19 @@
     XX(cuMemExportToShareableHandle, "cuMemExportToShareableHandle")     \
     XX(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") \
     XX(cuCtxSetLimit, "cuCtxSetLimit")                                   \
-    XX(cuCtxGetLimit, "cuCtxGetLimit")
+    XX(cuCtxGetLimit, "cuCtxGetLimit")                                   \
+    XX(cuStreamBeginCapture_v2, "cuStreamBeginCapture")                  \
+    XX(cuStreamEndCapture, "cuStreamEndCapture")                         \
+    XX(cuStreamIsCapturing, "cuStreamIsCapturing")                       \
+    XX(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")       \
+    XX(cuGraphLaunch, "cuGraphLaunch")                                   \
+    XX(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")                     \
+    XX(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute")     \
+    XX(cuGraphGetNodes, "cuGraphGetNodes")                               \
+    XX(cuGraphNodeGetType, "cuGraphNodeGetType")                         \
+    XX(cuGraphMemAllocNodeGetParams, "cuGraphMemAllocNodeGetParams")     \
+    XX(cuGraphExecDestroy, "cuGraphExecDestroy")                         \
+    XX(cuGraphDestroy, "cuGraphDestroy")
 
 static struct {
 #define PROBE_FIELD(sym, base) __typeof__(sym) *sym;
@@ -189,6 +201,11 @@ enum opcode {
     OP_VMM_RETAIN,
     OP_VMM_IMPORT,
     OP_SET_LIMIT,
+    OP_CAPTURE,
+    OP_GRAPH_LAUNCH,
+    OP_GRAPH_TRIM,
+    OP_GRAPH_ATTR,
+    OP_GRAPH_DESTROY,
     OP_COUNT
 };
 
@@ -249,6 +266,11 @@ static const struct op ops[OP_COUNT] = {
     [OP_VMM_RETAIN] = {"vmm-retain", {A_NONE}},
     [OP_VMM_IMPORT] = {"vmm-import", {A_NONE}},
     [OP_SET_LIMIT] = {"set-limit", {A_NAME, A_SIZE}}, /* heap|stack BYTES */
+    [OP_CAPTURE] = {"capture", {A_SIZE}},             /* [free] optional */
+    [OP_GRAPH_LAUNCH] = {"graph-launch", {A_NONE}},
+    [OP_GRAPH_TRIM] = {"graph-trim", {A_NONE}},
+    [OP_GRAPH_ATTR] = {"graph-attr", {A_NONE}},
+    [OP_GRAPH_DESTROY] = {"graph-destroy", {A_NONE}},
 };
 
 struct cmd {
@@ -273,7 +295,8 @@ static void usage(void)
           "  pool-threshold BYTES|max | pool-trim BYTES | pool-attr | sync | xdev-pool SIZE DEV\n"
           "  stream-on DEV | async-on-stream SIZE | no-ctx | set-mempool DEV | ptr-dev\n"
           "  stream-ctx | vmm SIZE | vmm-create SIZE | vmm-map | vmm-release | vmm-unmap\n"
-          "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n",
+          "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n"
+          "  capture SIZE [free] | graph-launch | graph-trim | graph-attr | graph-destroy\n",
           stderr);
 }
 
@@ -326,6 +349,11 @@ static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncm
         if (op == OP_SET_LIMIT && strcmp(c->name, "heap") != 0 && strcmp(c->name, "stack") != 0) {
             fprintf(stderr, "gpupool-cudaprobe: set-limit: \"%s\" is not heap or stack\n", c->name);
             return -1;
+        }
+        /* capture's optional "free": the captured allocation is freed in the graph. */
+        if (op == OP_CAPTURE && i < argc && strcmp(argv[i], "free") == 0) {
+            c->a[1] = 1;
+            i++;
         }
         /* exec-self: what follows is the new image's script, checked there. */
         if (op == OP_EXEC_SELF) {
@@ -487,6 +515,11 @@ static struct {
         CUmemGenericAllocationHandle h;
     } vm[PROBE_VMM_STACK]; /* vmm: mappings (M), each in its own reservation */
     int nvh, nvm;
+    CUstream gstream; /* capture: its stream, graph, executable graph */
+    CUgraph graph;
+    CUgraphExec gexec;
+    CUdeviceptr gptr;     /* the captured allocation's address */
+    bool gfreed;          /* the graph frees it itself */
     CUstream stream;      /* stream-on's newest stream */
     CUcontext stream_ctx; /* the context it was made in */
     struct alloc *live;
@@ -1064,6 +1097,89 @@ static void cmd_vmm(const char *name, enum opcode op, uint64_t size)
     }
 }
 
+/* --- graphs: capture one allocation (and its free) on a new stream --- */
+
+static void cmd_capture(uint64_t size, bool with_free)
+{
+    CUstream s = NULL;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CUdeviceptr p = 0;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    size_t nodes = 0;
+    CUDA_MEM_ALLOC_NODE_PARAMS params = {0};
+    CUresult rc = CALL(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemAllocAsync, &p, size, s);
+    if (rc == CUDA_SUCCESS && with_free)
+        rc = CALL(cuMemFreeAsync, p, s);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamIsCapturing, s, &status);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamEndCapture, s, &graph);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuGraphGetNodes, graph, NULL, &nodes);
+    if (rc == CUDA_SUCCESS && nodes > 0) {
+        CUgraphNode first = NULL;
+        CUgraphNodeType type = CU_GRAPH_NODE_TYPE_KERNEL;
+        size_t one = 1;
+        rc = CALL(cuGraphGetNodes, graph, &first, &one);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuGraphNodeGetType, first, &type);
+        if (rc == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            rc = CALL(cuGraphMemAllocNodeGetParams, first, &params);
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuGraphInstantiateWithFlags, &exec, graph, 0);
+    if (rc == CUDA_SUCCESS) {
+        st.gstream = s;
+        st.graph = graph;
+        st.gexec = exec;
+        st.gptr = p;
+        st.gfreed = with_free;
+    }
+    say("capture", rc, "capturing=%d nodes=%zu bytes=%zu same-ptr=%d", (int)status, nodes,
+        params.bytesize, params.dptr == p);
+}
+
+static void cmd_graph_attr(void)
+{
+    static const CUgraphMem_attribute which[4] = {
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH};
+    cuuint64_t v[4] = {0};
+    CUresult rc = CUDA_SUCCESS;
+    for (int k = 0; k < 4 && rc == CUDA_SUCCESS; k++)
+        rc = CALL(cuDeviceGetGraphMemAttribute, st.dev, which[k], &v[k]);
+    say("graph-attr", rc,
+        "reserved=%" PRIu64 " used=%" PRIu64 " reserved-high=%" PRIu64 " used-high=%" PRIu64,
+        (uint64_t)v[0], (uint64_t)v[1], (uint64_t)v[2], (uint64_t)v[3]);
+}
+
+/* Launch + sync; an allocation the graph does not free lives on (freed by
+ * `free` with cuMemFreeAsync on the capture stream). */
+static void cmd_graph_launch(void)
+{
+    CUresult rc = CALL(cuGraphLaunch, st.gexec, st.gstream);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamSynchronize, st.gstream);
+    if (rc == CUDA_SUCCESS && !st.gfreed)
+        rc = remember_in(AK_ASYNC, st.gptr, st.cur, st.gstream);
+    say("graph-launch", rc, NULL);
+}
+
+static void cmd_graph_destroy(void)
+{
+    CUresult rc = CALL(cuGraphExecDestroy, st.gexec);
+    CUresult r = CALL(cuGraphDestroy, st.graph);
+    rc = rc == CUDA_SUCCESS ? r : rc;
+    st.gexec = NULL;
+    st.graph = NULL;
+    say("graph-destroy", rc, NULL);
+}
+
 static void cmd_legacy_release(void)
 {
     CUresult rc = cu.legacy_release ? cu.legacy_release(st.dev) : CUDA_ERROR_NOT_FOUND;
@@ -1426,6 +1542,21 @@ static void run(const struct cmd *c)
         say(name, rc, "value=%zu", r == CUDA_SUCCESS ? v : 0);
         return;
     }
+    case OP_CAPTURE:
+        cmd_capture(c->a[0], c->a[1] != 0);
+        return;
+    case OP_GRAPH_LAUNCH:
+        cmd_graph_launch();
+        return;
+    case OP_GRAPH_TRIM:
+        say(name, CALL(cuDeviceGraphMemTrim, st.dev), NULL);
+        return;
+    case OP_GRAPH_ATTR:
+        cmd_graph_attr();
+        return;
+    case OP_GRAPH_DESTROY:
+        cmd_graph_destroy();
+        return;
     case OP_UUID: {
         CUuuid u = {{0}};
         const unsigned char *b = (const unsigned char *)u.bytes;

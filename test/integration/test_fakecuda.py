@@ -238,6 +238,12 @@ def test_linked_probe():
     ("cuStreamGetCtx", 9020, 0, "cuStreamGetCtx"),
     ("cuPointerGetAttribute", 4000, 0, "cuPointerGetAttribute"),
     ("cuCtxSetLimit", 3010, 0, "cuCtxSetLimit"),
+    ("cuStreamBeginCapture", 10000, 0, "cuStreamBeginCapture"),
+    ("cuStreamBeginCapture", 10010, 0, "cuStreamBeginCapture_v2"),
+    ("cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2"),
+    ("cuGraphInstantiateWithFlags", 11040, 0, "cuGraphInstantiateWithFlags"),
+    ("cuGraphLaunch", 12040, 2, "cuGraphLaunch_ptsz"),
+    ("cuDeviceGraphMemTrim", 11040, 0, "cuDeviceGraphMemTrim"),
     ("cuMemRetainAllocationHandle", 11000, 0, "cuMemRetainAllocationHandle"),
     ("cuMemSetAccess", 10020, 0, "cuMemSetAccess"),
 ])
@@ -738,3 +744,64 @@ def test_phys_counts_ctx_limit_growth(tmp_path, holders):
               env_extra=env)
     assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS",
                         "CUDA_ERROR_OUT_OF_MEMORY"]       # 8 MiB of heap were already there
+
+
+# --- graphs with memory nodes ---------------------------------------------------------------
+
+def graph_fig(fields):
+    v = kv(fields)
+    return int(v["reserved"]) // MIB, int(v["used"]) // MIB
+
+
+def test_captured_allocation_takes_memory_at_launch_and_is_retained():
+    p = probe("init", "capture", "1g", "free", "info", "graph-attr", "graph-launch", "graph-attr",
+              "info", "graph-launch", "graph-attr", "graph-trim", "graph-attr", "info",
+              "graph-destroy", devices="4g")
+    out = lines(p)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert kv(out[1]) == {"capturing": "1", "nodes": "2", "bytes": str(GIB), "same-ptr": "1"}
+    assert kv(out[2])["free"] == str(4 * GIB)          # capture takes an address, no memory
+    assert graph_fig(out[3]) == (0, 0)
+    assert graph_fig(out[5]) == (1024, 0)               # freed inside the graph, kept reserved
+    assert kv(out[5])["used-high"] == str(GIB)
+    assert kv(out[6])["free"] == str(3 * GIB)
+    assert graph_fig(out[8]) == (1024, 0)               # a relaunch reuses the reservation
+    assert graph_fig(out[10]) == (0, 0)
+    assert kv(out[11])["free"] == str(4 * GIB)
+
+
+def test_graph_allocation_not_freed_by_the_graph_lives_on():
+    p = probe("init", "capture", "3g", "graph-launch", "graph-attr", "alloc", "2g",
+              "graph-launch", "free", "graph-attr", "graph-trim", "info", "graph-launch",
+              "graph-destroy", "info", "free", "graph-trim", "info", "graph-attr", devices="4g")
+    out = lines(p)
+    assert kv(out[1])["nodes"] == "1"
+    assert graph_fig(out[3]) == (3072, 3072)
+    assert out[4][1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert out[5][1] == "CUDA_ERROR_INVALID_VALUE"      # its last allocation still lives
+    assert out[6][1] == "CUDA_SUCCESS"                  # cuMemFreeAsync of the graph's pointer
+    assert graph_fig(out[7]) == (3072, 0)
+    assert kv(out[9])["free"] == str(4 * GIB)           # trimmed
+    assert out[10][1] == "CUDA_SUCCESS"
+    assert kv(out[12])["free"] == str(GIB)              # the allocation outlives its graph
+    assert out[13][1] == "CUDA_SUCCESS"
+    assert kv(out[15])["free"] == str(4 * GIB)
+    assert kv(out[16])["reserved-high"] == str(3 * GIB)
+
+
+def test_graph_launch_out_of_memory_changes_nothing():
+    p = probe("init", "alloc", "3g", "capture", "2g", "free", "graph-launch", "graph-attr", "info",
+              devices="4g")
+    out = lines(p)
+    assert out[3][1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert graph_fig(out[4]) == (0, 0) and kv(out[5])["free"] == str(GIB)
+
+
+def test_phys_counts_graph_memory(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    holders("init", "capture", "3g", "free", "graph-launch", "graph-destroy", "hold",
+            devices="4g", env_extra=env)
+    assert phys(f)[0][1] == 3 * GIB
+    p = probe("init", "alloc", "2g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
