@@ -206,6 +206,9 @@ enum opcode {
     OP_GRAPH_TRIM,
     OP_GRAPH_ATTR,
     OP_GRAPH_DESTROY,
+    OP_FORK_HOLD,
+    OP_POOL_DESTROY,
+    OP_POOL_RESET_HIGH,
     OP_COUNT
 };
 
@@ -271,6 +274,9 @@ static const struct op ops[OP_COUNT] = {
     [OP_GRAPH_TRIM] = {"graph-trim", {A_NONE}},
     [OP_GRAPH_ATTR] = {"graph-attr", {A_NONE}},
     [OP_GRAPH_DESTROY] = {"graph-destroy", {A_NONE}},
+    [OP_FORK_HOLD] = {"fork-hold", {A_SIZE}},
+    [OP_POOL_DESTROY] = {"pool-destroy", {A_NONE}},
+    [OP_POOL_RESET_HIGH] = {"pool-reset-high", {A_NONE}},
 };
 
 struct cmd {
@@ -296,7 +302,8 @@ static void usage(void)
           "  stream-on DEV | async-on-stream SIZE | no-ctx | set-mempool DEV | ptr-dev\n"
           "  stream-ctx | vmm SIZE | vmm-create SIZE | vmm-map | vmm-release | vmm-unmap\n"
           "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n"
-          "  capture SIZE [free] | graph-launch | graph-trim | graph-attr | graph-destroy\n",
+          "  capture SIZE [free] | graph-launch | graph-trim | graph-attr | graph-destroy\n"
+          "  fork-hold SIZE | pool-destroy | pool-reset-high\n",
           stderr);
 }
 
@@ -1180,6 +1187,70 @@ static void cmd_graph_destroy(void)
     say("graph-destroy", rc, NULL);
 }
 
+/* fork-hold: a forked child allocates SIZE on the current context and
+ * holds it until killed; the parent reports the child's result and pid and
+ * goes on with the script. */
+static void cmd_fork_hold(uint64_t size)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        say("fork-hold", CUDA_ERROR_UNKNOWN, "pipe=failed");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        (void)close(fds[0]);
+        (void)close(fds[1]);
+        say("fork-hold", CUDA_ERROR_UNKNOWN, "fork=failed");
+        return;
+    }
+    if (pid == 0) {
+        CUdeviceptr p = 0;
+        int code = (int)CALL(cuMemAlloc_v2, &p, size);
+        (void)close(fds[0]);
+        if (write(fds[1], &code, sizeof(code)) != (ssize_t)sizeof(code))
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    int code = (int)CUDA_ERROR_UNKNOWN;
+    (void)close(fds[1]);
+    if (read(fds[0], &code, sizeof(code)) != (ssize_t)sizeof(code))
+        code = (int)CUDA_ERROR_UNKNOWN;
+    (void)close(fds[0]);
+    say("fork-hold", (CUresult)code, "pid=%d", (int)pid);
+}
+
+/* pool-destroy: cuMemPoolDestroy of the probe's own pool on the current
+ * device (its outstanding allocations stay in the live list). */
+static void cmd_pool_destroy(void)
+{
+    CUresult rc = st.dev >= 0 && st.dev < PROBE_MAX_DEVICES && st.pool[st.dev]
+                      ? CALL(cuMemPoolDestroy, st.pool[st.dev])
+                      : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        st.pool[st.dev] = NULL;
+    say("pool-destroy", rc, NULL);
+}
+
+/* pool-reset-high: both high marks of the current pool set to 0 (reset). */
+static void cmd_pool_reset_high(void)
+{
+    CUmemoryPool pool = NULL;
+    cuuint64_t zero = 0;
+    CUresult rc = cur_mempool(&pool);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+    /* A CURRENT figure is read-only. */
+    CUresult ro = rc == CUDA_SUCCESS ? CALL(cuMemPoolSetAttribute, pool,
+                                            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &zero)
+                                     : rc;
+    say("pool-reset-high", rc, "set-current=%s", err_name(ro));
+}
+
 static void cmd_legacy_release(void)
 {
     CUresult rc = cu.legacy_release ? cu.legacy_release(st.dev) : CUDA_ERROR_NOT_FOUND;
@@ -1556,6 +1627,15 @@ static void run(const struct cmd *c)
         return;
     case OP_GRAPH_DESTROY:
         cmd_graph_destroy();
+        return;
+    case OP_FORK_HOLD:
+        cmd_fork_hold(c->a[0]);
+        return;
+    case OP_POOL_DESTROY:
+        cmd_pool_destroy();
+        return;
+    case OP_POOL_RESET_HIGH:
+        cmd_pool_reset_high();
         return;
     case OP_UUID: {
         CUuuid u = {{0}};

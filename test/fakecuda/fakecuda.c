@@ -499,14 +499,10 @@ static const char *open_phys(const char *path)
         fc_phys_close(&g.phys);
         return "FAKECUDA_PHYS: pthread_atfork failed";
     }
+    /* Kept open (and mapped) until the process ends: the kernel drops the
+     * slot's lock then, and no exit-time handler can race a charge. */
     g.phys_on = true;
     return NULL;
-}
-
-__attribute__((destructor)) static void fc_unload(void)
-{
-    if (g.phys_on)
-        fc_phys_close(&g.phys);
 }
 
 __attribute__((constructor)) static void fc_load(void)

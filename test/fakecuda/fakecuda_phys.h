@@ -92,9 +92,10 @@ int fc_phys_snapshot(struct fc_phys *p, int reset_peak, struct fc_phys_dev *out,
 /* Unmaps and closes (the slot, if any, dies with the descriptor). */
 void fc_phys_close(struct fc_phys *p);
 
-/* In a forked child (async-signal-safe): the inherited descriptor shares the
- * parent's open file description and so its locks; the child closes it (the
- * parent keeps its slot) and fc_phys_claim later reopens the path. */
+/* In a forked child: the inherited descriptor and mapping both hold the
+ * parent's open file description, and so its slot's lock; the child drops
+ * them (unmap, close: the parent keeps its slot) and fc_phys_claim later
+ * opens and maps the path afresh. Also undoes a failed open. */
 void fc_phys_forget(struct fc_phys *p);
 
 #endif

@@ -805,3 +805,40 @@ def test_phys_counts_graph_memory(tmp_path, holders):
     assert phys(f)[0][1] == 3 * GIB
     p = probe("init", "alloc", "2g", devices="4g", env_extra=env)
     assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+def test_phys_forked_child_has_its_own_slot(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    parent = holders("init", "alloc", "1g", "fork-hold", "2g", "hold", devices="4g",
+                     env_extra=env)
+    assert parent.out[2][:2] == ["fork-hold", "CUDA_SUCCESS"]
+    child = int(kv(parent.out[2])["pid"])
+    try:
+        assert phys(f)[0][1] == 3 * GIB
+        parent.kill()                           # the child must not keep the parent's share
+        assert phys(f)[0][1] == 2 * GIB
+    finally:
+        os.kill(child, signal.SIGKILL)
+    deadline = time.monotonic() + scaled(10)
+    while phys(f)[0][1] != 0:
+        assert time.monotonic() < deadline, phys(f)
+        time.sleep(0.01)
+    assert phys(f)[0][2] == 3 * GIB
+
+
+def test_pool_destroy_and_high_mark_reset():
+    p = probe("init", "set-mempool", 0, "async", "1g", "free", "async", "512m", "pool-attr",
+              "pool-reset-high", "pool-attr", "pool-destroy", "pool-attr", "info", "free",
+              "info", "async", "1m", "pool-attr", devices="4g", env_extra=RETAIN)
+    out = lines(p)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert (kv(out[5])["reserved-high"], kv(out[5])["used-high"]) == (str(GIB), str(GIB))
+    assert kv(out[6])["set-current"] == "CUDA_ERROR_INVALID_VALUE"   # read-only
+    assert (kv(out[7])["reserved-high"], kv(out[7])["used-high"]) == (str(GIB), str(512 * MIB))
+    # Destroyed: the device's current pool is the default again, the cache
+    # goes back, the outstanding 512m stays until freed.
+    assert pool_fig(out[9]) == (0, 0)
+    assert kv(out[10])["free"] == str(4 * GIB - 512 * MIB)
+    assert kv(out[12])["free"] == str(4 * GIB)
+    assert pool_fig(out[14]) == (1, 1)
