@@ -18,6 +18,7 @@
  * driver does; -fno-ipa-icf keeps identical bodies (legacy vs _v2) apart. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -196,32 +197,51 @@ enum fc_kind {
 struct fc_obj {
     uint64_t key;               /* address or handle | kind */
     struct fc_obj *hnext;       /* hash chain */
-    struct fc_obj *prev, *next; /* the owning context's list, or the VA list */
+    struct fc_obj *prev, *next; /* the owning context's list, the VA list or the pool list */
     struct fc_ctx *ctx;         /* owning context; NULL: device-level (pools, VMM) */
     enum fc_kind kind;
     int dev;
-    uint64_t addr, size;       /* address range (pointers, reservations, maps) */
-    uint64_t charged;          /* bytes charged to the device */
-    uint64_t link;             /* map: the VMM allocation's key; pool allocation: the pool's */
-    uint64_t handle;           /* map: the handle value it was mapped with */
-    int maps;                  /* VMM allocation: live mappings */
-    int refs;                  /* VMM handle value: references not yet released */
-    int holders;               /* VMM allocation: refs over all its handle values */
-    unsigned htypes;           /* VMM allocation: requestedHandleTypes */
-    uint64_t alias;            /* imported VMM handle: its allocation's key (0: is one) */
-    struct fc_obj *alias_next; /* VMM allocation: its imported handles */
-    CUgraphNodeType ntype;     /* graph node: MEM_ALLOC (handle = address, size) or MEM_FREE */
-    uint64_t *nodes;           /* graph: its nodes' keys in order (owned) */
-    size_t nnodes, capnodes;   /* graph: nodes; exec: ops */
-    struct fc_gop *ops;        /* exec: its steps (owned) */
-    unsigned long long gflags; /* exec: instantiate flags */
-    bool gmem;                 /* pointer: a graph allocation, from the graph pool */
-    uint64_t capture;          /* stream: the graph it is capturing into (0: none) */
-    bool is_default;           /* pool: a device's default pool */
-    bool destroyed;            /* pool: cuMemPoolDestroy called, allocations outstanding */
-    uint64_t reserved, used, reserved_high, used_high, threshold; /* pool (charged = reserved) */
-    int reuse[3];                                                 /* pool: REUSE_* attributes */
+    uint64_t addr, size; /* address range (pointers, reservations, maps) */
+    uint64_t charged;    /* bytes charged to the device */
+    uint64_t link;       /* map: the VMM allocation's key; pool allocation: the pool's */
+    bool gmem;           /* pointer: a graph allocation, from the graph pool */
+    /* What only one kind needs (the record stays small: the hot path clears
+     * it on every allocation). */
+    union {
+        struct { /* KIND_POOL (charged = reserved) */
+            uint64_t reserved, used, reserved_high, used_high, threshold;
+            int reuse[3];    /* REUSE_* attributes */
+            bool is_default; /* a device's default pool */
+            bool destroyed;  /* cuMemPoolDestroy called, allocations outstanding */
+        };
+        struct {                       /* KIND_VMM */
+            int maps;                  /* allocation: live mappings */
+            int refs;                  /* handle value: references not yet released */
+            int holders;               /* allocation: refs over all its handle values */
+            unsigned htypes;           /* allocation: requestedHandleTypes */
+            uint64_t alias;            /* imported handle: its allocation's key (0: is one) */
+            struct fc_obj *alias_next; /* allocation: its imported handles */
+        };
+        struct {                   /* KIND_MAP, KIND_GNODE */
+            uint64_t handle;       /* map: the handle value it was mapped with; node: dptr */
+            CUgraphNodeType ntype; /* node: MEM_ALLOC (size) or MEM_FREE */
+        };
+        struct {                       /* KIND_GRAPH, KIND_GEXEC */
+            uint64_t *nodes;           /* graph: its nodes' keys in order (owned) */
+            size_t nnodes, capnodes;   /* graph: nodes; exec: ops */
+            struct fc_gop *ops;        /* exec: its steps (owned) */
+            unsigned long long gflags; /* exec: instantiate flags */
+        };
+        uint64_t capture; /* KIND_STREAM: the graph it is capturing into (0: none) */
+    };
 };
+
+/* obj_new clears the kind's part from `reserved` on: the union's start. */
+_Static_assert(offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, maps) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, handle) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, nodes) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, capture),
+               "the per-kind union starts at reserved");
 
 struct fc_ctx {
     uint32_t magic;
@@ -689,12 +709,18 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
         g.spare = o;
         return rc;
     }
-    memset(o, 0, sizeof(*o));
+    /* Field by field, and the kind's part as one small block: a memset of
+     * the whole record costs the hot path a slow string store. */
+    memset(&o->reserved, 0, sizeof(*o) - offsetof(struct fc_obj, reserved));
     o->key = addr | (uint64_t)kind;
+    o->prev = o->next = NULL;
     o->kind = kind;
     o->dev = dev;
     o->addr = addr;
+    o->size = 0;
     o->charged = charge;
+    o->link = 0;
+    o->gmem = false;
     o->ctx = ctx;
     size_t b = bucket_of(o->key);
     o->hnext = g.buckets[b];
