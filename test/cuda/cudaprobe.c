@@ -450,7 +450,25 @@ static void *proc_get(enum via via, const char *base, int version, cuuint64_t fl
 }
 #endif
 
-static int load(enum via via, bool ptsz)
+/* The first half of loading: dlopen only (ctor-deadlock runs the halves
+ * apart). -1 and a message when the library cannot be loaded. */
+#ifndef GP_CUDAPROBE_LINKED
+static void *lib;
+#endif
+
+static int load_open(void)
+{
+#ifndef GP_CUDAPROBE_LINKED
+    if (!lib && !(lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL))) {
+        fprintf(stderr, "gpupool-cudaprobe: cannot load libcuda.so.1: %s\n", dlerror());
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+/* The second half: every entry point the commands call, by --via. */
+static int load_syms(enum via via, bool ptsz)
 {
     opt.loaded = true;
 #ifdef GP_CUDAPROBE_LINKED
@@ -464,11 +482,7 @@ static int load(enum via via, bool ptsz)
     cu.legacy_release = cuDevicePrimaryCtxRelease;
     return 0;
 #else
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        fprintf(stderr, "gpupool-cudaprobe: cannot load libcuda.so.1: %s\n", dlerror());
-        return -1;
-    }
+    void *h = lib;
     cu.gpa = (__typeof__(cu.gpa))dlsym(h, "cuGetProcAddress");
     cu.gpa2 = (__typeof__(cu.gpa2))dlsym(h, "cuGetProcAddress_v2");
     if (via == VIA_DLSYM) {
@@ -492,6 +506,11 @@ static int load(enum via via, bool ptsz)
         via, "cuDevicePrimaryCtxRelease", PROBE_VERSION_LEGACY_RELEASE, flags);
     return 0;
 #endif
+}
+
+static int load(enum via via, bool ptsz)
+{
+    return load_open() == 0 ? load_syms(via, ptsz) : -1;
 }
 
 /* --- state the commands share ------------------------------------------------- */
@@ -827,8 +846,11 @@ static void cmd_exec_self(int rest)
 
 /* ctor-deadlock: thread A dlopen()s a library whose constructor looks up
  * cuInit through dlsym(RTLD_DEFAULT) (with the loader's lock held), while
- * thread B makes the process's first CUDA lookup. A lookup layer that loads
- * libcuda under its own once-lock inside dlsym deadlocks here. */
+ * thread B makes the process's first CUDA lookup: B dlopens libcuda, then A
+ * starts its dlopen, then (A inside the constructor) B looks the entry points
+ * up and calls cuInit. A lookup layer that loads libcuda under its own
+ * once-lock inside dlsym deadlocks here: B holds the once and waits for the
+ * loader lock, A holds the loader lock and waits for the once. */
 static pthread_barrier_t ctor_start;
 
 struct ctor_run {
@@ -840,7 +862,7 @@ struct ctor_run {
 static void *ctor_thread_a(void *arg)
 {
     struct ctor_run *r = arg;
-    (void)pthread_barrier_wait(&ctor_start);
+    (void)pthread_barrier_wait(&ctor_start); /* B has dlopened libcuda */
     r->lib = dlopen(r->path, RTLD_NOW);
     return NULL;
 }
@@ -849,10 +871,12 @@ static void *ctor_thread_b(void *arg)
 {
     struct ctor_run *r = arg;
     struct timespec ts = {0, PROBE_CTOR_DELAY_MS * 1000000L};
+    int opened = load_open();
     (void)pthread_barrier_wait(&ctor_start);
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-    r->rc = load(opt.via, opt.ptsz) == 0 ? CALL(cuInit, 0) : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+    r->rc = opened == 0 && load_syms(opt.via, opt.ptsz) == 0 ? CALL(cuInit, 0)
+                                                             : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
     return NULL;
 }
 
