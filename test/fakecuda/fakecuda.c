@@ -3,14 +3,20 @@
  * Exports the driver's symbol names (versioned and legacy) with the documented
  * signatures (fakecuda_api.h) so that a program, or an interposer between a
  * program and the driver, loads it exactly as it loads the real libcuda. See
- * README.md for the devices (FAKECUDA_DEVICES), failure injection
- * (FAKECUDA_FAIL) and the semantics chosen where the documentation is silent.
+ * README.md for the devices (FAKECUDA_DEVICES, CUDA_VISIBLE_DEVICES), failure
+ * injection (FAKECUDA_FAIL), the physical use shared by every live process
+ * (FAKECUDA_PHYS, fakecuda_phys.c), pool retention (FAKECUDA_POOL_RETAIN),
+ * cuGetProcAddress pointers apart from the exports
+ * (FAKECUDA_PROCADDR_DISTINCT) and the semantics chosen where the
+ * documentation is silent.
  *
  * Device memory is bookkeeping only: allocations get unique fake device
- * addresses and are charged against the device's configured total; nothing is
- * mapped on the host. All state is process-global and guarded by one mutex;
- * the current context is per thread. The hot paths (cuMemAlloc/cuMemFree)
- * take the mutex, hash a key and reuse a record from a free list: no syscall.
+ * addresses and are charged against the device's configured total (every
+ * charge goes through dev_take/dev_give); nothing is mapped on the host. All
+ * state is process-global and guarded by one mutex; the current context is
+ * per thread. The hot paths (cuMemAlloc/cuMemFree) take the mutex, hash a
+ * key and reuse a record from a free list: no syscall (without
+ * FAKECUDA_PHYS, whose charges take the file's lock).
  *
  * Every entry point is defined as a file-local fc_<name> and exported under
  * <name> as an alias, so cuGetProcAddress hands out this library's own code

@@ -15,7 +15,9 @@
  * whatever its pid namespace, and a pid of a dead slot means nothing. Every
  * update of the shared numbers holds an OFD write lock on byte 0 of the file.
  * A slot whose lock is free but that is marked in use belongs to a dead
- * process: its bytes leave `current` when a live process next looks.
+ * process: its bytes leave `current` when a live process next looks. The
+ * lock lives as long as the open file description, and a MAP_SHARED mapping
+ * holds that as much as a descriptor: a forked child must drop both.
  *
  * Threads: a struct fc_phys is not thread-safe (the driver calls it under its
  * own mutex; the tool is single-threaded). Errors: -1 with a message in
