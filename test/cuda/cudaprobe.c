@@ -104,7 +104,19 @@
     XX(cuMemExportToShareableHandle, "cuMemExportToShareableHandle")     \
     XX(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") \
     XX(cuCtxSetLimit, "cuCtxSetLimit")                                   \
-    XX(cuCtxGetLimit, "cuCtxGetLimit")
+    XX(cuCtxGetLimit, "cuCtxGetLimit")                                   \
+    XX(cuStreamBeginCapture_v2, "cuStreamBeginCapture")                  \
+    XX(cuStreamEndCapture, "cuStreamEndCapture")                         \
+    XX(cuStreamIsCapturing, "cuStreamIsCapturing")                       \
+    XX(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")       \
+    XX(cuGraphLaunch, "cuGraphLaunch")                                   \
+    XX(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")                     \
+    XX(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute")     \
+    XX(cuGraphGetNodes, "cuGraphGetNodes")                               \
+    XX(cuGraphNodeGetType, "cuGraphNodeGetType")                         \
+    XX(cuGraphMemAllocNodeGetParams, "cuGraphMemAllocNodeGetParams")     \
+    XX(cuGraphExecDestroy, "cuGraphExecDestroy")                         \
+    XX(cuGraphDestroy, "cuGraphDestroy")
 
 static struct {
 #define PROBE_FIELD(sym, base) __typeof__(sym) *sym;
@@ -189,6 +201,14 @@ enum opcode {
     OP_VMM_RETAIN,
     OP_VMM_IMPORT,
     OP_SET_LIMIT,
+    OP_CAPTURE,
+    OP_GRAPH_LAUNCH,
+    OP_GRAPH_TRIM,
+    OP_GRAPH_ATTR,
+    OP_GRAPH_DESTROY,
+    OP_FORK_HOLD,
+    OP_POOL_DESTROY,
+    OP_POOL_RESET_HIGH,
     OP_COUNT
 };
 
@@ -249,6 +269,14 @@ static const struct op ops[OP_COUNT] = {
     [OP_VMM_RETAIN] = {"vmm-retain", {A_NONE}},
     [OP_VMM_IMPORT] = {"vmm-import", {A_NONE}},
     [OP_SET_LIMIT] = {"set-limit", {A_NAME, A_SIZE}}, /* heap|stack BYTES */
+    [OP_CAPTURE] = {"capture", {A_SIZE}},             /* [free] optional */
+    [OP_GRAPH_LAUNCH] = {"graph-launch", {A_NONE}},
+    [OP_GRAPH_TRIM] = {"graph-trim", {A_NONE}},
+    [OP_GRAPH_ATTR] = {"graph-attr", {A_NONE}},
+    [OP_GRAPH_DESTROY] = {"graph-destroy", {A_NONE}},
+    [OP_FORK_HOLD] = {"fork-hold", {A_SIZE}},
+    [OP_POOL_DESTROY] = {"pool-destroy", {A_NONE}},
+    [OP_POOL_RESET_HIGH] = {"pool-reset-high", {A_NONE}},
 };
 
 struct cmd {
@@ -273,7 +301,9 @@ static void usage(void)
           "  pool-threshold BYTES|max | pool-trim BYTES | pool-attr | sync | xdev-pool SIZE DEV\n"
           "  stream-on DEV | async-on-stream SIZE | no-ctx | set-mempool DEV | ptr-dev\n"
           "  stream-ctx | vmm SIZE | vmm-create SIZE | vmm-map | vmm-release | vmm-unmap\n"
-          "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n",
+          "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n"
+          "  capture SIZE [free] | graph-launch | graph-trim | graph-attr | graph-destroy\n"
+          "  fork-hold SIZE | pool-destroy | pool-reset-high\n",
           stderr);
 }
 
@@ -326,6 +356,11 @@ static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncm
         if (op == OP_SET_LIMIT && strcmp(c->name, "heap") != 0 && strcmp(c->name, "stack") != 0) {
             fprintf(stderr, "gpupool-cudaprobe: set-limit: \"%s\" is not heap or stack\n", c->name);
             return -1;
+        }
+        /* capture's optional "free": the captured allocation is freed in the graph. */
+        if (op == OP_CAPTURE && i < argc && strcmp(argv[i], "free") == 0) {
+            c->a[1] = 1;
+            i++;
         }
         /* exec-self: what follows is the new image's script, checked there. */
         if (op == OP_EXEC_SELF) {
@@ -415,7 +450,25 @@ static void *proc_get(enum via via, const char *base, int version, cuuint64_t fl
 }
 #endif
 
-static int load(enum via via, bool ptsz)
+/* The first half of loading: dlopen only (ctor-deadlock runs the halves
+ * apart). -1 and a message when the library cannot be loaded. */
+#ifndef GP_CUDAPROBE_LINKED
+static void *lib;
+#endif
+
+static int load_open(void)
+{
+#ifndef GP_CUDAPROBE_LINKED
+    if (!lib && !(lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL))) {
+        fprintf(stderr, "gpupool-cudaprobe: cannot load libcuda.so.1: %s\n", dlerror());
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+/* The second half: every entry point the commands call, by --via. */
+static int load_syms(enum via via, bool ptsz)
 {
     opt.loaded = true;
 #ifdef GP_CUDAPROBE_LINKED
@@ -429,11 +482,7 @@ static int load(enum via via, bool ptsz)
     cu.legacy_release = cuDevicePrimaryCtxRelease;
     return 0;
 #else
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        fprintf(stderr, "gpupool-cudaprobe: cannot load libcuda.so.1: %s\n", dlerror());
-        return -1;
-    }
+    void *h = lib;
     cu.gpa = (__typeof__(cu.gpa))dlsym(h, "cuGetProcAddress");
     cu.gpa2 = (__typeof__(cu.gpa2))dlsym(h, "cuGetProcAddress_v2");
     if (via == VIA_DLSYM) {
@@ -457,6 +506,11 @@ static int load(enum via via, bool ptsz)
         via, "cuDevicePrimaryCtxRelease", PROBE_VERSION_LEGACY_RELEASE, flags);
     return 0;
 #endif
+}
+
+static int load(enum via via, bool ptsz)
+{
+    return load_open() == 0 ? load_syms(via, ptsz) : -1;
 }
 
 /* --- state the commands share ------------------------------------------------- */
@@ -487,6 +541,11 @@ static struct {
         CUmemGenericAllocationHandle h;
     } vm[PROBE_VMM_STACK]; /* vmm: mappings (M), each in its own reservation */
     int nvh, nvm;
+    CUstream gstream; /* capture: its stream, graph, executable graph */
+    CUgraph graph;
+    CUgraphExec gexec;
+    CUdeviceptr gptr;     /* the captured allocation's address */
+    bool gfreed;          /* the graph frees it itself */
     CUstream stream;      /* stream-on's newest stream */
     CUcontext stream_ctx; /* the context it was made in */
     struct alloc *live;
@@ -787,8 +846,11 @@ static void cmd_exec_self(int rest)
 
 /* ctor-deadlock: thread A dlopen()s a library whose constructor looks up
  * cuInit through dlsym(RTLD_DEFAULT) (with the loader's lock held), while
- * thread B makes the process's first CUDA lookup. A lookup layer that loads
- * libcuda under its own once-lock inside dlsym deadlocks here. */
+ * thread B makes the process's first CUDA lookup: B dlopens libcuda, then A
+ * starts its dlopen, then (A inside the constructor) B looks the entry points
+ * up and calls cuInit. A lookup layer that loads libcuda under its own
+ * once-lock inside dlsym deadlocks here: B holds the once and waits for the
+ * loader lock, A holds the loader lock and waits for the once. */
 static pthread_barrier_t ctor_start;
 
 struct ctor_run {
@@ -800,7 +862,7 @@ struct ctor_run {
 static void *ctor_thread_a(void *arg)
 {
     struct ctor_run *r = arg;
-    (void)pthread_barrier_wait(&ctor_start);
+    (void)pthread_barrier_wait(&ctor_start); /* B has dlopened libcuda */
     r->lib = dlopen(r->path, RTLD_NOW);
     return NULL;
 }
@@ -809,10 +871,12 @@ static void *ctor_thread_b(void *arg)
 {
     struct ctor_run *r = arg;
     struct timespec ts = {0, PROBE_CTOR_DELAY_MS * 1000000L};
+    int opened = load_open();
     (void)pthread_barrier_wait(&ctor_start);
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-    r->rc = load(opt.via, opt.ptsz) == 0 ? CALL(cuInit, 0) : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+    r->rc = opened == 0 && load_syms(opt.via, opt.ptsz) == 0 ? CALL(cuInit, 0)
+                                                             : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
     return NULL;
 }
 
@@ -1062,6 +1126,153 @@ static void cmd_vmm(const char *name, enum opcode op, uint64_t size)
     default:
         return;
     }
+}
+
+/* --- graphs: capture one allocation (and its free) on a new stream --- */
+
+static void cmd_capture(uint64_t size, bool with_free)
+{
+    CUstream s = NULL;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CUdeviceptr p = 0;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    size_t nodes = 0;
+    CUDA_MEM_ALLOC_NODE_PARAMS params = {0};
+    CUresult rc = CALL(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemAllocAsync, &p, size, s);
+    if (rc == CUDA_SUCCESS && with_free)
+        rc = CALL(cuMemFreeAsync, p, s);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamIsCapturing, s, &status);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamEndCapture, s, &graph);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuGraphGetNodes, graph, NULL, &nodes);
+    if (rc == CUDA_SUCCESS && nodes > 0) {
+        CUgraphNode first = NULL;
+        CUgraphNodeType type = CU_GRAPH_NODE_TYPE_KERNEL;
+        size_t one = 1;
+        rc = CALL(cuGraphGetNodes, graph, &first, &one);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuGraphNodeGetType, first, &type);
+        if (rc == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            rc = CALL(cuGraphMemAllocNodeGetParams, first, &params);
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuGraphInstantiateWithFlags, &exec, graph, 0);
+    if (rc == CUDA_SUCCESS) {
+        st.gstream = s;
+        st.graph = graph;
+        st.gexec = exec;
+        st.gptr = p;
+        st.gfreed = with_free;
+    }
+    say("capture", rc, "capturing=%d nodes=%zu bytes=%zu same-ptr=%d", (int)status, nodes,
+        params.bytesize, params.dptr == p);
+}
+
+static void cmd_graph_attr(void)
+{
+    static const CUgraphMem_attribute which[4] = {
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH};
+    cuuint64_t v[4] = {0};
+    CUresult rc = CUDA_SUCCESS;
+    for (int k = 0; k < 4 && rc == CUDA_SUCCESS; k++)
+        rc = CALL(cuDeviceGetGraphMemAttribute, st.dev, which[k], &v[k]);
+    say("graph-attr", rc,
+        "reserved=%" PRIu64 " used=%" PRIu64 " reserved-high=%" PRIu64 " used-high=%" PRIu64,
+        (uint64_t)v[0], (uint64_t)v[1], (uint64_t)v[2], (uint64_t)v[3]);
+}
+
+/* Launch + sync; an allocation the graph does not free lives on (freed by
+ * `free` with cuMemFreeAsync on the capture stream). */
+static void cmd_graph_launch(void)
+{
+    CUresult rc = CALL(cuGraphLaunch, st.gexec, st.gstream);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamSynchronize, st.gstream);
+    if (rc == CUDA_SUCCESS && !st.gfreed)
+        rc = remember_in(AK_ASYNC, st.gptr, st.cur, st.gstream);
+    say("graph-launch", rc, NULL);
+}
+
+static void cmd_graph_destroy(void)
+{
+    CUresult rc = CALL(cuGraphExecDestroy, st.gexec);
+    CUresult r = CALL(cuGraphDestroy, st.graph);
+    rc = rc == CUDA_SUCCESS ? r : rc;
+    st.gexec = NULL;
+    st.graph = NULL;
+    say("graph-destroy", rc, NULL);
+}
+
+/* fork-hold: a forked child allocates SIZE on the current context and
+ * holds it until killed; the parent reports the child's result and pid and
+ * goes on with the script. */
+static void cmd_fork_hold(uint64_t size)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        say("fork-hold", CUDA_ERROR_UNKNOWN, "pipe=failed");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        (void)close(fds[0]);
+        (void)close(fds[1]);
+        say("fork-hold", CUDA_ERROR_UNKNOWN, "fork=failed");
+        return;
+    }
+    if (pid == 0) {
+        CUdeviceptr p = 0;
+        int code = (int)CALL(cuMemAlloc_v2, &p, size);
+        (void)close(fds[0]);
+        if (write(fds[1], &code, sizeof(code)) != (ssize_t)sizeof(code))
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    int code = (int)CUDA_ERROR_UNKNOWN;
+    (void)close(fds[1]);
+    if (read(fds[0], &code, sizeof(code)) != (ssize_t)sizeof(code))
+        code = (int)CUDA_ERROR_UNKNOWN;
+    (void)close(fds[0]);
+    say("fork-hold", (CUresult)code, "pid=%d", (int)pid);
+}
+
+/* pool-destroy: cuMemPoolDestroy of the probe's own pool on the current
+ * device (its outstanding allocations stay in the live list). */
+static void cmd_pool_destroy(void)
+{
+    CUresult rc = st.dev >= 0 && st.dev < PROBE_MAX_DEVICES && st.pool[st.dev]
+                      ? CALL(cuMemPoolDestroy, st.pool[st.dev])
+                      : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        st.pool[st.dev] = NULL;
+    say("pool-destroy", rc, NULL);
+}
+
+/* pool-reset-high: both high marks of the current pool set to 0 (reset). */
+static void cmd_pool_reset_high(void)
+{
+    CUmemoryPool pool = NULL;
+    cuuint64_t zero = 0;
+    CUresult rc = cur_mempool(&pool);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+    /* A CURRENT figure is read-only. */
+    CUresult ro = rc == CUDA_SUCCESS ? CALL(cuMemPoolSetAttribute, pool,
+                                            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &zero)
+                                     : rc;
+    say("pool-reset-high", rc, "set-current=%s", err_name(ro));
 }
 
 static void cmd_legacy_release(void)
@@ -1426,6 +1637,30 @@ static void run(const struct cmd *c)
         say(name, rc, "value=%zu", r == CUDA_SUCCESS ? v : 0);
         return;
     }
+    case OP_CAPTURE:
+        cmd_capture(c->a[0], c->a[1] != 0);
+        return;
+    case OP_GRAPH_LAUNCH:
+        cmd_graph_launch();
+        return;
+    case OP_GRAPH_TRIM:
+        say(name, CALL(cuDeviceGraphMemTrim, st.dev), NULL);
+        return;
+    case OP_GRAPH_ATTR:
+        cmd_graph_attr();
+        return;
+    case OP_GRAPH_DESTROY:
+        cmd_graph_destroy();
+        return;
+    case OP_FORK_HOLD:
+        cmd_fork_hold(c->a[0]);
+        return;
+    case OP_POOL_DESTROY:
+        cmd_pool_destroy();
+        return;
+    case OP_POOL_RESET_HIGH:
+        cmd_pool_reset_high();
+        return;
     case OP_UUID: {
         CUuuid u = {{0}};
         const unsigned char *b = (const unsigned char *)u.bytes;

@@ -3,14 +3,20 @@
  * Exports the driver's symbol names (versioned and legacy) with the documented
  * signatures (fakecuda_api.h) so that a program, or an interposer between a
  * program and the driver, loads it exactly as it loads the real libcuda. See
- * README.md for the devices (FAKECUDA_DEVICES), failure injection
- * (FAKECUDA_FAIL) and the semantics chosen where the documentation is silent.
+ * README.md for the devices (FAKECUDA_DEVICES, CUDA_VISIBLE_DEVICES), failure
+ * injection (FAKECUDA_FAIL), the physical use shared by every live process
+ * (FAKECUDA_PHYS, fakecuda_phys.c), pool retention (FAKECUDA_POOL_RETAIN),
+ * cuGetProcAddress pointers apart from the exports
+ * (FAKECUDA_PROCADDR_DISTINCT) and the semantics chosen where the
+ * documentation is silent.
  *
  * Device memory is bookkeeping only: allocations get unique fake device
- * addresses and are charged against the device's configured total; nothing is
- * mapped on the host. All state is process-global and guarded by one mutex;
- * the current context is per thread. The hot paths (cuMemAlloc/cuMemFree)
- * take the mutex, hash a key and reuse a record from a free list: no syscall.
+ * addresses and are charged against the device's configured total (every
+ * charge goes through dev_take/dev_give); nothing is mapped on the host. All
+ * state is process-global and guarded by one mutex; the current context is
+ * per thread. The hot paths (cuMemAlloc/cuMemFree) take the mutex, hash a
+ * key and reuse a record from a free list: no syscall (without
+ * FAKECUDA_PHYS, whose charges take the file's lock).
  *
  * Every entry point is defined as a file-local fc_<name> and exported under
  * <name> as an alias, so cuGetProcAddress hands out this library's own code
@@ -18,6 +24,7 @@
  * driver does; -fno-ipa-icf keeps identical bodies (legacy vs _v2) apart. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -50,6 +57,7 @@
 #define FC_HANDLE_BASE 0xcafe00000000ULL
 #define FC_MAX_ATTRIBUTE 200
 #define FC_CTX_MAGIC 0x46434358u
+#define FC_INSTANTIATE_FLAGS 0xfu    /* AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH, NODE_PRIORITY */
 #define FC_LIMITS 3                  /* CUlimit values below this are known */
 #define FC_SMS 132                   /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
 #define FC_THREADS_PER_SM 2048       /* resident threads, each with its stack */
@@ -117,6 +125,22 @@
     XX(cuCtxPopCurrent_v2)             \
     XX(cuCtxSetLimit)                  \
     XX(cuCtxGetLimit)                  \
+    XX(cuStreamBeginCapture)           \
+    XX(cuStreamBeginCapture_v2)        \
+    XX(cuStreamEndCapture)             \
+    XX(cuStreamIsCapturing)            \
+    XX(cuGraphInstantiateWithFlags)    \
+    XX(cuGraphInstantiate_v2)          \
+    XX(cuGraphLaunch)                  \
+    XX(cuGraphLaunch_ptsz)             \
+    XX(cuDeviceGraphMemTrim)           \
+    XX(cuDeviceGetGraphMemAttribute)   \
+    XX(cuGraphGetNodes)                \
+    XX(cuGraphNodeGetType)             \
+    XX(cuGraphMemAllocNodeGetParams)   \
+    XX(cuGraphMemFreeNodeGetParams)    \
+    XX(cuGraphExecDestroy)             \
+    XX(cuGraphDestroy)                 \
     XX(cuMemCreate)                    \
     XX(cuMemRelease)                   \
     XX(cuMemMap)                       \
@@ -171,30 +195,59 @@ enum fc_kind {
     KIND_RESERVE, /* cuMemAddressReserve range */
     KIND_MAP,     /* cuMemMap mapping */
     KIND_LIMIT,   /* a context's cuCtxSetLimit growth (charged) */
+    KIND_GRAPH,   /* a graph (made by stream capture) */
+    KIND_GNODE,   /* a graph's memory node */
+    KIND_GEXEC,   /* an executable graph */
 };
 
 struct fc_obj {
     uint64_t key;               /* address or handle | kind */
     struct fc_obj *hnext;       /* hash chain */
-    struct fc_obj *prev, *next; /* the owning context's list, or the VA list */
+    struct fc_obj *prev, *next; /* the owning context's list, the VA list or the pool list */
     struct fc_ctx *ctx;         /* owning context; NULL: device-level (pools, VMM) */
     enum fc_kind kind;
     int dev;
-    uint64_t addr, size;       /* address range (pointers, reservations, maps) */
-    uint64_t charged;          /* bytes charged to the device */
-    uint64_t link;             /* map: the VMM allocation's key; pool allocation: the pool's */
-    uint64_t handle;           /* map: the handle value it was mapped with */
-    int maps;                  /* VMM allocation: live mappings */
-    int refs;                  /* VMM handle value: references not yet released */
-    int holders;               /* VMM allocation: refs over all its handle values */
-    unsigned htypes;           /* VMM allocation: requestedHandleTypes */
-    uint64_t alias;            /* imported VMM handle: its allocation's key (0: is one) */
-    struct fc_obj *alias_next; /* VMM allocation: its imported handles */
-    bool is_default;           /* pool: a device's default pool */
-    bool destroyed;            /* pool: cuMemPoolDestroy called, allocations outstanding */
-    uint64_t reserved, used, reserved_high, used_high, threshold; /* pool (charged = reserved) */
-    int reuse[3];                                                 /* pool: REUSE_* attributes */
+    uint64_t addr, size; /* address range (pointers, reservations, maps) */
+    uint64_t charged;    /* bytes charged to the device */
+    uint64_t link;       /* map: the VMM allocation's key; pool allocation: the pool's */
+    bool gmem;           /* pointer: a graph allocation, from the graph pool */
+    /* What only one kind needs (the record stays small: the hot path clears
+     * it on every allocation). */
+    union {
+        struct { /* KIND_POOL (charged = reserved) */
+            uint64_t reserved, used, reserved_high, used_high, threshold;
+            int reuse[3];    /* REUSE_* attributes */
+            bool is_default; /* a device's default pool */
+            bool destroyed;  /* cuMemPoolDestroy called, allocations outstanding */
+        };
+        struct {                       /* KIND_VMM */
+            int maps;                  /* allocation: live mappings */
+            int refs;                  /* handle value: references not yet released */
+            int holders;               /* allocation: refs over all its handle values */
+            unsigned htypes;           /* allocation: requestedHandleTypes */
+            uint64_t alias;            /* imported handle: its allocation's key (0: is one) */
+            struct fc_obj *alias_next; /* allocation: its imported handles */
+        };
+        struct {                   /* KIND_MAP, KIND_GNODE */
+            uint64_t handle;       /* map: the handle value it was mapped with; node: dptr */
+            CUgraphNodeType ntype; /* node: MEM_ALLOC (size) or MEM_FREE */
+        };
+        struct {                       /* KIND_GRAPH, KIND_GEXEC */
+            uint64_t *nodes;           /* graph: its nodes' keys in order (owned) */
+            size_t nnodes, capnodes;   /* graph: nodes; exec: ops */
+            struct fc_gop *ops;        /* exec: its steps (owned) */
+            unsigned long long gflags; /* exec: instantiate flags */
+        };
+        uint64_t capture; /* KIND_STREAM: the graph it is capturing into (0: none) */
+    };
 };
+
+/* obj_new clears the kind's part from `reserved` on: the union's start. */
+_Static_assert(offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, maps) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, handle) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, nodes) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, capture),
+               "the per-kind union starts at reserved");
 
 struct fc_ctx {
     uint32_t magic;
@@ -217,6 +270,8 @@ struct fc_dev {
     struct fc_ctx primary;
     uint64_t default_pool; /* key of the default pool */
     uint64_t mempool;      /* the current pool (cuDeviceSetMemPool) */
+    uint64_t greserved, gused, greserved_high, gused_high; /* graph memory pool */
+    CUmemAccessDesc access; /* read-write for this device (graph alloc nodes) */
 };
 
 static struct {
@@ -470,14 +525,10 @@ static const char *open_phys(const char *path)
         fc_phys_close(&g.phys);
         return "FAKECUDA_PHYS: pthread_atfork failed";
     }
+    /* Kept open (and mapped) until the process ends: the kernel drops the
+     * slot's lock then, and no exit-time handler can race a charge. */
     g.phys_on = true;
     return NULL;
-}
-
-__attribute__((destructor)) static void fc_unload(void)
-{
-    if (g.phys_on)
-        fc_phys_close(&g.phys);
 }
 
 __attribute__((constructor)) static void fc_load(void)
@@ -530,6 +581,8 @@ __attribute__((constructor)) static void fc_load(void)
     g.pools.prev = g.pools.next = &g.pools;
     for (int i = 0; i < g.ndev; i++) {
         struct fc_ctx *c = &g.dev[i].primary;
+        g.dev[i].access =
+            (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, i}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
         c->magic = FC_CTX_MAGIC;
         c->dev = i;
         c->primary = true;
@@ -662,12 +715,18 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
         g.spare = o;
         return rc;
     }
-    memset(o, 0, sizeof(*o));
+    /* Field by field, and the kind's part as one small block: a memset of
+     * the whole record costs the hot path a slow string store. */
+    memset(&o->reserved, 0, sizeof(*o) - offsetof(struct fc_obj, reserved));
     o->key = addr | (uint64_t)kind;
+    o->prev = o->next = NULL;
     o->kind = kind;
     o->dev = dev;
     o->addr = addr;
+    o->size = 0;
     o->charged = charge;
+    o->link = 0;
+    o->gmem = false;
     o->ctx = ctx;
     size_t b = bucket_of(o->key);
     o->hnext = g.buckets[b];
@@ -680,6 +739,10 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
 }
 
 static void pool_give(struct fc_obj *p, uint64_t bytes);
+static void graph_free(struct fc_obj *graph);
+static struct fc_obj *capture_of(CUstream s);
+static CUresult graph_add_node(struct fc_obj *graph, CUgraphNodeType type, int dev, uint64_t va,
+                               uint64_t size);
 static CUresult pool_new(int dev, struct fc_obj **out);
 
 static void obj_free(struct fc_obj *o)
@@ -693,10 +756,18 @@ static void obj_free(struct fc_obj *o)
     list_del(o);
     o->hnext = g.spare;
     g.spare = o;
-    /* A pool allocation's bytes are the pool's: it decides what goes back. */
+    /* A pool allocation's bytes are the pool's: it decides what goes back;
+     * a graph allocation's stay reserved in the device's graph pool. */
     struct fc_obj *pool = o->kind == KIND_PTR && o->link ? lookup(o->link, KIND_POOL) : NULL;
     if (pool)
         pool_give(pool, o->size);
+    if (o->kind == KIND_PTR && o->gmem)
+        g.dev[o->dev].gused -= o->size;
+    /* A stream torn down mid-capture takes its unfinished graph along. */
+    struct fc_obj *graph =
+        o->kind == KIND_STREAM && o->capture ? lookup(o->capture, KIND_GRAPH) : NULL;
+    if (graph)
+        graph_free(graph);
 }
 
 static uint64_t round_up(uint64_t v, uint64_t a)
@@ -1668,10 +1739,20 @@ static CUresult async_alloc(enum fc_ep ep, CUdeviceptr *dptr, size_t bytesize, C
     pthread_mutex_lock(&g.lock);
     struct fc_obj *p = from_pool ? pool_get(pool) : lookup(g.dev[c->dev].mempool, KIND_POOL),
                   *o = NULL;
+    struct fc_obj *graph = capture_of(s);
     uint64_t va = 0;
-    if (!p)
+    if (!p) {
         rc = CUDA_ERROR_INVALID_VALUE;
-    else if (!(va = va_take(0, FC_PTR_ALIGN)))
+    } else if (graph) {
+        /* Under capture: an allocation node with its address, no memory. */
+        if (!(va = va_take(bytesize, FC_PTR_ALIGN)))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else if ((rc = graph_add_node(graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC, p->dev, va, bytesize)) ==
+                 CUDA_SUCCESS)
+            *dptr = va;
+        pthread_mutex_unlock(&g.lock);
+        return rc;
+    } else if (!(va = va_take(0, FC_PTR_ALIGN)))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     else if ((rc = obj_new(va, KIND_PTR, p->dev, 0, c, &o)) == CUDA_SUCCESS &&
              (rc = pool_take(p, bytesize)) != CUDA_SUCCESS)
@@ -1718,7 +1799,13 @@ static CUresult async_free(enum fc_ep ep, CUdeviceptr dptr, CUstream s)
         return rc;
     if (dptr == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    return ptr_free(ep, dptr);
+    /* Under capture: a free node (what it frees is checked at launch). */
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = capture_of(s);
+    if (graph)
+        rc = graph_add_node(graph, CU_GRAPH_NODE_TYPE_MEM_FREE, c->dev, dptr, 0);
+    pthread_mutex_unlock(&g.lock);
+    return graph ? rc : ptr_free(ep, dptr);
 }
 
 static CUresult fc_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -2416,7 +2503,461 @@ static CUresult fc_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     return handle_free(EP_cuMipmappedArrayDestroy, KIND_MIPMAP, hMipmappedArray);
 }
 
-/* --- launches and graphs (stubs) ------------------------------------------- */
+/* --- graphs with memory nodes ---------------------------------------------------
+ * Stream capture records what the fake models of a stream's work: memory
+ * allocation and free nodes (cuMemAllocAsync / cuMemAllocFromPoolAsync /
+ * cuMemFreeAsync on a capturing stream). An allocation node has its address
+ * from capture on but no memory: a launch takes the memory from its device's
+ * graph memory pool, whose reservation grows to what the launch needs and
+ * stays after it (until cuDeviceGraphMemTrim). An allocation the graph does
+ * not free itself is a live pointer after the launch (freed by
+ * cuMemFree(Async) or a later graph's free node); launching again while it
+ * lives is INVALID_VALUE unless instantiated with AUTO_FREE_ON_LAUNCH.
+ * Graphs and executable graphs are device-level objects (no context). */
+
+/* One step of an executable graph. */
+struct fc_gop {
+    CUgraphNodeType type;
+    int dev;
+    uint64_t va, size;
+    bool freed_inside; /* allocation: a free node of the same graph frees it */
+};
+
+/* Under g.lock: a node of a graph being captured. */
+static CUresult graph_add_node(struct fc_obj *graph, CUgraphNodeType type, int dev, uint64_t va,
+                               uint64_t size)
+{
+    if (graph->nnodes == graph->capnodes) {
+        size_t n = graph->capnodes ? graph->capnodes * 2 : 8;
+        uint64_t *nn = realloc(graph->nodes, n * sizeof(*nn));
+        if (!nn)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        graph->nodes = nn;
+        graph->capnodes = n;
+    }
+    struct fc_obj *node;
+    CUresult rc = obj_new(handle_take(), KIND_GNODE, dev, 0, NULL, &node);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    node->ntype = type;
+    node->handle = va;
+    node->size = size;
+    node->link = graph->addr;
+    graph->nodes[graph->nnodes++] = node->addr;
+    return CUDA_SUCCESS;
+}
+
+/* Under g.lock: the graph and its nodes go. */
+static void graph_free(struct fc_obj *graph)
+{
+    for (size_t i = 0; i < graph->nnodes; i++) {
+        struct fc_obj *node = lookup(graph->nodes[i], KIND_GNODE);
+        if (node)
+            obj_free(node);
+    }
+    free(graph->nodes);
+    graph->nodes = NULL;
+    graph->nnodes = graph->capnodes = 0;
+    obj_free(graph);
+}
+
+/* Under g.lock: the graph stream s is capturing into, if any. */
+static struct fc_obj *capture_of(CUstream s)
+{
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return NULL;
+    struct fc_obj *o = lookup((uint64_t)(uintptr_t)s, KIND_STREAM);
+    return o && o->capture ? lookup(o->capture, KIND_GRAPH) : NULL;
+}
+
+static CUresult begin_capture(enum fc_ep ep, CUstream s, CUstreamCaptureMode mode)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup((uint64_t)(uintptr_t)s, KIND_STREAM), *graph = NULL;
+    if (!o)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (o->capture)
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    else if ((rc = obj_new(handle_take(), KIND_GRAPH, o->dev, 0, NULL, &graph)) == CUDA_SUCCESS)
+        o->capture = graph->addr;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    return begin_capture(EP_cuStreamBeginCapture_v2, hStream, mode);
+}
+
+/* The 10.0 form, before capture modes: global. */
+static CUresult fc_cuStreamBeginCapture(CUstream hStream)
+{
+    return begin_capture(EP_cuStreamBeginCapture, hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+static CUresult fc_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    CUresult rc = enter(EP_cuStreamEndCapture, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = hStream ? lookup((uint64_t)(uintptr_t)hStream, KIND_STREAM) : NULL;
+    if (!o || !o->capture) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    } else {
+        *phGraph = (CUgraph)(uintptr_t)o->capture;
+        o->capture = 0;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    CUresult rc = enter(EP_cuStreamIsCapturing, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!captureStatus)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = stream_ctx(hStream, &c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    *captureStatus =
+        capture_of(hStream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult instantiate(enum fc_ep ep, CUgraphExec *phGraphExec, CUgraph hGraph,
+                            unsigned long long flags)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phGraphExec || (flags & ~(unsigned long long)FC_INSTANTIATE_FLAGS) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = hGraph ? lookup((uint64_t)(uintptr_t)hGraph, KIND_GRAPH) : NULL;
+    struct fc_obj *exec = NULL;
+    struct fc_gop *ops = NULL;
+    if (!graph)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (graph->nnodes && !(ops = calloc(graph->nnodes, sizeof(*ops))))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < graph->nnodes; i++) {
+        struct fc_obj *node = lookup(graph->nodes[i], KIND_GNODE);
+        ops[i] = (struct fc_gop){node->ntype, node->dev, node->handle, node->size, false};
+        for (size_t k = 0; node->ntype == CU_GRAPH_NODE_TYPE_MEM_FREE && k < i; k++)
+            if (ops[k].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && ops[k].va == node->handle)
+                ops[k].freed_inside = true;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = obj_new(handle_take(), KIND_GEXEC, graph->dev, 0, NULL, &exec);
+    if (rc == CUDA_SUCCESS) {
+        exec->ops = ops;
+        exec->nnodes = graph->nnodes;
+        exec->gflags = flags;
+        *phGraphExec = (CUgraphExec)(uintptr_t)exec->addr;
+    } else {
+        free(ops);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                               unsigned long long flags)
+{
+    return instantiate(EP_cuGraphInstantiateWithFlags, phGraphExec, hGraph, flags);
+}
+
+/* No error node or log to report: instantiation fails only on bad handles. */
+static CUresult fc_cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                         CUgraphNode *phErrorNode, char *logBuffer,
+                                         size_t bufferSize)
+{
+    if (phErrorNode)
+        *phErrorNode = NULL;
+    if (logBuffer && bufferSize > 0)
+        logBuffer[0] = '\0';
+    return instantiate(EP_cuGraphInstantiate_v2, phGraphExec, hGraph, 0);
+}
+
+/* Under g.lock: a graph allocation that is live as a pointer goes. */
+static void graph_mem_free(uint64_t va)
+{
+    struct fc_obj *p = lookup(va, KIND_PTR);
+    if (p && p->gmem)
+        obj_free(p);
+}
+
+static CUresult graph_launch(enum fc_ep ep, CUgraphExec hGraphExec, CUstream hStream)
+{
+    CUresult rc = enter(ep, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = stream_ctx(hStream, &c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *exec = hGraphExec ? lookup((uint64_t)(uintptr_t)hGraphExec, KIND_GEXEC) : NULL;
+    uint64_t need[FC_MAX_DEVICES] = {0}, grown[FC_MAX_DEVICES] = {0};
+    for (size_t i = 0; exec && i < exec->nnodes; i++) {
+        const struct fc_gop *op = &exec->ops[i];
+        if (op->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            continue;
+        struct fc_obj *live = lookup(op->va, KIND_PTR);
+        if (live && !(exec->gflags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
+            rc = CUDA_ERROR_INVALID_VALUE; /* last launch's allocation still lives */
+        if (op->size > FC_VA_LIMIT - need[op->dev])
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            need[op->dev] += op->size;
+    }
+    if (!exec)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&g.lock);
+        return rc;
+    }
+    /* Frees of other graphs' allocations, and auto-frees, come first. */
+    for (size_t i = 0; i < exec->nnodes; i++) {
+        const struct fc_gop *op = &exec->ops[i];
+        bool own = false;
+        for (size_t k = 0; op->type == CU_GRAPH_NODE_TYPE_MEM_FREE && k < exec->nnodes; k++)
+            own |= exec->ops[k].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && exec->ops[k].va == op->va;
+        if ((op->type == CU_GRAPH_NODE_TYPE_MEM_FREE && !own) ||
+            op->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            graph_mem_free(op->va);
+    }
+    for (int d = 0; rc == CUDA_SUCCESS && d < g.ndev; d++) {
+        struct fc_dev *dv = &g.dev[d];
+        uint64_t peak = dv->gused + need[d];
+        if (peak > dv->greserved && (rc = dev_take(d, peak - dv->greserved)) == CUDA_SUCCESS) {
+            grown[d] = peak - dv->greserved;
+            dv->greserved = peak;
+        }
+        if (dv->greserved > dv->greserved_high)
+            dv->greserved_high = dv->greserved;
+        if (peak > dv->gused_high)
+            dv->gused_high = peak;
+    }
+    for (int d = 0; rc != CUDA_SUCCESS && d < g.ndev; d++) {
+        g.dev[d].greserved -= grown[d];
+        dev_give(d, grown[d]);
+    }
+    /* What the graph does not free itself lives on as a pointer. */
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < exec->nnodes; i++) {
+        const struct fc_gop *op = &exec->ops[i];
+        struct fc_obj *p;
+        if (op->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC || op->freed_inside)
+            continue;
+        if ((rc = obj_new(op->va, KIND_PTR, op->dev, 0, c, &p)) != CUDA_SUCCESS)
+            break;
+        p->size = op->size;
+        p->gmem = true;
+        g.dev[op->dev].gused += op->size;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return graph_launch(EP_cuGraphLaunch, hGraphExec, hStream);
+}
+
+static CUresult fc_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return graph_launch(EP_cuGraphLaunch_ptsz, hGraphExec, hStream);
+}
+
+/* What the device's graph pool holds beyond what graph allocations use
+ * goes back. */
+static CUresult fc_cuDeviceGraphMemTrim(CUdevice device)
+{
+    CUresult rc = enter(EP_cuDeviceGraphMemTrim, true);
+    if (rc != CUDA_SUCCESS || (rc = check_dev(device)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_dev *d = &g.dev[device];
+    if (d->greserved > d->gused) {
+        dev_give(device, d->greserved - d->gused);
+        d->greserved = d->gused;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                void *value)
+{
+    CUresult rc = enter(EP_cuDeviceGetGraphMemAttribute, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(device)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_dev *d = &g.dev[device];
+    cuuint64_t v = 0;
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+        v = d->gused;
+        break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+        v = d->gused_high;
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+        v = d->greserved;
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+        v = d->greserved_high;
+        break;
+    default:
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (rc == CUDA_SUCCESS)
+        memcpy(value, &v, sizeof(v));
+    return rc;
+}
+
+static CUresult fc_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    CUresult rc = enter(EP_cuGraphGetNodes, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!numNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = hGraph ? lookup((uint64_t)(uintptr_t)hGraph, KIND_GRAPH) : NULL;
+    if (!graph) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        for (size_t i = 0; nodes && i < *numNodes; i++)
+            nodes[i] = i < graph->nnodes ? (CUgraphNode)(uintptr_t)graph->nodes[i] : NULL;
+        *numNodes = graph->nnodes;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* Under g.lock. */
+static struct fc_obj *node_get(CUgraphNode hNode)
+{
+    return hNode ? lookup((uint64_t)(uintptr_t)hNode, KIND_GNODE) : NULL;
+}
+
+static CUresult fc_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    CUresult rc = enter(EP_cuGraphNodeGetType, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!type)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *node = node_get(hNode);
+    if (node)
+        *type = node->ntype;
+    pthread_mutex_unlock(&g.lock);
+    return node ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The pool properties a captured allocation gets: pinned device memory of
+ * the pool's device, read-write for that device (the access list is the
+ * node's, valid while the node is). */
+static CUresult fc_cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
+                                                CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    CUresult rc = enter(EP_cuGraphMemAllocNodeGetParams, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!params_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *node = node_get(hNode);
+    if (!node || node->ntype != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        memset(params_out, 0, sizeof(*params_out));
+        params_out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        params_out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        params_out->poolProps.location.id = node->dev;
+        params_out->accessDescs = &g.dev[node->dev].access;
+        params_out->accessDescCount = 1;
+        params_out->bytesize = node->size;
+        params_out->dptr = node->handle;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
+{
+    CUresult rc = enter(EP_cuGraphMemFreeNodeGetParams, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!dptr_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *node = node_get(hNode);
+    if (!node || node->ntype != CU_GRAPH_NODE_TYPE_MEM_FREE)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *dptr_out = node->handle;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* An executable graph's allocations outlive it (their pointers stay). */
+static CUresult fc_cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    CUresult rc = enter(EP_cuGraphExecDestroy, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *exec = hGraphExec ? lookup((uint64_t)(uintptr_t)hGraphExec, KIND_GEXEC) : NULL;
+    if (exec) {
+        free(exec->ops);
+        exec->ops = NULL;
+        obj_free(exec);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuGraphDestroy(CUgraph hGraph)
+{
+    CUresult rc = enter(EP_cuGraphDestroy, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = hGraph ? lookup((uint64_t)(uintptr_t)hGraph, KIND_GRAPH) : NULL;
+    bool capturing = false;
+    /* A graph still being captured belongs to its stream. */
+    for (size_t b = 0; graph && b < ((size_t)1 << g.bits); b++)
+        for (struct fc_obj *x = g.buckets[b]; x; x = x->hnext)
+            capturing |= x->kind == KIND_STREAM && x->capture == graph->addr;
+    if (graph && !capturing)
+        graph_free(graph);
+    pthread_mutex_unlock(&g.lock);
+    return graph && !capturing ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* --- launches and kernel nodes (stubs) --------------------------------------- */
 
 /* A no-op: benches time the call itself. */
 static CUresult fc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -2543,6 +3084,21 @@ static const struct fc_proc procs[] = {
     {"cuCtxPopCurrent", 4000, FC_FN(cuCtxPopCurrent_v2), NULL},
     {"cuCtxSetLimit", 3010, FC_FN(cuCtxSetLimit), NULL},
     {"cuCtxGetLimit", 3010, FC_FN(cuCtxGetLimit), NULL},
+    {"cuStreamBeginCapture", 10000, FC_FN(cuStreamBeginCapture), NULL},
+    {"cuStreamBeginCapture", 10010, FC_FN(cuStreamBeginCapture_v2), NULL},
+    {"cuStreamEndCapture", 10000, FC_FN(cuStreamEndCapture), NULL},
+    {"cuStreamIsCapturing", 10000, FC_FN(cuStreamIsCapturing), NULL},
+    {"cuGraphInstantiate", 11000, FC_FN(cuGraphInstantiate_v2), NULL},
+    {"cuGraphInstantiateWithFlags", 11040, FC_FN(cuGraphInstantiateWithFlags), NULL},
+    {"cuGraphLaunch", 10000, FC_FN(cuGraphLaunch), FC_FN(cuGraphLaunch_ptsz)},
+    {"cuDeviceGraphMemTrim", 11040, FC_FN(cuDeviceGraphMemTrim), NULL},
+    {"cuDeviceGetGraphMemAttribute", 11040, FC_FN(cuDeviceGetGraphMemAttribute), NULL},
+    {"cuGraphGetNodes", 10000, FC_FN(cuGraphGetNodes), NULL},
+    {"cuGraphNodeGetType", 10000, FC_FN(cuGraphNodeGetType), NULL},
+    {"cuGraphMemAllocNodeGetParams", 11040, FC_FN(cuGraphMemAllocNodeGetParams), NULL},
+    {"cuGraphMemFreeNodeGetParams", 11040, FC_FN(cuGraphMemFreeNodeGetParams), NULL},
+    {"cuGraphExecDestroy", 10000, FC_FN(cuGraphExecDestroy), NULL},
+    {"cuGraphDestroy", 10000, FC_FN(cuGraphDestroy), NULL},
     {"cuMemCreate", 10020, FC_FN(cuMemCreate), NULL},
     {"cuMemRelease", 10020, FC_FN(cuMemRelease), NULL},
     {"cuMemMap", 10020, FC_FN(cuMemMap), NULL},

@@ -16,22 +16,25 @@
 /* CUresult values this subset can return, with the driver's names and
  * strings: one list so cuGetErrorName, cuGetErrorString and the probe's
  * printer cannot drift apart. */
-#define CU_RESULT_MAP(XX)                                                                \
-    XX(CUDA_SUCCESS, 0, "no error")                                                      \
-    XX(CUDA_ERROR_INVALID_VALUE, 1, "invalid argument")                                  \
-    XX(CUDA_ERROR_OUT_OF_MEMORY, 2, "out of memory")                                     \
-    XX(CUDA_ERROR_NOT_INITIALIZED, 3, "initialization error")                            \
-    XX(CUDA_ERROR_DEINITIALIZED, 4, "driver shutting down")                              \
-    XX(CUDA_ERROR_NO_DEVICE, 100, "no CUDA-capable device is detected")                  \
-    XX(CUDA_ERROR_INVALID_DEVICE, 101, "invalid device ordinal")                         \
-    XX(CUDA_ERROR_INVALID_CONTEXT, 201, "invalid device context")                        \
-    XX(CUDA_ERROR_UNSUPPORTED_LIMIT, 215, "limit is not supported on this architecture") \
-    XX(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, 303, "shared object initialization failed") \
-    XX(CUDA_ERROR_INVALID_HANDLE, 400, "invalid resource handle")                        \
-    XX(CUDA_ERROR_NOT_FOUND, 500, "named symbol not found")                              \
-    XX(CUDA_ERROR_NOT_PERMITTED, 800, "operation not permitted")                         \
-    XX(CUDA_ERROR_NOT_SUPPORTED, 801, "operation not supported")                         \
-    XX(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709, "context is destroyed")                     \
+#define CU_RESULT_MAP(XX)                                                                       \
+    XX(CUDA_SUCCESS, 0, "no error")                                                             \
+    XX(CUDA_ERROR_INVALID_VALUE, 1, "invalid argument")                                         \
+    XX(CUDA_ERROR_OUT_OF_MEMORY, 2, "out of memory")                                            \
+    XX(CUDA_ERROR_NOT_INITIALIZED, 3, "initialization error")                                   \
+    XX(CUDA_ERROR_DEINITIALIZED, 4, "driver shutting down")                                     \
+    XX(CUDA_ERROR_NO_DEVICE, 100, "no CUDA-capable device is detected")                         \
+    XX(CUDA_ERROR_INVALID_DEVICE, 101, "invalid device ordinal")                                \
+    XX(CUDA_ERROR_INVALID_CONTEXT, 201, "invalid device context")                               \
+    XX(CUDA_ERROR_UNSUPPORTED_LIMIT, 215, "limit is not supported on this architecture")        \
+    XX(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, 303, "shared object initialization failed")        \
+    XX(CUDA_ERROR_INVALID_HANDLE, 400, "invalid resource handle")                               \
+    XX(CUDA_ERROR_ILLEGAL_STATE, 401, "the operation cannot be performed in the present state") \
+    XX(CUDA_ERROR_NOT_FOUND, 500, "named symbol not found")                                     \
+    XX(CUDA_ERROR_NOT_PERMITTED, 800, "operation not permitted")                                \
+    XX(CUDA_ERROR_NOT_SUPPORTED, 801, "operation not supported")                                \
+    XX(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709, "context is destroyed")                            \
+    XX(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900,                                              \
+       "operation not permitted when stream is capturing")                                      \
     XX(CUDA_ERROR_UNKNOWN, 999, "unknown error")
 
 enum cudaError_enum {
@@ -55,6 +58,7 @@ typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 typedef struct CUuuid_st {
     char bytes[16];
@@ -211,6 +215,41 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+} CUstreamCaptureStatus;
+
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+} CUstreamCaptureMode;
+
+typedef enum CUgraphNodeType_enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+} CUgraphNodeType;
+
+typedef enum CUgraphMem_attribute_enum {
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+} CUgraphMem_attribute;
+
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 1ULL
+
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
 /* What the fake's cuGraphAddKernelNode stubs store in *phGraphNode, so a
  * caller can tell which ABI answered (fake-only convention). */
 #define FAKECUDA_GRAPH_NODE_V1 ((CUgraphNode)0xfc01)
@@ -361,6 +400,24 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                              unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                              unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                              void **kernelParams, void **extra);
+CUresult cuStreamBeginCapture(CUstream hStream);
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags);
+CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                               char *logBuffer, size_t bufferSize);
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuDeviceGraphMemTrim(CUdevice device);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
+CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes);
+CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type);
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult cuGraphDestroy(CUgraph hGraph);
 CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                               const CUgraphNode *dependencies, size_t numDependencies,
                               const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);

@@ -105,22 +105,17 @@ static int open_file(const char *path)
     return open(path, O_RDWR | O_CLOEXEC);
 }
 
-int fc_phys_open(struct fc_phys *p, const char *path, char *why, size_t whylen)
+/* Opens and maps p->path (creating and laying out the file if new). On
+ * failure nothing stays open. */
+static int attach(struct fc_phys *p, char *why, size_t whylen)
 {
-    memset(p, 0, sizeof(*p));
-    p->fd = -1;
-    p->slot = -1;
+    const char *path = p->path;
     errno = 0;
-    if (!(p->path = strdup(path)))
-        return fail(why, whylen, "cannot copy", path);
-    if ((p->fd = open_file(path)) < 0) {
-        fail(why, whylen, "cannot open", path);
-        fc_phys_close(p);
-        return -1;
-    }
+    if ((p->fd = open_file(path)) < 0)
+        return fail(why, whylen, "cannot open", path);
     if (global_lock(p) != 0) {
         fail(why, whylen, "cannot lock", path);
-        fc_phys_close(p);
+        fc_phys_forget(p);
         return -1;
     }
     struct stat sb;
@@ -157,8 +152,23 @@ int fc_phys_open(struct fc_phys *p, const char *path, char *why, size_t whylen)
     }
     global_unlock(p);
     if (rc != 0)
-        fc_phys_close(p);
+        fc_phys_forget(p);
     return rc;
+}
+
+int fc_phys_open(struct fc_phys *p, const char *path, char *why, size_t whylen)
+{
+    memset(p, 0, sizeof(*p));
+    p->fd = -1;
+    p->slot = -1;
+    errno = 0;
+    if (!(p->path = strdup(path)))
+        return fail(why, whylen, "cannot copy", path);
+    if (attach(p, why, whylen) != 0) {
+        fc_phys_close(p);
+        return -1;
+    }
+    return 0;
 }
 
 static int register_devices(struct fc_phys *p, const char (*uuids)[FC_PHYS_UUID], int ndev,
@@ -193,8 +203,8 @@ int fc_phys_claim(struct fc_phys *p, const char (*uuids)[FC_PHYS_UUID], int ndev
         snprintf(why, whylen, "more than %d devices", FC_PHYS_DEVICES);
         return -1;
     }
-    if (p->fd < 0 && (p->fd = open(p->path, O_RDWR | O_CLOEXEC)) < 0)
-        return fail(why, whylen, "cannot reopen", p->path);
+    if (!p->f && attach(p, why, whylen) != 0)
+        return -1;
     if (global_lock(p) != 0)
         return fail(why, whylen, "cannot lock", p->path);
     int rc = register_devices(p, uuids, ndev, why, whylen);
@@ -301,8 +311,13 @@ void fc_phys_close(struct fc_phys *p)
 
 void fc_phys_forget(struct fc_phys *p)
 {
+    /* The mapping too: it holds the open file description (and so the
+     * parent's lock) as much as the descriptor does. */
+    if (p->f)
+        (void)munmap(p->f, sizeof(*p->f));
     if (p->fd >= 0)
         (void)close(p->fd);
+    p->f = NULL;
     p->fd = -1;
     p->slot = -1;
 }

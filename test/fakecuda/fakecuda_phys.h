@@ -15,7 +15,9 @@
  * whatever its pid namespace, and a pid of a dead slot means nothing. Every
  * update of the shared numbers holds an OFD write lock on byte 0 of the file.
  * A slot whose lock is free but that is marked in use belongs to a dead
- * process: its bytes leave `current` when a live process next looks.
+ * process: its bytes leave `current` when a live process next looks. The
+ * lock lives as long as the open file description, and a MAP_SHARED mapping
+ * holds that as much as a descriptor: a forked child must drop both.
  *
  * Threads: a struct fc_phys is not thread-safe (the driver calls it under its
  * own mutex; the tool is single-threaded). Errors: -1 with a message in
@@ -92,9 +94,10 @@ int fc_phys_snapshot(struct fc_phys *p, int reset_peak, struct fc_phys_dev *out,
 /* Unmaps and closes (the slot, if any, dies with the descriptor). */
 void fc_phys_close(struct fc_phys *p);
 
-/* In a forked child (async-signal-safe): the inherited descriptor shares the
- * parent's open file description and so its locks; the child closes it (the
- * parent keeps its slot) and fc_phys_claim later reopens the path. */
+/* In a forked child: the inherited descriptor and mapping both hold the
+ * parent's open file description, and so its slot's lock; the child drops
+ * them (unmap, close: the parent keeps its slot) and fc_phys_claim later
+ * opens and maps the path afresh. Also undoes a failed open. */
 void fc_phys_forget(struct fc_phys *p);
 
 #endif

@@ -238,6 +238,12 @@ def test_linked_probe():
     ("cuStreamGetCtx", 9020, 0, "cuStreamGetCtx"),
     ("cuPointerGetAttribute", 4000, 0, "cuPointerGetAttribute"),
     ("cuCtxSetLimit", 3010, 0, "cuCtxSetLimit"),
+    ("cuStreamBeginCapture", 10000, 0, "cuStreamBeginCapture"),
+    ("cuStreamBeginCapture", 10010, 0, "cuStreamBeginCapture_v2"),
+    ("cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2"),
+    ("cuGraphInstantiateWithFlags", 11040, 0, "cuGraphInstantiateWithFlags"),
+    ("cuGraphLaunch", 12040, 2, "cuGraphLaunch_ptsz"),
+    ("cuDeviceGraphMemTrim", 11040, 0, "cuDeviceGraphMemTrim"),
     ("cuMemRetainAllocationHandle", 11000, 0, "cuMemRetainAllocationHandle"),
     ("cuMemSetAccess", 10020, 0, "cuMemSetAccess"),
 ])
@@ -447,10 +453,9 @@ def test_no_load_still_fails_to_load_with_exit_3():
 def test_ctor_deadlock_runs_both_threads(no_load):
     p = probe(*((["--no-load"] if no_load else []) + ["ctor-deadlock", "init", "alloc", "1m"]))
     out = lines(p)
-    assert out[0][:2] == ["ctor-deadlock", "CUDA_SUCCESS"], p.stdout
-    # Without a layer in between, the constructor's lookup runs while thread B
-    # waits for the loader: libcuda is not there yet when it was never loaded.
-    assert out[0][2] == ("cuInit=null" if no_load else "cuInit=found")
+    # Thread B dlopened libcuda (RTLD_GLOBAL) before A's dlopen: the
+    # constructor finds cuInit, and B's lookups wait for the loader lock.
+    assert out[0] == ["ctor-deadlock", "CUDA_SUCCESS", "cuInit=found"], p.stdout
     assert codes(p)[1:] == ["CUDA_SUCCESS"] * 2
 
 
@@ -738,3 +743,101 @@ def test_phys_counts_ctx_limit_growth(tmp_path, holders):
               env_extra=env)
     assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS",
                         "CUDA_ERROR_OUT_OF_MEMORY"]       # 8 MiB of heap were already there
+
+
+# --- graphs with memory nodes ---------------------------------------------------------------
+
+def graph_fig(fields):
+    v = kv(fields)
+    return int(v["reserved"]) // MIB, int(v["used"]) // MIB
+
+
+def test_captured_allocation_takes_memory_at_launch_and_is_retained():
+    p = probe("init", "capture", "1g", "free", "info", "graph-attr", "graph-launch", "graph-attr",
+              "info", "graph-launch", "graph-attr", "graph-trim", "graph-attr", "info",
+              "graph-destroy", devices="4g")
+    out = lines(p)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert kv(out[1]) == {"capturing": "1", "nodes": "2", "bytes": str(GIB), "same-ptr": "1"}
+    assert kv(out[2])["free"] == str(4 * GIB)          # capture takes an address, no memory
+    assert graph_fig(out[3]) == (0, 0)
+    assert graph_fig(out[5]) == (1024, 0)               # freed inside the graph, kept reserved
+    assert kv(out[5])["used-high"] == str(GIB)
+    assert kv(out[6])["free"] == str(3 * GIB)
+    assert graph_fig(out[8]) == (1024, 0)               # a relaunch reuses the reservation
+    assert graph_fig(out[10]) == (0, 0)
+    assert kv(out[11])["free"] == str(4 * GIB)
+
+
+def test_graph_allocation_not_freed_by_the_graph_lives_on():
+    p = probe("init", "capture", "3g", "graph-launch", "graph-attr", "alloc", "2g",
+              "graph-launch", "free", "graph-attr", "graph-trim", "info", "graph-launch",
+              "graph-destroy", "info", "free", "graph-trim", "info", "graph-attr", devices="4g")
+    out = lines(p)
+    assert kv(out[1])["nodes"] == "1"
+    assert graph_fig(out[3]) == (3072, 3072)
+    assert out[4][1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert out[5][1] == "CUDA_ERROR_INVALID_VALUE"      # its last allocation still lives
+    assert out[6][1] == "CUDA_SUCCESS"                  # cuMemFreeAsync of the graph's pointer
+    assert graph_fig(out[7]) == (3072, 0)
+    assert kv(out[9])["free"] == str(4 * GIB)           # trimmed
+    assert out[10][1] == "CUDA_SUCCESS"
+    assert kv(out[12])["free"] == str(GIB)              # the allocation outlives its graph
+    assert out[13][1] == "CUDA_SUCCESS"
+    assert kv(out[15])["free"] == str(4 * GIB)
+    assert kv(out[16])["reserved-high"] == str(3 * GIB)
+
+
+def test_graph_launch_out_of_memory_changes_nothing():
+    p = probe("init", "alloc", "3g", "capture", "2g", "free", "graph-launch", "graph-attr", "info",
+              devices="4g")
+    out = lines(p)
+    assert out[3][1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert graph_fig(out[4]) == (0, 0) and kv(out[5])["free"] == str(GIB)
+
+
+def test_phys_counts_graph_memory(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    holders("init", "capture", "3g", "free", "graph-launch", "graph-destroy", "hold",
+            devices="4g", env_extra=env)
+    assert phys(f)[0][1] == 3 * GIB
+    p = probe("init", "alloc", "2g", devices="4g", env_extra=env)
+    assert codes(p) == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+def test_phys_forked_child_has_its_own_slot(tmp_path, holders):
+    f = tmp_path / "phys"
+    env = {"FAKECUDA_PHYS": str(f)}
+    parent = holders("init", "alloc", "1g", "fork-hold", "2g", "hold", devices="4g",
+                     env_extra=env)
+    assert parent.out[2][:2] == ["fork-hold", "CUDA_SUCCESS"]
+    child = int(kv(parent.out[2])["pid"])
+    try:
+        assert phys(f)[0][1] == 3 * GIB
+        parent.kill()                           # the child must not keep the parent's share
+        assert phys(f)[0][1] == 2 * GIB
+    finally:
+        os.kill(child, signal.SIGKILL)
+    deadline = time.monotonic() + scaled(10)
+    while phys(f)[0][1] != 0:
+        assert time.monotonic() < deadline, phys(f)
+        time.sleep(0.01)
+    assert phys(f)[0][2] == 3 * GIB
+
+
+def test_pool_destroy_and_high_mark_reset():
+    p = probe("init", "set-mempool", 0, "async", "1g", "free", "async", "512m", "pool-attr",
+              "pool-reset-high", "pool-attr", "pool-destroy", "pool-attr", "info", "free",
+              "info", "async", "1m", "pool-attr", devices="4g", env_extra=RETAIN)
+    out = lines(p)
+    assert set(codes(p)) == {"CUDA_SUCCESS"}, p.stdout
+    assert (kv(out[5])["reserved-high"], kv(out[5])["used-high"]) == (str(GIB), str(GIB))
+    assert kv(out[6])["set-current"] == "CUDA_ERROR_INVALID_VALUE"   # read-only
+    assert (kv(out[7])["reserved-high"], kv(out[7])["used-high"]) == (str(GIB), str(512 * MIB))
+    # Destroyed: the device's current pool is the default again, the cache
+    # goes back, the outstanding 512m stays until freed.
+    assert pool_fig(out[9]) == (0, 0)
+    assert kv(out[10])["free"] == str(4 * GIB - 512 * MIB)
+    assert kv(out[12])["free"] == str(4 * GIB)
+    assert pool_fig(out[14]) == (1, 1)
