@@ -90,6 +90,7 @@
     XX(cuCtxGetDevice)                 \
     XX(cuCtxSynchronize)               \
     XX(cuDevicePrimaryCtxRetain)       \
+    XX(cuDevicePrimaryCtxGetState)     \
     XX(cuDevicePrimaryCtxRelease)      \
     XX(cuDevicePrimaryCtxRelease_v2)   \
     XX(cuDevicePrimaryCtxReset)        \
@@ -1026,6 +1027,9 @@ static CUresult fc_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUde
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
         *pi = 132;
         break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+        *pi = 2048; /* the stack limit's device bytes use it (FC_SMS x 2048) */
+        break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
         *pi = g.dev[dev].real + 1;
         break;
@@ -1334,6 +1338,23 @@ static CUresult fc_cuDevicePrimaryCtxRelease(CUdevice dev)
 static CUresult fc_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     return primary_release(EP_cuDevicePrimaryCtxRelease_v2, dev);
+}
+
+/* Whether the primary context is active (retained at least once); flags 0. */
+static CUresult fc_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult rc = enter(EP_cuDevicePrimaryCtxGetState, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    *active = g.dev[dev].primary.refs > 0;
+    pthread_mutex_unlock(&g.lock);
+    *flags = 0;
+    return CUDA_SUCCESS;
 }
 
 /* Reset: frees everything in the primary context; the retain count is kept
@@ -3051,6 +3072,7 @@ static const struct fc_proc procs[] = {
     {"cuCtxGetDevice", 2000, FC_FN(cuCtxGetDevice), NULL},
     {"cuCtxSynchronize", 2000, FC_FN(cuCtxSynchronize), NULL},
     {"cuDevicePrimaryCtxRetain", 7000, FC_FN(cuDevicePrimaryCtxRetain), NULL},
+    {"cuDevicePrimaryCtxGetState", 7000, FC_FN(cuDevicePrimaryCtxGetState), NULL},
     {"cuDevicePrimaryCtxRelease", 7000, FC_FN(cuDevicePrimaryCtxRelease), NULL},
     {"cuDevicePrimaryCtxRelease", 11000, FC_FN(cuDevicePrimaryCtxRelease_v2), NULL},
     {"cuDevicePrimaryCtxReset", 7000, FC_FN(cuDevicePrimaryCtxReset), NULL},

@@ -79,6 +79,7 @@ typedef enum CUdevice_attribute_enum {
     CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
     CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
     CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
     CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
     CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
@@ -321,6 +322,7 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult cuCtxPopCurrent(CUcontext *pctx);
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset(CUdevice dev);

@@ -330,7 +330,63 @@ def test_d2_exported_memory_stays_charged_until_the_exporter_exits(probe):
     not charge it, so it stays charged here until this process exits
     (docs/isolation.md, "Virtual memory")."""
     r = probe.run("init vmm 2g vmm-import vmm-release vmm-release vmm-unmap info")
-    assert r.codes() == ["CUDA_SUCCESS"] * 6, r.p.stdout
+    assert r.codes() == ["CUDA_SUCCESS"] * 7, r.p.stdout
     assert r.value("info", "free") == 2 * GiB, r.p.stdout
     assert probe.run("init info").value("info", "free") == 4 * GiB  # the exporter is gone
+    assert probe.peak() <= 4 * GiB
+
+
+# ---- cuCtxSetLimit: device memory the application grows ---------------------------
+
+def test_context_limit_growth_is_charged_and_goes_with_the_context(probe):
+    """The malloc heap (default 8 MiB) grown to 3g, and the per-thread stack
+    grown to 16 KiB (x 132 SMs x 2048 threads on the fake: 3.87 GiB more).
+    Before: outside the share (isolation.md said the application 'cannot
+    grow them')."""
+    r = probe.run("init set-limit heap 3g info alloc 2g")
+    assert r.value("info", "free") == 1 * GiB + 8 * MiB, r.p.stdout
+    assert r.line("alloc")[1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    r = probe.run("init set-limit stack 16384 alloc 1g set-limit stack 1024 alloc 1g info")
+    assert [l[1] for l in r.lines if l[0] == "alloc"] == \
+        ["CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS"], r.p.stdout
+    assert r.value("info", "free") == 3 * GiB
+    r = probe.run("init ctx-create set-limit heap 3g ctx-destroy info")
+    assert r.value("info", "free") == 4 * GiB, r.p.stdout
+    # Past the share, the growth itself is refused.
+    r = probe.run("init alloc 2g set-limit heap 3g")
+    assert r.line("set-limit")[1] == "CUDA_ERROR_OUT_OF_MEMORY", r.p.stdout
+    assert probe.peak() <= 4 * GiB, probe.phys()
+
+
+# ---- graphs: allocation nodes take memory at launch -----------------------------
+
+def test_graph_allocations_are_charged_when_the_graph_takes_the_memory(probe):
+    """A captured allocation (and its free) becomes graph nodes; the memory
+    is taken from the device's graph pool at launch and kept there. Before:
+    charged at capture, given back by the captured free, so the launch's
+    3g was never charged and 3g more were granted: 6 GiB under 4."""
+    r = probe.run("init capture 3g free graph-launch info alloc 3g info")
+    assert r.line("capture")[1] == "CUDA_SUCCESS", r.p.stdout
+    assert r.line("graph-launch")[1] == "CUDA_SUCCESS", r.p.stdout
+    frees = [int(l[2].split("=")[1]) for l in r.lines if l[0] == "info"]
+    assert frees[0] == 1 * GiB, r.p.stdout      # the graph pool holds 3g
+    assert r.line("alloc")[1] == "CUDA_SUCCESS"  # after trimming it
+    assert frees[1] == 1 * GiB
+    assert probe.peak() <= 4 * GiB, probe.phys()
+
+
+def test_graph_launch_refused_past_the_limit_runs_nothing(probe):
+    r = probe.run("init alloc 2g capture 3g free graph-launch graph-attr")
+    assert r.line("graph-launch")[1] == "CUDA_ERROR_OUT_OF_MEMORY", r.p.stdout
+    assert r.value("graph-attr", "reserved") == 0
+    assert probe.peak() <= 4 * GiB
+
+
+def test_graph_allocation_kept_past_the_launch(probe):
+    """An allocation the graph does not free is the application's until it
+    frees it; then it is the graph pool's until trimmed."""
+    r = probe.run("init capture 3g graph-launch alloc 2g free alloc 2g info")
+    assert [l[1] for l in r.lines if l[0] == "alloc"] == \
+        ["CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS"], r.p.stdout
+    assert r.value("info", "free") == 2 * GiB
     assert probe.peak() <= 4 * GiB
