@@ -471,12 +471,10 @@ static int whole_share_free(void *arg)
     struct cudareg *r = cudareg_attach(in->path, 4 * GiB, err, sizeof err);
     if (r == NULL)
         return 1;
-    if (cudareg_usage(r) != 0)
-        return 2; /* the first report already shows nothing used */
-    if (cudareg_reserve(r, 4 * GiB) != 0)
-        return 3;
+    /* The first report already shows nothing used. */
+    int rc = cudareg_usage(r) != 0 ? 2 : cudareg_reserve(r, 4 * GiB) != 0 ? 3 : 0;
     cudareg_detach(r);
-    return 0;
+    return rc;
 }
 
 /* D1: pid 1 of one pid namespace takes 3 of 4 GiB and exits, or is killed;
@@ -590,9 +588,9 @@ static int exec_image(const char *path)
     struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
     if (r == NULL)
         return 1;
-    if (cudareg_usage(r) != 0)
-        return 2;
-    return cudareg_reserve(r, 4 * GiB) == 0 ? 0 : 3;
+    int rc = cudareg_usage(r) != 0 ? 2 : cudareg_reserve(r, 4 * GiB) != 0 ? 3 : 0;
+    cudareg_detach(r);
+    return rc;
 }
 
 /* D8: a process takes 3 of 4 GiB and execs itself: the new image gets all
