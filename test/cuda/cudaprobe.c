@@ -1,6 +1,6 @@
 /* cudaprobe.c -- gpupool-cudaprobe: reach libcuda as applications do and run a script.
  *
- * Usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] COMMAND...
+ * Usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] [--no-load] COMMAND...
  * Runs the commands given on the command line in order and prints one line
  * per command, "<command> <CUDA error name> [values]", flushed at once (tests
  * kill the probe mid-script). Exit 0 once the script ran (whatever the CUDA
@@ -12,6 +12,9 @@
  *   proc2     cuGetProcAddress_v2, cudaVersion 12040
  *   proc-old  cuGetProcAddress, cudaVersion 11030
  * --ptsz asks the proc paths for the per-thread-default-stream variants.
+ * --no-load: libcuda is not loaded at start but by the first command that
+ * needs the driver (dlsym-default, sleep, hold, exec-self and ctor-deadlock
+ * do not; ctor-deadlock makes the first lookup itself).
  * Built with GP_CUDAPROBE_LINKED (gpupool-cudaprobe-linked), it links
  * libcuda.so.1 and calls the _v2 symbols by name instead: the direct path.
  *
@@ -20,6 +23,7 @@
  * can be copied into a container image. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -38,39 +42,81 @@
 #define PROBE_MAX_DEVICES 64
 #define PROBE_FILL_MAX (1u << 24)
 #define PROBE_THREAD_ROUNDS 100
+#define PROBE_VMM_STACK 64
 #define PROBE_VERSION_NEW 12040
 #define PROBE_VERSION_OLD 11030
+#define PROBE_VERSION_LEGACY_RELEASE 10000 /* before the _v2 of 11000 */
+#define PROBE_ALARM_S 10                   /* ctor-deadlock: a hang ends in exit 124 */
+#define PROBE_CTOR_LIB "libgpupool-ctor-dlsym.so"
+#define PROBE_CTOR_DELAY_MS 20 /* thread B starts inside A's constructor (which sleeps 200) */
 
 /* The entry points the commands call: the symbol a dlsym/direct caller uses
  * and the base name cuGetProcAddress takes. */
-#define PROBE_FNS(XX)                                                  \
-    XX(cuInit, "cuInit")                                               \
-    XX(cuDeviceGet, "cuDeviceGet")                                     \
-    XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                        \
-    XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")           \
-    XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")          \
-    XX(cuCtxCreate_v2, "cuCtxCreate")                                  \
-    XX(cuCtxDestroy_v2, "cuCtxDestroy")                                \
-    XX(cuCtxSetCurrent, "cuCtxSetCurrent")                             \
-    XX(cuMemAlloc_v2, "cuMemAlloc")                                    \
-    XX(cuMemFree_v2, "cuMemFree")                                      \
-    XX(cuMemAllocPitch_v2, "cuMemAllocPitch")                          \
-    XX(cuMemAllocManaged, "cuMemAllocManaged")                         \
-    XX(cuMemGetInfo_v2, "cuMemGetInfo")                                \
-    XX(cuMemAllocAsync, "cuMemAllocAsync")                             \
-    XX(cuMemFreeAsync, "cuMemFreeAsync")                               \
-    XX(cuMemPoolCreate, "cuMemPoolCreate")                             \
-    XX(cuMemPoolDestroy, "cuMemPoolDestroy")                           \
-    XX(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")             \
-    XX(cuMemCreate, "cuMemCreate")                                     \
-    XX(cuMemRelease, "cuMemRelease")                                   \
-    XX(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity") \
-    XX(cuArrayCreate_v2, "cuArrayCreate")                              \
-    XX(cuArray3DCreate_v2, "cuArray3DCreate")                          \
-    XX(cuArrayDestroy, "cuArrayDestroy")                               \
-    XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")               \
-    XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")             \
-    XX(cuLaunchKernel, "cuLaunchKernel")
+#define PROBE_FNS(XX)                                                    \
+    XX(cuInit, "cuInit")                                                 \
+    XX(cuDeviceGet, "cuDeviceGet")                                       \
+    XX(cuDeviceGetCount, "cuDeviceGetCount")                             \
+    XX(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                            \
+    XX(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                          \
+    XX(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")             \
+    XX(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")            \
+    XX(cuCtxCreate_v2, "cuCtxCreate")                                    \
+    XX(cuCtxDestroy_v2, "cuCtxDestroy")                                  \
+    XX(cuCtxSetCurrent, "cuCtxSetCurrent")                               \
+    XX(cuMemAlloc_v2, "cuMemAlloc")                                      \
+    XX(cuMemFree_v2, "cuMemFree")                                        \
+    XX(cuMemAllocPitch_v2, "cuMemAllocPitch")                            \
+    XX(cuMemAllocManaged, "cuMemAllocManaged")                           \
+    XX(cuMemGetInfo_v2, "cuMemGetInfo")                                  \
+    XX(cuMemAllocAsync, "cuMemAllocAsync")                               \
+    XX(cuMemFreeAsync, "cuMemFreeAsync")                                 \
+    XX(cuMemPoolCreate, "cuMemPoolCreate")                               \
+    XX(cuMemPoolDestroy, "cuMemPoolDestroy")                             \
+    XX(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")               \
+    XX(cuMemCreate, "cuMemCreate")                                       \
+    XX(cuMemRelease, "cuMemRelease")                                     \
+    XX(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity")   \
+    XX(cuArrayCreate_v2, "cuArrayCreate")                                \
+    XX(cuArray3DCreate_v2, "cuArray3DCreate")                            \
+    XX(cuArrayDestroy, "cuArrayDestroy")                                 \
+    XX(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")                 \
+    XX(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")               \
+    XX(cuLaunchKernel, "cuLaunchKernel")                                 \
+    XX(cuStreamCreate, "cuStreamCreate")                                 \
+    XX(cuStreamSynchronize, "cuStreamSynchronize")                       \
+    XX(cuStreamGetCtx, "cuStreamGetCtx")                                 \
+    XX(cuCtxSynchronize, "cuCtxSynchronize")                             \
+    XX(cuCtxPushCurrent_v2, "cuCtxPushCurrent")                          \
+    XX(cuCtxPopCurrent_v2, "cuCtxPopCurrent")                            \
+    XX(cuDeviceGetMemPool, "cuDeviceGetMemPool")                         \
+    XX(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")           \
+    XX(cuDeviceSetMemPool, "cuDeviceSetMemPool")                         \
+    XX(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                   \
+    XX(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                   \
+    XX(cuMemPoolTrimTo, "cuMemPoolTrimTo")                               \
+    XX(cuPointerGetAttribute, "cuPointerGetAttribute")                   \
+    XX(cuMemMap, "cuMemMap")                                             \
+    XX(cuMemUnmap, "cuMemUnmap")                                         \
+    XX(cuMemAddressReserve, "cuMemAddressReserve")                       \
+    XX(cuMemAddressFree, "cuMemAddressFree")                             \
+    XX(cuMemSetAccess, "cuMemSetAccess")                                 \
+    XX(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")       \
+    XX(cuMemExportToShareableHandle, "cuMemExportToShareableHandle")     \
+    XX(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle") \
+    XX(cuCtxSetLimit, "cuCtxSetLimit")                                   \
+    XX(cuCtxGetLimit, "cuCtxGetLimit")                                   \
+    XX(cuStreamBeginCapture_v2, "cuStreamBeginCapture")                  \
+    XX(cuStreamEndCapture, "cuStreamEndCapture")                         \
+    XX(cuStreamIsCapturing, "cuStreamIsCapturing")                       \
+    XX(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")       \
+    XX(cuGraphLaunch, "cuGraphLaunch")                                   \
+    XX(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")                     \
+    XX(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute")     \
+    XX(cuGraphGetNodes, "cuGraphGetNodes")                               \
+    XX(cuGraphNodeGetType, "cuGraphNodeGetType")                         \
+    XX(cuGraphMemAllocNodeGetParams, "cuGraphMemAllocNodeGetParams")     \
+    XX(cuGraphExecDestroy, "cuGraphExecDestroy")                         \
+    XX(cuGraphDestroy, "cuGraphDestroy")
 
 static struct {
 #define PROBE_FIELD(sym, base) __typeof__(sym) *sym;
@@ -78,6 +124,8 @@ static struct {
 #undef PROBE_FIELD
     __typeof__(cuGetProcAddress) *gpa;
     __typeof__(cuGetProcAddress_v2) *gpa2;
+    /* The unversioned legacy symbol (cuGetProcAddress at 10000). */
+    __typeof__(cuDevicePrimaryCtxRelease) *legacy_release;
 } cu;
 
 /* Calls an entry point, or answers NOT_FOUND where the library did not
@@ -93,6 +141,7 @@ enum arg { A_NONE, A_INT, A_SIZE, A_NAME };
 struct op {
     const char *name;
     enum arg args[3];
+    bool no_driver; /* runs without libcuda loaded (--no-load) */
 };
 
 enum opcode {
@@ -126,6 +175,40 @@ enum opcode {
     OP_NULL_ALLOC,
     OP_PROCADDR,
     OP_GRAPH_NODE,
+    OP_ZOMBIE,
+    OP_EXEC_SELF,
+    OP_DLSYM_DEFAULT,
+    OP_CTOR_DEADLOCK,
+    OP_LEGACY_RELEASE,
+    OP_DEVICE_COUNT,
+    OP_UUID,
+    OP_POOL_THRESHOLD,
+    OP_POOL_TRIM,
+    OP_POOL_ATTR,
+    OP_SYNC,
+    OP_XDEV_POOL,
+    OP_STREAM_ON,
+    OP_ASYNC_ON_STREAM,
+    OP_NO_CTX,
+    OP_SET_MEMPOOL,
+    OP_PTR_DEV,
+    OP_STREAM_CTX,
+    OP_VMM,
+    OP_VMM_CREATE,
+    OP_VMM_MAP,
+    OP_VMM_RELEASE,
+    OP_VMM_UNMAP,
+    OP_VMM_RETAIN,
+    OP_VMM_IMPORT,
+    OP_SET_LIMIT,
+    OP_CAPTURE,
+    OP_GRAPH_LAUNCH,
+    OP_GRAPH_TRIM,
+    OP_GRAPH_ATTR,
+    OP_GRAPH_DESTROY,
+    OP_FORK_HOLD,
+    OP_POOL_DESTROY,
+    OP_POOL_RESET_HIGH,
     OP_COUNT
 };
 
@@ -154,12 +237,46 @@ static const struct op ops[OP_COUNT] = {
     [OP_LAUNCH] = {"launch", {A_INT}},
     [OP_THREADS] = {"threads", {A_INT, A_SIZE}},
     [OP_NVML] = {"nvml", {A_NONE}},
-    [OP_HOLD] = {"hold", {A_NONE}},
-    [OP_SLEEP] = {"sleep", {A_INT}},
+    [OP_HOLD] = {"hold", {A_NONE}, true},
+    [OP_SLEEP] = {"sleep", {A_INT}, true},
     [OP_NULL_INFO] = {"null-info", {A_NONE}},
     [OP_NULL_ALLOC] = {"null-alloc", {A_NONE}},
     [OP_PROCADDR] = {"procaddr", {A_NAME, A_INT}}, /* [FLAGS] optional */
     [OP_GRAPH_NODE] = {"graph-node", {A_INT}},
+    [OP_ZOMBIE] = {"zombie", {A_SIZE}},
+    [OP_EXEC_SELF] = {"exec-self", {A_NONE}, true}, /* the rest of argv is the new script */
+    [OP_DLSYM_DEFAULT] = {"dlsym-default", {A_NAME}, true},
+    [OP_CTOR_DEADLOCK] = {"ctor-deadlock", {A_NONE}, true},
+    [OP_LEGACY_RELEASE] = {"legacy-release", {A_NONE}},
+    [OP_DEVICE_COUNT] = {"count", {A_NONE}},
+    [OP_UUID] = {"uuid", {A_NONE}},
+    [OP_POOL_THRESHOLD] = {"pool-threshold", {A_NAME}}, /* bytes or "max" */
+    [OP_POOL_TRIM] = {"pool-trim", {A_SIZE}},
+    [OP_POOL_ATTR] = {"pool-attr", {A_NONE}},
+    [OP_SYNC] = {"sync", {A_NONE}},
+    [OP_XDEV_POOL] = {"xdev-pool", {A_SIZE, A_INT}},
+    [OP_STREAM_ON] = {"stream-on", {A_INT}},
+    [OP_ASYNC_ON_STREAM] = {"async-on-stream", {A_SIZE}},
+    [OP_NO_CTX] = {"no-ctx", {A_NONE}},
+    [OP_SET_MEMPOOL] = {"set-mempool", {A_INT}},
+    [OP_PTR_DEV] = {"ptr-dev", {A_NONE}},
+    [OP_STREAM_CTX] = {"stream-ctx", {A_NONE}},
+    [OP_VMM] = {"vmm", {A_SIZE}},
+    [OP_VMM_CREATE] = {"vmm-create", {A_SIZE}},
+    [OP_VMM_MAP] = {"vmm-map", {A_NONE}},
+    [OP_VMM_RELEASE] = {"vmm-release", {A_NONE}},
+    [OP_VMM_UNMAP] = {"vmm-unmap", {A_NONE}},
+    [OP_VMM_RETAIN] = {"vmm-retain", {A_NONE}},
+    [OP_VMM_IMPORT] = {"vmm-import", {A_NONE}},
+    [OP_SET_LIMIT] = {"set-limit", {A_NAME, A_SIZE}}, /* heap|stack BYTES */
+    [OP_CAPTURE] = {"capture", {A_SIZE}},             /* [free] optional */
+    [OP_GRAPH_LAUNCH] = {"graph-launch", {A_NONE}},
+    [OP_GRAPH_TRIM] = {"graph-trim", {A_NONE}},
+    [OP_GRAPH_ATTR] = {"graph-attr", {A_NONE}},
+    [OP_GRAPH_DESTROY] = {"graph-destroy", {A_NONE}},
+    [OP_FORK_HOLD] = {"fork-hold", {A_SIZE}},
+    [OP_POOL_DESTROY] = {"pool-destroy", {A_NONE}},
+    [OP_POOL_RESET_HIGH] = {"pool-reset-high", {A_NONE}},
 };
 
 struct cmd {
@@ -170,14 +287,23 @@ struct cmd {
 
 static void usage(void)
 {
-    fputs("usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] COMMAND...\n"
+    fputs("usage: gpupool-cudaprobe [--via dlsym|proc|proc2|proc-old] [--ptsz] [--no-load] "
+          "COMMAND...\n"
           "commands (SIZE: bytes or a number with k/m/g):\n"
           "  init | device N | ctx-create | ctx-destroy | primary-reset\n"
           "  alloc SIZE | pitch WIDTH HEIGHT | managed SIZE | async SIZE | poolalloc SIZE\n"
           "  create SIZE | array W H | array3d W H D | mipmap W H LEVELS\n"
           "  free | free-all | info | total | fill STEP | fill-free\n"
           "  loop N SIZE | launch N | threads N SIZE | nvml | hold | sleep MS\n"
-          "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n",
+          "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n"
+          "  zombie SIZE | exec-self COMMAND... | dlsym-default NAME | ctor-deadlock\n"
+          "  legacy-release | count | uuid\n"
+          "  pool-threshold BYTES|max | pool-trim BYTES | pool-attr | sync | xdev-pool SIZE DEV\n"
+          "  stream-on DEV | async-on-stream SIZE | no-ctx | set-mempool DEV | ptr-dev\n"
+          "  stream-ctx | vmm SIZE | vmm-create SIZE | vmm-map | vmm-release | vmm-unmap\n"
+          "  vmm-retain | vmm-import | set-limit heap|stack BYTES\n"
+          "  capture SIZE [free] | graph-launch | graph-trim | graph-attr | graph-destroy\n"
+          "  fork-hold SIZE | pool-destroy | pool-reset-high\n",
           stderr);
 }
 
@@ -218,6 +344,29 @@ static int parse_script(int argc, char **argv, int i, struct cmd *cmds, int *ncm
         /* procaddr's optional FLAGS: a number (no command is one). */
         if (op == OP_PROCADDR && i < argc && parse_u64(argv[i], false, &c->a[2]) == 0)
             i++;
+        if (op == OP_POOL_THRESHOLD) {
+            if (strcmp(c->name, "max") == 0)
+                c->a[0] = UINT64_MAX;
+            else if (parse_u64(c->name, true, &c->a[0]) != 0) {
+                fprintf(stderr, "gpupool-cudaprobe: pool-threshold: \"%s\" is not a size or max\n",
+                        c->name);
+                return -1;
+            }
+        }
+        if (op == OP_SET_LIMIT && strcmp(c->name, "heap") != 0 && strcmp(c->name, "stack") != 0) {
+            fprintf(stderr, "gpupool-cudaprobe: set-limit: \"%s\" is not heap or stack\n", c->name);
+            return -1;
+        }
+        /* capture's optional "free": the captured allocation is freed in the graph. */
+        if (op == OP_CAPTURE && i < argc && strcmp(argv[i], "free") == 0) {
+            c->a[1] = 1;
+            i++;
+        }
+        /* exec-self: what follows is the new image's script, checked there. */
+        if (op == OP_EXEC_SELF) {
+            c->a[0] = (uint64_t)i;
+            break;
+        }
     }
     *ncmds = n;
     return 0;
@@ -278,8 +427,50 @@ static double now_ns(void)
 
 /* --- loading ------------------------------------------------------------------ */
 
-static int load(enum via via, bool ptsz)
+/* How the process was started: exec-self repeats the options, and --no-load
+ * defers load() to the first command that needs the driver. */
+static struct {
+    enum via via;
+    bool ptsz;
+    bool loaded;
+    char **argv;
+    int nopts; /* argv[1..nopts] are the options */
+} opt;
+
+#ifndef GP_CUDAPROBE_LINKED
+/* One entry point through cuGetProcAddress(_v2) at `version`; NULL if absent. */
+static void *proc_get(enum via via, const char *base, int version, cuuint64_t flags)
 {
+    CUdriverProcAddressQueryResult status;
+    void *p = NULL;
+    if ((via == VIA_PROC2 ? cu.gpa2(base, &p, version, flags, &status)
+                          : cu.gpa(base, &p, version, flags)) != CUDA_SUCCESS)
+        p = NULL;
+    return p;
+}
+#endif
+
+/* The first half of loading: dlopen only (ctor-deadlock runs the halves
+ * apart). -1 and a message when the library cannot be loaded. */
+#ifndef GP_CUDAPROBE_LINKED
+static void *lib;
+#endif
+
+static int load_open(void)
+{
+#ifndef GP_CUDAPROBE_LINKED
+    if (!lib && !(lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL))) {
+        fprintf(stderr, "gpupool-cudaprobe: cannot load libcuda.so.1: %s\n", dlerror());
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+/* The second half: every entry point the commands call, by --via. */
+static int load_syms(enum via via, bool ptsz)
+{
+    opt.loaded = true;
 #ifdef GP_CUDAPROBE_LINKED
     (void)via;
     (void)ptsz;
@@ -288,19 +479,17 @@ static int load(enum via via, bool ptsz)
 #undef PROBE_LINK
     cu.gpa = cuGetProcAddress;
     cu.gpa2 = cuGetProcAddress_v2;
+    cu.legacy_release = cuDevicePrimaryCtxRelease;
     return 0;
 #else
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        fprintf(stderr, "gpupool-cudaprobe: cannot load libcuda.so.1: %s\n", dlerror());
-        return -1;
-    }
+    void *h = lib;
     cu.gpa = (__typeof__(cu.gpa))dlsym(h, "cuGetProcAddress");
     cu.gpa2 = (__typeof__(cu.gpa2))dlsym(h, "cuGetProcAddress_v2");
     if (via == VIA_DLSYM) {
 #define PROBE_DLSYM(sym, base) cu.sym = (__typeof__(cu.sym))dlsym(h, #sym);
         PROBE_FNS(PROBE_DLSYM)
 #undef PROBE_DLSYM
+        cu.legacy_release = (__typeof__(cu.legacy_release))dlsym(h, "cuDevicePrimaryCtxRelease");
         return 0;
     }
     if ((via == VIA_PROC2 && !cu.gpa2) || (via != VIA_PROC2 && !cu.gpa)) {
@@ -310,18 +499,18 @@ static int load(enum via via, bool ptsz)
     }
     int version = via == VIA_PROC_OLD ? PROBE_VERSION_OLD : PROBE_VERSION_NEW;
     cuuint64_t flags = ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
-    CUdriverProcAddressQueryResult status;
-    void *p;
-#define PROBE_PROC(sym, base)                                                  \
-    p = NULL;                                                                  \
-    if ((via == VIA_PROC2 ? cu.gpa2(base, &p, version, flags, &status)         \
-                          : cu.gpa(base, &p, version, flags)) != CUDA_SUCCESS) \
-        p = NULL;                                                              \
-    cu.sym = (__typeof__(cu.sym))p;
+#define PROBE_PROC(sym, base) cu.sym = (__typeof__(cu.sym))proc_get(via, base, version, flags);
     PROBE_FNS(PROBE_PROC)
 #undef PROBE_PROC
+    cu.legacy_release = (__typeof__(cu.legacy_release))proc_get(
+        via, "cuDevicePrimaryCtxRelease", PROBE_VERSION_LEGACY_RELEASE, flags);
     return 0;
 #endif
+}
+
+static int load(enum via via, bool ptsz)
+{
+    return load_open() == 0 ? load_syms(via, ptsz) : -1;
 }
 
 /* --- state the commands share ------------------------------------------------- */
@@ -331,7 +520,8 @@ enum akind { AK_PTR, AK_ASYNC, AK_VMM, AK_ARRAY, AK_MIPMAP };
 struct alloc {
     enum akind kind;
     uint64_t h;
-    CUcontext ctx;
+    CUcontext ctx;   /* what its teardown frees it with */
+    CUstream stream; /* async: the stream it came from (and is freed on) */
 };
 
 static struct {
@@ -341,6 +531,23 @@ static struct {
     CUcontext created[PROBE_MAX_DEVICES];
     int ncreated;
     CUmemoryPool pool[PROBE_MAX_DEVICES];
+    struct {
+        CUmemGenericAllocationHandle h;
+        size_t size;
+    } vh[PROBE_VMM_STACK]; /* vmm: handles (H) */
+    struct {
+        CUdeviceptr va;
+        size_t size;
+        CUmemGenericAllocationHandle h;
+    } vm[PROBE_VMM_STACK]; /* vmm: mappings (M), each in its own reservation */
+    int nvh, nvm;
+    CUstream gstream; /* capture: its stream, graph, executable graph */
+    CUgraph graph;
+    CUgraphExec gexec;
+    CUdeviceptr gptr;     /* the captured allocation's address */
+    bool gfreed;          /* the graph frees it itself */
+    CUstream stream;      /* stream-on's newest stream */
+    CUcontext stream_ctx; /* the context it was made in */
     struct alloc *live;
     size_t nlive, caplive;
     CUdeviceptr *fill;
@@ -360,12 +567,17 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static CUresult remember(enum akind kind, uint64_t h)
+static CUresult remember_in(enum akind kind, uint64_t h, CUcontext ctx, CUstream stream)
 {
     if (grow((void **)&st.live, &st.caplive, st.nlive + 1, sizeof(*st.live)) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    st.live[st.nlive++] = (struct alloc){kind, h, st.cur};
+    st.live[st.nlive++] = (struct alloc){kind, h, ctx, stream};
     return CUDA_SUCCESS;
+}
+
+static CUresult remember(enum akind kind, uint64_t h)
+{
+    return remember_in(kind, h, st.cur, NULL);
 }
 
 static CUresult release(const struct alloc *a)
@@ -374,7 +586,7 @@ static CUresult release(const struct alloc *a)
     case AK_PTR:
         return CALL(cuMemFree_v2, a->h);
     case AK_ASYNC:
-        return CALL(cuMemFreeAsync, a->h, NULL);
+        return CALL(cuMemFreeAsync, a->h, a->stream);
     case AK_VMM:
         return CALL(cuMemRelease, a->h);
     case AK_ARRAY:
@@ -580,11 +792,508 @@ static void cmd_graph_node(uint64_t version)
         loc);
 }
 
+/* zombie: a worker holds the memory while the main thread exits, leaving
+ * the process alive behind a zombie thread-group leader. */
+static void *zombie_main(void *arg)
+{
+    uint64_t size = *(uint64_t *)arg;
+    CUdeviceptr p = 0;
+    CUresult rc = CALL(cuCtxSetCurrent, st.cur);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemAlloc_v2, &p, size);
+    say("zombie", rc, NULL);
+    printf("holding\n");
+    fflush(stdout);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void cmd_zombie(uint64_t size)
+{
+    static uint64_t arg;
+    pthread_t tid;
+    arg = size;
+    if (pthread_create(&tid, NULL, zombie_main, &arg) != 0) {
+        say("zombie", CUDA_ERROR_OUT_OF_MEMORY, "thread=failed");
+        return;
+    }
+    pthread_exit(NULL);
+}
+
+/* exec-self: the same options, the rest of argv as the new script. */
+static void cmd_exec_self(int rest)
+{
+    int argc = 0;
+    while (opt.argv[argc])
+        argc++;
+    char **nargv = calloc((size_t)argc + 1, sizeof(*nargv));
+    if (!nargv) {
+        say("exec-self", CUDA_ERROR_OUT_OF_MEMORY, NULL);
+        return;
+    }
+    int n = 0;
+    for (int k = 0; k <= opt.nopts; k++)
+        nargv[n++] = opt.argv[k];
+    for (int k = rest; k < argc; k++)
+        nargv[n++] = opt.argv[k];
+    fflush(stdout);
+    execv("/proc/self/exe", nargv);
+    int e = errno;
+    free(nargv);
+    say("exec-self", CUDA_ERROR_UNKNOWN, "errno=%d", e);
+}
+
+/* ctor-deadlock: thread A dlopen()s a library whose constructor looks up
+ * cuInit through dlsym(RTLD_DEFAULT) (with the loader's lock held), while
+ * thread B makes the process's first CUDA lookup: B dlopens libcuda, then A
+ * starts its dlopen, then (A inside the constructor) B looks the entry points
+ * up and calls cuInit. A lookup layer that loads libcuda under its own
+ * once-lock inside dlsym deadlocks here: B holds the once and waits for the
+ * loader lock, A holds the loader lock and waits for the once. */
+static pthread_barrier_t ctor_start;
+
+struct ctor_run {
+    char path[PATH_MAX];
+    void *lib;
+    CUresult rc;
+};
+
+static void *ctor_thread_a(void *arg)
+{
+    struct ctor_run *r = arg;
+    (void)pthread_barrier_wait(&ctor_start); /* B has dlopened libcuda */
+    r->lib = dlopen(r->path, RTLD_NOW);
+    return NULL;
+}
+
+static void *ctor_thread_b(void *arg)
+{
+    struct ctor_run *r = arg;
+    struct timespec ts = {0, PROBE_CTOR_DELAY_MS * 1000000L};
+    int opened = load_open();
+    (void)pthread_barrier_wait(&ctor_start);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    r->rc = opened == 0 && load_syms(opt.via, opt.ptsz) == 0 ? CALL(cuInit, 0)
+                                                             : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+    return NULL;
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    _exit(124);
+}
+
+static void cmd_ctor_deadlock(void)
+{
+    static struct ctor_run r;
+    ssize_t n = readlink("/proc/self/exe", r.path, sizeof(r.path) - 1);
+    char *slash = n > 0 ? memrchr(r.path, '/', (size_t)n) : NULL;
+    if (!slash || (size_t)(slash - r.path) + sizeof("/" PROBE_CTOR_LIB) > sizeof(r.path)) {
+        say("ctor-deadlock", CUDA_ERROR_NOT_FOUND, "lib=unknown");
+        return;
+    }
+    memcpy(slash + 1, PROBE_CTOR_LIB, sizeof(PROBE_CTOR_LIB));
+    pthread_t a, b;
+    if (signal(SIGALRM, on_alarm) == SIG_ERR || pthread_barrier_init(&ctor_start, NULL, 2) != 0) {
+        say("ctor-deadlock", CUDA_ERROR_UNKNOWN, "setup=failed");
+        return;
+    }
+    alarm(PROBE_ALARM_S);
+    if (pthread_create(&a, NULL, ctor_thread_a, &r) != 0)
+        _exit(2);
+    if (pthread_create(&b, NULL, ctor_thread_b, &r) != 0)
+        _exit(2);
+    (void)pthread_join(a, NULL);
+    (void)pthread_join(b, NULL);
+    alarm(0);
+    (void)pthread_barrier_destroy(&ctor_start);
+    if (!r.lib) {
+        say("ctor-deadlock", CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "dlopen=%s", dlerror());
+        return;
+    }
+    const int *found = dlsym(r.lib, "gp_ctor_dlsym_found");
+    say("ctor-deadlock", r.rc, "cuInit=%s", !found ? "?" : *found ? "found" : "null");
+}
+
+/* The current pool of the current device (cuDeviceGetMemPool). */
+static CUresult cur_mempool(CUmemoryPool *pool)
+{
+    return CALL(cuDeviceGetMemPool, pool, st.dev);
+}
+
+/* The probe's own pool on device d (cuMemPoolCreate, made once). */
+static CUresult own_pool(int d, CUmemoryPool *pool)
+{
+    CUresult rc = CUDA_SUCCESS;
+    if (d < 0 || d >= PROBE_MAX_DEVICES)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!st.pool[d]) {
+        CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, d}};
+        rc = CALL(cuMemPoolCreate, &st.pool[d], &props);
+    }
+    *pool = st.pool[d];
+    return rc;
+}
+
+static void cmd_pool_attr(void)
+{
+    CUmemoryPool pool = NULL;
+    cuuint64_t v[5] = {0};
+    static const CUmemPool_attribute which[5] = {
+        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+        CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+        CU_MEMPOOL_ATTR_USED_MEM_HIGH};
+    CUresult rc = cur_mempool(&pool);
+    for (int k = 0; k < 5 && rc == CUDA_SUCCESS; k++)
+        rc = CALL(cuMemPoolGetAttribute, pool, which[k], &v[k]);
+    say("pool-attr", rc,
+        "reserved=%" PRIu64 " used=%" PRIu64 " threshold=%" PRIu64 " reserved-high=%" PRIu64
+        " used-high=%" PRIu64,
+        (uint64_t)v[0], (uint64_t)v[1], (uint64_t)v[2], (uint64_t)v[3], (uint64_t)v[4]);
+}
+
+/* A stream in device d's primary context, the current context unchanged. */
+static void cmd_stream_on(uint64_t d)
+{
+    CUdevice dev = 0;
+    CUcontext popped = NULL;
+    CUstream s = NULL;
+    CUresult rc = d > INT_MAX ? CUDA_ERROR_INVALID_DEVICE : CALL(cuDeviceGet, &dev, (int)d);
+    if (rc == CUDA_SUCCESS && (dev < 0 || dev >= PROBE_MAX_DEVICES))
+        rc = CUDA_ERROR_INVALID_DEVICE;
+    if (rc == CUDA_SUCCESS && !st.primary[dev])
+        rc = CALL(cuDevicePrimaryCtxRetain, &st.primary[dev], dev);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuCtxPushCurrent_v2, st.primary[dev]);
+    if (rc == CUDA_SUCCESS) {
+        rc = CALL(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+        CUresult r = CALL(cuCtxPopCurrent_v2, &popped);
+        rc = rc == CUDA_SUCCESS ? r : rc;
+    }
+    if (rc == CUDA_SUCCESS) {
+        st.stream = s;
+        st.stream_ctx = st.primary[dev];
+    }
+    say("stream-on", rc, NULL);
+}
+
+static void cmd_ptr_dev(void)
+{
+    int dev = -1;
+    size_t k = st.nlive;
+    while (k > 0 && st.live[k - 1].kind != AK_PTR && st.live[k - 1].kind != AK_ASYNC)
+        k--;
+    CUresult rc = k == 0 ? CUDA_ERROR_INVALID_VALUE
+                         : CALL(cuPointerGetAttribute, &dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                st.live[k - 1].h);
+    say("ptr-dev", rc, "dev=%d", dev);
+}
+
+static void cmd_stream_ctx(void)
+{
+    CUcontext ctx = NULL;
+    CUresult rc = CALL(cuStreamGetCtx, st.stream, &ctx);
+    for (int d = 0; rc == CUDA_SUCCESS && d < PROBE_MAX_DEVICES; d++)
+        if (ctx && ctx == st.primary[d]) {
+            say("stream-ctx", rc, "primary=%d", d);
+            return;
+        }
+    say("stream-ctx", rc, "ctx=%s", ctx ? "other" : "null");
+}
+
+/* --- vmm: a stack of handles (H) and one of mappings (M) --- */
+
+static CUresult vmm_push_h(CUmemGenericAllocationHandle h, size_t size)
+{
+    if (st.nvh == PROBE_VMM_STACK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    st.vh[st.nvh].h = h;
+    st.vh[st.nvh++].size = size;
+    return CUDA_SUCCESS;
+}
+
+/* cuMemCreate of size rounded up to the granularity, exportable as a POSIX
+ * file descriptor; pushed on H. */
+static CUresult vmm_create(uint64_t size, size_t *bytes)
+{
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
+    size_t gran = 0;
+    CUmemGenericAllocationHandle h = 0;
+    *bytes = 0;
+    CUresult rc =
+        CALL(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (rc == CUDA_SUCCESS && (gran == 0 || st.nvh == PROBE_VMM_STACK))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        *bytes = size == 0 ? 0 : (size + gran - 1) / gran * gran;
+        rc = CALL(cuMemCreate, &h, *bytes, &prop, 0);
+    }
+    return rc == CUDA_SUCCESS ? vmm_push_h(h, *bytes) : rc;
+}
+
+/* The top of H mapped in a new reservation with read-write access; pushed
+ * on M. */
+static CUresult vmm_map(void)
+{
+    if (st.nvh == 0 || st.nvm == PROBE_VMM_STACK)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUmemGenericAllocationHandle h = st.vh[st.nvh - 1].h;
+    size_t size = st.vh[st.nvh - 1].size;
+    CUdeviceptr va = 0;
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, st.dev},
+                              CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult rc = CALL(cuMemAddressReserve, &va, size, 0, 0, 0);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = CALL(cuMemMap, va, size, 0, h, 0);
+    if (rc != CUDA_SUCCESS) {
+        (void)CALL(cuMemAddressFree, va, size);
+        return rc;
+    }
+    st.vm[st.nvm].va = va;
+    st.vm[st.nvm].size = size;
+    st.vm[st.nvm++].h = h;
+    return CALL(cuMemSetAccess, va, size, &access, 1);
+}
+
+static void cmd_vmm(const char *name, enum opcode op, uint64_t size)
+{
+    CUresult rc = CUDA_SUCCESS;
+    size_t bytes = 0;
+    switch (op) {
+    case OP_VMM:
+        rc = vmm_create(size, &bytes);
+        if (rc == CUDA_SUCCESS)
+            rc = vmm_map();
+        say(name, rc, "bytes=%zu", bytes);
+        return;
+    case OP_VMM_CREATE:
+        rc = vmm_create(size, &bytes);
+        say(name, rc, "bytes=%zu", bytes);
+        return;
+    case OP_VMM_MAP:
+        say(name, vmm_map(), NULL);
+        return;
+    case OP_VMM_RELEASE:
+        say(name, st.nvh ? CALL(cuMemRelease, st.vh[--st.nvh].h) : CUDA_ERROR_INVALID_VALUE, NULL);
+        return;
+    case OP_VMM_UNMAP:
+        if (st.nvm == 0) {
+            say(name, CUDA_ERROR_INVALID_VALUE, NULL);
+            return;
+        }
+        st.nvm--;
+        rc = CALL(cuMemUnmap, st.vm[st.nvm].va, st.vm[st.nvm].size);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemAddressFree, st.vm[st.nvm].va, st.vm[st.nvm].size);
+        say(name, rc, NULL);
+        return;
+    case OP_VMM_RETAIN: {
+        CUmemGenericAllocationHandle h = 0;
+        int same = 0;
+        rc = st.nvm ? CALL(cuMemRetainAllocationHandle, &h, (void *)(uintptr_t)st.vm[st.nvm - 1].va)
+                    : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) {
+            same = h == st.vm[st.nvm - 1].h;
+            rc = vmm_push_h(h, st.vm[st.nvm - 1].size);
+        }
+        say(name, rc, "same=%d", same);
+        return;
+    }
+    case OP_VMM_IMPORT: {
+        CUmemGenericAllocationHandle h = 0, top = st.nvh ? st.vh[st.nvh - 1].h : 0;
+        int fd = -1;
+        rc = st.nvh ? CALL(cuMemExportToShareableHandle, &fd, top,
+                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+                    : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) {
+            rc = CALL(cuMemImportFromShareableHandle, &h, (void *)(intptr_t)fd,
+                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            if (close(fd) != 0 && rc == CUDA_SUCCESS)
+                rc = CUDA_ERROR_UNKNOWN;
+        }
+        if (rc == CUDA_SUCCESS)
+            rc = vmm_push_h(h, st.vh[st.nvh - 1].size);
+        say(name, rc, "new=%d", rc == CUDA_SUCCESS && h != top);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+/* --- graphs: capture one allocation (and its free) on a new stream --- */
+
+static void cmd_capture(uint64_t size, bool with_free)
+{
+    CUstream s = NULL;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CUdeviceptr p = 0;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    size_t nodes = 0;
+    CUDA_MEM_ALLOC_NODE_PARAMS params = {0};
+    CUresult rc = CALL(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemAllocAsync, &p, size, s);
+    if (rc == CUDA_SUCCESS && with_free)
+        rc = CALL(cuMemFreeAsync, p, s);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamIsCapturing, s, &status);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamEndCapture, s, &graph);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuGraphGetNodes, graph, NULL, &nodes);
+    if (rc == CUDA_SUCCESS && nodes > 0) {
+        CUgraphNode first = NULL;
+        CUgraphNodeType type = CU_GRAPH_NODE_TYPE_KERNEL;
+        size_t one = 1;
+        rc = CALL(cuGraphGetNodes, graph, &first, &one);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuGraphNodeGetType, first, &type);
+        if (rc == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            rc = CALL(cuGraphMemAllocNodeGetParams, first, &params);
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuGraphInstantiateWithFlags, &exec, graph, 0);
+    if (rc == CUDA_SUCCESS) {
+        st.gstream = s;
+        st.graph = graph;
+        st.gexec = exec;
+        st.gptr = p;
+        st.gfreed = with_free;
+    }
+    say("capture", rc, "capturing=%d nodes=%zu bytes=%zu same-ptr=%d", (int)status, nodes,
+        params.bytesize, params.dptr == p);
+}
+
+static void cmd_graph_attr(void)
+{
+    static const CUgraphMem_attribute which[4] = {
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH};
+    cuuint64_t v[4] = {0};
+    CUresult rc = CUDA_SUCCESS;
+    for (int k = 0; k < 4 && rc == CUDA_SUCCESS; k++)
+        rc = CALL(cuDeviceGetGraphMemAttribute, st.dev, which[k], &v[k]);
+    say("graph-attr", rc,
+        "reserved=%" PRIu64 " used=%" PRIu64 " reserved-high=%" PRIu64 " used-high=%" PRIu64,
+        (uint64_t)v[0], (uint64_t)v[1], (uint64_t)v[2], (uint64_t)v[3]);
+}
+
+/* Launch + sync; an allocation the graph does not free lives on (freed by
+ * `free` with cuMemFreeAsync on the capture stream). */
+static void cmd_graph_launch(void)
+{
+    CUresult rc = CALL(cuGraphLaunch, st.gexec, st.gstream);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuStreamSynchronize, st.gstream);
+    if (rc == CUDA_SUCCESS && !st.gfreed)
+        rc = remember_in(AK_ASYNC, st.gptr, st.cur, st.gstream);
+    say("graph-launch", rc, NULL);
+}
+
+static void cmd_graph_destroy(void)
+{
+    CUresult rc = CALL(cuGraphExecDestroy, st.gexec);
+    CUresult r = CALL(cuGraphDestroy, st.graph);
+    rc = rc == CUDA_SUCCESS ? r : rc;
+    st.gexec = NULL;
+    st.graph = NULL;
+    say("graph-destroy", rc, NULL);
+}
+
+/* fork-hold: a forked child allocates SIZE on the current context and
+ * holds it until killed; the parent reports the child's result and pid and
+ * goes on with the script. */
+static void cmd_fork_hold(uint64_t size)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        say("fork-hold", CUDA_ERROR_UNKNOWN, "pipe=failed");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        (void)close(fds[0]);
+        (void)close(fds[1]);
+        say("fork-hold", CUDA_ERROR_UNKNOWN, "fork=failed");
+        return;
+    }
+    if (pid == 0) {
+        CUdeviceptr p = 0;
+        int code = (int)CALL(cuMemAlloc_v2, &p, size);
+        (void)close(fds[0]);
+        if (write(fds[1], &code, sizeof(code)) != (ssize_t)sizeof(code))
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    int code = (int)CUDA_ERROR_UNKNOWN;
+    (void)close(fds[1]);
+    if (read(fds[0], &code, sizeof(code)) != (ssize_t)sizeof(code))
+        code = (int)CUDA_ERROR_UNKNOWN;
+    (void)close(fds[0]);
+    say("fork-hold", (CUresult)code, "pid=%d", (int)pid);
+}
+
+/* pool-destroy: cuMemPoolDestroy of the probe's own pool on the current
+ * device (its outstanding allocations stay in the live list). */
+static void cmd_pool_destroy(void)
+{
+    CUresult rc = st.dev >= 0 && st.dev < PROBE_MAX_DEVICES && st.pool[st.dev]
+                      ? CALL(cuMemPoolDestroy, st.pool[st.dev])
+                      : CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        st.pool[st.dev] = NULL;
+    say("pool-destroy", rc, NULL);
+}
+
+/* pool-reset-high: both high marks of the current pool set to 0 (reset). */
+static void cmd_pool_reset_high(void)
+{
+    CUmemoryPool pool = NULL;
+    cuuint64_t zero = 0;
+    CUresult rc = cur_mempool(&pool);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+    /* A CURRENT figure is read-only. */
+    CUresult ro = rc == CUDA_SUCCESS ? CALL(cuMemPoolSetAttribute, pool,
+                                            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &zero)
+                                     : rc;
+    say("pool-reset-high", rc, "set-current=%s", err_name(ro));
+}
+
+static void cmd_legacy_release(void)
+{
+    CUresult rc = cu.legacy_release ? cu.legacy_release(st.dev) : CUDA_ERROR_NOT_FOUND;
+    if (rc == CUDA_SUCCESS && st.dev >= 0 && st.dev < PROBE_MAX_DEVICES && st.primary[st.dev]) {
+        /* The probe retains once per device: the context is gone, and the
+         * next `device` retains it afresh. */
+        forget_ctx(st.primary[st.dev]);
+        st.primary[st.dev] = NULL;
+    }
+    say("legacy-release", rc, NULL);
+}
+
 static void run(const struct cmd *c)
 {
     const char *name = ops[c->op].name;
     CUresult rc = CUDA_SUCCESS;
     CUdeviceptr p = 0;
+    if (!ops[c->op].no_driver && !opt.loaded && load(opt.via, opt.ptsz) != 0)
+        exit(3);
     switch (c->op) {
     case OP_INIT:
         rc = CALL(cuInit, 0);
@@ -653,18 +1362,16 @@ static void run(const struct cmd *c)
             rc = remember(AK_ASYNC, p);
         say(name, rc, NULL);
         return;
-    case OP_POOLALLOC:
-        if (!st.pool[st.dev]) {
-            CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                    .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
-            rc = CALL(cuMemPoolCreate, &st.pool[st.dev], &props);
-        }
+    case OP_POOLALLOC: {
+        CUmemoryPool pool = NULL;
+        rc = own_pool(st.dev, &pool);
         if (rc == CUDA_SUCCESS)
-            rc = CALL(cuMemAllocFromPoolAsync, &p, c->a[0], st.pool[st.dev], NULL);
+            rc = CALL(cuMemAllocFromPoolAsync, &p, c->a[0], pool, NULL);
         if (rc == CUDA_SUCCESS)
             rc = remember(AK_ASYNC, p);
         say(name, rc, NULL);
         return;
+    }
     case OP_CREATE: {
         CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                     .location = {CU_MEM_LOCATION_TYPE_DEVICE, st.dev}};
@@ -824,6 +1531,146 @@ static void run(const struct cmd *c)
     case OP_GRAPH_NODE:
         cmd_graph_node(c->a[0]);
         return;
+    case OP_ZOMBIE:
+        cmd_zombie(c->a[0]);
+        return;
+    case OP_EXEC_SELF:
+        cmd_exec_self((int)c->a[0]);
+        return;
+    case OP_DLSYM_DEFAULT:
+        say(name, CUDA_SUCCESS, "%s", dlsym(RTLD_DEFAULT, c->name) ? "found" : "null");
+        return;
+    case OP_CTOR_DEADLOCK:
+        cmd_ctor_deadlock();
+        return;
+    case OP_LEGACY_RELEASE:
+        cmd_legacy_release();
+        return;
+    case OP_DEVICE_COUNT: {
+        int n = 0;
+        rc = CALL(cuDeviceGetCount, &n);
+        say(name, rc, "n=%d", n);
+        return;
+    }
+    case OP_POOL_THRESHOLD: {
+        CUmemoryPool pool = NULL;
+        cuuint64_t v = c->a[0];
+        rc = cur_mempool(&pool);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_POOL_TRIM: {
+        CUmemoryPool pool = NULL;
+        rc = cur_mempool(&pool);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemPoolTrimTo, pool, c->a[0]);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_POOL_ATTR:
+        cmd_pool_attr();
+        return;
+    case OP_SYNC:
+        rc = CALL(cuStreamSynchronize, NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuCtxSynchronize);
+        say(name, rc, NULL);
+        return;
+    case OP_XDEV_POOL: {
+        CUmemoryPool pool = NULL;
+        rc = c->a[1] > INT_MAX ? CUDA_ERROR_INVALID_DEVICE
+                               : CALL(cuDeviceGetDefaultMemPool, &pool, (int)c->a[1]);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuMemAllocFromPoolAsync, &p, c->a[0], pool, NULL);
+        if (rc == CUDA_SUCCESS)
+            rc = remember(AK_ASYNC, p);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_STREAM_ON:
+        cmd_stream_on(c->a[0]);
+        return;
+    case OP_ASYNC_ON_STREAM:
+        rc = st.stream ? CALL(cuMemAllocAsync, &p, c->a[0], st.stream) : CUDA_ERROR_INVALID_HANDLE;
+        if (rc == CUDA_SUCCESS)
+            rc = remember_in(AK_ASYNC, p, st.stream_ctx, st.stream);
+        say(name, rc, NULL);
+        return;
+    case OP_NO_CTX:
+        rc = CALL(cuCtxSetCurrent, NULL);
+        if (rc == CUDA_SUCCESS)
+            st.cur = NULL;
+        say(name, rc, NULL);
+        return;
+    case OP_SET_MEMPOOL: {
+        CUmemoryPool pool = NULL;
+        rc = c->a[0] >= PROBE_MAX_DEVICES ? CUDA_ERROR_INVALID_DEVICE
+                                          : own_pool((int)c->a[0], &pool);
+        if (rc == CUDA_SUCCESS)
+            rc = CALL(cuDeviceSetMemPool, (int)c->a[0], pool);
+        say(name, rc, NULL);
+        return;
+    }
+    case OP_PTR_DEV:
+        cmd_ptr_dev();
+        return;
+    case OP_STREAM_CTX:
+        cmd_stream_ctx();
+        return;
+    case OP_VMM:
+    case OP_VMM_CREATE:
+    case OP_VMM_MAP:
+    case OP_VMM_RELEASE:
+    case OP_VMM_UNMAP:
+    case OP_VMM_RETAIN:
+    case OP_VMM_IMPORT:
+        cmd_vmm(name, c->op, c->a[0]);
+        return;
+    case OP_SET_LIMIT: {
+        CUlimit which =
+            strcmp(c->name, "heap") == 0 ? CU_LIMIT_MALLOC_HEAP_SIZE : CU_LIMIT_STACK_SIZE;
+        size_t v = 0;
+        rc = CALL(cuCtxSetLimit, which, c->a[1]);
+        CUresult r = CALL(cuCtxGetLimit, &v, which);
+        say(name, rc, "value=%zu", r == CUDA_SUCCESS ? v : 0);
+        return;
+    }
+    case OP_CAPTURE:
+        cmd_capture(c->a[0], c->a[1] != 0);
+        return;
+    case OP_GRAPH_LAUNCH:
+        cmd_graph_launch();
+        return;
+    case OP_GRAPH_TRIM:
+        say(name, CALL(cuDeviceGraphMemTrim, st.dev), NULL);
+        return;
+    case OP_GRAPH_ATTR:
+        cmd_graph_attr();
+        return;
+    case OP_GRAPH_DESTROY:
+        cmd_graph_destroy();
+        return;
+    case OP_FORK_HOLD:
+        cmd_fork_hold(c->a[0]);
+        return;
+    case OP_POOL_DESTROY:
+        cmd_pool_destroy();
+        return;
+    case OP_POOL_RESET_HIGH:
+        cmd_pool_reset_high();
+        return;
+    case OP_UUID: {
+        CUuuid u = {{0}};
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        rc = CALL(cuDeviceGetUuid_v2, &u, st.dev);
+        say(name, rc,
+            "uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+            b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+            b[15]);
+        return;
+    }
     case OP_COUNT:
         break;
     }
@@ -832,11 +1679,15 @@ static void run(const struct cmd *c)
 int main(int argc, char **argv)
 {
     enum via via = VIA_DLSYM;
-    bool ptsz = false;
+    bool ptsz = false, no_load = false;
     int i = 1;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
         if (strcmp(argv[i], "--ptsz") == 0) {
             ptsz = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-load") == 0) {
+            no_load = true;
             continue;
         }
         if (strcmp(argv[i], "--via") != 0 || i + 1 >= argc) {
@@ -858,11 +1709,16 @@ int main(int argc, char **argv)
         }
     }
 #ifdef GP_CUDAPROBE_LINKED
-    if (via != VIA_DLSYM || ptsz) {
-        fputs("gpupool-cudaprobe-linked: --via and --ptsz need the dlopen build\n", stderr);
+    if (via != VIA_DLSYM || ptsz || no_load) {
+        fputs("gpupool-cudaprobe-linked: --via, --ptsz and --no-load need the dlopen build\n",
+              stderr);
         return 2;
     }
 #endif
+    opt.via = via;
+    opt.ptsz = ptsz;
+    opt.argv = argv;
+    opt.nopts = i - 1;
     if (i >= argc) {
         usage();
         return 2;
@@ -878,7 +1734,7 @@ int main(int argc, char **argv)
         free(cmds);
         return 2;
     }
-    if (load(via, ptsz) != 0) {
+    if (!no_load && load(via, ptsz) != 0) {
         free(cmds);
         return 3;
     }

@@ -3,14 +3,20 @@
  * Exports the driver's symbol names (versioned and legacy) with the documented
  * signatures (fakecuda_api.h) so that a program, or an interposer between a
  * program and the driver, loads it exactly as it loads the real libcuda. See
- * README.md for the devices (FAKECUDA_DEVICES), failure injection
- * (FAKECUDA_FAIL) and the semantics chosen where the documentation is silent.
+ * README.md for the devices (FAKECUDA_DEVICES, CUDA_VISIBLE_DEVICES), failure
+ * injection (FAKECUDA_FAIL), the physical use shared by every live process
+ * (FAKECUDA_PHYS, fakecuda_phys.c), pool retention (FAKECUDA_POOL_RETAIN),
+ * cuGetProcAddress pointers apart from the exports
+ * (FAKECUDA_PROCADDR_DISTINCT) and the semantics chosen where the
+ * documentation is silent.
  *
  * Device memory is bookkeeping only: allocations get unique fake device
- * addresses and are charged against the device's configured total; nothing is
- * mapped on the host. All state is process-global and guarded by one mutex;
- * the current context is per thread. The hot paths (cuMemAlloc/cuMemFree)
- * take the mutex, hash a key and reuse a record from a free list: no syscall.
+ * addresses and are charged against the device's configured total (every
+ * charge goes through dev_take/dev_give); nothing is mapped on the host. All
+ * state is process-global and guarded by one mutex; the current context is
+ * per thread. The hot paths (cuMemAlloc/cuMemFree) take the mutex, hash a
+ * key and reuse a record from a free list: no syscall (without
+ * FAKECUDA_PHYS, whose charges take the file's lock).
  *
  * Every entry point is defined as a file-local fc_<name> and exported under
  * <name> as an alias, so cuGetProcAddress hands out this library's own code
@@ -18,15 +24,25 @@
  * driver does; -fno-ipa-icf keeps identical bodies (legacy vs _v2) apart. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fakecuda_api.h"
+#include "fakecuda_phys.h"
 #include "fakecuda_size.h"
+
+/* FAKECUDA_PROCADDR_DISTINCT's second entry points are one-jump assembly
+ * stubs (any signature, arguments untouched): x86-64 and AArch64 only. */
+#if defined(__x86_64__) || defined(__aarch64__)
+#define FC_HAVE_DISTINCT 1
+#endif
 
 #define FC_DRIVER_VERSION 12040
 #define FC_MAX_DEVICES 16
@@ -41,78 +57,116 @@
 #define FC_HANDLE_BASE 0xcafe00000000ULL
 #define FC_MAX_ATTRIBUTE 200
 #define FC_CTX_MAGIC 0x46434358u
+#define FC_INSTANTIATE_FLAGS 0xfu    /* AUTO_FREE_ON_LAUNCH, UPLOAD, DEVICE_LAUNCH, NODE_PRIORITY */
+#define FC_LIMITS 3                  /* CUlimit values below this are known */
+#define FC_SMS 132                   /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+#define FC_THREADS_PER_SM 2048       /* resident threads, each with its stack */
+#define FC_DEFAULT_STACK 1024ULL     /* CU_LIMIT_STACK_SIZE, bytes per thread */
+#define FC_DEFAULT_HEAP (8ULL << 20) /* CU_LIMIT_MALLOC_HEAP_SIZE */
 
 /* Every exported entry point, once: failure injection names them, and each
  * one is exported from its fc_ definition. */
-#define FC_ENTRY_POINTS(XX)           \
-    XX(cuInit)                        \
-    XX(cuDriverGetVersion)            \
-    XX(cuGetErrorName)                \
-    XX(cuGetErrorString)              \
-    XX(cuGetProcAddress)              \
-    XX(cuGetProcAddress_v2)           \
-    XX(cuDeviceGet)                   \
-    XX(cuDeviceGetCount)              \
-    XX(cuDeviceGetName)               \
-    XX(cuDeviceGetUuid)               \
-    XX(cuDeviceGetUuid_v2)            \
-    XX(cuDeviceTotalMem)              \
-    XX(cuDeviceTotalMem_v2)           \
-    XX(cuDeviceGetAttribute)          \
-    XX(cuCtxCreate)                   \
-    XX(cuCtxCreate_v2)                \
-    XX(cuCtxDestroy)                  \
-    XX(cuCtxDestroy_v2)               \
-    XX(cuCtxGetCurrent)               \
-    XX(cuCtxSetCurrent)               \
-    XX(cuCtxGetDevice)                \
-    XX(cuCtxSynchronize)              \
-    XX(cuDevicePrimaryCtxRetain)      \
-    XX(cuDevicePrimaryCtxRelease)     \
-    XX(cuDevicePrimaryCtxRelease_v2)  \
-    XX(cuDevicePrimaryCtxReset)       \
-    XX(cuDevicePrimaryCtxReset_v2)    \
-    XX(cuMemAlloc)                    \
-    XX(cuMemAlloc_v2)                 \
-    XX(cuMemFree)                     \
-    XX(cuMemFree_v2)                  \
-    XX(cuMemAllocPitch)               \
-    XX(cuMemAllocPitch_v2)            \
-    XX(cuMemAllocManaged)             \
-    XX(cuMemGetInfo)                  \
-    XX(cuMemGetInfo_v2)               \
-    XX(cuMemAllocAsync)               \
-    XX(cuMemAllocAsync_ptsz)          \
-    XX(cuMemFreeAsync)                \
-    XX(cuMemFreeAsync_ptsz)           \
-    XX(cuMemPoolCreate)               \
-    XX(cuMemPoolDestroy)              \
-    XX(cuDeviceGetDefaultMemPool)     \
-    XX(cuDeviceGetMemPool)            \
-    XX(cuMemAllocFromPoolAsync)       \
-    XX(cuMemAllocFromPoolAsync_ptsz)  \
-    XX(cuMemCreate)                   \
-    XX(cuMemRelease)                  \
-    XX(cuMemMap)                      \
-    XX(cuMemUnmap)                    \
-    XX(cuMemAddressReserve)           \
-    XX(cuMemAddressFree)              \
-    XX(cuMemGetAllocationGranularity) \
-    XX(cuArrayCreate)                 \
-    XX(cuArrayCreate_v2)              \
-    XX(cuArray3DCreate)               \
-    XX(cuArray3DCreate_v2)            \
-    XX(cuArrayDestroy)                \
-    XX(cuMipmappedArrayCreate)        \
-    XX(cuMipmappedArrayDestroy)       \
-    XX(cuStreamCreate)                \
-    XX(cuStreamDestroy)               \
-    XX(cuStreamDestroy_v2)            \
-    XX(cuStreamSynchronize)           \
-    XX(cuStreamSynchronize_ptsz)      \
-    XX(cuLaunchKernel)                \
-    XX(cuLaunchKernel_ptsz)           \
-    XX(cuGraphAddKernelNode)          \
+#define FC_ENTRY_POINTS(XX)            \
+    XX(cuInit)                         \
+    XX(cuDriverGetVersion)             \
+    XX(cuGetErrorName)                 \
+    XX(cuGetErrorString)               \
+    XX(cuGetProcAddress)               \
+    XX(cuGetProcAddress_v2)            \
+    XX(cuDeviceGet)                    \
+    XX(cuDeviceGetCount)               \
+    XX(cuDeviceGetName)                \
+    XX(cuDeviceGetUuid)                \
+    XX(cuDeviceGetUuid_v2)             \
+    XX(cuDeviceTotalMem)               \
+    XX(cuDeviceTotalMem_v2)            \
+    XX(cuDeviceGetAttribute)           \
+    XX(cuCtxCreate)                    \
+    XX(cuCtxCreate_v2)                 \
+    XX(cuCtxDestroy)                   \
+    XX(cuCtxDestroy_v2)                \
+    XX(cuCtxGetCurrent)                \
+    XX(cuCtxSetCurrent)                \
+    XX(cuCtxGetDevice)                 \
+    XX(cuCtxSynchronize)               \
+    XX(cuDevicePrimaryCtxRetain)       \
+    XX(cuDevicePrimaryCtxRelease)      \
+    XX(cuDevicePrimaryCtxRelease_v2)   \
+    XX(cuDevicePrimaryCtxReset)        \
+    XX(cuDevicePrimaryCtxReset_v2)     \
+    XX(cuMemAlloc)                     \
+    XX(cuMemAlloc_v2)                  \
+    XX(cuMemFree)                      \
+    XX(cuMemFree_v2)                   \
+    XX(cuMemAllocPitch)                \
+    XX(cuMemAllocPitch_v2)             \
+    XX(cuMemAllocManaged)              \
+    XX(cuMemGetInfo)                   \
+    XX(cuMemGetInfo_v2)                \
+    XX(cuMemAllocAsync)                \
+    XX(cuMemAllocAsync_ptsz)           \
+    XX(cuMemFreeAsync)                 \
+    XX(cuMemFreeAsync_ptsz)            \
+    XX(cuMemPoolCreate)                \
+    XX(cuMemPoolDestroy)               \
+    XX(cuDeviceGetDefaultMemPool)      \
+    XX(cuDeviceGetMemPool)             \
+    XX(cuMemAllocFromPoolAsync)        \
+    XX(cuMemAllocFromPoolAsync_ptsz)   \
+    XX(cuDeviceSetMemPool)             \
+    XX(cuMemPoolTrimTo)                \
+    XX(cuMemPoolSetAttribute)          \
+    XX(cuMemPoolGetAttribute)          \
+    XX(cuStreamGetCtx)                 \
+    XX(cuPointerGetAttribute)          \
+    XX(cuCtxPushCurrent)               \
+    XX(cuCtxPushCurrent_v2)            \
+    XX(cuCtxPopCurrent)                \
+    XX(cuCtxPopCurrent_v2)             \
+    XX(cuCtxSetLimit)                  \
+    XX(cuCtxGetLimit)                  \
+    XX(cuStreamBeginCapture)           \
+    XX(cuStreamBeginCapture_v2)        \
+    XX(cuStreamEndCapture)             \
+    XX(cuStreamIsCapturing)            \
+    XX(cuGraphInstantiateWithFlags)    \
+    XX(cuGraphInstantiate_v2)          \
+    XX(cuGraphLaunch)                  \
+    XX(cuGraphLaunch_ptsz)             \
+    XX(cuDeviceGraphMemTrim)           \
+    XX(cuDeviceGetGraphMemAttribute)   \
+    XX(cuGraphGetNodes)                \
+    XX(cuGraphNodeGetType)             \
+    XX(cuGraphMemAllocNodeGetParams)   \
+    XX(cuGraphMemFreeNodeGetParams)    \
+    XX(cuGraphExecDestroy)             \
+    XX(cuGraphDestroy)                 \
+    XX(cuMemCreate)                    \
+    XX(cuMemRelease)                   \
+    XX(cuMemMap)                       \
+    XX(cuMemUnmap)                     \
+    XX(cuMemAddressReserve)            \
+    XX(cuMemAddressFree)               \
+    XX(cuMemGetAllocationGranularity)  \
+    XX(cuMemRetainAllocationHandle)    \
+    XX(cuMemExportToShareableHandle)   \
+    XX(cuMemImportFromShareableHandle) \
+    XX(cuMemSetAccess)                 \
+    XX(cuArrayCreate)                  \
+    XX(cuArrayCreate_v2)               \
+    XX(cuArray3DCreate)                \
+    XX(cuArray3DCreate_v2)             \
+    XX(cuArrayDestroy)                 \
+    XX(cuMipmappedArrayCreate)         \
+    XX(cuMipmappedArrayDestroy)        \
+    XX(cuStreamCreate)                 \
+    XX(cuStreamDestroy)                \
+    XX(cuStreamDestroy_v2)             \
+    XX(cuStreamSynchronize)            \
+    XX(cuStreamSynchronize_ptsz)       \
+    XX(cuLaunchKernel)                 \
+    XX(cuLaunchKernel_ptsz)            \
+    XX(cuGraphAddKernelNode)           \
     XX(cuGraphAddKernelNode_v2)
 
 enum fc_ep {
@@ -140,22 +194,60 @@ enum fc_kind {
     KIND_VMM,     /* cuMemCreate handle */
     KIND_RESERVE, /* cuMemAddressReserve range */
     KIND_MAP,     /* cuMemMap mapping */
+    KIND_LIMIT,   /* a context's cuCtxSetLimit growth (charged) */
+    KIND_GRAPH,   /* a graph (made by stream capture) */
+    KIND_GNODE,   /* a graph's memory node */
+    KIND_GEXEC,   /* an executable graph */
 };
 
 struct fc_obj {
     uint64_t key;               /* address or handle | kind */
     struct fc_obj *hnext;       /* hash chain */
-    struct fc_obj *prev, *next; /* the owning context's list, or the VA list */
+    struct fc_obj *prev, *next; /* the owning context's list, the VA list or the pool list */
     struct fc_ctx *ctx;         /* owning context; NULL: device-level (pools, VMM) */
     enum fc_kind kind;
     int dev;
     uint64_t addr, size; /* address range (pointers, reservations, maps) */
     uint64_t charged;    /* bytes charged to the device */
-    uint64_t link;       /* map: the VMM handle's key */
-    int maps;            /* VMM handle: live mappings */
-    bool released;       /* VMM handle: cuMemRelease called */
-    bool is_default;     /* pool: a device's default pool */
+    uint64_t link;       /* map: the VMM allocation's key; pool allocation: the pool's */
+    bool gmem;           /* pointer: a graph allocation, from the graph pool */
+    /* What only one kind needs (the record stays small: the hot path clears
+     * it on every allocation). */
+    union {
+        struct { /* KIND_POOL (charged = reserved) */
+            uint64_t reserved, used, reserved_high, used_high, threshold;
+            int reuse[3];    /* REUSE_* attributes */
+            bool is_default; /* a device's default pool */
+            bool destroyed;  /* cuMemPoolDestroy called, allocations outstanding */
+        };
+        struct {                       /* KIND_VMM */
+            int maps;                  /* allocation: live mappings */
+            int refs;                  /* handle value: references not yet released */
+            int holders;               /* allocation: refs over all its handle values */
+            unsigned htypes;           /* allocation: requestedHandleTypes */
+            uint64_t alias;            /* imported handle: its allocation's key (0: is one) */
+            struct fc_obj *alias_next; /* allocation: its imported handles */
+        };
+        struct {                   /* KIND_MAP, KIND_GNODE */
+            uint64_t handle;       /* map: the handle value it was mapped with; node: dptr */
+            CUgraphNodeType ntype; /* node: MEM_ALLOC (size) or MEM_FREE */
+        };
+        struct {                       /* KIND_GRAPH, KIND_GEXEC */
+            uint64_t *nodes;           /* graph: its nodes' keys in order (owned) */
+            size_t nnodes, capnodes;   /* graph: nodes; exec: ops */
+            struct fc_gop *ops;        /* exec: its steps (owned) */
+            unsigned long long gflags; /* exec: instantiate flags */
+        };
+        uint64_t capture; /* KIND_STREAM: the graph it is capturing into (0: none) */
+    };
 };
+
+/* obj_new clears the kind's part from `reserved` on: the union's start. */
+_Static_assert(offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, maps) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, handle) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, nodes) &&
+                   offsetof(struct fc_obj, reserved) == offsetof(struct fc_obj, capture),
+               "the per-kind union starts at reserved");
 
 struct fc_ctx {
     uint32_t magic;
@@ -165,6 +257,8 @@ struct fc_ctx {
     int refs;          /* primary: retain count */
     struct fc_obj own; /* list head: what teardown frees */
     struct fc_ctx *next_all;
+    uint64_t limit[FC_LIMITS];        /* cuCtxSetLimit values (0: the default) */
+    struct fc_obj *growth[FC_LIMITS]; /* their charge above the default, in `own` */
 };
 
 struct fc_dev {
@@ -172,17 +266,24 @@ struct fc_dev {
     unsigned char raw[16];
     uint64_t total;
     uint64_t used;
+    int real; /* its index in FAKECUDA_DEVICES (ordinals follow CUDA_VISIBLE_DEVICES) */
     struct fc_ctx primary;
     uint64_t default_pool; /* key of the default pool */
+    uint64_t mempool;      /* the current pool (cuDeviceSetMemPool) */
+    uint64_t greserved, gused, greserved_high, gused_high; /* graph memory pool */
+    CUmemAccessDesc access; /* read-write for this device (graph alloc nodes) */
 };
 
 static struct {
     pthread_mutex_t lock;
     const char *broken; /* non-NULL: bad configuration, every call fails */
     atomic_int initialized;
-    int fail[EP_COUNT]; /* FAKECUDA_FAIL: code to return, 0 = none */
-    int ndev;
-    struct fc_dev dev[FC_MAX_DEVICES];
+    int fail[EP_COUNT];                /* FAKECUDA_FAIL: code to return, 0 = none */
+    int ndev;                          /* visible devices: the process's ordinals */
+    struct fc_dev dev[FC_MAX_DEVICES]; /* (FAKECUDA_DEVICES until fc_load remaps) */
+    int nall;                          /* FAKECUDA_DEVICES, all of them */
+    char all_uuid[FC_MAX_DEVICES][FC_PHYS_UUID];
+    bool distinct;       /* FAKECUDA_PROCADDR_DISTINCT: cuGetProcAddress gives other addresses */
     struct fc_ctx *ctxs; /* every context ever created (kept: stale handles stay checkable) */
     struct fc_obj **buckets;
     unsigned bits;
@@ -190,6 +291,10 @@ static struct {
     struct fc_obj *spare; /* free records */
     struct fc_obj va;     /* list head: reservations and mappings */
     uint64_t next_va, next_va32, next_handle;
+    bool phys_on;        /* FAKECUDA_PHYS: physical use shared with other processes */
+    bool pool_retain;    /* FAKECUDA_POOL_RETAIN: pools keep freed memory until sync/trim */
+    struct fc_obj pools; /* list head: every live or draining pool */
+    struct fc_phys phys; /* its file; a slot once initialised (again after a fork) */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local struct fc_ctx *tls_ctx;
@@ -343,10 +448,97 @@ static const char *parse_fail(const char *spec)
     return NULL;
 }
 
+/* CUDA_VISIBLE_DEVICES: the listed devices, in that order, become ordinals
+ * 0..n-1. An entry is an index into FAKECUDA_DEVICES or a UUID (full, or a
+ * prefix matching exactly one device); the list ends at the first entry that
+ * names no device (or one already listed), as the driver's does. */
+static int visible_entry(const struct fc_dev *all, const char *e, size_t n, const bool *taken)
+{
+    int found = -1;
+    if (n > 0 && e[0] >= '0' && e[0] <= '9') {
+        uint64_t v;
+        if (fakecuda_parse_size(e, n, false, &v) != 0 || v >= (uint64_t)g.ndev)
+            return -1;
+        found = (int)v;
+    } else if (n > 4 && memcmp(e, "GPU-", 4) == 0) {
+        for (int i = 0; i < g.ndev; i++) {
+            if (strlen(all[i].uuid) < n || strncmp(all[i].uuid, e, n) != 0)
+                continue;
+            if (found >= 0)
+                return -1; /* ambiguous prefix */
+            found = i;
+        }
+    }
+    return found >= 0 && !taken[found] ? found : -1;
+}
+
+static void apply_visible(const char *list)
+{
+    struct fc_dev all[FC_MAX_DEVICES];
+    bool taken[FC_MAX_DEVICES] = {false};
+    int n = 0;
+    memcpy(all, g.dev, sizeof(all));
+    for (const char *p = list; *p && n < g.ndev;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int i = visible_entry(all, p, len, taken);
+        if (i < 0)
+            break;
+        taken[i] = true;
+        g.dev[n++] = all[i];
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    g.ndev = n;
+}
+
+/* fork: the child must not run on the parent's slot (the inherited
+ * descriptor is the parent's lock), and no update may be in flight. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g.lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g.lock);
+}
+
+static void fork_child(void)
+{
+    fc_phys_forget(&g.phys);
+    pthread_mutex_unlock(&g.lock);
+}
+
+static const char *open_phys(const char *path)
+{
+    static char why[600];
+    char msg[512];
+    if (*path == '\0')
+        return "FAKECUDA_PHYS is empty";
+    if (fc_phys_open(&g.phys, path, msg, sizeof(msg)) != 0) {
+        snprintf(why, sizeof(why), "FAKECUDA_PHYS: %s", msg);
+        return why;
+    }
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0) {
+        fc_phys_close(&g.phys);
+        return "FAKECUDA_PHYS: pthread_atfork failed";
+    }
+    /* Kept open (and mapped) until the process ends: the kernel drops the
+     * slot's lock then, and no exit-time handler can race a charge. */
+    g.phys_on = true;
+    return NULL;
+}
+
 __attribute__((constructor)) static void fc_load(void)
 {
     const char *devs = getenv("FAKECUDA_DEVICES");
     const char *fail = getenv("FAKECUDA_FAIL");
+    const char *phys = getenv("FAKECUDA_PHYS");
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    const char *distinct = getenv("FAKECUDA_PROCADDR_DISTINCT");
+    const char *retain = getenv("FAKECUDA_POOL_RETAIN");
     if (devs)
         g.broken = parse_devices(devs);
     else {
@@ -357,6 +549,27 @@ __attribute__((constructor)) static void fc_load(void)
     }
     if (!g.broken && fail)
         g.broken = parse_fail(fail);
+    if (!g.broken && distinct && strcmp(distinct, "0") != 0 && strcmp(distinct, "1") != 0)
+        g.broken = "FAKECUDA_PROCADDR_DISTINCT is neither 0 nor 1";
+    g.distinct = distinct && strcmp(distinct, "1") == 0;
+    if (!g.broken && retain && strcmp(retain, "0") != 0 && strcmp(retain, "1") != 0)
+        g.broken = "FAKECUDA_POOL_RETAIN is neither 0 nor 1";
+    g.pool_retain = retain && strcmp(retain, "1") == 0;
+#ifndef FC_HAVE_DISTINCT
+    if (!g.broken && g.distinct)
+        g.broken = "FAKECUDA_PROCADDR_DISTINCT is not supported on this architecture";
+#endif
+    if (!g.broken) {
+        g.nall = g.ndev;
+        for (int i = 0; i < g.ndev; i++) {
+            g.dev[i].real = i;
+            memcpy(g.all_uuid[i], g.dev[i].uuid, FC_PHYS_UUID);
+        }
+        if (visible)
+            apply_visible(visible);
+    }
+    if (!g.broken && phys)
+        g.broken = open_phys(phys);
     if (g.broken) {
         fprintf(stderr, "fakecuda: %s; every call returns CUDA_ERROR_UNKNOWN\n", g.broken);
         return;
@@ -365,8 +578,11 @@ __attribute__((constructor)) static void fc_load(void)
     g.next_va32 = FC_VA32_BASE;
     g.next_handle = FC_HANDLE_BASE;
     g.va.prev = g.va.next = &g.va;
+    g.pools.prev = g.pools.next = &g.pools;
     for (int i = 0; i < g.ndev; i++) {
         struct fc_ctx *c = &g.dev[i].primary;
+        g.dev[i].access =
+            (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, i}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
         c->magic = FC_CTX_MAGIC;
         c->dev = i;
         c->primary = true;
@@ -433,15 +649,59 @@ static void list_del(struct fc_obj *o)
     o->prev = o->next = NULL;
 }
 
+/* This process's slot in the physical-use file: claimed at cuInit, and again
+ * by a forked child at its first charge. */
+static CUresult phys_slot(void)
+{
+    if (g.phys.slot >= 0)
+        return CUDA_SUCCESS;
+    char why[600];
+    /* Every configured device, visible or not, in FAKECUDA_DEVICES order:
+     * the file's device numbers do not depend on CUDA_VISIBLE_DEVICES. */
+    if (fc_phys_claim(&g.phys, (const char(*)[FC_PHYS_UUID])g.all_uuid, g.nall, why, sizeof(why)) !=
+        0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_PHYS: %s\n", why);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Takes `bytes` of dev's memory for this process: OUT_OF_MEMORY when the
+ * device's total would be passed, counting this process alone or, with
+ * FAKECUDA_PHYS, every live process. Every charge goes through here and
+ * dev_give, so the physical file always mirrors `used`. */
+static CUresult dev_take(int dev, uint64_t bytes)
+{
+    struct fc_dev *d = &g.dev[dev];
+    if (bytes > d->total - d->used || bytes > INT64_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (g.phys_on && bytes) {
+        CUresult rc = phys_slot();
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        int r = fc_phys_charge(&g.phys, d->real, (int64_t)bytes, d->total);
+        if (r != 0)
+            return r > 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+    }
+    d->used += bytes;
+    return CUDA_SUCCESS;
+}
+
+static void dev_give(int dev, uint64_t bytes)
+{
+    g.dev[dev].used -= bytes;
+    /* A failure here (the file's lock) would leave our share too high, never
+     * too low; a forked child that has no slot yet holds nothing there. */
+    if (g.phys_on && bytes && g.phys.slot >= 0)
+        (void)fc_phys_charge(&g.phys, g.dev[dev].real, -(int64_t)bytes, g.dev[dev].total);
+}
+
 /* A new record in the table for addr/kind, charged `charge` bytes on dev and
  * owned by ctx (NULL: device-level). OUT_OF_MEMORY when the device is full
  * (or the host is); nothing changes then. */
 static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t charge,
                         struct fc_ctx *ctx, struct fc_obj **out)
 {
-    struct fc_dev *d = &g.dev[dev];
-    if (charge > d->total - d->used)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     if (g.count >= ((size_t)1 << g.bits) && table_grow() != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct fc_obj *o = g.spare;
@@ -449,23 +709,41 @@ static CUresult obj_new(uint64_t addr, enum fc_kind kind, int dev, uint64_t char
         g.spare = o->hnext;
     else if (!(o = malloc(sizeof(*o))))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    memset(o, 0, sizeof(*o));
+    CUresult rc = dev_take(dev, charge);
+    if (rc != CUDA_SUCCESS) {
+        o->hnext = g.spare;
+        g.spare = o;
+        return rc;
+    }
+    /* Field by field, and the kind's part as one small block: a memset of
+     * the whole record costs the hot path a slow string store. */
+    memset(&o->reserved, 0, sizeof(*o) - offsetof(struct fc_obj, reserved));
     o->key = addr | (uint64_t)kind;
+    o->prev = o->next = NULL;
     o->kind = kind;
     o->dev = dev;
     o->addr = addr;
+    o->size = 0;
     o->charged = charge;
+    o->link = 0;
+    o->gmem = false;
     o->ctx = ctx;
     size_t b = bucket_of(o->key);
     o->hnext = g.buckets[b];
     g.buckets[b] = o;
     g.count++;
-    d->used += charge;
     if (ctx)
         list_add(&ctx->own, o);
     *out = o;
     return CUDA_SUCCESS;
 }
+
+static void pool_give(struct fc_obj *p, uint64_t bytes);
+static void graph_free(struct fc_obj *graph);
+static struct fc_obj *capture_of(CUstream s);
+static CUresult graph_add_node(struct fc_obj *graph, CUgraphNodeType type, int dev, uint64_t va,
+                               uint64_t size);
+static CUresult pool_new(int dev, struct fc_obj **out);
 
 static void obj_free(struct fc_obj *o)
 {
@@ -474,10 +752,22 @@ static void obj_free(struct fc_obj *o)
         pp = &(*pp)->hnext;
     *pp = o->hnext;
     g.count--;
-    g.dev[o->dev].used -= o->charged;
+    dev_give(o->dev, o->charged);
     list_del(o);
     o->hnext = g.spare;
     g.spare = o;
+    /* A pool allocation's bytes are the pool's: it decides what goes back;
+     * a graph allocation's stay reserved in the device's graph pool. */
+    struct fc_obj *pool = o->kind == KIND_PTR && o->link ? lookup(o->link, KIND_POOL) : NULL;
+    if (pool)
+        pool_give(pool, o->size);
+    if (o->kind == KIND_PTR && o->gmem)
+        g.dev[o->dev].gused -= o->size;
+    /* A stream torn down mid-capture takes its unfinished graph along. */
+    struct fc_obj *graph =
+        o->kind == KIND_STREAM && o->capture ? lookup(o->capture, KIND_GRAPH) : NULL;
+    if (graph)
+        graph_free(graph);
 }
 
 static uint64_t round_up(uint64_t v, uint64_t a)
@@ -503,10 +793,14 @@ static uint64_t handle_take(void)
     return g.next_handle;
 }
 
+/* Frees everything made in the context, its limit growth included (the
+ * limits are back to their defaults). */
 static void ctx_teardown(struct fc_ctx *c)
 {
     while (c->own.next != &c->own)
         obj_free(c->own.next);
+    memset(c->limit, 0, sizeof(c->limit));
+    memset(c->growth, 0, sizeof(c->growth));
 }
 
 /* The calling thread's usable context. */
@@ -559,19 +853,25 @@ static CUresult fc_cuInit(unsigned int Flags)
         return rc;
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (g.ndev == 0)
+        return CUDA_ERROR_NO_DEVICE; /* CUDA_VISIBLE_DEVICES named none */
     pthread_mutex_lock(&g.lock);
     if (!atomic_load(&g.initialized)) {
         if (table_grow() != 0) {
             pthread_mutex_unlock(&g.lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        if (g.phys_on && (rc = phys_slot()) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&g.lock);
+            return rc;
+        }
         for (int i = 0; i < g.ndev; i++) {
             struct fc_obj *pool;
-            rc = obj_new(handle_take(), KIND_POOL, i, 0, NULL, &pool);
+            rc = pool_new(i, &pool);
             if (rc != CUDA_SUCCESS)
                 break;
             pool->is_default = true;
-            g.dev[i].default_pool = pool->addr;
+            g.dev[i].default_pool = g.dev[i].mempool = pool->addr;
         }
         if (rc == CUDA_SUCCESS)
             atomic_store_explicit(&g.initialized, 1, memory_order_release);
@@ -652,7 +952,7 @@ static CUresult fc_cuDeviceGetName(char *name, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if ((rc = check_dev(dev)) != CUDA_SUCCESS)
         return rc;
-    snprintf(name, (size_t)len, "fakecuda GPU %d", dev);
+    snprintf(name, (size_t)len, "fakecuda GPU %d", g.dev[dev].real);
     return CUDA_SUCCESS;
 }
 
@@ -727,7 +1027,7 @@ static CUresult fc_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUde
         *pi = 132;
         break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-        *pi = dev + 1;
+        *pi = g.dev[dev].real + 1;
         break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
         *pi = 9;
@@ -838,6 +1138,141 @@ static CUresult fc_cuCtxSetCurrent(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+/* The calling thread's context stack: tls_ctx is its top; below it, what
+ * cuCtxPushCurrent pushed down. */
+#define FC_CTX_STACK 64
+static _Thread_local struct fc_ctx *tls_stack[FC_CTX_STACK];
+static _Thread_local int tls_depth;
+
+static CUresult ctx_push(enum fc_ep ep, CUcontext ctx)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    bool ok = ctx && ctx_known(ctx) && ((struct fc_ctx *)ctx)->live;
+    pthread_mutex_unlock(&g.lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_depth == FC_CTX_STACK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    tls_stack[tls_depth++] = tls_ctx;
+    tls_ctx = (struct fc_ctx *)ctx;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    return ctx_push(EP_cuCtxPushCurrent_v2, ctx);
+}
+
+static CUresult fc_cuCtxPushCurrent(CUcontext ctx)
+{
+    return ctx_push(EP_cuCtxPushCurrent, ctx);
+}
+
+/* Pops the current context (into *pctx when given); the one below becomes
+ * current. */
+static CUresult ctx_pop(enum fc_ep ep, CUcontext *pctx)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!tls_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx)
+        *pctx = (CUcontext)tls_ctx;
+    tls_ctx = tls_depth > 0 ? tls_stack[--tls_depth] : NULL;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    return ctx_pop(EP_cuCtxPopCurrent_v2, pctx);
+}
+
+static CUresult fc_cuCtxPopCurrent(CUcontext *pctx)
+{
+    return ctx_pop(EP_cuCtxPopCurrent, pctx);
+}
+
+/* The device memory a limit's value takes: the stack size is per thread,
+ * for every resident thread of every SM; the heap is what it says. Other
+ * limits are UNSUPPORTED_LIMIT. UINT64_MAX on overflow. */
+static CUresult limit_bytes(CUlimit limit, uint64_t value, uint64_t *bytes)
+{
+    switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+        *bytes = value > UINT64_MAX / (FC_SMS * FC_THREADS_PER_SM)
+                     ? UINT64_MAX
+                     : value * FC_SMS * FC_THREADS_PER_SM;
+        return CUDA_SUCCESS;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+        *bytes = value;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+}
+
+static uint64_t limit_default(CUlimit limit)
+{
+    return limit == CU_LIMIT_STACK_SIZE ? FC_DEFAULT_STACK : FC_DEFAULT_HEAP;
+}
+
+/* Growth above the default is device memory the context holds: charged
+ * (OUT_OF_MEMORY when it does not fit; nothing changes then), given back
+ * by a smaller value or the context's teardown. */
+static CUresult fc_cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    CUresult rc = enter(EP_cuCtxSetLimit, true);
+    struct fc_ctx *c;
+    uint64_t need, base;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = limit_bytes(limit, value, &need)) != CUDA_SUCCESS ||
+        (rc = limit_bytes(limit, limit_default(limit), &base)) != CUDA_SUCCESS)
+        return rc;
+    if ((rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    uint64_t grow = need > base ? need - base : 0;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = c->growth[limit];
+    if (!o) {
+        rc = obj_new(handle_take(), KIND_LIMIT, c->dev, grow, c, &o);
+        if (rc == CUDA_SUCCESS)
+            c->growth[limit] = o;
+    } else if (grow > o->charged) {
+        rc = dev_take(c->dev, grow - o->charged);
+        if (rc == CUDA_SUCCESS)
+            o->charged = grow;
+    } else {
+        dev_give(c->dev, o->charged - grow);
+        o->charged = grow;
+    }
+    if (rc == CUDA_SUCCESS)
+        c->limit[limit] = value;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    CUresult rc = enter(EP_cuCtxGetLimit, true);
+    struct fc_ctx *c;
+    uint64_t b;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pvalue)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = limit_bytes(limit, 0, &b)) != CUDA_SUCCESS || (rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    *pvalue = c->growth[limit] ? c->limit[limit] : limit_default(limit);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
 static CUresult fc_cuCtxGetDevice(CUdevice *device)
 {
     CUresult rc = enter(EP_cuCtxGetDevice, true);
@@ -850,13 +1285,6 @@ static CUresult fc_cuCtxGetDevice(CUdevice *device)
         return rc;
     *device = c->dev;
     return CUDA_SUCCESS;
-}
-
-static CUresult fc_cuCtxSynchronize(void)
-{
-    CUresult rc = enter(EP_cuCtxSynchronize, true);
-    struct fc_ctx *c;
-    return rc != CUDA_SUCCESS ? rc : current(&c);
 }
 
 static CUresult fc_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -1078,10 +1506,19 @@ static CUresult mem_info(enum fc_ep ep, uint64_t *free_out, uint64_t *total_out)
     if ((rc = current(&c)) != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&g.lock);
-    *free_out = g.dev[c->dev].total - g.dev[c->dev].used;
-    *total_out = g.dev[c->dev].total;
+    struct fc_dev *d = &g.dev[c->dev];
+    uint64_t used = d->used, phys = 0;
+    /* As on a real GPU, other live processes' memory is not free either. */
+    if (g.phys_on && g.phys.slot >= 0) {
+        if (fc_phys_current(&g.phys, d->real, &phys) != 0)
+            rc = CUDA_ERROR_UNKNOWN;
+        else if (phys > used)
+            used = phys;
+    }
+    *free_out = used < d->total ? d->total - used : 0;
+    *total_out = d->total;
     pthread_mutex_unlock(&g.lock);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 static CUresult fc_cuMemGetInfo_v2(size_t *free, size_t *total)
@@ -1117,21 +1554,17 @@ static CUresult fc_cuMemGetInfo(unsigned int *free, unsigned int *total)
 
 /* --- streams, pools, stream-ordered allocation ----------------------------- */
 
-/* A stream handle's device: the null and special streams are the current
- * context's; others must exist. */
-static CUresult stream_dev(CUstream s, int *dev)
+/* A stream's context: the null and special streams are the current
+ * context's (which must exist); a created stream belongs to the context it
+ * was made in, whatever is current (or whether anything is). */
+static CUresult stream_ctx(CUstream s, struct fc_ctx **out)
 {
-    struct fc_ctx *c;
-    CUresult rc = current(&c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    *dev = c->dev;
     if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
-        return CUDA_SUCCESS;
+        return current(out);
     pthread_mutex_lock(&g.lock);
     struct fc_obj *o = lookup((uint64_t)(uintptr_t)s, KIND_STREAM);
     if (o)
-        *dev = o->dev;
+        *out = o->ctx;
     pthread_mutex_unlock(&g.lock);
     return o ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
@@ -1178,11 +1611,90 @@ static CUresult fc_cuStreamDestroy_v2(CUstream hStream)
     return stream_destroy(EP_cuStreamDestroy_v2, hStream);
 }
 
+static CUresult fc_cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    CUresult rc = enter(EP_cuStreamGetCtx, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = stream_ctx(hStream, &c)) == CUDA_SUCCESS)
+        *pctx = (CUcontext)c;
+    return rc;
+}
+
+/* A pool's reserved bytes are what it holds of the device (charged there);
+ * `used` is what its live allocations take of them. */
+static void pool_shrink(struct fc_obj *p, uint64_t keep)
+{
+    if (keep < p->used)
+        keep = p->used;
+    if (p->reserved <= keep)
+        return;
+    dev_give(p->dev, p->reserved - keep);
+    p->reserved = keep;
+    p->charged = keep;
+}
+
+/* An allocation of `bytes` takes the pool's cached bytes first, and grows
+ * the reservation (a device charge) for the rest. */
+static CUresult pool_take(struct fc_obj *p, uint64_t bytes)
+{
+    uint64_t cached = p->reserved - p->used;
+    if (bytes > cached) {
+        CUresult rc = dev_take(p->dev, bytes - cached);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        p->reserved += bytes - cached;
+        p->charged = p->reserved;
+    }
+    p->used += bytes;
+    if (p->used > p->used_high)
+        p->used_high = p->used;
+    if (p->reserved > p->reserved_high)
+        p->reserved_high = p->reserved;
+    return CUDA_SUCCESS;
+}
+
+/* A pool allocation is gone (freed, or its context torn down). Without
+ * FAKECUDA_POOL_RETAIN the pool keeps nothing back; with it, the bytes stay
+ * reserved until a synchronisation or a trim. A destroyed pool goes once its
+ * last allocation has. */
+static void pool_give(struct fc_obj *p, uint64_t bytes)
+{
+    p->used -= bytes < p->used ? bytes : p->used;
+    if (!g.pool_retain || p->destroyed)
+        pool_shrink(p, p->used);
+    if (p->destroyed && p->used == 0)
+        obj_free(p);
+}
+
+/* Every synchronisation: each pool's reservation falls to its release
+ * threshold (or what is in use, if more). */
+static void pools_sync(void)
+{
+    for (struct fc_obj *p = g.pools.next; p != &g.pools; p = p->next)
+        pool_shrink(p, p->threshold);
+}
+
+/* A pool handle the caller may use (not destroyed); under g.lock. */
+static struct fc_obj *pool_get(CUmemoryPool pool)
+{
+    struct fc_obj *p = pool ? lookup((uint64_t)(uintptr_t)pool, KIND_POOL) : NULL;
+    return p && !p->destroyed ? p : NULL;
+}
+
 static CUresult stream_sync(enum fc_ep ep, CUstream s)
 {
     CUresult rc = enter(ep, true);
-    int dev;
-    return rc != CUDA_SUCCESS ? rc : stream_dev(s, &dev);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS || (rc = stream_ctx(s, &c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    pools_sync();
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
 }
 
 static CUresult fc_cuStreamSynchronize(CUstream hStream)
@@ -1195,29 +1707,64 @@ static CUresult fc_cuStreamSynchronize_ptsz(CUstream hStream)
     return stream_sync(EP_cuStreamSynchronize_ptsz, hStream);
 }
 
-/* Stream-ordered allocation happens at once (no stream semantics) and the
- * pool keeps nothing back: freed bytes return to the device immediately. */
+static CUresult fc_cuCtxSynchronize(void)
+{
+    CUresult rc = enter(EP_cuCtxSynchronize, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS || (rc = current(&c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    pools_sync();
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+/* Stream-ordered allocation happens at once (no stream semantics). The
+ * pool is the given one, or the current pool of the stream's device; the
+ * memory is the pool's device's, and the allocation belongs to the
+ * stream's context (its teardown frees it). */
 static CUresult async_alloc(enum fc_ep ep, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                             bool from_pool, CUstream s)
 {
     CUresult rc = enter(ep, true);
-    int dev;
+    struct fc_ctx *c;
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!dptr || bytesize == 0 || (from_pool && !pool))
         return CUDA_ERROR_INVALID_VALUE;
-    if ((rc = stream_dev(s, &dev)) != CUDA_SUCCESS)
+    if ((rc = stream_ctx(s, &c)) != CUDA_SUCCESS)
         return rc;
-    if (from_pool) {
-        pthread_mutex_lock(&g.lock);
-        struct fc_obj *p = lookup((uint64_t)(uintptr_t)pool, KIND_POOL);
-        if (p)
-            dev = p->dev;
+    if (bytesize > FC_VA_LIMIT)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = from_pool ? pool_get(pool) : lookup(g.dev[c->dev].mempool, KIND_POOL),
+                  *o = NULL;
+    struct fc_obj *graph = capture_of(s);
+    uint64_t va = 0;
+    if (!p) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (graph) {
+        /* Under capture: an allocation node with its address, no memory. */
+        if (!(va = va_take(bytesize, FC_PTR_ALIGN)))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else if ((rc = graph_add_node(graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC, p->dev, va, bytesize)) ==
+                 CUDA_SUCCESS)
+            *dptr = va;
         pthread_mutex_unlock(&g.lock);
-        if (!p)
-            return CUDA_ERROR_INVALID_VALUE;
+        return rc;
+    } else if (!(va = va_take(0, FC_PTR_ALIGN)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else if ((rc = obj_new(va, KIND_PTR, p->dev, 0, c, &o)) == CUDA_SUCCESS &&
+             (rc = pool_take(p, bytesize)) != CUDA_SUCCESS)
+        obj_free(o);
+    if (rc == CUDA_SUCCESS) {
+        o->size = bytesize;
+        o->link = p->addr;
+        g.next_va = va + round_up(bytesize, FC_PTR_ALIGN);
+        *dptr = va;
     }
-    return ptr_alloc(ep, (uint64_t *)dptr, bytesize, dev, false);
+    pthread_mutex_unlock(&g.lock);
+    return rc;
 }
 
 static CUresult fc_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -1245,14 +1792,20 @@ static CUresult fc_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
 static CUresult async_free(enum fc_ep ep, CUdeviceptr dptr, CUstream s)
 {
     CUresult rc = enter(ep, true);
-    int dev;
+    struct fc_ctx *c;
     if (rc != CUDA_SUCCESS)
         return rc;
-    if ((rc = stream_dev(s, &dev)) != CUDA_SUCCESS)
+    if ((rc = stream_ctx(s, &c)) != CUDA_SUCCESS)
         return rc;
     if (dptr == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    return ptr_free(ep, dptr);
+    /* Under capture: a free node (what it frees is checked at launch). */
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = capture_of(s);
+    if (graph)
+        rc = graph_add_node(graph, CU_GRAPH_NODE_TYPE_MEM_FREE, c->dev, dptr, 0);
+    pthread_mutex_unlock(&g.lock);
+    return graph ? rc : ptr_free(ep, dptr);
 }
 
 static CUresult fc_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -1272,6 +1825,17 @@ static CUresult device_location(const CUmemLocation *loc)
     return check_dev(loc->id);
 }
 
+/* Under g.lock: a pool record on dev, in the pool list. */
+static CUresult pool_new(int dev, struct fc_obj **out)
+{
+    CUresult rc = obj_new(handle_take(), KIND_POOL, dev, 0, NULL, out);
+    if (rc == CUDA_SUCCESS) {
+        list_add(&g.pools, *out);
+        (*out)->reuse[0] = (*out)->reuse[1] = (*out)->reuse[2] = 1;
+    }
+    return rc;
+}
+
 static CUresult fc_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
     CUresult rc = enter(EP_cuMemPoolCreate, true);
@@ -1283,30 +1847,36 @@ static CUresult fc_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poo
         return rc;
     struct fc_obj *o;
     pthread_mutex_lock(&g.lock);
-    rc = obj_new(handle_take(), KIND_POOL, poolProps->location.id, 0, NULL, &o);
+    rc = pool_new(poolProps->location.id, &o);
     if (rc == CUDA_SUCCESS)
         *pool = (CUmemoryPool)(uintptr_t)o->addr;
     pthread_mutex_unlock(&g.lock);
     return rc;
 }
 
-/* Allocations still out of the pool stay valid (and charged) until freed. */
+/* The handle is invalid at once; its cached bytes go back now, and the rest
+ * when its outstanding allocations are freed. A device whose current pool
+ * it was gets its default pool back. */
 static CUresult fc_cuMemPoolDestroy(CUmemoryPool pool)
 {
     CUresult rc = enter(EP_cuMemPoolDestroy, true);
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&g.lock);
-    struct fc_obj *o = pool ? lookup((uint64_t)(uintptr_t)pool, KIND_POOL) : NULL;
-    if (o && !o->is_default)
-        obj_free(o);
-    else
+    struct fc_obj *o = pool_get(pool);
+    if (o && !o->is_default) {
+        if (g.dev[o->dev].mempool == o->addr)
+            g.dev[o->dev].mempool = g.dev[o->dev].default_pool;
+        o->destroyed = true;
+        pool_give(o, 0);
+    } else {
         rc = CUDA_ERROR_INVALID_VALUE;
+    }
     pthread_mutex_unlock(&g.lock);
     return rc;
 }
 
-static CUresult default_pool(enum fc_ep ep, CUmemoryPool *pool, CUdevice dev)
+static CUresult device_pool(enum fc_ep ep, CUmemoryPool *pool, CUdevice dev, bool dflt)
 {
     CUresult rc = enter(ep, true);
     if (rc != CUDA_SUCCESS)
@@ -1315,19 +1885,137 @@ static CUresult default_pool(enum fc_ep ep, CUmemoryPool *pool, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if ((rc = check_dev(dev)) != CUDA_SUCCESS)
         return rc;
-    *pool = (CUmemoryPool)(uintptr_t)g.dev[dev].default_pool;
+    pthread_mutex_lock(&g.lock);
+    *pool = (CUmemoryPool)(uintptr_t)(dflt ? g.dev[dev].default_pool : g.dev[dev].mempool);
+    pthread_mutex_unlock(&g.lock);
     return CUDA_SUCCESS;
 }
 
 static CUresult fc_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    return default_pool(EP_cuDeviceGetDefaultMemPool, pool_out, dev);
+    return device_pool(EP_cuDeviceGetDefaultMemPool, pool_out, dev, true);
 }
 
-/* cuDeviceSetMemPool is not implemented: the current pool is the default. */
 static CUresult fc_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    return default_pool(EP_cuDeviceGetMemPool, pool, dev);
+    return device_pool(EP_cuDeviceGetMemPool, pool, dev, false);
+}
+
+/* The pool must be one of dev's own. */
+static CUresult fc_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    CUresult rc = enter(EP_cuDeviceSetMemPool, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = check_dev(dev)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = pool_get(pool);
+    if (p && p->dev == dev)
+        g.dev[dev].mempool = p->addr;
+    else
+        rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    CUresult rc = enter(EP_cuMemPoolTrimTo, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = pool_get(pool);
+    if (p)
+        pool_shrink(p, minBytesToKeep);
+    pthread_mutex_unlock(&g.lock);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* REUSE_* are ints (0/1), the others cuuint64_t. The CURRENT figures are
+ * read-only; a HIGH mark can only be reset, by writing 0 (it becomes the
+ * current figure). */
+static CUresult pool_attr(enum fc_ep ep, CUmemoryPool pool, CUmemPool_attribute attr, void *value,
+                          bool set)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *p = pool_get(pool);
+    cuuint64_t v = 0;
+    if (set && attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        memcpy(&v, value, sizeof(v));
+    if (!p) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (attr >= CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES &&
+               attr <= CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES) {
+        int *slot = &p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        if (set)
+            memcpy(slot, value, sizeof(*slot));
+        else
+            memcpy(value, slot, sizeof(*slot));
+    } else if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+        if (set)
+            p->threshold = v;
+        else
+            memcpy(value, &p->threshold, sizeof(p->threshold));
+    } else if (attr >= CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT &&
+               attr <= CU_MEMPOOL_ATTR_USED_MEM_HIGH) {
+        uint64_t *fig[] = {&p->reserved, &p->reserved_high, &p->used, &p->used_high};
+        int k = attr - CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT;
+        if (!set)
+            memcpy(value, fig[k], sizeof(uint64_t));
+        else if (k % 2 == 0 || v != 0)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            *fig[k] = *fig[k - 1];
+    } else {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    return pool_attr(EP_cuMemPoolSetAttribute, pool, attr, value, true);
+}
+
+static CUresult fc_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    return pool_attr(EP_cuMemPoolGetAttribute, pool, attr, value, false);
+}
+
+/* DEVICE_ORDINAL (the device whose memory it is) and CONTEXT, for any
+ * address inside a pointer allocation or a mapping. */
+static CUresult fc_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    CUresult rc = enter(EP_cuPointerGetAttribute, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!data || (attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL &&
+                  attribute != CU_POINTER_ATTRIBUTE_CONTEXT))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup(ptr, KIND_PTR);
+    for (size_t b = 0; !o && b < ((size_t)1 << g.bits); b++)
+        for (struct fc_obj *x = g.buckets[b]; !o && x; x = x->hnext)
+            if (x->kind == KIND_PTR && ptr >= x->addr && ptr - x->addr < x->size)
+                o = x;
+    for (struct fc_obj *x = g.va.next; !o && x != &g.va; x = x->next)
+        if (x->kind == KIND_MAP && ptr >= x->addr && ptr - x->addr < x->size)
+            o = x;
+    if (!o)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+        *(int *)data = o->dev;
+    else
+        *(CUcontext *)data = (CUcontext)o->ctx;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
 }
 
 /* --- virtual memory management --------------------------------------------- */
@@ -1349,6 +2037,33 @@ static CUresult fc_cuMemGetAllocationGranularity(size_t *granularity,
     return CUDA_SUCCESS;
 }
 
+/* --- VMM references ----------------------------------------------------------
+ * An allocation (the cuMemCreate record, charged) is reachable through handle
+ * values: its own, and one per cuMemImportFromShareableHandle (alias records,
+ * uncharged, chained from it). Each value has `refs` outstanding references
+ * (1 at creation or import, +1 per cuMemRetainAllocationHandle), each needing
+ * its own cuMemRelease; `holders` on the allocation is their sum. The memory
+ * goes back when holders and mappings are both 0, whatever the order; until
+ * then every handle value stays known, so a retain through a mapping can
+ * hand out the value it was mapped with. Callers hold g.lock. */
+
+static struct fc_obj *vmm_alloc_of(struct fc_obj *h)
+{
+    return h->alias ? lookup(h->alias, KIND_VMM) : h;
+}
+
+static void vmm_maybe_free(struct fc_obj *a)
+{
+    if (a->holders > 0 || a->maps > 0)
+        return;
+    while (a->alias_next) {
+        struct fc_obj *n = a->alias_next;
+        a->alias_next = n->alias_next;
+        obj_free(n);
+    }
+    obj_free(a);
+}
+
 /* Physical allocations are device-level: a context's teardown leaves them. */
 static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                const CUmemAllocationProp *prop, unsigned long long flags)
@@ -1358,7 +2073,8 @@ static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!handle || !prop || size == 0 || size % FC_GRANULARITY != 0 || flags != 0 ||
-        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     if ((rc = device_location(&prop->location)) != CUDA_SUCCESS)
         return rc;
@@ -1369,26 +2085,119 @@ static CUresult fc_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     rc = obj_new(handle_take(), KIND_VMM, prop->location.id, size, NULL, &o);
     if (rc == CUDA_SUCCESS) {
         o->size = size;
+        o->refs = o->holders = 1;
+        o->htypes = (unsigned)prop->requestedHandleTypes;
         *handle = o->addr;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
 }
 
-/* The memory goes back once the handle is released and no mapping is left. */
+/* One reference of this handle value goes; a value with none left is
+ * unknown to cuMemMap, cuMemRelease and export. */
 static CUresult fc_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     CUresult rc = enter(EP_cuMemRelease, true);
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&g.lock);
-    struct fc_obj *o = lookup(handle, KIND_VMM);
-    if (!o || o->released) {
+    struct fc_obj *h = lookup(handle, KIND_VMM), *a = h ? vmm_alloc_of(h) : NULL;
+    if (!h || !a || h->refs == 0) {
         rc = CUDA_ERROR_INVALID_VALUE;
-    } else if (o->maps > 0) {
-        o->released = true;
     } else {
-        obj_free(o);
+        h->refs--;
+        a->holders--;
+        vmm_maybe_free(a);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* The handle value that mapped `addr` (any address inside a mapping), with
+ * one more reference. */
+static CUresult fc_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    CUresult rc = enter(EP_cuMemRetainAllocationHandle, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t va = (uint64_t)(uintptr_t)addr;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *m = NULL, *h = NULL, *a = NULL;
+    for (struct fc_obj *x = g.va.next; !m && x != &g.va; x = x->next)
+        if (x->kind == KIND_MAP && va >= x->addr && va - x->addr < x->size)
+            m = x;
+    if (m && (h = lookup(m->handle, KIND_VMM)) != NULL && (a = vmm_alloc_of(h)) != NULL) {
+        h->refs++;
+        a->holders++;
+        *handle = m->handle;
+    } else {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* POSIX file descriptor only (the allocation must have asked for it): a
+ * memfd holding the allocation's key, which only this process's import
+ * understands. The descriptor holds no reference. */
+static CUresult fc_cuMemExportToShareableHandle(void *shareableHandle,
+                                                CUmemGenericAllocationHandle handle,
+                                                CUmemAllocationHandleType handleType,
+                                                unsigned long long flags)
+{
+    CUresult rc = enter(EP_cuMemExportToShareableHandle, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!shareableHandle || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *h = lookup(handle, KIND_VMM), *a = h ? vmm_alloc_of(h) : NULL;
+    uint64_t key = a ? a->addr : 0;
+    bool ok = h && a && h->refs > 0 && (a->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    pthread_mutex_unlock(&g.lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pwrite(fd, &key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+        (void)close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+/* A new handle value (refs 1) for the allocation the descriptor names. */
+static CUresult fc_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                  void *osHandle,
+                                                  CUmemAllocationHandleType shHandleType)
+{
+    CUresult rc = enter(EP_cuMemImportFromShareableHandle, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!handle || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t key = 0;
+    int fd = (int)(intptr_t)osHandle;
+    if (pread(fd, &key, sizeof(key), 0) != (ssize_t)sizeof(key))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *a = lookup(key, KIND_VMM), *h = NULL;
+    if (!a || a->alias || a->holders + a->maps == 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = obj_new(handle_take(), KIND_VMM, a->dev, 0, NULL, &h);
+    if (rc == CUDA_SUCCESS) {
+        h->size = a->size;
+        h->alias = a->addr;
+        h->refs = 1;
+        h->alias_next = a->alias_next;
+        a->alias_next = h;
+        a->holders++;
+        *handle = h->addr;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
@@ -1442,7 +2251,7 @@ static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         ptr % FC_GRANULARITY != 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g.lock);
-    struct fc_obj *h = lookup(handle, KIND_VMM);
+    struct fc_obj *h = lookup(handle, KIND_VMM), *a = h ? vmm_alloc_of(h) : NULL;
     bool inside = false, overlap = false;
     for (struct fc_obj *o = g.va.next; o != &g.va; o = o->next) {
         if (o->kind == KIND_RESERVE && ptr >= o->addr && ptr - o->addr <= o->size &&
@@ -1452,15 +2261,16 @@ static CUresult fc_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
             overlap = true;
     }
     struct fc_obj *m = NULL;
-    if (!h || h->released || size > h->size || !inside || overlap)
+    if (!h || !a || h->refs == 0 || size > a->size || !inside || overlap)
         rc = CUDA_ERROR_INVALID_VALUE;
     else
-        rc = obj_new(ptr, KIND_MAP, h->dev, 0, NULL, &m);
+        rc = obj_new(ptr, KIND_MAP, a->dev, 0, NULL, &m);
     if (rc == CUDA_SUCCESS) {
         m->size = size;
-        m->link = handle;
+        m->link = a->addr;
+        m->handle = handle;
         list_add(&g.va, m);
-        h->maps++;
+        a->maps++;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
@@ -1489,15 +2299,48 @@ static CUresult fc_cuMemUnmap(CUdeviceptr ptr, size_t size)
     for (struct fc_obj *o = g.va.next; rc == CUDA_SUCCESS && o != &g.va;) {
         struct fc_obj *next = o->next;
         if (o->kind == KIND_MAP && o->addr >= ptr && o->addr + o->size <= ptr + size) {
-            struct fc_obj *h = lookup(o->link, KIND_VMM);
+            struct fc_obj *a = lookup(o->link, KIND_VMM);
             obj_free(o);
-            if (h && --h->maps == 0 && h->released)
-                obj_free(h);
+            if (a) {
+                a->maps--;
+                vmm_maybe_free(a);
+            }
         }
         o = next;
     }
     pthread_mutex_unlock(&g.lock);
     return rc;
+}
+
+/* The range must be mapped throughout; each descriptor names a device and
+ * a protection (NONE 0, READ 1, READWRITE 3). Access is not modelled. */
+static CUresult fc_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                  size_t count)
+{
+    CUresult rc = enter(EP_cuMemSetAccess, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (size == 0 || !desc || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
+        if ((rc = device_location(&desc[i].location)) != CUDA_SUCCESS)
+            return rc;
+    }
+    pthread_mutex_lock(&g.lock);
+    uint64_t covered = 0;
+    for (struct fc_obj *o = g.va.next; o != &g.va; o = o->next) {
+        if (o->kind != KIND_MAP || !(ptr < o->addr + o->size && o->addr < ptr + size))
+            continue;
+        uint64_t lo = o->addr > ptr ? o->addr : ptr;
+        uint64_t hi = o->addr + o->size < ptr + size ? o->addr + o->size : ptr + size;
+        covered += hi - lo;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return covered == size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* --- arrays ----------------------------------------------------------------- */
@@ -1660,7 +2503,461 @@ static CUresult fc_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     return handle_free(EP_cuMipmappedArrayDestroy, KIND_MIPMAP, hMipmappedArray);
 }
 
-/* --- launches and graphs (stubs) ------------------------------------------- */
+/* --- graphs with memory nodes ---------------------------------------------------
+ * Stream capture records what the fake models of a stream's work: memory
+ * allocation and free nodes (cuMemAllocAsync / cuMemAllocFromPoolAsync /
+ * cuMemFreeAsync on a capturing stream). An allocation node has its address
+ * from capture on but no memory: a launch takes the memory from its device's
+ * graph memory pool, whose reservation grows to what the launch needs and
+ * stays after it (until cuDeviceGraphMemTrim). An allocation the graph does
+ * not free itself is a live pointer after the launch (freed by
+ * cuMemFree(Async) or a later graph's free node); launching again while it
+ * lives is INVALID_VALUE unless instantiated with AUTO_FREE_ON_LAUNCH.
+ * Graphs and executable graphs are device-level objects (no context). */
+
+/* One step of an executable graph. */
+struct fc_gop {
+    CUgraphNodeType type;
+    int dev;
+    uint64_t va, size;
+    bool freed_inside; /* allocation: a free node of the same graph frees it */
+};
+
+/* Under g.lock: a node of a graph being captured. */
+static CUresult graph_add_node(struct fc_obj *graph, CUgraphNodeType type, int dev, uint64_t va,
+                               uint64_t size)
+{
+    if (graph->nnodes == graph->capnodes) {
+        size_t n = graph->capnodes ? graph->capnodes * 2 : 8;
+        uint64_t *nn = realloc(graph->nodes, n * sizeof(*nn));
+        if (!nn)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        graph->nodes = nn;
+        graph->capnodes = n;
+    }
+    struct fc_obj *node;
+    CUresult rc = obj_new(handle_take(), KIND_GNODE, dev, 0, NULL, &node);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    node->ntype = type;
+    node->handle = va;
+    node->size = size;
+    node->link = graph->addr;
+    graph->nodes[graph->nnodes++] = node->addr;
+    return CUDA_SUCCESS;
+}
+
+/* Under g.lock: the graph and its nodes go. */
+static void graph_free(struct fc_obj *graph)
+{
+    for (size_t i = 0; i < graph->nnodes; i++) {
+        struct fc_obj *node = lookup(graph->nodes[i], KIND_GNODE);
+        if (node)
+            obj_free(node);
+    }
+    free(graph->nodes);
+    graph->nodes = NULL;
+    graph->nnodes = graph->capnodes = 0;
+    obj_free(graph);
+}
+
+/* Under g.lock: the graph stream s is capturing into, if any. */
+static struct fc_obj *capture_of(CUstream s)
+{
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return NULL;
+    struct fc_obj *o = lookup((uint64_t)(uintptr_t)s, KIND_STREAM);
+    return o && o->capture ? lookup(o->capture, KIND_GRAPH) : NULL;
+}
+
+static CUresult begin_capture(enum fc_ep ep, CUstream s, CUstreamCaptureMode mode)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = lookup((uint64_t)(uintptr_t)s, KIND_STREAM), *graph = NULL;
+    if (!o)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (o->capture)
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    else if ((rc = obj_new(handle_take(), KIND_GRAPH, o->dev, 0, NULL, &graph)) == CUDA_SUCCESS)
+        o->capture = graph->addr;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    return begin_capture(EP_cuStreamBeginCapture_v2, hStream, mode);
+}
+
+/* The 10.0 form, before capture modes: global. */
+static CUresult fc_cuStreamBeginCapture(CUstream hStream)
+{
+    return begin_capture(EP_cuStreamBeginCapture, hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+static CUresult fc_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    CUresult rc = enter(EP_cuStreamEndCapture, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *o = hStream ? lookup((uint64_t)(uintptr_t)hStream, KIND_STREAM) : NULL;
+    if (!o || !o->capture) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    } else {
+        *phGraph = (CUgraph)(uintptr_t)o->capture;
+        o->capture = 0;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    CUresult rc = enter(EP_cuStreamIsCapturing, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!captureStatus)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = stream_ctx(hStream, &c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    *captureStatus =
+        capture_of(hStream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult instantiate(enum fc_ep ep, CUgraphExec *phGraphExec, CUgraph hGraph,
+                            unsigned long long flags)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phGraphExec || (flags & ~(unsigned long long)FC_INSTANTIATE_FLAGS) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = hGraph ? lookup((uint64_t)(uintptr_t)hGraph, KIND_GRAPH) : NULL;
+    struct fc_obj *exec = NULL;
+    struct fc_gop *ops = NULL;
+    if (!graph)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (graph->nnodes && !(ops = calloc(graph->nnodes, sizeof(*ops))))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < graph->nnodes; i++) {
+        struct fc_obj *node = lookup(graph->nodes[i], KIND_GNODE);
+        ops[i] = (struct fc_gop){node->ntype, node->dev, node->handle, node->size, false};
+        for (size_t k = 0; node->ntype == CU_GRAPH_NODE_TYPE_MEM_FREE && k < i; k++)
+            if (ops[k].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && ops[k].va == node->handle)
+                ops[k].freed_inside = true;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = obj_new(handle_take(), KIND_GEXEC, graph->dev, 0, NULL, &exec);
+    if (rc == CUDA_SUCCESS) {
+        exec->ops = ops;
+        exec->nnodes = graph->nnodes;
+        exec->gflags = flags;
+        *phGraphExec = (CUgraphExec)(uintptr_t)exec->addr;
+    } else {
+        free(ops);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                               unsigned long long flags)
+{
+    return instantiate(EP_cuGraphInstantiateWithFlags, phGraphExec, hGraph, flags);
+}
+
+/* No error node or log to report: instantiation fails only on bad handles. */
+static CUresult fc_cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                         CUgraphNode *phErrorNode, char *logBuffer,
+                                         size_t bufferSize)
+{
+    if (phErrorNode)
+        *phErrorNode = NULL;
+    if (logBuffer && bufferSize > 0)
+        logBuffer[0] = '\0';
+    return instantiate(EP_cuGraphInstantiate_v2, phGraphExec, hGraph, 0);
+}
+
+/* Under g.lock: a graph allocation that is live as a pointer goes. */
+static void graph_mem_free(uint64_t va)
+{
+    struct fc_obj *p = lookup(va, KIND_PTR);
+    if (p && p->gmem)
+        obj_free(p);
+}
+
+static CUresult graph_launch(enum fc_ep ep, CUgraphExec hGraphExec, CUstream hStream)
+{
+    CUresult rc = enter(ep, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if ((rc = stream_ctx(hStream, &c)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *exec = hGraphExec ? lookup((uint64_t)(uintptr_t)hGraphExec, KIND_GEXEC) : NULL;
+    uint64_t need[FC_MAX_DEVICES] = {0}, grown[FC_MAX_DEVICES] = {0};
+    for (size_t i = 0; exec && i < exec->nnodes; i++) {
+        const struct fc_gop *op = &exec->ops[i];
+        if (op->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            continue;
+        struct fc_obj *live = lookup(op->va, KIND_PTR);
+        if (live && !(exec->gflags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
+            rc = CUDA_ERROR_INVALID_VALUE; /* last launch's allocation still lives */
+        if (op->size > FC_VA_LIMIT - need[op->dev])
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            need[op->dev] += op->size;
+    }
+    if (!exec)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&g.lock);
+        return rc;
+    }
+    /* Frees of other graphs' allocations, and auto-frees, come first. */
+    for (size_t i = 0; i < exec->nnodes; i++) {
+        const struct fc_gop *op = &exec->ops[i];
+        bool own = false;
+        for (size_t k = 0; op->type == CU_GRAPH_NODE_TYPE_MEM_FREE && k < exec->nnodes; k++)
+            own |= exec->ops[k].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && exec->ops[k].va == op->va;
+        if ((op->type == CU_GRAPH_NODE_TYPE_MEM_FREE && !own) ||
+            op->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            graph_mem_free(op->va);
+    }
+    for (int d = 0; rc == CUDA_SUCCESS && d < g.ndev; d++) {
+        struct fc_dev *dv = &g.dev[d];
+        uint64_t peak = dv->gused + need[d];
+        if (peak > dv->greserved && (rc = dev_take(d, peak - dv->greserved)) == CUDA_SUCCESS) {
+            grown[d] = peak - dv->greserved;
+            dv->greserved = peak;
+        }
+        if (dv->greserved > dv->greserved_high)
+            dv->greserved_high = dv->greserved;
+        if (peak > dv->gused_high)
+            dv->gused_high = peak;
+    }
+    for (int d = 0; rc != CUDA_SUCCESS && d < g.ndev; d++) {
+        g.dev[d].greserved -= grown[d];
+        dev_give(d, grown[d]);
+    }
+    /* What the graph does not free itself lives on as a pointer. */
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < exec->nnodes; i++) {
+        const struct fc_gop *op = &exec->ops[i];
+        struct fc_obj *p;
+        if (op->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC || op->freed_inside)
+            continue;
+        if ((rc = obj_new(op->va, KIND_PTR, op->dev, 0, c, &p)) != CUDA_SUCCESS)
+            break;
+        p->size = op->size;
+        p->gmem = true;
+        g.dev[op->dev].gused += op->size;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return graph_launch(EP_cuGraphLaunch, hGraphExec, hStream);
+}
+
+static CUresult fc_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return graph_launch(EP_cuGraphLaunch_ptsz, hGraphExec, hStream);
+}
+
+/* What the device's graph pool holds beyond what graph allocations use
+ * goes back. */
+static CUresult fc_cuDeviceGraphMemTrim(CUdevice device)
+{
+    CUresult rc = enter(EP_cuDeviceGraphMemTrim, true);
+    if (rc != CUDA_SUCCESS || (rc = check_dev(device)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_dev *d = &g.dev[device];
+    if (d->greserved > d->gused) {
+        dev_give(device, d->greserved - d->gused);
+        d->greserved = d->gused;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                void *value)
+{
+    CUresult rc = enter(EP_cuDeviceGetGraphMemAttribute, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = check_dev(device)) != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_dev *d = &g.dev[device];
+    cuuint64_t v = 0;
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+        v = d->gused;
+        break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+        v = d->gused_high;
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+        v = d->greserved;
+        break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+        v = d->greserved_high;
+        break;
+    default:
+        rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g.lock);
+    if (rc == CUDA_SUCCESS)
+        memcpy(value, &v, sizeof(v));
+    return rc;
+}
+
+static CUresult fc_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    CUresult rc = enter(EP_cuGraphGetNodes, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!numNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = hGraph ? lookup((uint64_t)(uintptr_t)hGraph, KIND_GRAPH) : NULL;
+    if (!graph) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        for (size_t i = 0; nodes && i < *numNodes; i++)
+            nodes[i] = i < graph->nnodes ? (CUgraphNode)(uintptr_t)graph->nodes[i] : NULL;
+        *numNodes = graph->nnodes;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* Under g.lock. */
+static struct fc_obj *node_get(CUgraphNode hNode)
+{
+    return hNode ? lookup((uint64_t)(uintptr_t)hNode, KIND_GNODE) : NULL;
+}
+
+static CUresult fc_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    CUresult rc = enter(EP_cuGraphNodeGetType, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!type)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *node = node_get(hNode);
+    if (node)
+        *type = node->ntype;
+    pthread_mutex_unlock(&g.lock);
+    return node ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The pool properties a captured allocation gets: pinned device memory of
+ * the pool's device, read-write for that device (the access list is the
+ * node's, valid while the node is). */
+static CUresult fc_cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
+                                                CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    CUresult rc = enter(EP_cuGraphMemAllocNodeGetParams, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!params_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *node = node_get(hNode);
+    if (!node || node->ntype != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        memset(params_out, 0, sizeof(*params_out));
+        params_out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        params_out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        params_out->poolProps.location.id = node->dev;
+        params_out->accessDescs = &g.dev[node->dev].access;
+        params_out->accessDescCount = 1;
+        params_out->bytesize = node->size;
+        params_out->dptr = node->handle;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+static CUresult fc_cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
+{
+    CUresult rc = enter(EP_cuGraphMemFreeNodeGetParams, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!dptr_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *node = node_get(hNode);
+    if (!node || node->ntype != CU_GRAPH_NODE_TYPE_MEM_FREE)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *dptr_out = node->handle;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+/* An executable graph's allocations outlive it (their pointers stay). */
+static CUresult fc_cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    CUresult rc = enter(EP_cuGraphExecDestroy, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *exec = hGraphExec ? lookup((uint64_t)(uintptr_t)hGraphExec, KIND_GEXEC) : NULL;
+    if (exec) {
+        free(exec->ops);
+        exec->ops = NULL;
+        obj_free(exec);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fc_cuGraphDestroy(CUgraph hGraph)
+{
+    CUresult rc = enter(EP_cuGraphDestroy, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = hGraph ? lookup((uint64_t)(uintptr_t)hGraph, KIND_GRAPH) : NULL;
+    bool capturing = false;
+    /* A graph still being captured belongs to its stream. */
+    for (size_t b = 0; graph && b < ((size_t)1 << g.bits); b++)
+        for (struct fc_obj *x = g.buckets[b]; x; x = x->hnext)
+            capturing |= x->kind == KIND_STREAM && x->capture == graph->addr;
+    if (graph && !capturing)
+        graph_free(graph);
+    pthread_mutex_unlock(&g.lock);
+    return graph && !capturing ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* --- launches and kernel nodes (stubs) --------------------------------------- */
 
 /* A no-op: benches time the call itself. */
 static CUresult fc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -1775,6 +3072,33 @@ static const struct fc_proc procs[] = {
     {"cuDeviceGetMemPool", 11020, FC_FN(cuDeviceGetMemPool), NULL},
     {"cuMemAllocFromPoolAsync", 11020, FC_FN(cuMemAllocFromPoolAsync),
      FC_FN(cuMemAllocFromPoolAsync_ptsz)},
+    {"cuDeviceSetMemPool", 11020, FC_FN(cuDeviceSetMemPool), NULL},
+    {"cuMemPoolTrimTo", 11020, FC_FN(cuMemPoolTrimTo), NULL},
+    {"cuMemPoolSetAttribute", 11020, FC_FN(cuMemPoolSetAttribute), NULL},
+    {"cuMemPoolGetAttribute", 11020, FC_FN(cuMemPoolGetAttribute), NULL},
+    {"cuStreamGetCtx", 9020, FC_FN(cuStreamGetCtx), NULL},
+    {"cuPointerGetAttribute", 4000, FC_FN(cuPointerGetAttribute), NULL},
+    {"cuCtxPushCurrent", 2000, FC_FN(cuCtxPushCurrent), NULL},
+    {"cuCtxPushCurrent", 4000, FC_FN(cuCtxPushCurrent_v2), NULL},
+    {"cuCtxPopCurrent", 2000, FC_FN(cuCtxPopCurrent), NULL},
+    {"cuCtxPopCurrent", 4000, FC_FN(cuCtxPopCurrent_v2), NULL},
+    {"cuCtxSetLimit", 3010, FC_FN(cuCtxSetLimit), NULL},
+    {"cuCtxGetLimit", 3010, FC_FN(cuCtxGetLimit), NULL},
+    {"cuStreamBeginCapture", 10000, FC_FN(cuStreamBeginCapture), NULL},
+    {"cuStreamBeginCapture", 10010, FC_FN(cuStreamBeginCapture_v2), NULL},
+    {"cuStreamEndCapture", 10000, FC_FN(cuStreamEndCapture), NULL},
+    {"cuStreamIsCapturing", 10000, FC_FN(cuStreamIsCapturing), NULL},
+    {"cuGraphInstantiate", 11000, FC_FN(cuGraphInstantiate_v2), NULL},
+    {"cuGraphInstantiateWithFlags", 11040, FC_FN(cuGraphInstantiateWithFlags), NULL},
+    {"cuGraphLaunch", 10000, FC_FN(cuGraphLaunch), FC_FN(cuGraphLaunch_ptsz)},
+    {"cuDeviceGraphMemTrim", 11040, FC_FN(cuDeviceGraphMemTrim), NULL},
+    {"cuDeviceGetGraphMemAttribute", 11040, FC_FN(cuDeviceGetGraphMemAttribute), NULL},
+    {"cuGraphGetNodes", 10000, FC_FN(cuGraphGetNodes), NULL},
+    {"cuGraphNodeGetType", 10000, FC_FN(cuGraphNodeGetType), NULL},
+    {"cuGraphMemAllocNodeGetParams", 11040, FC_FN(cuGraphMemAllocNodeGetParams), NULL},
+    {"cuGraphMemFreeNodeGetParams", 11040, FC_FN(cuGraphMemFreeNodeGetParams), NULL},
+    {"cuGraphExecDestroy", 10000, FC_FN(cuGraphExecDestroy), NULL},
+    {"cuGraphDestroy", 10000, FC_FN(cuGraphDestroy), NULL},
     {"cuMemCreate", 10020, FC_FN(cuMemCreate), NULL},
     {"cuMemRelease", 10020, FC_FN(cuMemRelease), NULL},
     {"cuMemMap", 10020, FC_FN(cuMemMap), NULL},
@@ -1782,6 +3106,10 @@ static const struct fc_proc procs[] = {
     {"cuMemAddressReserve", 10020, FC_FN(cuMemAddressReserve), NULL},
     {"cuMemAddressFree", 10020, FC_FN(cuMemAddressFree), NULL},
     {"cuMemGetAllocationGranularity", 10020, FC_FN(cuMemGetAllocationGranularity), NULL},
+    {"cuMemRetainAllocationHandle", 11000, FC_FN(cuMemRetainAllocationHandle), NULL},
+    {"cuMemExportToShareableHandle", 10020, FC_FN(cuMemExportToShareableHandle), NULL},
+    {"cuMemImportFromShareableHandle", 10020, FC_FN(cuMemImportFromShareableHandle), NULL},
+    {"cuMemSetAccess", 10020, FC_FN(cuMemSetAccess), NULL},
     {"cuArrayCreate", 2000, FC_FN(cuArrayCreate), NULL},
     {"cuArrayCreate", 3020, FC_FN(cuArrayCreate_v2), NULL},
     {"cuArray3DCreate", 2000, FC_FN(cuArray3DCreate), NULL},
@@ -1797,6 +3125,40 @@ static const struct fc_proc procs[] = {
     {"cuGraphAddKernelNode", 10000, FC_FN(cuGraphAddKernelNode), NULL},
     {"cuGraphAddKernelNode", 12000, FC_FN(cuGraphAddKernelNode_v2), NULL},
 };
+
+/* FAKECUDA_PROCADDR_DISTINCT: a real driver's cuGetProcAddress may hand out
+ * internal entry points rather than its exported symbols. Each export gets a
+ * twin, fcd_<name>, a stub that jumps to the same code: same behaviour, an
+ * address that no dlsym returns (and no dynamic symbol names). */
+#ifdef FC_HAVE_DISTINCT
+#if defined(__x86_64__)
+#define FC_JUMP "jmp"
+#else
+#define FC_JUMP "b"
+#endif
+#define FC_DISTINCT_STUB(sym)                                                               \
+    __asm__(".text\n.p2align 4\n.globl fcd_" #sym "\n.hidden fcd_" #sym "\n.type fcd_" #sym \
+            ",%function\nfcd_" #sym ":\n\t" FC_JUMP " fc_" #sym "\n.size fcd_" #sym         \
+            ", .-fcd_" #sym "\n");                                                          \
+    extern char fcd_##sym[] __attribute__((visibility("hidden")));
+FC_ENTRY_POINTS(FC_DISTINCT_STUB)
+#undef FC_DISTINCT_STUB
+
+static void *distinct_of(void *fn)
+{
+#define FC_DISTINCT_CASE(sym) \
+    if (fn == FC_FN(sym))     \
+        return (void *)fcd_##sym;
+    FC_ENTRY_POINTS(FC_DISTINCT_CASE)
+#undef FC_DISTINCT_CASE
+    return fn;
+}
+#else
+static void *distinct_of(void *fn)
+{
+    return fn;
+}
+#endif
 
 static CUresult proc_address(enum fc_ep ep, const char *symbol, void **pfn, int cudaVersion,
                              cuuint64_t flags, CUdriverProcAddressQueryResult *status)
@@ -1824,6 +3186,8 @@ static CUresult proc_address(enum fc_ep ep, const char *symbol, void **pfn, int 
     }
     *pfn = flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM && best->ptsz ? best->ptsz
                                                                                 : best->fn;
+    if (g.distinct)
+        *pfn = distinct_of(*pfn);
     if (status)
         *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;

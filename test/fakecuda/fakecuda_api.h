@@ -16,21 +16,25 @@
 /* CUresult values this subset can return, with the driver's names and
  * strings: one list so cuGetErrorName, cuGetErrorString and the probe's
  * printer cannot drift apart. */
-#define CU_RESULT_MAP(XX)                                                                \
-    XX(CUDA_SUCCESS, 0, "no error")                                                      \
-    XX(CUDA_ERROR_INVALID_VALUE, 1, "invalid argument")                                  \
-    XX(CUDA_ERROR_OUT_OF_MEMORY, 2, "out of memory")                                     \
-    XX(CUDA_ERROR_NOT_INITIALIZED, 3, "initialization error")                            \
-    XX(CUDA_ERROR_DEINITIALIZED, 4, "driver shutting down")                              \
-    XX(CUDA_ERROR_NO_DEVICE, 100, "no CUDA-capable device is detected")                  \
-    XX(CUDA_ERROR_INVALID_DEVICE, 101, "invalid device ordinal")                         \
-    XX(CUDA_ERROR_INVALID_CONTEXT, 201, "invalid device context")                        \
-    XX(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, 303, "shared object initialization failed") \
-    XX(CUDA_ERROR_INVALID_HANDLE, 400, "invalid resource handle")                        \
-    XX(CUDA_ERROR_NOT_FOUND, 500, "named symbol not found")                              \
-    XX(CUDA_ERROR_NOT_PERMITTED, 800, "operation not permitted")                         \
-    XX(CUDA_ERROR_NOT_SUPPORTED, 801, "operation not supported")                         \
-    XX(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709, "context is destroyed")                     \
+#define CU_RESULT_MAP(XX)                                                                       \
+    XX(CUDA_SUCCESS, 0, "no error")                                                             \
+    XX(CUDA_ERROR_INVALID_VALUE, 1, "invalid argument")                                         \
+    XX(CUDA_ERROR_OUT_OF_MEMORY, 2, "out of memory")                                            \
+    XX(CUDA_ERROR_NOT_INITIALIZED, 3, "initialization error")                                   \
+    XX(CUDA_ERROR_DEINITIALIZED, 4, "driver shutting down")                                     \
+    XX(CUDA_ERROR_NO_DEVICE, 100, "no CUDA-capable device is detected")                         \
+    XX(CUDA_ERROR_INVALID_DEVICE, 101, "invalid device ordinal")                                \
+    XX(CUDA_ERROR_INVALID_CONTEXT, 201, "invalid device context")                               \
+    XX(CUDA_ERROR_UNSUPPORTED_LIMIT, 215, "limit is not supported on this architecture")        \
+    XX(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, 303, "shared object initialization failed")        \
+    XX(CUDA_ERROR_INVALID_HANDLE, 400, "invalid resource handle")                               \
+    XX(CUDA_ERROR_ILLEGAL_STATE, 401, "the operation cannot be performed in the present state") \
+    XX(CUDA_ERROR_NOT_FOUND, 500, "named symbol not found")                                     \
+    XX(CUDA_ERROR_NOT_PERMITTED, 800, "operation not permitted")                                \
+    XX(CUDA_ERROR_NOT_SUPPORTED, 801, "operation not supported")                                \
+    XX(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709, "context is destroyed")                            \
+    XX(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900,                                              \
+       "operation not permitted when stream is capturing")                                      \
     XX(CUDA_ERROR_UNKNOWN, 999, "unknown error")
 
 enum cudaError_enum {
@@ -54,6 +58,7 @@ typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 typedef struct CUuuid_st {
     char bytes[16];
@@ -167,6 +172,17 @@ typedef struct CUmemAllocationProp_st {
     } allocFlags;
 } CUmemAllocationProp;
 
+typedef enum CUmemAccess_flags_enum {
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+} CUmemAccess_flags;
+
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc;
+
 typedef struct CUmemPoolProps_st {
     CUmemAllocationType allocType;
     CUmemAllocationHandleType handleTypes;
@@ -199,10 +215,67 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+} CUstreamCaptureStatus;
+
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+} CUstreamCaptureMode;
+
+typedef enum CUgraphNodeType_enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+} CUgraphNodeType;
+
+typedef enum CUgraphMem_attribute_enum {
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+} CUgraphMem_attribute;
+
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 1ULL
+
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
 /* What the fake's cuGraphAddKernelNode stubs store in *phGraphNode, so a
  * caller can tell which ABI answered (fake-only convention). */
 #define FAKECUDA_GRAPH_NODE_V1 ((CUgraphNode)0xfc01)
 #define FAKECUDA_GRAPH_NODE_V2 ((CUgraphNode)0xfc02)
+
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE = 0,
+    CU_LIMIT_PRINTF_FIFO_SIZE = 1,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 2,
+} CUlimit;
+
+typedef enum CUmemPool_attribute_enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+} CUmemPool_attribute;
+
+typedef enum CUpointer_attribute_enum {
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+} CUpointer_attribute;
 
 /* cuGetProcAddress flags and cuGetProcAddress_v2 symbol status. */
 #define CU_GET_PROC_ADDRESS_DEFAULT 0
@@ -241,6 +314,12 @@ CUresult cuCtxGetCurrent(CUcontext *pctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);
+CUresult cuCtxPushCurrent(CUcontext ctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent(CUcontext *pctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
@@ -272,6 +351,13 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream);
 
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags);
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
@@ -283,6 +369,13 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        CUmemAllocationGranularity_flags option);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType handleType,
+                                      unsigned long long flags);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        CUmemAllocationHandleType shHandleType);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 
 CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray);
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
@@ -307,6 +400,24 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                              unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                              unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                              void **kernelParams, void **extra);
+CUresult cuStreamBeginCapture(CUstream hStream);
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags);
+CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                               char *logBuffer, size_t bufferSize);
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuDeviceGraphMemTrim(CUdevice device);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
+CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes);
+CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type);
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult cuGraphDestroy(CUgraph hGraph);
 CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                               const CUgraphNode *dependencies, size_t numDependencies,
                               const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
