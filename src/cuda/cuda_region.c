@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,24 +15,50 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h> /* fchmod */
+#include <time.h>
 #include <unistd.h>
 
 #define REGION_MAGIC 0x52435047u /* "GPCR" little-endian */
-#define REGION_VERSION 1u
+#define REGION_VERSION 2u
+/* Version 1's file size: a file of that size and version is a region a
+ * container instance that is gone left behind (the library is bind-mounted
+ * and cannot change under running processes), not a damaged one. */
+#define REGION_V1_SIZE 32904
+/* How old the last look for dead processes may be before a report looks
+ * again (reports are frequent: frameworks poll free memory). */
+#define SCAN_EVERY_NS (250LL * 1000 * 1000)
+/* Contended lock: trylock this many times with a pause, then this many
+ * with a sched_yield, then sleep in the kernel. The lock is held for tens
+ * of nanoseconds, so a waiter that sleeps at once pays two system calls
+ * (its own and the waker's) for nothing; one that only spins burns its time
+ * slice while the holder it waits for is preempted on the same CPU. */
+#define LOCK_SPINS 64
+#define LOCK_YIELDS 16
 
-/* One process's share. pid 0: free. pidns and start identify the process
- * beyond its pid: a pid is only judged by a process of the same pid
- * namespace, and a pid reused by a new process is recognised by its start
- * time (clock ticks after boot, /proc/<pid>/stat field 22). */
-struct slot {
-    int32_t pid;
-    uint32_t pidns;
-    uint64_t start;
-    int64_t used;
-    int64_t spare;
+/* How a used slot's liveness is judged. */
+enum slot_state {
+    SLOT_FREE = 0,
+    SLOT_LOCKED = 1, /* live while someone holds a lock on its first byte */
+    SLOT_BY_PID = 2, /* no OFD lock could be taken: judged by pid, namespace, start */
 };
 
-/* The file. Fixed size; every field after the mutex is written under it. */
+/* One process's share. state and used are read without the lock (as hints
+ * for reaping, re-checked under it). token tells a process that the slot is
+ * still the one it claimed. pid, pidns and start serve SLOT_BY_PID only (and
+ * people reading the file). */
+struct slot {
+    uint32_t state; /* enum slot_state */
+    int32_t pid;
+    uint32_t pidns;
+    uint32_t spare;
+    uint64_t start; /* clock ticks after boot, /proc/<pid>/stat field 22 */
+    uint64_t token;
+    int64_t used;
+};
+
+/* The file. Fixed size; every field after the mutex is written under it.
+ * The first 32 bytes keep version 1's layout, so any version can tell an
+ * older region from a damaged file. */
 struct region_file {
     uint32_t magic, version;
     uint32_t size, nslots;
@@ -39,18 +66,27 @@ struct region_file {
     uint32_t ready; /* 1 once initialised; written under the file lock */
     uint32_t pad;
     pthread_mutex_t lock; /* robust, process-shared */
-    int64_t used;         /* = sum of slots[].used */
+    int64_t used;         /* = sum of slots[].used; read without the lock */
     int64_t recoveries;   /* dead lock owners recovered */
     int64_t reclaimed;    /* dead processes' slots reclaimed */
-    int64_t spare[5];
+    uint64_t claims;      /* the last token handed out */
+    uint64_t scanned_at;  /* CLOCK_MONOTONIC ns of a report's last look for the dead */
+    int64_t spare[3];
     struct slot slots[CUDAREG_SLOTS];
 };
 
 struct cudareg {
     struct region_file *f;
-    int slot;    /* index in f->slots, -1 until the first charge */
-    int32_t pid; /* getpid() of the owner, kept across calls */
+    /* This process's own open file description of the region, whose locks
+     * say it lives; -1 in a forked child until it needs one. Atomic. */
+    int fd;
+    int slot;       /* index in f->slots, -1 until the first charge; atomic */
+    uint64_t token; /* the claim of that slot; under f->lock */
+    bool by_pid;    /* the kernel refused OFD locks (before Linux 3.15) */
+    int32_t pid;    /* getpid() of the owner, kept across calls */
     uint32_t pidns;
+    int64_t limit; /* the limit this process attached with */
+    char path[];   /* to open the region again after a fork */
 };
 
 size_t cudareg_file_size(void)
@@ -59,6 +95,32 @@ size_t cudareg_file_size(void)
 }
 
 /* ---- who is alive -------------------------------------------------------- */
+
+/* The byte whose lock says slot i is live: the slot's own first byte. */
+static off_t slot_byte(unsigned i)
+{
+    return (off_t)(offsetof(struct region_file, slots) + i * sizeof(struct slot));
+}
+
+/* F_OFD_SETLK of type on slot i's byte (F_WRLCK takes it, F_UNLCK drops it).
+ * 0, or -1 with errno (EAGAIN: someone else holds it; EINVAL: no OFD locks). */
+static int byte_lock(int fd, unsigned i, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = slot_byte(i), .l_len = 1};
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Whether an open file description other than fd's holds slot i's byte:
+ * 1 yes, 0 no, -1 cannot tell. fd's own locks never conflict with it, so a
+ * process cannot judge its own slot this way (and never needs to). */
+static int byte_held(int fd, unsigned i)
+{
+    struct flock fl = {
+        .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot_byte(i), .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return -1;
+    return fl.l_type != F_UNLCK;
+}
 
 /* The pid namespace's inode from the link text "pid:[4026531836]"
  * (readlink, not stat: stat has no old-glibc symbol, see cuda_glibc.h). */
@@ -73,9 +135,10 @@ static uint32_t own_pidns(void)
     return p != NULL ? (uint32_t)strtoul(p + 1, NULL, 10) : 0;
 }
 
-/* Start time (field 22) and state (field 3) of /proc/<pid>/stat; -1 when it
- * cannot be read. The command name (field 2) may hold spaces and ')'. */
-static int proc_stat(int32_t pid, uint64_t *start, char *state)
+/* State (field 3), thread count (field 20) and start time (field 22) of
+ * /proc/<pid>/stat (pid 0: self); -1 when it cannot be read. The command
+ * name (field 2) may hold spaces and ')'. */
+static int proc_stat(int32_t pid, char *state, long *threads, uint64_t *start)
 {
     char path[48], buf[1024];
     if (pid == 0)
@@ -95,11 +158,14 @@ static int proc_stat(int32_t pid, uint64_t *start, char *state)
         return -1;
     p += 2;
     *state = *p;
+    *threads = 0;
     for (int field = 3; field < 22; field++) {
         p = strchr(p, ' ');
         if (p == NULL)
             return -1;
         p++;
+        if (field + 1 == 20)
+            *threads = strtol(p, NULL, 10);
     }
     char *end;
     errno = 0;
@@ -110,19 +176,56 @@ static int proc_stat(int32_t pid, uint64_t *start, char *state)
     return 0;
 }
 
-/* True only when the slot's process is certainly gone: never for a pid of
- * another pid namespace, which this process cannot judge. */
-static bool slot_is_dead(const struct slot *s, uint32_t pidns)
+/* The fallback without OFD locks: true only when the slot's process is
+ * certainly gone. Never for a pid of another pid namespace, which this
+ * process cannot judge; a zombie is gone only when no thread of it lives
+ * (its main thread may have exited while workers hold memory); a process
+ * that exec'd keeps its pid and start time, so its old image stays charged
+ * until it exits (only OFD locks see the exec). */
+static bool pid_is_dead(const struct slot *s, uint32_t pidns)
 {
     if (s->pidns != pidns)
         return false;
     if (kill(s->pid, 0) != 0 && errno == ESRCH)
         return true;
-    uint64_t start;
     char state;
-    if (proc_stat(s->pid, &start, &state) != 0)
+    long threads;
+    uint64_t start;
+    if (proc_stat(s->pid, &state, &threads, &start) != 0)
         return false; /* /proc hidden: trust kill() */
-    return state == 'Z' || state == 'X' || (s->start != 0 && start != s->start);
+    return state == 'X' || (state == 'Z' && threads <= 1) || (s->start != 0 && start != s->start);
+}
+
+/* Whether slot i, used by another process, belongs to one that is gone. */
+static bool slot_is_dead(const struct cudareg *r, int fd, unsigned i)
+{
+    const struct slot *s = &r->f->slots[i];
+    switch (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE)) {
+    case SLOT_FREE:
+        return false;
+    case SLOT_BY_PID:
+        return pid_is_dead(s, r->pidns);
+    default: /* SLOT_LOCKED, or a state this version never writes */
+        return byte_held(fd, i) == 0;
+    }
+}
+
+/* This process's descriptor of the region, opened again after a fork. The
+ * path is the one attached: the container's own directory, whose file is
+ * never replaced while processes use it (a stale one is rewritten in place). */
+static int own_fd(struct cudareg *r)
+{
+    int fd = __atomic_load_n(&r->fd, __ATOMIC_ACQUIRE);
+    if (fd >= 0)
+        return fd;
+    int mine = open(r->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (mine < 0)
+        return -1;
+    int none = -1;
+    if (__atomic_compare_exchange_n(&r->fd, &none, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return mine;
+    close(mine); /* another thread opened one first */
+    return none;
 }
 
 /* ---- the lock ------------------------------------------------------------- */
@@ -134,11 +237,12 @@ static void recompute(struct region_file *f)
 {
     int64_t sum = 0;
     for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
-        if (f->slots[i].pid == 0 || f->slots[i].used < 0)
-            f->slots[i].used = 0;
-        sum = f->slots[i].used > INT64_MAX - sum ? INT64_MAX : sum + f->slots[i].used;
+        struct slot *s = &f->slots[i];
+        if (s->state == SLOT_FREE || s->used < 0)
+            __atomic_store_n(&s->used, 0, __ATOMIC_RELAXED);
+        sum = s->used > INT64_MAX - sum ? INT64_MAX : sum + s->used;
     }
-    f->used = sum;
+    __atomic_store_n(&f->used, sum, __ATOMIC_RELAXED);
 }
 
 /* Takes a slot's share off the total; a share that the total cannot hold
@@ -146,14 +250,37 @@ static void recompute(struct region_file *f)
  * rebuild it (recompute) once the slot is cleared, instead of wrapping. */
 static void total_sub(struct region_file *f, int64_t bytes)
 {
-    f->used = bytes >= 0 && bytes <= f->used ? f->used - bytes : -1;
+    int64_t v = bytes >= 0 && bytes <= f->used ? f->used - bytes : -1;
+    __atomic_store_n(&f->used, v, __ATOMIC_RELAXED);
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
 }
 
 /* 0 locked, -1 unusable. A previous owner that died inside the lock may have
- * updated its slot but not the total: the total is rebuilt from the slots. */
+ * updated the total but not its slot: the total is rebuilt from the slots. */
 static int region_lock(struct region_file *f)
 {
-    int rc = pthread_mutex_lock(&f->lock);
+    int rc;
+    for (unsigned i = 0;; i++) {
+        rc = pthread_mutex_trylock(&f->lock);
+        if (rc != EBUSY)
+            break;
+        if (i < LOCK_SPINS) {
+            cpu_relax();
+        } else if (i < LOCK_SPINS + LOCK_YIELDS) {
+            sched_yield();
+        } else {
+            rc = pthread_mutex_lock(&f->lock);
+            break;
+        }
+    }
     if (rc == EOWNERDEAD) {
         recompute(f);
         f->recoveries++;
@@ -167,44 +294,131 @@ static void region_unlock(struct region_file *f)
     pthread_mutex_unlock(&f->lock);
 }
 
-/* Gives back the slots of dead processes. Under the lock. */
-static void reap(struct cudareg *r)
+/* Frees a slot. Under the lock; its owner's byte lock, if any, is the
+ * owner's to drop (or the kernel's). */
+static void clear_slot(struct region_file *f, struct slot *s)
 {
-    struct region_file *f = r->f;
-    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
-        struct slot *s = &f->slots[i];
-        if (s->pid == 0 || s->pid == r->pid || !slot_is_dead(s, r->pidns))
-            continue;
-        total_sub(f, s->used);
-        memset(s, 0, sizeof *s);
-        f->reclaimed++;
-    }
+    total_sub(f, s->used);
+    __atomic_store_n(&s->state, SLOT_FREE, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->used, 0, __ATOMIC_RELAXED);
+    s->pid = 0;
+    s->pidns = 0;
+    s->start = 0;
+    s->token = 0;
     if (f->used < 0)
         recompute(f);
 }
 
-/* This process's slot, taken on first use. Under the lock. */
-static int own_slot(struct cudareg *r)
+/* Gives back the slots of processes that are gone. Candidates are picked
+ * without the lock (one fcntl each, so a container of many processes is not
+ * stalled meanwhile), then each is judged again under the lock before it is
+ * freed: a claim takes its byte lock before it publishes the slot, under
+ * the lock, so "used and nobody holds its byte" seen under the lock means
+ * dead. all: every used slot (a claim found none free); otherwise only the
+ * slots that hold bytes. Returns how many slots were freed. */
+static int reap(struct cudareg *r, bool all)
 {
     struct region_file *f = r->f;
-    if (r->slot >= 0 && f->slots[r->slot].pid == r->pid)
+    int fd = own_fd(r); /* -1: only SLOT_BY_PID slots can be judged */
+    uint64_t dead[CUDAREG_SLOTS / 64] = {0};
+    int own = __atomic_load_n(&r->slot, __ATOMIC_RELAXED), found = 0;
+    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
+        const struct slot *s = &f->slots[i];
+        if ((int)i == own || __atomic_load_n(&s->state, __ATOMIC_RELAXED) == SLOT_FREE ||
+            (!all && __atomic_load_n(&s->used, __ATOMIC_RELAXED) == 0) || !slot_is_dead(r, fd, i))
+            continue;
+        dead[i / 64] |= 1ull << (i % 64);
+        found++;
+    }
+    if (found == 0 || region_lock(f) != 0)
         return 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
-            if (f->slots[i].pid != 0)
-                continue;
-            struct slot *s = &f->slots[i];
-            char state;
-            uint64_t start = 0;
-            if (proc_stat(0, &start, &state) != 0)
-                start = 0;
-            *s = (struct slot){.pid = r->pid, .pidns = r->pidns, .start = start};
-            r->slot = (int)i;
-            return 0;
+    int freed = 0;
+    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
+        /* r->slot again: another thread of ours may have claimed i since. */
+        if (!(dead[i / 64] & (1ull << (i % 64))) || (int)i == r->slot || !slot_is_dead(r, fd, i))
+            continue;
+        clear_slot(f, &f->slots[i]);
+        f->reclaimed++;
+        freed++;
+    }
+    region_unlock(f);
+    return freed;
+}
+
+/* True when the caller is the one process to look for the dead now: a
+ * report looks at most every SCAN_EVERY_NS for the whole container. */
+static bool scan_due(struct region_file *f)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return false;
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t last = __atomic_load_n(&f->scanned_at, __ATOMIC_RELAXED);
+    /* A time ahead of ours (another time namespace, a corrupt file) is
+     * treated as long past, so it cannot stop the looking. */
+    if (now >= last && now - last < (uint64_t)SCAN_EVERY_NS)
+        return false;
+    return __atomic_compare_exchange_n(&f->scanned_at, &last, now, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
+
+/* Whether this process's slot is still the one it claimed. Under the lock. */
+static bool owns_slot(const struct cudareg *r)
+{
+    if (r->slot < 0)
+        return false;
+    const struct slot *s = &r->f->slots[r->slot];
+    return s->state != SLOT_FREE && s->token == r->token;
+}
+
+/* Takes a free slot for this process: its byte lock first, then the slot
+ * is published. Under the lock. 0, or -1 when no slot is free. */
+static int claim(struct cudareg *r)
+{
+    struct region_file *f = r->f;
+    int fd = __atomic_load_n(&r->fd, __ATOMIC_ACQUIRE);
+    /* A slot taken from us (only a damaged file does that) may still carry
+     * our lock; drop it so its next owner can take it. */
+    if (r->slot >= 0 && fd >= 0 && !r->by_pid)
+        (void)byte_lock(fd, (unsigned)r->slot, F_UNLCK);
+    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
+        struct slot *s = &f->slots[i];
+        if (s->state != SLOT_FREE)
+            continue;
+        uint32_t state = SLOT_LOCKED;
+        if (fd < 0 || r->by_pid) {
+            state = SLOT_BY_PID;
+        } else if (byte_lock(fd, i, F_WRLCK) != 0) {
+            if (errno != EINVAL)
+                continue; /* a lock on a free slot: leave it to whoever holds it */
+            r->by_pid = true;
+            state = SLOT_BY_PID;
         }
-        reap(r);
+        char st;
+        long threads;
+        uint64_t start = 0;
+        if (proc_stat(0, &st, &threads, &start) != 0)
+            start = 0;
+        if (++f->claims == 0)
+            f->claims = 1; /* 0 is never a token */
+        s->pid = r->pid;
+        s->pidns = r->pidns;
+        s->start = start;
+        s->token = f->claims;
+        __atomic_store_n(&s->used, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->state, state, __ATOMIC_RELEASE);
+        r->token = f->claims;
+        __atomic_store_n(&r->slot, (int)i, __ATOMIC_RELAXED);
+        return 0;
     }
     return -1;
+}
+
+/* The limit this process is held to. */
+static int64_t limit_of(const struct cudareg *r)
+{
+    int64_t region = r->f->limit;
+    return region < r->limit ? region : r->limit;
 }
 
 /* ---- the file ---------------------------------------------------------- */
@@ -238,25 +452,49 @@ static bool is_region(const struct region_file *f)
            f->nslots == CUDAREG_SLOTS && f->limit >= 0;
 }
 
-/* The process's handle on a mapped, valid region. */
-static struct cudareg *wrap(struct region_file *f, char *err, size_t errlen)
+/* Whether the file (of size bytes) is a complete region of an older layout
+ * version: made by a library that is no longer running in this container. */
+static bool is_older_region(int fd, off_t size)
 {
-    struct cudareg *r = calloc(1, sizeof *r);
+    uint32_t head[4];
+    if (size != REGION_V1_SIZE || pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head)
+        return false;
+    return head[0] == REGION_MAGIC && head[1] == 1 && head[2] == REGION_V1_SIZE;
+}
+
+/* The process's handle on a mapped, valid region; takes fd. */
+static struct cudareg *wrap(struct region_file *f, int fd, const char *path, int64_t limit,
+                            char *err, size_t errlen)
+{
+    size_t len = strlen(path) + 1;
+    struct cudareg *r = calloc(1, sizeof *r + len);
     if (r == NULL) {
         munmap(f, sizeof *f);
+        close(fd);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     r->f = f;
+    r->fd = fd;
     r->slot = -1;
     r->pid = (int32_t)getpid();
     r->pidns = own_pidns();
+    r->limit = limit;
+    memcpy(r->path, path, len);
+    /* A process that starts after others died (a restarted container's
+     * first one, an exec'd image) sees their memory free at once. */
+    (void)reap(r, false);
     return r;
 }
 
 struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_t errlen)
 {
-    /* O_NONBLOCK: a FIFO planted at the path must not hang the process. */
+    if (limit < 0) {
+        snprintf(err, errlen, "negative limit for the shared region %s", path);
+        return NULL;
+    }
+    /* O_NONBLOCK: a FIFO planted at the path must not hang the process. The
+     * descriptor stays open for the process's life: its locks say it lives. */
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
     if (fd < 0) {
         snprintf(err, errlen, "cannot open the shared region %s: %s", path, strerror(errno));
@@ -271,10 +509,8 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
      * maker. */
     if (lseek(fd, 0, SEEK_END) == (off_t)sizeof *f) {
         f = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (f != MAP_FAILED && __atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) == 1 && is_region(f)) {
-            close(fd);
-            return wrap(f, err, errlen);
-        }
+        if (f != MAP_FAILED && __atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) == 1 && is_region(f))
+            return wrap(f, fd, path, limit, err, errlen);
         if (f != MAP_FAILED)
             munmap(f, sizeof *f);
         f = MAP_FAILED;
@@ -296,10 +532,20 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
     }
     bool fresh = size == 0;
     if (!fresh && size != (off_t)sizeof *f) {
-        snprintf(err, errlen,
-                 "%s is not a gpupool-cuda region of this version (%lld bytes, want %zu)", path,
-                 (long long)size, sizeof *f);
-        goto fail_msg;
+        if (!is_older_region(fd, size)) {
+            snprintf(err, errlen,
+                     "%s is not a gpupool-cuda region of this version (%lld bytes, want %zu)", path,
+                     (long long)size, sizeof *f);
+            goto fail_msg;
+        }
+        /* Emptied first, so that a process mapping it without the file lock
+         * meanwhile finds zeros (not ready), never the old contents. */
+        if (ftruncate(fd, 0) != 0) {
+            what = "reset the stale";
+            saved = errno;
+            goto fail;
+        }
+        fresh = true;
     }
     /* posix_fallocate, not ftruncate: on a full disk a sparse file would
      * SIGBUS at the first write through the mapping. */
@@ -326,8 +572,7 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
         goto fail_msg;
     }
     flock(fd, LOCK_UN);
-    close(fd);
-    return wrap(f, err, errlen);
+    return wrap(f, fd, path, limit, err, errlen);
 fail:
     snprintf(err, errlen, "cannot %s the shared region %s: %s", what, path,
              strerror(saved ? saved : errno));
@@ -344,22 +589,45 @@ void cudareg_detach(struct cudareg *r)
         return;
     struct region_file *f = r->f;
     if (r->slot >= 0 && region_lock(f) == 0) {
-        struct slot *s = &f->slots[r->slot];
-        if (s->pid == r->pid) {
-            total_sub(f, s->used);
-            memset(s, 0, sizeof *s);
-            if (f->used < 0)
-                recompute(f);
-        }
+        if (owns_slot(r))
+            clear_slot(f, &f->slots[r->slot]);
+        /* Dropped under the lock: a claimer finds the slot free and its
+         * byte free together. */
+        if (r->fd >= 0 && !r->by_pid)
+            (void)byte_lock(r->fd, (unsigned)r->slot, F_UNLCK);
         region_unlock(f);
     }
+    if (r->fd >= 0)
+        close(r->fd);
     munmap(f, sizeof *f);
     free(r);
 }
 
 int64_t cudareg_limit(const struct cudareg *r)
 {
-    return r->f->limit;
+    return limit_of(r);
+}
+
+/* One charge under the lock: 0, 1 over the limit, -1 no slot. */
+static int charge_locked(struct cudareg *r, int64_t bytes)
+{
+    struct region_file *f = r->f;
+    if (!owns_slot(r) && claim(r) != 0)
+        return -1;
+    struct slot *own = &f->slots[r->slot];
+    /* Our share within the total and the total not negative: then, with
+     * limit >= 0, neither limit - used nor the sums below can overflow. Only
+     * a corrupt file breaks that; its total is rebuilt from the slots. */
+    if (f->used < 0 || own->used < 0 || own->used > f->used)
+        recompute(f);
+    int64_t limit = limit_of(r);
+    if (limit < 0 || bytes > limit - f->used)
+        return 1;
+    /* The total first: a reader without the lock may count these bytes
+     * early, never late, if we die in between. */
+    __atomic_store_n(&f->used, f->used + bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&own->used, own->used + bytes, __ATOMIC_RELAXED);
+    return 0;
 }
 
 int cudareg_reserve(struct cudareg *r, int64_t bytes)
@@ -367,33 +635,20 @@ int cudareg_reserve(struct cudareg *r, int64_t bytes)
     struct region_file *f = r->f;
     if (bytes < 0)
         return 1;
-    if (region_lock(f) != 0)
-        return -1;
-    if (own_slot(r) != 0) {
+    int rc = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (__atomic_load_n(&r->fd, __ATOMIC_RELAXED) < 0)
+            (void)own_fd(r); /* a forked child's first charge: open outside the lock */
+        if (region_lock(f) != 0)
+            return -1;
+        rc = charge_locked(r, bytes);
         region_unlock(f);
-        return -1;
+        /* Refused: give the dead's slots back and try once more, so memory
+         * of a process killed a moment ago serves this charge at once. */
+        if (rc == 0 || pass == 1 || reap(r, rc < 0) == 0)
+            break;
     }
-    /* Our share within the total and the total not negative: then, with
-     * limit >= 0, neither limit - used nor the sums below can overflow. Only
-     * a corrupt file breaks that; its total is rebuilt from the slots. */
-    const struct slot *own = &f->slots[r->slot];
-    if (f->used < 0 || own->used < 0 || own->used > f->used)
-        recompute(f);
-    if (f->limit < 0) {
-        region_unlock(f);
-        return 1;
-    }
-    if (bytes > f->limit - f->used) {
-        reap(r);
-        if (bytes > f->limit - f->used) {
-            region_unlock(f);
-            return 1;
-        }
-    }
-    f->slots[r->slot].used += bytes;
-    f->used += bytes;
-    region_unlock(f);
-    return 0;
+    return rc;
 }
 
 void cudareg_release(struct cudareg *r, int64_t bytes)
@@ -401,11 +656,13 @@ void cudareg_release(struct cudareg *r, int64_t bytes)
     struct region_file *f = r->f;
     if (bytes <= 0 || region_lock(f) != 0)
         return;
-    if (r->slot >= 0 && f->slots[r->slot].pid == r->pid) {
+    if (owns_slot(r)) {
         struct slot *s = &f->slots[r->slot];
         if (bytes > s->used)
             bytes = s->used < 0 ? 0 : s->used; /* never below zero: counters cannot wrap */
-        s->used -= bytes;
+        /* The slot first: a reader without the lock may count these bytes
+         * late, never early, if we die in between. */
+        __atomic_store_n(&s->used, s->used - bytes, __ATOMIC_RELAXED);
         total_sub(f, bytes);
         if (f->used < 0)
             recompute(f);
@@ -416,16 +673,31 @@ void cudareg_release(struct cudareg *r, int64_t bytes)
 int64_t cudareg_usage(struct cudareg *r)
 {
     struct region_file *f = r->f;
+    if (scan_due(f))
+        (void)reap(r, false);
+    int64_t used = __atomic_load_n(&f->used, __ATOMIC_RELAXED);
+    if (used >= 0)
+        return used;
+    /* A total the file should never hold: rebuilt from the slots. */
     if (region_lock(f) != 0)
-        return f->limit; /* cannot tell: report nothing free */
-    reap(r);
-    int64_t used = f->used;
+        return limit_of(r); /* cannot tell: report nothing free */
+    if (f->used < 0)
+        recompute(f);
+    used = f->used;
     region_unlock(f);
     return used;
 }
 
 void cudareg_after_fork(struct cudareg *r)
 {
+    /* The inherited descriptor shares the parent's open file description,
+     * and with it the lock that keeps the parent's slot alive: kept, it
+     * would keep the parent charged after the parent died. */
+    int fd = r->fd;
+    r->fd = -1;
+    if (fd >= 0)
+        close(fd);
     r->slot = -1;
+    r->token = 0;
     r->pid = (int32_t)getpid();
 }

@@ -5,9 +5,17 @@
  * with what that process holds. Every change happens under one robust,
  * process-shared mutex: a process killed inside it (SIGKILL included) leaves
  * the mutex to the next locker with EOWNERDEAD, which recomputes the total
- * from the slots, so nothing is ever wedged or lost. A dead process's slot is
- * reclaimed as soon as someone would be refused for lack of memory, and by
- * every report (cudareg_usage).
+ * from the slots, so nothing is ever wedged or lost.
+ *
+ * A slot is live while its process holds a write lock on the slot's first
+ * byte through an open file description of the region (F_OFD_SETLK). The
+ * kernel drops that lock when the process exits, is killed or execs, in any
+ * pid namespace, and keeps it while any thread of the process lives; so a
+ * used slot whose byte nobody locks is dead, and its bytes are given back:
+ * at attach, when a charge would otherwise be refused, and at most every
+ * 250 ms by a report (cudareg_usage). On a kernel without OFD locks a slot
+ * falls back to being judged by its pid, and is never freed while that pid
+ * may still be its process.
  *
  * Threads: every function is safe from any thread of any process that has
  * the region mapped. A struct cudareg belongs to the process that attached
@@ -24,15 +32,20 @@ struct cudareg;
 
 /* Maps the region at path, creating it with `limit` bytes when it does not
  * exist (0666, so every user of the container can share it); an existing
- * region keeps the limit it was created with. NULL with a reason in err when
- * the file cannot be created or mapped, or is not a region of this version. */
+ * region keeps the limit it was created with, and this process is held to
+ * the smaller of that and its own `limit`. A region left by an older layout
+ * version belongs to a container instance that is gone and is made anew.
+ * Gives back the charges of processes that are gone before returning. NULL
+ * with a reason in err when the file cannot be created or mapped, or is not
+ * a region of this or an older version. */
 struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_t errlen);
 
 /* Unmaps the region after giving back whatever this process still holds in
  * it (the process is exiting or no longer uses the GPU). NULL is a no-op. */
 void cudareg_detach(struct cudareg *r);
 
-/* The limit stored in the region, in bytes. */
+/* The limit this process is held to, in bytes: the smaller of the region's
+ * (its creator's) and the one this process attached with. */
 int64_t cudareg_limit(const struct cudareg *r);
 
 /* Charges bytes to this process if the container stays within the limit.
@@ -43,10 +56,14 @@ int cudareg_reserve(struct cudareg *r, int64_t bytes);
 /* Gives back bytes this process charged earlier. */
 void cudareg_release(struct cudareg *r, int64_t bytes);
 
-/* The container's use in bytes, after reclaiming dead processes' slots. */
+/* The container's use in bytes. Reads the total without the region's lock;
+ * the charges of processes that died are gone from it within 250 ms of the
+ * previous report (any process's) that looked. */
 int64_t cudareg_usage(struct cudareg *r);
 
-/* In a forked child: the child holds nothing yet and needs its own slot. */
+/* In a forked child: the child holds nothing yet and needs its own slot. It
+ * lets go of the descriptor shared with the parent (whose lock keeps the
+ * parent's slot alive) and opens its own at its first charge. */
 void cudareg_after_fork(struct cudareg *r);
 
 /* The size of the mapping in bytes (fixed by the layout version). */

@@ -13,10 +13,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +47,36 @@ static int teardown(void **state)
 static void region_path(char *out, size_t len, const char *name)
 {
     snprintf(out, len, "%s/%s", dir, name);
+}
+
+/* Polls cudareg_usage until it reads want or ms milliseconds have passed;
+ * returns the last reading. */
+static int64_t usage_within(struct cudareg *r, int64_t want, int ms)
+{
+    int64_t got = cudareg_usage(r);
+    for (int i = 0; got != want && i < ms; i++) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+        got = cudareg_usage(r);
+    }
+    return got;
+}
+
+/* fork() for a helper process that must not outlive the test (a failed
+ * assertion leaves the test function before it kills its helpers). */
+static pid_t fork_tied(void)
+{
+    pid_t parent = getpid(), kid = fork();
+    if (kid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+        _exit(96);
+    return kid;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000 * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }
 
 /* ---- limits ---------------------------------------------------------------- */
@@ -331,7 +364,7 @@ static void test_region_dead_processes_reclaimed(void **state)
     assert_non_null(r);
     int ready[2];
     assert_int_equal(pipe(ready), 0);
-    pid_t kid = fork();
+    pid_t kid = fork_tied();
     assert_true(kid >= 0);
     if (kid == 0) {
         cudareg_after_fork(r);
@@ -370,7 +403,7 @@ static void test_region_sigkill_storm(void **state)
     assert_non_null(r);
     srand(42);
     for (int round = 0; round < 200; round++) {
-        pid_t kid = fork();
+        pid_t kid = fork_tied();
         assert_true(kid >= 0);
         if (kid == 0) {
             cudareg_after_fork(r);
@@ -407,7 +440,7 @@ static void test_region_race_never_over(void **state)
     enum { KIDS = 32 };
     pid_t kids[KIDS];
     for (int i = 0; i < KIDS; i++) {
-        kids[i] = fork();
+        kids[i] = fork_tied();
         assert_true(kids[i] >= 0);
         if (kids[i] == 0) {
             cudareg_after_fork(r);
@@ -435,10 +468,555 @@ static void test_region_race_never_over(void **state)
         kill(kids[i], SIGKILL);
         waitpid(kids[i], NULL, 0);
     }
-    assert_int_equal(cudareg_usage(r), limit - 100 * MiB);
+    /* A report looks for the dead at most every 250 ms. */
+    assert_int_equal(usage_within(r, limit - 100 * MiB, 1000), limit - 100 * MiB);
     close(out[0]);
     close(out[1]);
     cudareg_detach(r);
+}
+
+/* ---- liveness -------------------------------------------------------------- */
+
+/* Starts fn(arg) as pid 1 of a new pid namespace, as a restarted
+ * container's first process is. Returns the pid of its parent, which exits
+ * with fn's status (77: namespaces cannot be made here); *init: fn's
+ * process, in our namespace (-1 if it never started). */
+static pid_t spawn_in_new_pid_namespace(int (*fn)(void *), void *arg, pid_t *init)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t outer = fork_tied();
+    assert_true(outer >= 0);
+    if (outer == 0) {
+        close(p[0]);
+        if (unshare(CLONE_NEWPID) != 0)
+            _exit(77);
+        pid_t in = fork();
+        if (in < 0)
+            _exit(98);
+        if (in == 0) {
+            /* (its parent is outside its namespace: getppid() says 0) */
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+                _exit(96);
+            close(p[1]);
+            _exit(fn(arg));
+        }
+        if (write(p[1], &in, sizeof in) != (ssize_t)sizeof in)
+            _exit(97);
+        close(p[1]);
+        int st;
+        if (waitpid(in, &st, 0) != in)
+            _exit(99);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    }
+    close(p[1]);
+    if (read(p[0], init, sizeof *init) != (ssize_t)sizeof *init)
+        *init = -1;
+    close(p[0]);
+    return outer;
+}
+
+/* The exit status of pid, 128 + the signal when killed. */
+static int status_of(pid_t pid)
+{
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int in_new_pid_namespace(int (*fn)(void *), void *arg)
+{
+    pid_t init;
+    return status_of(spawn_in_new_pid_namespace(fn, arg, &init));
+}
+
+struct instance {
+    const char *path;
+    int report; /* pipe to write 'y' to once charged */
+    bool stay;  /* once charged, wait to be killed instead of exiting */
+};
+
+/* A container instance's process, pid 1 of its namespace: attaches with a
+ * 4 GiB limit and takes 3 GiB, then exits without detaching (frameworks
+ * never free at exit) or waits to be killed. */
+static int charge_3g(void *arg)
+{
+    const struct instance *in = arg;
+    char err[512];
+    struct cudareg *r = cudareg_attach(in->path, 4 * GiB, err, sizeof err);
+    if (r == NULL || getpid() != 1 || cudareg_reserve(r, 3 * GiB) != 0)
+        return 1;
+    if (write(in->report, "y", 1) != 1)
+        return 2;
+    while (in->stay)
+        pause();
+    return 0;
+}
+
+/* The restarted instance's first process: the whole share is free at once. */
+static int whole_share_free(void *arg)
+{
+    const struct instance *in = arg;
+    char err[512];
+    struct cudareg *r = cudareg_attach(in->path, 4 * GiB, err, sizeof err);
+    if (r == NULL)
+        return 1;
+    /* The first report already shows nothing used. */
+    int rc = cudareg_usage(r) != 0 ? 2 : cudareg_reserve(r, 4 * GiB) != 0 ? 3 : 0;
+    cudareg_detach(r);
+    return rc;
+}
+
+/* D1: pid 1 of one pid namespace takes 3 of 4 GiB and exits, or is killed;
+ * pid 1 of a new namespace on the same region gets all 4 at once. */
+static void test_region_restarted_container_starts_at_zero(void **state)
+{
+    (void)state;
+    char path[256];
+    for (int killed = 0; killed < 2; killed++) {
+        region_path(path, sizeof path, killed ? "restart-killed" : "restart-exited");
+        int ready[2];
+        assert_int_equal(pipe(ready), 0);
+        struct instance first = {path, ready[1], killed};
+        pid_t init, old = spawn_in_new_pid_namespace(charge_3g, &first, &init);
+        if (init < 0) {
+            assert_int_equal(status_of(old), 77);
+            skip();
+        }
+        char ok = 0;
+        assert_int_equal(read(ready[0], &ok, 1), 1);
+        assert_int_equal(ok, 'y');
+        if (killed)
+            assert_int_equal(kill(init, SIGKILL), 0);
+        assert_int_equal(status_of(old), killed ? 128 + SIGKILL : 0);
+        struct instance second = {path, -1, false};
+        assert_int_equal(in_new_pid_namespace(whole_share_free, &second), 0);
+        close(ready[0]);
+        close(ready[1]);
+    }
+}
+
+struct worker {
+    struct cudareg *r;
+    int report;
+};
+
+static void *worker_holds_3g(void *arg)
+{
+    const struct worker *w = arg;
+    char ok = cudareg_reserve(w->r, 3 * GiB) == 0 ? 'y' : 'n';
+    if (write(w->report, &ok, 1) != 1)
+        _exit(2);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+/* /proc/<pid>/stat's state letter; 0 when it cannot be read. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' ? p[2] : 0;
+}
+
+/* D5: a process whose main thread exited while a worker holds 3 GiB (its
+ * leader shows as a zombie) keeps its charge until the worker is gone. */
+static void test_region_zombie_leader_keeps_its_charge(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "zombie");
+    struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
+    assert_non_null(r);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t kid = fork_tied();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        cudareg_after_fork(r);
+        static struct worker w;
+        w = (struct worker){r, ready[1]};
+        pthread_t t;
+        if (pthread_create(&t, NULL, worker_holds_3g, &w) != 0)
+            _exit(3);
+        pthread_exit(NULL);
+    }
+    char ok = 0;
+    assert_int_equal(read(ready[0], &ok, 1), 1);
+    assert_int_equal(ok, 'y');
+    for (int i = 0; i < 2000 && proc_state(kid) != 'Z'; i++)
+        sleep_ms(1);
+    assert_int_equal(proc_state(kid), 'Z');
+    assert_int_equal(cudareg_reserve(r, 2 * GiB), 1);
+    sleep_ms(300); /* past the reports' 250 ms: the next report looks again */
+    assert_int_equal(cudareg_usage(r), 3 * GiB);
+    assert_int_equal(cudareg_reserve(r, GiB), 0);
+    assert_int_equal(cudareg_reserve(r, 1), 1);
+    kill(kid, SIGKILL);
+    assert_int_equal(status_of(kid), 128 + SIGKILL);
+    assert_int_equal(cudareg_reserve(r, 3 * GiB), 0);
+    cudareg_detach(r);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+static const char *self_exe;
+
+/* The image a process execs into (main() runs it for "--exec-image PATH"):
+ * it is the same process, with the same pid, and starts with nothing. */
+static int exec_image(const char *path)
+{
+    char err[512];
+    struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
+    if (r == NULL)
+        return 1;
+    int rc = cudareg_usage(r) != 0 ? 2 : cudareg_reserve(r, 4 * GiB) != 0 ? 3 : 0;
+    cudareg_detach(r);
+    return rc;
+}
+
+/* D8: a process takes 3 of 4 GiB and execs itself: the new image gets all
+ * 4 (the driver freed the old image's memory at the exec). */
+static void test_region_exec_gives_back_the_old_images_charge(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "exec");
+    struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
+    assert_non_null(r);
+    pid_t kid = fork_tied();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        cudareg_after_fork(r);
+        if (cudareg_reserve(r, 3 * GiB) != 0)
+            _exit(4);
+        execl(self_exe, self_exe, "--exec-image", path, (char *)NULL);
+        _exit(5);
+    }
+    assert_int_equal(status_of(kid), 0);
+    cudareg_detach(r);
+}
+
+/* The pid namespace's init for D9: its first child takes 3 GiB and dies;
+ * the next child is given the same pid (ns_last_pid) and gets 4 GiB. */
+static int same_pid_again(void *arg)
+{
+    const char *path = arg;
+    pid_t first = fork();
+    if (first < 0)
+        return 10;
+    if (first == 0) {
+        char err[512];
+        struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
+        _exit(r != NULL && cudareg_reserve(r, 3 * GiB) == 0 ? 0 : 1);
+    }
+    int st;
+    if (waitpid(first, &st, 0) != first || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return 11;
+    FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+    if (f == NULL)
+        return 77;
+    fprintf(f, "%d", (int)first - 1);
+    if (fclose(f) != 0)
+        return 77;
+    pid_t again = fork();
+    if (again < 0)
+        return 12;
+    if (again == 0)
+        _exit(getpid() != first ? 13 : whole_share_free(&(struct instance){path, -1, false}));
+    if (waitpid(again, &st, 0) != again || !WIFEXITED(st))
+        return 14;
+    return WEXITSTATUS(st);
+}
+
+/* D9: a dead process's slot is given back to a process with its pid. */
+static void test_region_dead_slot_with_the_callers_pid_is_reaped(void **state)
+{
+    (void)state;
+    char path[256];
+    region_path(path, sizeof path, "pidreuse");
+    int rc = in_new_pid_namespace(same_pid_again, path);
+    if (rc == 77)
+        skip();
+    assert_int_equal(rc, 0);
+}
+
+/* A forked child shares nothing of its parent's liveness: the parent killed
+ * while its child lives gives its charge back; the child keeps its own. */
+static void test_region_fork_child_does_not_keep_the_parent_alive(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "fork");
+    struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
+    assert_non_null(r);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t parent = fork_tied();
+    assert_true(parent >= 0);
+    if (parent == 0) {
+        cudareg_after_fork(r);
+        if (cudareg_reserve(r, GiB) != 0)
+            _exit(1);
+        pid_t child = fork();
+        if (child == 0) {
+            cudareg_after_fork(r);
+            char ok = cudareg_reserve(r, GiB) == 0 ? 'y' : 'n';
+            if (write(ready[1], &ok, 1) != 1)
+                _exit(2);
+            for (;;)
+                pause();
+        }
+        if (write(ready[1], &child, sizeof child) != (ssize_t)sizeof child)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    pid_t child;
+    char ok = 0;
+    assert_int_equal(read(ready[0], &child, sizeof child), (ssize_t)sizeof child);
+    assert_int_equal(read(ready[0], &ok, 1), 1);
+    assert_int_equal(ok, 'y');
+    assert_int_equal(cudareg_reserve(r, 2 * GiB + 1), 1);
+    kill(parent, SIGKILL);
+    assert_int_equal(status_of(parent), 128 + SIGKILL);
+    assert_int_equal(cudareg_reserve(r, 3 * GiB), 0);
+    assert_int_equal(cudareg_reserve(r, 1), 1); /* the orphaned child's GiB */
+    kill(child, SIGKILL);
+    assert_int_equal(usage_within(r, 3 * GiB, 1000), 3 * GiB);
+    cudareg_detach(r);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+/* D11: a process is held to the smaller of the region's limit and its own. */
+static void test_region_own_limit_is_the_smaller(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "limits");
+    struct cudareg *made = cudareg_attach(path, 16 * GiB, err, sizeof err);
+    assert_non_null(made);
+    struct cudareg *low = cudareg_attach(path, 4 * GiB, err, sizeof err);
+    assert_non_null(low);
+    struct cudareg *high = cudareg_attach(path, 32 * GiB, err, sizeof err);
+    assert_non_null(high);
+    assert_int_equal(cudareg_limit(made), 16 * GiB);
+    assert_int_equal(cudareg_limit(low), 4 * GiB);
+    assert_int_equal(cudareg_limit(high), 16 * GiB);
+    assert_int_equal(cudareg_reserve(low, 4 * GiB + 1), 1);
+    assert_int_equal(cudareg_reserve(low, 3 * GiB), 0);
+    assert_int_equal(cudareg_reserve(high, 13 * GiB + 1), 1);
+    assert_int_equal(cudareg_reserve(high, 12 * GiB), 0);
+    /* 15 GiB used in all: the low process has nothing left. */
+    assert_int_equal(cudareg_reserve(low, 1), 1);
+    cudareg_release(high, 12 * GiB);
+    assert_int_equal(cudareg_reserve(low, GiB), 0);
+    assert_int_equal(cudareg_reserve(low, 1), 1);
+    cudareg_detach(high);
+    cudareg_detach(low);
+    cudareg_detach(made);
+}
+
+/* A version 1 region (a container instance that is gone left it: the
+ * library cannot change under running processes) is made anew with the new
+ * process's limit; a newer version still fails closed. */
+static void test_region_older_version_is_made_anew(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "v1");
+    enum { V1_SIZE = 32904 };
+    static unsigned char v1[V1_SIZE];
+    const uint32_t head[4] = {0x52435047u, 1, V1_SIZE, 1024};
+    const int64_t limit = 16 * GiB, used = 3 * GiB;
+    const uint32_t ready = 1;
+    memcpy(v1, head, sizeof head);
+    memcpy(v1 + 16, &limit, sizeof limit);
+    memcpy(v1 + 24, &ready, sizeof ready);
+    memcpy(v1 + 32 + sizeof(pthread_mutex_t), &used, sizeof used);
+    int fd = open(path, O_CREAT | O_WRONLY, 0666);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, v1, sizeof v1), (ssize_t)sizeof v1);
+    close(fd);
+    struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
+    assert_non_null(r);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((size_t)st.st_size, cudareg_file_size());
+    assert_int_equal(cudareg_limit(r), 4 * GiB);
+    assert_int_equal(cudareg_usage(r), 0);
+    assert_int_equal(cudareg_reserve(r, 4 * GiB), 0);
+    cudareg_detach(r);
+
+    /* A newer version, and a version 1 header on a file of another size. */
+    region_path(path, sizeof path, "v3");
+    unsigned char *v3 = calloc(1, cudareg_file_size());
+    assert_non_null(v3);
+    const uint32_t head3[4] = {0x52435047u, 3, (uint32_t)cudareg_file_size(), 1024};
+    memcpy(v3, head3, sizeof head3);
+    memcpy(v3 + 16, &limit, sizeof limit);
+    memcpy(v3 + 24, &ready, sizeof ready);
+    fd = open(path, O_CREAT | O_WRONLY, 0666);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, v3, cudareg_file_size()), (ssize_t)cudareg_file_size());
+    close(fd);
+    free(v3);
+    assert_null(cudareg_attach(path, 4 * GiB, err, sizeof err));
+    assert_non_null(strstr(err, "not a gpupool-cuda region"));
+    region_path(path, sizeof path, "v1-truncated");
+    fd = open(path, O_CREAT | O_WRONLY, 0666);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, v1, V1_SIZE - 8), V1_SIZE - 8);
+    close(fd);
+    assert_null(cudareg_attach(path, 4 * GiB, err, sizeof err));
+    assert_non_null(strstr(err, "not a gpupool-cuda region"));
+}
+
+/* D7: with 256 other live processes holding memory, a report costs no more
+ * than a few microseconds (it used to look at every process under the
+ * container's lock); a killed process's memory serves a charge at once and
+ * shows as free within a second. */
+static void test_region_reports_are_cheap_and_see_the_dead(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "many");
+    enum { KIDS = 256 };
+    struct cudareg *r = cudareg_attach(path, KIDS * MiB, err, sizeof err);
+    assert_non_null(r);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    static pid_t kids[KIDS];
+    for (int i = 0; i < KIDS; i++) {
+        kids[i] = fork_tied();
+        assert_true(kids[i] >= 0);
+        if (kids[i] == 0) {
+            cudareg_after_fork(r);
+            char ok = cudareg_reserve(r, MiB) == 0 ? 'y' : 'n';
+            if (write(ready[1], &ok, 1) != 1)
+                _exit(2);
+            for (;;)
+                pause();
+        }
+    }
+    for (int i = 0; i < KIDS; i++) {
+        char ok = 0;
+        assert_int_equal(read(ready[0], &ok, 1), 1);
+        assert_int_equal(ok, 'y');
+    }
+    struct timespec t0, t1;
+    int calls = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        assert_int_equal(cudareg_usage(r), KIDS * MiB);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+    } while (++calls < 20000 && t1.tv_sec - t0.tv_sec < 2);
+    double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / calls;
+    printf("# cudareg_usage with %d live processes: %.0f ns (%d calls)\n", KIDS, ns, calls);
+    assert_true(ns < 10000);
+    /* One killed: a charge that needs its memory gets it at once. */
+    kill(kids[0], SIGKILL);
+    assert_int_equal(status_of(kids[0]), 128 + SIGKILL);
+    assert_int_equal(cudareg_reserve(r, MiB), 0);
+    /* The others killed: reports show it within a second. */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 1; i < KIDS; i++)
+        kill(kids[i], SIGKILL);
+    assert_int_equal(usage_within(r, MiB, 1000), MiB);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_true(t1.tv_sec - t0.tv_sec < 2);
+    for (int i = 1; i < KIDS; i++)
+        assert_int_equal(status_of(kids[i]), 128 + SIGKILL);
+    cudareg_detach(r);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+/* Processes that claim slots, are refused (and so reap) and are killed at
+ * random instants, next to holders that keep their memory: no live
+ * holder's charge is ever taken for dead. */
+static void test_region_reaping_never_frees_a_live_slot(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "reap-race");
+    enum { HOLDERS = 8, CHURNERS = 6 };
+    const int64_t held = 4 * MiB;
+    struct cudareg *r = cudareg_attach(path, 64 * MiB, err, sizeof err);
+    assert_non_null(r);
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t holders[HOLDERS];
+    for (int i = 0; i < HOLDERS; i++) {
+        holders[i] = fork_tied();
+        assert_true(holders[i] >= 0);
+        if (holders[i] == 0) {
+            cudareg_after_fork(r);
+            char ok = cudareg_reserve(r, held) == 0 ? 'y' : 'n';
+            if (write(ready[1], &ok, 1) != 1 || read(go[0], &ok, 1) != 1)
+                _exit(2);
+            cudareg_release(r, held);
+            _exit(0);
+        }
+        char ok = 0;
+        assert_int_equal(read(ready[0], &ok, 1), 1);
+        assert_int_equal(ok, 'y');
+    }
+    /* 32 MiB free, 6 churners wanting 7 MiB each: refusals all the time. */
+    pid_t churners[CHURNERS];
+    srand(3);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int round = 0;; round++) {
+        for (int i = 0; i < CHURNERS; i++) {
+            if (round > 0 && rand() % 3 != 0)
+                continue;
+            if (round > 0) {
+                kill(churners[i], SIGKILL);
+                assert_int_equal(status_of(churners[i]), 128 + SIGKILL);
+            }
+            churners[i] = fork_tied();
+            assert_true(churners[i] >= 0);
+            if (churners[i] == 0) {
+                cudareg_after_fork(r);
+                for (;;) {
+                    if (cudareg_reserve(r, 7 * MiB) == 0)
+                        cudareg_release(r, 7 * MiB);
+                    (void)cudareg_usage(r);
+                }
+            }
+        }
+        sleep_ms(rand() % 5);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (t1.tv_sec - t0.tv_sec >= 2)
+            break;
+    }
+    for (int i = 0; i < CHURNERS; i++) {
+        kill(churners[i], SIGKILL);
+        assert_int_equal(status_of(churners[i]), 128 + SIGKILL);
+    }
+    assert_int_equal(usage_within(r, HOLDERS * held, 1000), HOLDERS * held);
+    /* Each holder still owns its slot: its release takes the total down. */
+    for (int i = 0; i < HOLDERS; i++) {
+        assert_int_equal(write(go[1], "g", 1), 1);
+        assert_int_equal(status_of(holders[i]), 0);
+    }
+    assert_int_equal(cudareg_usage(r), 0);
+    cudareg_detach(r);
+    close(ready[0]);
+    close(ready[1]);
+    close(go[0]);
+    close(go[1]);
 }
 
 /* ---- the ledger -------------------------------------------------------------- */
@@ -523,8 +1101,11 @@ static void test_ledger_fork_child_starts_empty(void **state)
     assert_true(cudaledger_take(LEDGER_POINTER, 99, &e));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--exec-image") == 0)
+        return exec_image(argv[2]);
+    self_exe = "/proc/self/exe";
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_config_variables),
@@ -535,6 +1116,15 @@ int main(void)
         cmocka_unit_test(test_region_dead_processes_reclaimed),
         cmocka_unit_test(test_region_sigkill_storm),
         cmocka_unit_test(test_region_race_never_over),
+        cmocka_unit_test(test_region_restarted_container_starts_at_zero),
+        cmocka_unit_test(test_region_zombie_leader_keeps_its_charge),
+        cmocka_unit_test(test_region_exec_gives_back_the_old_images_charge),
+        cmocka_unit_test(test_region_dead_slot_with_the_callers_pid_is_reaped),
+        cmocka_unit_test(test_region_fork_child_does_not_keep_the_parent_alive),
+        cmocka_unit_test(test_region_own_limit_is_the_smaller),
+        cmocka_unit_test(test_region_older_version_is_made_anew),
+        cmocka_unit_test(test_region_reports_are_cheap_and_see_the_dead),
+        cmocka_unit_test(test_region_reaping_never_frees_a_live_slot),
         cmocka_unit_test(test_ledger_against_a_model),
         cmocka_unit_test(test_ledger_fork_child_starts_empty),
     };
