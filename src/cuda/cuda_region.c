@@ -474,8 +474,21 @@ static struct cudareg *wrap(struct region_file *f, int fd, const char *path, int
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    /* The slot locks go through a descriptor of their own, never the one
+     * the file was mapped from: a mapping holds its open file description,
+     * and a forked child inherits the mapping -- were the locks on that
+     * description, a child that outlives its parent would keep the
+     * parent's slot alive, and charged, after the parent died. */
+    int lock_fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    close(fd);
+    if (lock_fd < 0) {
+        snprintf(err, errlen, "cannot open the shared region %s again: %s", path, strerror(errno));
+        munmap(f, sizeof *f);
+        free(r);
+        return NULL;
+    }
     r->f = f;
-    r->fd = fd;
+    r->fd = lock_fd;
     r->slot = -1;
     r->pid = (int32_t)getpid();
     r->pidns = own_pidns();

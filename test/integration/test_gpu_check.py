@@ -31,9 +31,6 @@ NON_TORCH = ["driver", "limit-probe", "nvml-view", "shared-8proc", "sigkill-rele
 TORCH = ["torch-context", "torch-limit", "torch-8proc", "torch-graphs", "torch-expandable",
          "torch-async", "torch-graphs-async", "torch-train-step"]
 # Checks that report a defect issue 23 is fixing, until the fix lands.
-OPEN_DEFECTS = {
-    "restart-pidns": "D1: a slot of another pid namespace is never reclaimed",
-}
 LINE = re.compile(r"^(PASS|FAIL|SKIP) ([a-z0-9-]+)( [^ ]+)*$")
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 
@@ -106,8 +103,6 @@ def test_every_check_without_pytorch_passes_on_the_fakes(kit, tmp_path):
     assert p.returncode == (1 if counted[1] else 0), (p.returncode, p.stdout, p.stderr)
     for name in NON_TORCH:
         status, line = results[name]
-        if name in OPEN_DEFECTS and status == "FAIL":
-            continue  # the kit sees the defect; test_open_defects_still_fail says which
         assert status == "PASS", (line, detail)
     for name in TORCH:
         status, line = results[name]
@@ -128,13 +123,6 @@ def test_every_check_without_pytorch_passes_on_the_fakes(kit, tmp_path):
         [(s, n) for n, (s, _) in results.items()]
     with open(str(tmp_path / "out" / "gpu-check.txt")) as f:
         assert f.read().splitlines() == lines
-
-
-@pytest.mark.parametrize("check", sorted(OPEN_DEFECTS))
-@pytest.mark.xfail(strict=False, reason="issue 23 fixes it; drop it from OPEN_DEFECTS then")
-def test_open_defects_still_fail(kit, tmp_path, check):
-    _, _, results, detail = run_kit(kit[0], tmp_path, "--only", "^%s$" % check)
-    assert results[check][0] == "PASS", (OPEN_DEFECTS[check], results[check][1], detail)
 
 
 def test_a_library_that_does_not_enforce_makes_the_kit_fail(kit, tmp_path):

@@ -390,3 +390,38 @@ def test_graph_allocation_kept_past_the_launch(probe):
         ["CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS"], r.p.stdout
     assert r.value("info", "free") == 2 * GiB
     assert probe.peak() <= 4 * GiB
+
+
+# ---- liveness across fork ------------------------------------------------------------
+
+def test_parent_killed_while_its_forked_child_lives_gives_its_share_back(probe):
+    """PyTorch's DataLoader forks workers after CUDA is up. The parent holds
+    1g, its child 1g; the parent is SIGKILLed. The child inherited the
+    region's mapping: were the slot locks on the mapped file's description,
+    the child would keep the dead parent charged (it did, on the first
+    version of the OFD-lock liveness)."""
+    import signal
+    import time
+    p = probe.spawn("init alloc 1g fork-hold 1g hold")
+    try:
+        lines = [p.stdout.readline().split() for _ in range(4)]
+        assert [l[1] for l in lines[:3]] == ["CUDA_SUCCESS"] * 3, lines
+        child = int(lines[2][2].split("=")[1])
+        assert probe.run("init info").value("info", "free") == 2 * GiB
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        deadline = time.time() + 1.0 * TIMEOUT_SCALE
+        while probe.run("init info").value("info", "free") != 3 * GiB:
+            assert time.time() < deadline, "the dead parent's 1g is still charged"
+            time.sleep(0.05)
+        r = probe.run("init alloc 3g alloc 1m")
+        assert r.codes() == ["CUDA_SUCCESS", "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    finally:
+        try:
+            os.kill(child, 9)
+        except (NameError, ProcessLookupError):
+            pass
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert probe.peak() <= 4 * GiB
