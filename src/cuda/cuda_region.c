@@ -210,9 +210,11 @@ static bool slot_is_dead(const struct cudareg *r, int fd, unsigned i)
     }
 }
 
-/* This process's descriptor of the region, opened again after a fork. The
- * path is the one attached: the container's own directory, whose file is
- * never replaced while processes use it (a stale one is rewritten in place). */
+/* This process's descriptor of the region for its locks, kept open for the
+ * process's life (O_CLOEXEC: an exec drops it): opened at attach and again
+ * in a forked child. The path is the one attached: the container's own
+ * directory, whose file is never replaced while processes use it (a stale
+ * one is rewritten in place). */
 static int own_fd(struct cudareg *r)
 {
     int fd = __atomic_load_n(&r->fd, __ATOMIC_ACQUIRE);
@@ -462,33 +464,24 @@ static bool is_older_region(int fd, off_t size)
     return head[0] == REGION_MAGIC && head[1] == 1 && head[2] == REGION_V1_SIZE;
 }
 
-/* The process's handle on a mapped, valid region; takes fd. */
+/* The process's handle on a mapped, valid region. The descriptor the
+ * mapping was made through is closed here, and the locks are taken through
+ * another one: a mapping holds its open file description as a descriptor
+ * does, and a forked child inherits the mapping, which would keep this
+ * process's lock (and charge) alive after it died. */
 static struct cudareg *wrap(struct region_file *f, int fd, const char *path, int64_t limit,
                             char *err, size_t errlen)
 {
+    close(fd);
     size_t len = strlen(path) + 1;
     struct cudareg *r = calloc(1, sizeof *r + len);
     if (r == NULL) {
         munmap(f, sizeof *f);
-        close(fd);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    /* The slot locks go through a descriptor of their own, never the one
-     * the file was mapped from: a mapping holds its open file description,
-     * and a forked child inherits the mapping -- were the locks on that
-     * description, a child that outlives its parent would keep the
-     * parent's slot alive, and charged, after the parent died. */
-    int lock_fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    close(fd);
-    if (lock_fd < 0) {
-        snprintf(err, errlen, "cannot open the shared region %s again: %s", path, strerror(errno));
-        munmap(f, sizeof *f);
-        free(r);
-        return NULL;
-    }
     r->f = f;
-    r->fd = lock_fd;
+    r->fd = -1; /* opened by the first look for the dead, just below */
     r->slot = -1;
     r->pid = (int32_t)getpid();
     r->pidns = own_pidns();
@@ -506,8 +499,7 @@ struct cudareg *cudareg_attach(const char *path, int64_t limit, char *err, size_
         snprintf(err, errlen, "negative limit for the shared region %s", path);
         return NULL;
     }
-    /* O_NONBLOCK: a FIFO planted at the path must not hang the process. The
-     * descriptor stays open for the process's life: its locks say it lives. */
+    /* O_NONBLOCK: a FIFO planted at the path must not hang the process. */
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
     if (fd < 0) {
         snprintf(err, errlen, "cannot open the shared region %s: %s", path, strerror(errno));

@@ -749,7 +749,8 @@ static void test_region_dead_slot_with_the_callers_pid_is_reaped(void **state)
     assert_int_equal(rc, 0);
 }
 
-/* A forked child shares nothing of its parent's liveness: the parent killed
+/* A forked child shares nothing of its parent's liveness (neither through
+ * the descriptor nor through the mapping it inherits): the parent killed
  * while its child lives gives its charge back; the child keeps its own. */
 static void test_region_fork_child_does_not_keep_the_parent_alive(void **state)
 {
@@ -758,31 +759,39 @@ static void test_region_fork_child_does_not_keep_the_parent_alive(void **state)
     region_path(path, sizeof path, "fork");
     struct cudareg *r = cudareg_attach(path, 4 * GiB, err, sizeof err);
     assert_non_null(r);
-    int ready[2];
+    int ready[2], hold[2], pids[2];
     assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(hold), 0);
+    assert_int_equal(pipe(pids), 0);
     pid_t parent = fork_tied();
     assert_true(parent >= 0);
     if (parent == 0) {
-        cudareg_after_fork(r);
-        if (cudareg_reserve(r, GiB) != 0)
+        /* Its own attach, as a process started by exec has: the child
+         * inherits its mapping as well as its descriptor. */
+        struct cudareg *own = cudareg_attach(path, 4 * GiB, err, sizeof err);
+        if (own == NULL || cudareg_reserve(own, GiB) != 0)
             _exit(1);
         pid_t child = fork();
         if (child == 0) {
-            cudareg_after_fork(r);
-            char ok = cudareg_reserve(r, GiB) == 0 ? 'y' : 'n';
+            cudareg_after_fork(own);
+            char ok = cudareg_reserve(own, GiB) == 0 ? 'y' : 'n';
+            close(hold[1]);
             if (write(ready[1], &ok, 1) != 1)
                 _exit(2);
-            for (;;)
-                pause();
+            /* until the test closes its end or dies (it is not our parent) */
+            while (read(hold[0], &ok, 1) != 0)
+                ;
+            _exit(0);
         }
-        if (write(ready[1], &child, sizeof child) != (ssize_t)sizeof child)
+        close(hold[1]);
+        if (write(pids[1], &child, sizeof child) != (ssize_t)sizeof child)
             _exit(3);
         for (;;)
             pause();
     }
     pid_t child;
     char ok = 0;
-    assert_int_equal(read(ready[0], &child, sizeof child), (ssize_t)sizeof child);
+    assert_int_equal(read(pids[0], &child, sizeof child), (ssize_t)sizeof child);
     assert_int_equal(read(ready[0], &ok, 1), 1);
     assert_int_equal(ok, 'y');
     assert_int_equal(cudareg_reserve(r, 2 * GiB + 1), 1);
@@ -790,11 +799,15 @@ static void test_region_fork_child_does_not_keep_the_parent_alive(void **state)
     assert_int_equal(status_of(parent), 128 + SIGKILL);
     assert_int_equal(cudareg_reserve(r, 3 * GiB), 0);
     assert_int_equal(cudareg_reserve(r, 1), 1); /* the orphaned child's GiB */
-    kill(child, SIGKILL);
+    close(hold[1]);                             /* the child exits */
     assert_int_equal(usage_within(r, 3 * GiB, 1000), 3 * GiB);
+    (void)child;
     cudareg_detach(r);
     close(ready[0]);
     close(ready[1]);
+    close(hold[0]);
+    close(pids[0]);
+    close(pids[1]);
 }
 
 /* D11: a process is held to the smaller of the region's limit and its own. */
