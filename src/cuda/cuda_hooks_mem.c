@@ -584,40 +584,36 @@ static void primary_gone(CUdevice dev, bool reset)
 
 /* The legacy (unversioned) release and reset behave as the _v2 ones; an
  * application or runtime asking below cudaVersion 11000 gets them (D13). */
+static CUresult primary_call(CUresult (*fn)(CUdevice), CUdevice dev, bool reset)
+{
+    CUresult rc = fn(dev);
+    if (rc == CUDA_SUCCESS)
+        primary_gone(dev, reset);
+    return rc;
+}
+
 CUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     NEED(cuDevicePrimaryCtxRelease_v2);
-    CUresult rc = real.cuDevicePrimaryCtxRelease_v2(dev);
-    if (rc == CUDA_SUCCESS)
-        primary_gone(dev, false);
-    return rc;
+    return primary_call(real.cuDevicePrimaryCtxRelease_v2, dev, false);
 }
 
 CUDA_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
     NEED(cuDevicePrimaryCtxRelease);
-    CUresult rc = real.cuDevicePrimaryCtxRelease(dev);
-    if (rc == CUDA_SUCCESS)
-        primary_gone(dev, false);
-    return rc;
+    return primary_call(real.cuDevicePrimaryCtxRelease, dev, false);
 }
 
 CUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     NEED(cuDevicePrimaryCtxReset_v2);
-    CUresult rc = real.cuDevicePrimaryCtxReset_v2(dev);
-    if (rc == CUDA_SUCCESS)
-        primary_gone(dev, true);
-    return rc;
+    return primary_call(real.cuDevicePrimaryCtxReset_v2, dev, true);
 }
 
 CUDA_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
     NEED(cuDevicePrimaryCtxReset);
-    CUresult rc = real.cuDevicePrimaryCtxReset(dev);
-    if (rc == CUDA_SUCCESS)
-        primary_gone(dev, true);
-    return rc;
+    return primary_call(real.cuDevicePrimaryCtxReset, dev, true);
 }
 
 /* ---- what the application sees ---------------------------------------------- */
