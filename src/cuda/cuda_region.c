@@ -184,8 +184,8 @@ static int proc_stat(int32_t pid, char *state, long *threads, uint64_t *start)
  * until it exits (only OFD locks see the exec). */
 static bool pid_is_dead(const struct slot *s, uint32_t pidns)
 {
-    if (s->pidns != pidns)
-        return false;
+    if (s->pid <= 0 || s->pidns != pidns)
+        return false; /* (kill() would take 0 and below for process groups) */
     if (kill(s->pid, 0) != 0 && errno == ESRCH)
         return true;
     char state;

@@ -1,13 +1,17 @@
 /* fuzz_cuda_region.c -- cudareg_attach() on a region file whose contents
- * are the input (the header fields, the total, the slots), then a charge,
- * a report and a release through it when it is accepted.
+ * are the input (the header fields, the total, the slots: their liveness
+ * state, pid, token and share), then a charge, a report and a release
+ * through it when it is accepted. Slots the input marks used are judged by
+ * their liveness locks, which nobody holds here, or by their pid.
  *
  * The input overlays a genuine region made once at start; only the robust
  * mutex keeps the genuine bytes: a mutex word naming a live owner would
  * wait for ever by design (any process of the container may hold the lock),
  * which says nothing about our parsing. An input shorter than the magic,
  * version, size and slot count (16 bytes) is the whole file instead (the
- * size checks).
+ * size checks). An input whose header says version 1 is a file of version
+ * 1's size (32,904 bytes), which attach makes anew when it is a complete
+ * version 1 region.
  * The file is a real one (cudareg_attach refuses symlinks such as
  * /proc/self/fd/N), in a directory made under $TMPDIR once per process and
  * left there (a few dozen KiB) for the process's whole run. */
@@ -26,6 +30,9 @@
 #define MUTEX_LEN sizeof(pthread_mutex_t)
 /* A shorter input is the whole file: the size checks. */
 #define SHORT_BELOW 16
+/* The file size of a layout version 1 region (the version field is the
+ * second 32-bit word). */
+#define V1_SIZE 32904u
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -72,6 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(file, data, size < n ? size : n);
     memcpy(file + MUTEX_AT, genuine + MUTEX_AT, MUTEX_LEN);
     size_t len = size > 0 && size < SHORT_BELOW ? size : n;
+    if (size >= 8 && data[4] == 1 && data[5] == 0 && data[6] == 0 && data[7] == 0)
+        len = V1_SIZE;
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0 || pwrite(fd, file, len, 0) != (ssize_t)len) {
         perror("region file");

@@ -273,23 +273,31 @@ def cuda_config():
 
 
 def cuda_region():
-    # struct region_file (src/cuda/cuda_region.c): magic, version, size, nslots, limit, ready,
-    # pad, the mutex (40 bytes, kept genuine by the harness), used, recoveries, reclaimed,
-    # spare[5], then 1024 slots of {pid, pidns, start, used, spare}.
-    magic, version, size, nslots = 0x52435047, 1, 32904, 1024
-    def header(limit=1 << 30, ready=1):
-        return struct.pack("<IIIIqII", magic, version, size, nslots, limit, ready, 0)
-    def tail(used, slots):
-        out = b"\0" * 40 + struct.pack("<qqq", used, 0, 0) + b"\0" * 40
-        for pid, start, u in slots:
-            out += struct.pack("<iIQqq", pid, 0, start, u, 0)
+    # struct region_file (src/cuda/cuda_region.c), version 2: magic, version, size, nslots,
+    # limit, ready, pad, the mutex (40 bytes, kept genuine by the harness), used, recoveries,
+    # reclaimed, claims, scanned_at, spare[3], then 1024 slots of
+    # {state, pid, pidns, spare, start, token, used} (state 1: live while its first byte is
+    # OFD-locked, 2: judged by pid).
+    magic, version, size, nslots = 0x52435047, 2, 41096, 1024
+    def header(limit=1 << 30, ready=1, ver=version, sz=size):
+        return struct.pack("<IIIIqII", magic, ver, sz, nslots, limit, ready, 0)
+    def tail(used, slots, claims=0, scanned_at=0):
+        out = b"\0" * 40 + struct.pack("<qqqQQ", used, 0, 0, claims, scanned_at) + b"\0" * 24
+        for state, pid, token, u in slots:
+            out += struct.pack("<IiIIQQq", state, pid, 0, 0, 0, token, u)
         return out
     put("cuda_region", "header.bin", header())
     put("cuda_region", "not-ready.bin", header(ready=0))
-    put("cuda_region", "slots.bin", header() + tail(3 << 20, [(1, 1, 1 << 20), (999999, 5, 2 << 20)]))
-    put("cuda_region", "over-limit.bin", header(limit=4096) + tail(1 << 40, [(999998, 1, 1 << 40)]))
-    put("cuda_region", "short-file.bin", b"GPCR\x01")
-
+    put("cuda_region", "slots.bin", header() + tail(3 << 20, [(1, 1, 1, 1 << 20), (2, 999999, 2, 2 << 20)],
+                                                    claims=2))
+    put("cuda_region", "over-limit.bin", header(limit=4096) + tail(1 << 40, [(2, 999998, 1, 1 << 40)]))
+    put("cuda_region", "odd-states.bin", header() + tail(5, [(7, 0, 0, 5), (1, -1, 0, -3), (2, 0, 9, 1)],
+                                                         claims=(1 << 64) - 1, scanned_at=(1 << 64) - 1))
+    put("cuda_region", "short-file.bin", b"GPCR\x02")
+    # A version 1 region (32,904 bytes: the harness writes that size) is made anew; version 3
+    # fails closed.
+    put("cuda_region", "v1-stale.bin", struct.pack("<IIIIqII", magic, 1, 32904, nslots, 1 << 34, 1, 0))
+    put("cuda_region", "v3-newer.bin", header(ver=3))
 
 for fn in (extender, extender_route, kube_json, kube_protobuf, kube_watch, kubeconfig, dp_config, podresources,
            gpumem_ledger, sim_trace, cuda_config, cuda_region):
