@@ -25,6 +25,14 @@ import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
+# Contract headers: names only (macros), no code, no project include. Every
+# library may include them without linking their folder's library -- the
+# container contract is one of them because libgpupool-cuda, loaded into
+# users' containers, links nothing of the project yet must spell the names
+# the device plugin writes (docs/poolapi.md). Checked to stay that way.
+CONTRACT_HEADERS = {"src/poolapi/poolapi_names.h"}
+CONTRACT_LINE = re.compile(r'^\s*(#\s*(define|ifndef|endif)\b.*|#\s*include\s*<[a-z0-9_/]+\.h>\s*)?$')
+
 
 def load_codemodel(build):
     reply = os.path.join(build, ".cmake", "api", "v1", "reply")
@@ -105,6 +113,17 @@ def main(argv):
         if lowest:
             owner[rel] = sorted(lowest)[0]
 
+    # Contract headers: defines, guards and system headers only (comments and
+    # continuation lines aside).
+    for rel in sorted(CONTRACT_HEADERS):
+        with open(os.path.join(root, rel), errors="replace") as f:
+            text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+        text = re.sub(r"\\\n", " ", text)
+        for n, line in enumerate(text.splitlines(), 1):
+            if not CONTRACT_LINE.match(line):
+                problems.append(f"{rel} is a contract header (macros only) but has: {line.strip()}")
+                break
+
     # 2. header base names
     for base, paths in sorted(headers.items()):
         if len(paths) > 1:
@@ -124,7 +143,7 @@ def main(argv):
             if not paths or len(paths) != 1:
                 continue  # generated, system-like, or already reported
             target = owner.get(paths[0])
-            if target is None or target == lib:
+            if target is None or target == lib or paths[0] in CONTRACT_HEADERS:
                 continue
             if target not in libs[lib]["deps"]:
                 problems.append(f"{rel} includes {paths[0]} ({target}), "
