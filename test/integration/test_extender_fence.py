@@ -12,7 +12,11 @@ after the holder's fence: another replica may already hold the Lease.
 
 import json
 import os
+import queue
+import shutil
+import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -22,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "fakeapi"))
 
 from conftest import scaled  # noqa: E402
 from fake_apiserver import FakeApiServer  # noqa: E402
-from test_extender import node, pod, wait_for  # noqa: E402
+from test_extender import WRAPPER, node, pod, wait_for  # noqa: E402
 from test_extender_ha import LEASE_PATH, Replica, bound_pods, overcommitted  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -132,5 +136,132 @@ def test_stalled_exec_credential_never_carries_a_binding_past_the_fence(api, tmp
     finally:
         if stall.exists():
             stall.unlink()
+        rep.proc.terminate()
+        rep.proc.wait(scaled(20))
+
+
+# The path from the deadline check in perform_once to the send(), in order:
+# just past the check's clock read; the first libcurl set-up call after
+# it; the transfer's start; libcurl's own clock read and its poll() on the
+# connection inside the transfer; the client's CURLOPT_PREREQFUNCTION
+# callback (before its own clock read). Absent in a build without the
+# callback (the old code), that point is reported as not on the path.
+PAUSE_POINTS = ["after-check", "curl_easy_setopt", "curl_easy_perform", "clock_gettime", "poll",
+                "on_prereq"]
+GDB_SCRIPT = os.path.join(HERE, "fence_pause_gdb.py")
+
+
+class GdbPauser:
+    """gdb attached to the extender, running fence_pause_gdb.py."""
+
+    def __init__(self, pid, points, pause_s):
+        env = dict(os.environ, FENCE_POINTS=",".join(points), FENCE_PAUSE_S=str(pause_s))
+        self.proc = subprocess.Popen(["gdb", "-nx", "-batch", "-p", str(pid), "-x", GDB_SCRIPT],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines = queue.Queue()
+        self.text = []
+        self.stopped = False  # the current bind has reached its point
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for line in self.proc.stdout:
+            self.text.append(line)
+            if line.startswith("FENCE "):
+                self.lines.put(line.split()[1:])
+
+    def next(self, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                return self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.lines.empty():
+                    break
+        pytest.fail("gdb said nothing for %ss:\n%s" % (timeout, "".join(self.text)))
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def set_holder(api, identity):
+    """Writes the Lease as another replica (or a release, identity "") would."""
+    def mutate(obj):
+        obj["spec"]["holderIdentity"] = identity
+        return obj
+    api.store.update("leases", "kube-system", "gpupool-scheduler-extender", mutate)
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="needs gdb")
+@pytest.mark.skipif(bool(WRAPPER), reason="gdb attaches to the extender, not to its wrapper")
+def test_holder_paused_anywhere_between_check_and_send_sends_nothing_late(api, tmp_path):
+    """N2: the whole holder process is stopped (gdb, all threads) at each
+    point from its deadline check to its send, for longer than the fence;
+    meanwhile another replica takes the Lease, D after the holder's last
+    write. Once resumed, the holder must send no Binding: every Binding the
+    API server received arrived before the fence of the holder's Lease
+    write before it."""
+    pause_s = LEASE_S + 0.5
+    rep = Replica(api, tmp_path, "r0", ELECTION)
+    gdbp = None
+    outcome = {}
+    try:
+        holder(api, rep)
+        gdbp = GdbPauser(rep.proc.pid, PAUSE_POINTS, pause_s)
+        for i, point in enumerate(PAUSE_POINTS):
+            holder(api, rep)
+            p = api.put_object("pods", pod("g%d" % i, 4))
+            time.sleep(0.3)  # the pod watch delivers it
+            answer = {}
+
+            def bind():
+                # Refused before the Binding (the holder still re-listing):
+                # again, as kube-scheduler would, until one reaches gdb.
+                while True:
+                    answer["r"] = rep.bind(p)
+                    if "retry" not in answer["r"][1].get("Error", "") or gdbp.stopped:
+                        return
+                    time.sleep(0.1)
+            th = threading.Thread(target=bind)
+            th.start()
+            what, *rest = gdbp.next(scaled(30))
+            gdbp.stopped = True
+            assert rest[0] == point, (what, rest, point)
+            if what == "NOT-ON-PATH":
+                outcome[point] = "not on the path"
+                gdbp.stopped = False
+                th.join(scaled(30))
+                continue
+            assert what == "PAUSED", (what, rest)
+            # Another replica takes over D after its first sight of the
+            # holder's last write (no sooner than that write arrived).
+            last = max(w["time"] for w in api.requests() if w["path"].startswith(LEASE_PATH)
+                       and w["method"] in ("PUT", "POST") and (w["status"] or 500) < 300)
+            while time.time() < last + LEASE_S + 0.05:
+                time.sleep(0.02)
+            set_holder(api, "another-replica")
+            what, *rest = gdbp.next(scaled(30))
+            assert what == "RESUMED", (what, rest)
+            th.join(scaled(30))
+            status, body = answer["r"]
+            outcome[point] = body.get("Error") or "bound"
+            gdbp.stopped = False
+            # The holder's next renew meets the other's write: it steps
+            # down. The other "releases", and the replica takes it again.
+            wait_for(lambda: rep.role() != "holder", "the holder stepping down", timeout=10)
+            set_holder(api, "")
+        assert gdbp.next(scaled(30))[0] == "DETACHED"
+        late = late_bindings(api)
+        assert late == [], (late, outcome)
+        assert all(v != "not on the path" for v in outcome.values()), outcome
+        # Each bind was refused (retryably), its charge given back.
+        assert all("deadline" in v.lower() for v in outcome.values()), outcome
+        assert overcommitted(api) == {}
+        print("pause outcomes:", outcome)
+    finally:
+        if gdbp is not None:
+            gdbp.close()
         rep.proc.terminate()
         rep.proc.wait(scaled(20))
