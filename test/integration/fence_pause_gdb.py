@@ -3,7 +3,7 @@ from a Binding's deadline check to its send, one point per bind, for
 FENCE_PAUSE_S seconds each (test_extender_fence.py, N2).
 
 For each point of FENCE_POINTS (comma-separated) in turn:
-  1. wait for a thread to enter kube_bind_pod (the bind thread, T);
+  1. say ARMED, then wait for a thread to enter kube_bind_pod (the bind thread, T);
   2. wait for T's deadline check: clock_now_ns called from perform_once,
      then let it return ("finish"): T is now just past the check;
   3. the point "after-check" stops here; any other names a function
@@ -76,6 +76,7 @@ def main():
     gdb.execute("handle SIGPIPE nostop noprint pass")
     for point in POINTS:
         arm = breakpoint("kube_bind_pod")
+        say("ARMED", point)  # the test sends its bind from here on
         run_until([arm])
         t = thread_num()
         arm.delete()

@@ -213,6 +213,7 @@ def test_holder_paused_anywhere_between_check_and_send_sends_nothing_late(api, t
         for i, point in enumerate(PAUSE_POINTS):
             holder(api, rep)
             p = api.put_object("pods", pod("g%d" % i, 4))
+            assert gdbp.next(scaled(30)) == ["ARMED", point]
             time.sleep(0.3)  # the pod watch delivers it
             answer = {}
 
