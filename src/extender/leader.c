@@ -301,8 +301,9 @@ static void keep_record(struct leader *l, json_t *lease)
     pthread_mutex_unlock(&l->lock);
 }
 
-/* PUT (or POST when base is NULL) our claim; HELD, NOT_HELD on 409. */
-static enum attempt write_claim(struct leader *l, const json_t *base)
+/* PUT (or POST when base is NULL) our claim; HELD, NOT_HELD on 409.
+ * deadline_ns (0: none) bounds the PUT, credential fetch included. */
+static enum attempt write_claim(struct leader *l, const json_t *base, int64_t deadline_ns)
 {
     json_t *claim = lease_claim(l, base, false);
     json_t *stored = NULL;
@@ -311,7 +312,7 @@ static enum attempt write_claim(struct leader *l, const json_t *base)
         log_warn("lease %s/%s: out of memory", l->ns, l->name);
         return ATTEMPT_ERROR;
     }
-    int rc = base ? kube_put(l->client, l->path, claim, &stored, &kerr)
+    int rc = base ? kube_put_until(l->client, l->path, claim, deadline_ns, &stored, &kerr)
                   : kube_post(l->client, l->collection, claim, &stored, &kerr);
     json_decref(claim);
     if (rc == 0 && json_is_object(stored)) {
@@ -329,15 +330,19 @@ static enum attempt write_claim(struct leader *l, const json_t *base)
     return ATTEMPT_ERROR;
 }
 
-static enum attempt try_acquire_or_renew(struct leader *l, bool holder)
+/* renew_by_ns: the holder's step-down instant (last good write + renew
+ * deadline). Its renew ends by then whatever it waits for, a credential
+ * plugin that another thread (a bind) is running included, so that the
+ * holder steps down on time instead of waiting with it (N1, docs/ha.md). */
+static enum attempt try_acquire_or_renew(struct leader *l, bool holder, int64_t renew_by_ns)
 {
     if (holder && l->record) /* renew: our last write is the version to replace */
-        return write_claim(l, l->record);
+        return write_claim(l, l->record, renew_by_ns);
     json_t *lease = NULL;
     struct kube_error kerr = {0};
     if (kube_get(l->client, l->path, &lease, &kerr) < 0) {
         if (kerr.http_status == 404)
-            return write_claim(l, NULL);
+            return write_claim(l, NULL, 0);
         log_v(1, "lease %s/%s: reading failed: %s", l->ns, l->name, kerr.message);
         return ATTEMPT_ERROR;
     }
@@ -356,7 +361,7 @@ static enum attempt try_acquire_or_renew(struct leader *l, bool holder)
     if (who[0] && strcmp(who, l->identity) != 0)
         log_info("lease %s/%s: holder %s did not renew for %d s; taking over", l->ns, l->name, who,
                  (int)(lease_duration_ns(l, lease) / (1000 * NS_PER_MS)));
-    return write_claim(l, lease);
+    return write_claim(l, lease, 0);
 }
 
 static void *leader_thread(void *arg)
@@ -365,9 +370,10 @@ static void *leader_thread(void *arg)
     pthread_mutex_lock(&l->lock);
     while (!l->stopping) {
         bool holder = l->holder;
+        int64_t renew_by = l->last_ok_ns + (int64_t)l->cfg.renew_deadline_ms * NS_PER_MS;
         pthread_mutex_unlock(&l->lock);
         int64_t t0 = clock_now_ns(); /* before the write: the fence counts from here */
-        enum attempt a = try_acquire_or_renew(l, holder);
+        enum attempt a = try_acquire_or_renew(l, holder, renew_by);
         uint64_t acquired = 0;
         enum leader_role role;
         pthread_mutex_lock(&l->lock);

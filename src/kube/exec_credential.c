@@ -479,11 +479,18 @@ struct cache_entry {
     char *key; /* cache_key(): NUL-separated parts */
     size_t key_len;
     struct kube_exec_credential cred; /* generation 0: none yet */
+    /* A caller is running the plugin for this entry; the others wait on
+     * `done` (CLOCK_MONOTONIC), each no longer than its own deadline. */
+    bool running;
+    pthread_cond_t done;
     struct cache_entry *next;
 };
 
 /* Process-wide on purpose (client-go keeps its exec authenticators the
- * same way): every client of one plugin configuration shares one answer. */
+ * same way): every client of one plugin configuration shares one answer.
+ * cache_lock guards the list and the entries; it is never held while a
+ * plugin runs, so a stalled plugin cannot hold up a caller past its
+ * deadline (a Lease renew behind a bind's refresh: docs/ha.md). */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_entry *cache;
 static uint64_t last_generation;
@@ -541,13 +548,35 @@ static struct cache_entry *cache_find(char *key, size_t len)
     }
     e->key = key;
     e->key_len = len;
+    clock_cond_init(&e->done);
     e->next = cache;
     cache = e;
     return e;
 }
 
+/* Waits (cache_lock held) for another caller's run of e's plugin to end;
+ * -1 with err when deadline_ns (0: none) passes first. */
+static int wait_for_run(struct cache_entry *e, const char *command, int64_t deadline_ns, char *err,
+                        size_t errlen)
+{
+    if (deadline_ns <= 0) {
+        pthread_cond_wait(&e->done, &cache_lock);
+        return 0;
+    }
+    /* Rounded up: waking a millisecond early would only wait again. */
+    struct timespec until = clock_timespec_ms((deadline_ns + 999999) / 1000000);
+    int rc = pthread_cond_timedwait(&e->done, &cache_lock, &until);
+    if (rc == ETIMEDOUT && clock_now_ns() >= deadline_ns)
+        return fail(err, errlen,
+                    "exec plugin %s: another request's run of it had not answered when this "
+                    "request's deadline passed",
+                    command);
+    return 0;
+}
+
 int kube_exec_credential_get(const struct kube_config *cfg, long timeout_ms, uint64_t refused,
-                             struct kube_exec_credential *out, char *err, size_t errlen)
+                             int64_t deadline_ns, struct kube_exec_credential *out, char *err,
+                             size_t errlen)
 {
     memset(out, 0, sizeof *out);
     size_t len;
@@ -561,15 +590,43 @@ int kube_exec_credential_get(const struct kube_config *cfg, long timeout_ms, uin
         fail(err, errlen, "out of memory");
         goto out;
     }
-    bool usable = e->cred.generation != 0 && e->cred.generation != refused &&
-                  !kube_exec_credential_expired(&e->cred, clock_wall_ns() / 1000000);
-    if (!usable) {
-        struct kube_exec_credential fresh;
-        if (run_plugin(cfg, timeout_ms, &fresh, err, errlen) != 0)
+    for (;;) {
+        bool usable = e->cred.generation != 0 && e->cred.generation != refused &&
+                      !kube_exec_credential_expired(&e->cred, clock_wall_ns() / 1000000);
+        if (usable)
+            break;
+        if (!e->running) {
+            /* Ours to run, for no longer than our deadline leaves: past
+             * it the caller could not use the answer. */
+            long run_ms = timeout_ms;
+            if (deadline_ns > 0) {
+                int64_t left_ms = (deadline_ns - clock_now_ns()) / 1000000;
+                if (left_ms <= 0) {
+                    fail(err, errlen, "exec plugin %s: the request's deadline passed before it ran",
+                         cfg->exec->command);
+                    goto out;
+                }
+                if (left_ms < run_ms)
+                    run_ms = (long)left_ms;
+            }
+            e->running = true;
+            pthread_mutex_unlock(&cache_lock);
+            struct kube_exec_credential fresh;
+            int ran = run_plugin(cfg, run_ms, &fresh, err, errlen);
+            pthread_mutex_lock(&cache_lock);
+            e->running = false;
+            pthread_cond_broadcast(&e->done);
+            if (ran != 0)
+                goto out;
+            kube_exec_credential_free(&e->cred);
+            e->cred = fresh;
+            e->cred.generation = ++last_generation;
+            break;
+        }
+        if (wait_for_run(e, cfg->exec->command, deadline_ns, err, errlen) != 0)
             goto out;
-        kube_exec_credential_free(&e->cred);
-        e->cred = fresh;
-        e->cred.generation = ++last_generation;
+        /* The run ended (or a spurious wake-up): look again. A run that
+         * failed leaves nothing usable and the next caller tries anew. */
     }
     rc = credential_copy(out, &e->cred);
     if (rc != 0)

@@ -20,9 +20,9 @@
  * and reused until their expirationTimestamp passes (none: the whole run)
  * or a caller reports that the server refused it (401).
  *
- * Threads: kube_exec_credential_get is thread-safe; one process-wide lock
- * is held while a plugin runs, so concurrent callers wait for one run
- * instead of starting several.
+ * Threads: kube_exec_credential_get is thread-safe. Concurrent callers of
+ * one configuration wait for one run instead of starting several, each for
+ * no longer than its own deadline; no lock is held while the plugin runs.
  * Errors: 0/-1 with a message naming the plugin in err.
  * Owner: *out is the caller's (kube_exec_credential_free). */
 #ifndef GP_KUBE_EXEC_CREDENTIAL_H
@@ -44,10 +44,14 @@ struct kube_exec_credential {
 
 /* The credential of cfg->exec (which must be set): the cached one when it
  * is still valid and is not generation `refused` (0: none refused), else a
- * new run of the plugin. */
+ * new run of the plugin (killed after timeout_ms, or at deadline_ns when
+ * that comes first), or the answer of the run another caller has started.
+ * deadline_ns: a clock_now_ns() instant past which the caller has no use
+ * for the credential (0: none); -1 once it passes, whoever runs the plugin. */
 GP_MUST_USE int kube_exec_credential_get(const struct kube_config *cfg, long timeout_ms,
-                                         uint64_t refused, struct kube_exec_credential *out,
-                                         char *err, size_t errlen);
+                                         uint64_t refused, int64_t deadline_ns,
+                                         struct kube_exec_credential *out, char *err,
+                                         size_t errlen);
 
 /* Reads a plugin's answer (stdout) that must be of api_version; `command`
  * names it in messages. Leaves generation 0. */

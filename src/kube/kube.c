@@ -3,8 +3,10 @@
 #include "buf.h"
 #include "client.h"
 #include "clock.h"
+#include "log.h"
 #include "wire.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,9 +167,10 @@ static int add_header(const struct kube_curl *curl, struct curl_slist **headers,
 }
 
 /* An exec user's credential, fresh: the client's copy unless it expired or
- * the server refused it, else the plugin's (cached process-wide). The
- * plugin runs without state_lock held. */
-static int exec_refresh(struct kube_client *c, struct kube_error *err)
+ * the server refused it, else the plugin's (cached process-wide), waited
+ * for no longer than deadline_ns (0: none). The plugin runs without
+ * state_lock held. */
+static int exec_refresh(struct kube_client *c, int64_t deadline_ns, struct kube_error *err)
 {
     pthread_mutex_lock(&c->state_lock);
     bool fresh = c->exec_cred.generation != 0 && !c->exec_refused &&
@@ -178,8 +181,14 @@ static int exec_refresh(struct kube_client *c, struct kube_error *err)
         return 0;
     struct kube_exec_credential cred;
     char why[1024];
-    if (kube_exec_credential_get(&c->cfg, c->exec_timeout_ms, refused, &cred, why, sizeof why) != 0)
+    if (kube_exec_credential_get(&c->cfg, c->exec_timeout_ms, refused, deadline_ns, &cred, why,
+                                 sizeof why) != 0) {
+        /* Nothing was sent: a caller (bind.c) may give its charge back. */
+        if (deadline_ns > 0 && clock_now_ns() >= deadline_ns)
+            return kube_fail(err, 0, "DeadlineExceeded",
+                             "deadline passed while fetching credentials, nothing sent: %s", why);
         return kube_fail(err, 0, "AuthError", "%s", why);
+    }
     pthread_mutex_lock(&c->state_lock);
     kube_exec_credential_free(&c->exec_cred);
     c->exec_cred = cred;
@@ -188,12 +197,23 @@ static int exec_refresh(struct kube_client *c, struct kube_error *err)
     return 0;
 }
 
+/* Every step that may wait for something outside this process (a token
+ * file read, an exec plugin run): done before a request measures the time
+ * it has left, so none of it is added to a deadline (docs/ha.md, the
+ * fence). deadline_ns: 0 for none. */
+static int credentials_refresh(struct kube_client *c, int64_t deadline_ns, struct kube_error *err)
+{
+    kube_token_refresh(c, false);
+    if (c->cfg.exec != NULL && exec_refresh(c, deadline_ns, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* The credentials as credentials_refresh left them, onto the handle and
+ * the header list: memory only, no I/O. */
 static int auth_header(struct kube_client *c, CURL *h, struct curl_slist **headers,
                        struct kube_error *err)
 {
-    kube_token_refresh(c, false);
-    if (c->cfg.exec != NULL && exec_refresh(c, err) != 0)
-        return -1;
     pthread_mutex_lock(&c->state_lock);
     const char *token = c->cfg.exec != NULL ? c->exec_cred.token : c->token;
     char *line = NULL;
@@ -279,6 +299,9 @@ fail:
 int kube_handle_setup(struct kube_client *c, CURL *h, const char *url, const char *content_type,
                       struct curl_slist **headers, struct kube_error *err)
 {
+    *headers = NULL;
+    if (credentials_refresh(c, 0, err) != 0)
+        return -1;
     return handle_setup(c, h, url, NULL, content_type, headers, err);
 }
 
@@ -333,6 +356,8 @@ struct response {
     enum body_mode mode;
     bool stream_failed;     /* the stream refused a chunk; err says why */
     struct kube_error *err; /* the call's, for the stream's errors */
+    int64_t deadline_ns;    /* the call's; 0: none */
+    bool deadline_passed;   /* on_prereq found it passed: nothing was sent */
 };
 
 static enum body_mode body_mode(struct response *r)
@@ -400,8 +425,44 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
     return r->cancel != NULL && kube_cancel_fired(r->cancel); /* non-zero aborts */
 }
 
+/* libcurl calls this once the connection is ready (connected, TLS done, or
+ * reused), just before it writes the request: the last moment a passed
+ * deadline can still stop the request from leaving. Everything between the
+ * deadline's first check in perform_once and here (libcurl's own set-up,
+ * connection checks, a scheduling delay, a stopped process) is caught by
+ * this second look; only the stretch from here to the send() is not. */
+static int on_prereq(void *userdata, char *primary_ip, char *local_ip, int primary_port,
+                     int local_port)
+{
+    (void)primary_ip, (void)local_ip, (void)primary_port, (void)local_port;
+    struct response *r = userdata;
+    if (r->deadline_ns > 0 && clock_now_ns() >= r->deadline_ns) {
+        r->deadline_passed = true;
+        return CURL_PREREQFUNC_ABORT; /* CURLE_ABORTED_BY_CALLBACK, nothing sent */
+    }
+    return CURL_PREREQFUNC_OK;
+}
+
+/* Arms on_prereq for a call with a deadline. A libcurl older than 7.80 has
+ * no CURLOPT_PREREQFUNCTION: the deadline is then only as good as the
+ * relative timeout, which a pause before the send does not count (said
+ * once, in the log). */
+static void arm_prereq(const struct kube_curl *curl, CURL *h, struct response *r)
+{
+    static atomic_bool warned;
+    if (curl->easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq) == CURLE_OK &&
+        curl->easy_setopt(h, CURLOPT_PREREQDATA, r) == CURLE_OK)
+        return;
+    if (!atomic_exchange(&warned, true))
+        log_warn("libcurl has no CURLOPT_PREREQFUNCTION (older than 7.80): a request's "
+                 "deadline is not re-checked as it leaves (docs/ha.md)");
+}
+
 /* One HTTP exchange on the shared handle. Returns the libcurl result; the
- * response (status, body) is in *r. */
+ * response (status, body) is in *r. Order (docs/ha.md, the fence): every
+ * credential step first, then the handle and headers, then the time left
+ * is measured, and on_prereq looks at the deadline once more as the
+ * request leaves. */
 static CURLcode perform_once(struct kube_client *c, const struct call *call, struct response *r,
                              char *curl_message, struct kube_error *err, bool *setup_failed)
 {
@@ -412,16 +473,28 @@ static CURLcode perform_once(struct kube_client *c, const struct call *call, str
         return CURLE_OUT_OF_MEMORY;
     }
     const struct kube_curl *curl = c->curl;
+    struct curl_slist *headers = NULL;
+    CURLcode code = CURLE_OK;
+    /* Before the shared handle: a slow credential holds up no other call
+     * of this client, and is waited for no longer than the deadline. */
+    if (credentials_refresh(c, call->deadline_ns, err) != 0) {
+        *setup_failed = true;
+        free(url);
+        return CURLE_LOGIN_DENIED;
+    }
     pthread_mutex_lock(&c->request_lock);
     CURL *h = c->handle;
     r->handle = h;
     curl->easy_reset(h); /* keeps the connection cache: reuse survives */
-    struct curl_slist *headers = NULL;
-    CURLcode code = CURLE_OK;
+    if (handle_setup(c, h, url, call->accept, call->content_type, &headers, err) != 0) {
+        *setup_failed = true;
+        code = CURLE_OUT_OF_MEMORY;
+        goto out;
+    }
     long timeout_ms = c->timeout_ms;
     if (call->deadline_ns > 0) {
-        /* Measured after the wait for the shared connection, which counts
-         * against the caller's deadline too. */
+        /* Measured after the wait for the shared connection and every
+         * set-up step, which count against the caller's deadline too. */
         int64_t left_ms = (call->deadline_ns - clock_now_ns()) / 1000000;
         if (left_ms <= 0) {
             *setup_failed = true;
@@ -432,11 +505,8 @@ static CURLcode perform_once(struct kube_client *c, const struct call *call, str
         }
         if (left_ms < timeout_ms)
             timeout_ms = (long)left_ms;
-    }
-    if (handle_setup(c, h, url, call->accept, call->content_type, &headers, err) != 0) {
-        *setup_failed = true;
-        code = CURLE_OUT_OF_MEMORY;
-        goto out;
+        r->deadline_ns = call->deadline_ns;
+        arm_prereq(curl, h, r);
     }
     curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
@@ -569,6 +639,12 @@ int kube_call(struct kube_client *c, const struct call *call, struct kube_body *
             free(r.body.data);
             return -1;
         }
+        if (r.deadline_passed) { /* on_prereq stopped it: never sent, not retried */
+            free(r.body.data);
+            return kube_fail(err, 0, "DeadlineExceeded",
+                             "%s: deadline passed before it was sent (checked as it was leaving)",
+                             what);
+        }
         if (streamed) {
             int rc = stream_end(c, call, &r, code, what, curl_message, out, err);
             if (rc <= 0)
@@ -697,7 +773,13 @@ int kube_post(struct kube_client *client, const char *path, const json_t *body, 
 int kube_put(struct kube_client *client, const char *path, const json_t *body, json_t **out,
              struct kube_error *err)
 {
-    return call_with_body(client, "PUT", path, "application/json", body, 0, out, err);
+    return kube_put_until(client, path, body, 0, out, err);
+}
+
+int kube_put_until(struct kube_client *client, const char *path, const json_t *body,
+                   int64_t deadline_ns, json_t **out, struct kube_error *err)
+{
+    return call_with_body(client, "PUT", path, "application/json", body, deadline_ns, out, err);
 }
 
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,

@@ -144,8 +144,14 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
 /* The same, but no attempt outlives deadline_ns (clock_now_ns() terms; 0:
  * none): each attempt's time limit is the shorter of the client's timeout
  * and what is left, a retry that would start past it is not made, and when
- * it has passed before the request is sent (waiting for the client's
- * connection) the call fails with reason "DeadlineExceeded", nothing sent. */
+ * it has passed before the request is sent the call fails with reason
+ * "DeadlineExceeded", nothing sent. Every step that may wait (the client's
+ * connection, a token file, an exec credential plugin, which is waited for
+ * only until the deadline) comes before the time left is measured, and the
+ * deadline is looked at once more just before the request is written
+ * (libcurl's CURLOPT_PREREQFUNCTION, 7.80 on): a request leaves after its
+ * deadline only if the process stops between that look and the send()
+ * (docs/ha.md, the fence). */
 int kube_get_until(struct kube_client *client, const char *path, int64_t deadline_ns, json_t **out,
                    struct kube_error *err) GP_MUST_USE;
 
@@ -245,6 +251,11 @@ int kube_post(struct kube_client *client, const char *path, const json_t *body, 
  * Not retried once the server may have acted. */
 int kube_put(struct kube_client *client, const char *path, const json_t *body, json_t **out,
              struct kube_error *err) GP_MUST_USE;
+
+/* kube_put with a deadline (as for kube_get_until): the Lease renew of a
+ * holder that must step down at a known instant. */
+int kube_put_until(struct kube_client *client, const char *path, const json_t *body,
+                   int64_t deadline_ns, json_t **out, struct kube_error *err) GP_MUST_USE;
 
 /* A plain HTTP POST to a URL outside the API server (the extender forwards
  * a bind to its leader replica): body of len bytes as application/json,

@@ -10,6 +10,9 @@ also proves env is passed):
     FAKE_EXEC_EXPIRY   seconds from now for status.expirationTimestamp
                        (negative: already expired); unset: no expiry
     FAKE_EXEC_CERT, FAKE_EXEC_KEY   PEM files for mode cert
+    FAKE_EXEC_STALL    file: while it exists and holds a wall-clock time (seconds
+                       since 1970) in the future, every run sleeps until then
+                       before answering (a slow IAM endpoint)
 The answer's apiVersion is the one KUBERNETES_EXEC_INFO asks for.
 """
 import datetime
@@ -40,6 +43,12 @@ def main():
         return 0
     if mode == "slow":
         time.sleep(30)
+    stall = os.environ.get("FAKE_EXEC_STALL")
+    if stall and os.path.exists(stall):
+        with open(stall) as f:
+            until = float(f.read().strip() or 0)
+        if until > time.time():
+            time.sleep(until - time.time())
     tokens = os.environ.get("FAKE_EXEC_TOKENS", "t0k3n").split(",")
     status = {}
     if mode == "cert":
