@@ -5,8 +5,9 @@
 #   make demo     build and run the pool on a simulated cluster: the device plugin
 #                 on a simulated node, the extender placing pods, kubectl gpupool,
 #                 gpupool-sim on the openb trace
-#   make test     unit tests, the same under ASan+UBSan, integration tests (plain
-#                 plugin, ASan+UBSan plugin, a subset under valgrind)
+#   make test     unit tests, the same under ASan+UBSan, integration tests against the
+#                 plain and the sanitized programs, a subset under valgrind, and the
+#                 arm64 cross build smoke-tested under qemu-user (make cross)
 #   make valgrind-test   the integration subset with the plugin under valgrind
 #   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
 #   make image    OCI images of the daemons from Debian packages, no Docker (root; docs/deploy.md)
