@@ -2,8 +2,9 @@
 # names the jobs people run.
 #
 #   make          build every program (build/)
-#   make demo     build and run the pool on a simulated cluster: the device plugin
-#                 on a simulated node, the extender placing pods, kubectl gpupool,
+#   make demo     build and run the pool on a simulated cluster, parts 1-6: the device
+#                 plugin on a simulated node, libgpupool-cuda refusing a process past
+#                 its share (fake libcuda), the extender placing pods, kubectl gpupool,
 #                 gpupool-sim on the openb trace
 #   make test     unit tests, the same under ASan+UBSan, integration tests against the
 #                 plain and the sanitized programs, a subset under valgrind, and the
