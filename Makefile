@@ -104,7 +104,7 @@ VALGRIND_TESTS ?= \
   $(IT)/test_extender.py::test_malformed_bodies_get_4xx_json_error \
   $(IT)/test_extender.py::test_bad_flags_are_refused \
   $(IT)/test_sim.py::test_json_lines_contract $(IT)/test_sim.py::test_bad_csv \
-  $(IT)/test_sim.py::test_bad_flags \
+  $(IT)/test_sim.py::test_bad_flags $(IT)/test_sim.py::test_missing_inputs_help_and_version \
   $(IT)/test_plugin_metrics.py::test_devices_allocated_counts_pod_resources \
   $(IT)/test_cli.py::test_gpushare_summary_byte_exact $(IT)/test_cli.py::test_gpupool_json \
   $(IT)/test_cli.py::test_watch_cache_lists_in_parallel_and_no_per_node_requests \

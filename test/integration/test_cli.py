@@ -587,4 +587,5 @@ def test_version_names_the_commit(program, argv):
     assert m, proc.stdout
     head = git_head()
     if head is not None:
-        assert m.group(2) == head
+        assert m.group(2) == head, "built at %s, HEAD is %s: rebuild (CMake re-configures)" % (
+            m.group(2), head)
