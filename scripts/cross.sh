@@ -87,7 +87,7 @@ fi
 t=$SECONDS
 out=$(GP_PLUGIN_WRAPPER="${QEMU[*]}" "$ROOT/scripts/demo.sh" "$BUILD" 2>&1) ||
   { printf '%s\n' "$out" >&2; die "the arm64 device plugin under qemu (scripts/demo.sh)"; }
-grep -q 'Demo OK' <<<"$out" || { printf '%s\n' "$out" >&2; die "scripts/demo.sh did not finish"; }
+grep -q '^demo: part 1 OK' <<<"$out" || { printf '%s\n' "$out" >&2; die "scripts/demo.sh did not finish"; }
 log "device plugin (arm64, qemu, fake NVML): registered, ListAndWatch, Allocate, SIGTERM -> 0 ($((SECONDS - t)) s)"
 # --- 5. the isolation library: old-glibc references, and a limit under qemu --------------
 t=$SECONDS

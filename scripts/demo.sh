@@ -10,6 +10,8 @@
 #    (<build>/test/fakecuda) and the probe (<build>/test/cuda/gpupool-cudaprobe); the
 #    second is refused the memory past the share, then a process without the library
 #    sees the whole GPU.
+#    Not run under GP_PLUGIN_WRAPPER (scripts/cross.sh's qemu): cross.sh runs the
+#    library under qemu itself.
 # Everything is stopped and removed at the end.
 # Exit 0 on success; on any failure, non-zero with the plugin's log.
 # GP_PLUGIN_WRAPPER: a command line the plugin runs under (e.g. qemu-aarch64-static
@@ -138,11 +140,21 @@ code_of() { awk -v c="$2" '$1 == c { n++; if (n == '"${3:-1}"') { print $2; exit
 cuda_env() {
   env LD_LIBRARY_PATH="$FAKECUDA" FAKECUDA_DEVICES="$UUID=16g" FAKECUDA_PHYS="$TMP/gpu-phys" "$@"
 }
+# A sanitized build's library (make asan) needs the sanitizer runtimes ahead of it in
+# the preload list, where a sanitized program has them.
+SAN_PRELOAD=
+for rt in $(readelf -d "$CUDALIB" 2>/dev/null | sed -n 's/.*Shared library: \[\(lib[a-z]*san\.so[.0-9]*\)\].*/\1/p'); do
+  SAN_PRELOAD+="$(gcc -print-file-name="$rt"):"
+done
 in_container() {
   cuda_env CUDA_DEVICE_MEMORY_LIMIT=4g CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/region" \
-    LD_PRELOAD="$CUDALIB" "$@"
+    LD_PRELOAD="$SAN_PRELOAD$CUDALIB" "$@"
 }
 
+if [ -n "${GP_PLUGIN_WRAPPER:-}" ]; then
+  echo "demo: part 1 OK; part 2 is not run under GP_PLUGIN_WRAPPER"
+  exit 0
+fi
 echo "== 2. libgpupool-cuda: a container's 4 GiB share of a 16 GiB GPU (fake libcuda)"
 echo "   the container's env: CUDA_DEVICE_MEMORY_LIMIT=4g, libgpupool-cuda.so preloaded"
 in_container "$PROBE" init alloc 3g info hold >"$TMP/a.out" 2>&1 &
