@@ -1,38 +1,23 @@
 """`make demo` as a newcomer meets it: scripts/demo.sh (parts 1-2) and scripts/demo_pool.py
 (parts 3-6) run against the build, every part is shown, and README's transcript is what the
-run prints (so the README cannot drift from the code again).
+run prints (so the README cannot drift from the code again: regenerate it with
+`scripts/demo_transcript.py build --write`).
 
     GP_BUILD_DIR   build tree (default ./build)
 """
 
 import os
 import re
-import subprocess
+import sys
 
 import pytest
 
 from conftest import ROOT, scaled
 
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import demo_transcript  # noqa: E402
+
 BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
-PYTHON = "/usr/bin/python3"
-
-
-def run(argv):
-    return subprocess.run(argv, capture_output=True, text=True, timeout=scaled(120), cwd=ROOT)
-
-
-def placeholders(text):
-    """What varies from run to run, written as README writes it."""
-    text = re.sub(r"http://127\.0\.0\.1:\d+", "http://127.0.0.1:…", text)
-    text = re.sub(r"--port \d+", "--port …", text)
-    return re.sub(r"\(pid \d+\)", "(pid …)", text)
-
-
-def readme_transcript():
-    text = open(os.path.join(ROOT, "README.md")).read()
-    start = text.index("What `make demo` prints after part 1")
-    body = text.index("```\n", start) + 4
-    return text[body:text.index("```\n", body)]
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +27,7 @@ def demo():
                  "bin/gpupool-scheduler-extender", "bin/kubectl-gpupool", "bin/gpupool-sim"):
         if not os.path.exists(os.path.join(BUILD, need)):
             pytest.fail("%s not built in %s (the demo needs the whole build)" % (need, BUILD))
-    node = run(["bash", os.path.join(ROOT, "scripts", "demo.sh"), BUILD])
-    assert node.returncode == 0, node.stdout + node.stderr
-    pool = run([PYTHON, os.path.join(ROOT, "scripts", "demo_pool.py"), BUILD])
-    assert pool.returncode == 0, pool.stdout + pool.stderr
-    return node.stdout, pool.stdout
+    return demo_transcript.run_demo(BUILD, timeout=scaled(120))
 
 
 def test_every_part_in_order(demo):
@@ -64,6 +45,8 @@ def test_the_share_is_enforced(demo):
 
 
 def test_readme_shows_what_the_demo_prints(demo):
-    node, pool = demo
-    printed = placeholders(node[node.index("== 2. "):] + pool)
-    assert readme_transcript() == printed
+    with open(demo_transcript.README, encoding="utf-8") as f:
+        text = f.read()
+    start, end = demo_transcript.readme_block(text)
+    assert text[start:end] == demo_transcript.transcript(*demo), \
+        "README.md's transcript differs from the run: scripts/demo_transcript.py build --write"
