@@ -2,11 +2,13 @@
 # names the jobs people run.
 #
 #   make          build every program (build/)
-#   make demo     build and run the pool on a simulated cluster: the device plugin
-#                 on a simulated node, the extender placing pods, kubectl gpupool,
+#   make demo     build and run the pool on a simulated cluster, parts 1-6: the device
+#                 plugin on a simulated node, libgpupool-cuda refusing a process past
+#                 its share (fake libcuda), the extender placing pods, kubectl gpupool,
 #                 gpupool-sim on the openb trace
-#   make test     unit tests, the same under ASan+UBSan, integration tests (plain
-#                 plugin, ASan+UBSan plugin, a subset under valgrind)
+#   make test     unit tests, the same under ASan+UBSan, integration tests against the
+#                 plain and the sanitized programs, a subset under valgrind, and the
+#                 arm64 cross build smoke-tested under qemu-user (make cross)
 #   make valgrind-test   the integration subset with the plugin under valgrind
 #   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
 #   make image    OCI images of the daemons from Debian packages, no Docker (root; docs/deploy.md)
@@ -102,7 +104,7 @@ VALGRIND_TESTS ?= \
   $(IT)/test_extender.py::test_malformed_bodies_get_4xx_json_error \
   $(IT)/test_extender.py::test_bad_flags_are_refused \
   $(IT)/test_sim.py::test_json_lines_contract $(IT)/test_sim.py::test_bad_csv \
-  $(IT)/test_sim.py::test_bad_flags \
+  $(IT)/test_sim.py::test_bad_flags $(IT)/test_sim.py::test_missing_inputs_help_and_version \
   $(IT)/test_plugin_metrics.py::test_devices_allocated_counts_pod_resources \
   $(IT)/test_cli.py::test_gpushare_summary_byte_exact $(IT)/test_cli.py::test_gpupool_json \
   $(IT)/test_cli.py::test_watch_cache_lists_in_parallel_and_no_per_node_requests \

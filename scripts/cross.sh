@@ -8,8 +8,8 @@
 #   1. configure with cmake/aarch64-linux-gnu.cmake (Debian's cross gcc, the
 #      :arm64 multiarch libraries) and build; GP_CROSS_TARGETS limits the build
 #      to those targets (default: all, unit tests and benches included);
-#   2. each program is an AArch64 ELF (readelf) whose --version (gpupool-sim:
-#      --help) runs under qemu-aarch64-static and names the program;
+#   2. each program is an AArch64 ELF (readelf) whose --version runs under
+#      qemu-aarch64-static and names the program;
 #   3. gpupool-sim replays the shipped openb trace (data/openb, seed 42) under
 #      qemu and must print the same JSON as the host build in GP_NATIVE_BUILD
 #      (default build/, skipped with a note when it has no gpupool-sim);
@@ -57,7 +57,7 @@ for p in "${PROGRAMS[@]}"; do
   machine=$(readelf -h "$bin" | sed -n 's/^ *Machine: *//p')
   [[ $machine == AArch64 ]] || die "$p is a '$machine' binary, not AArch64"
   flag=--version
-  [[ $p == gpupool-sim ]] && flag=--help  # it has no --version
+
   out=$("${QEMU[@]}" "$bin" "$flag" 2>&1) || die "$p $flag under qemu: $out"
   grep -q "$p" <<<"$out" || die "$p $flag under qemu printed no program name: $out"
   log "$p: $machine, $flag under qemu: $(head -n1 <<<"$out")"
@@ -87,7 +87,7 @@ fi
 t=$SECONDS
 out=$(GP_PLUGIN_WRAPPER="${QEMU[*]}" "$ROOT/scripts/demo.sh" "$BUILD" 2>&1) ||
   { printf '%s\n' "$out" >&2; die "the arm64 device plugin under qemu (scripts/demo.sh)"; }
-grep -q 'Demo OK' <<<"$out" || { printf '%s\n' "$out" >&2; die "scripts/demo.sh did not finish"; }
+grep -q '^demo: part 1 OK' <<<"$out" || { printf '%s\n' "$out" >&2; die "scripts/demo.sh did not finish"; }
 log "device plugin (arm64, qemu, fake NVML): registered, ListAndWatch, Allocate, SIGTERM -> 0 ($((SECONDS - t)) s)"
 # --- 5. the isolation library: old-glibc references, and a limit under qemu --------------
 t=$SECONDS

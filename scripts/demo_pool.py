@@ -1,20 +1,21 @@
 #!/usr/bin/python3
 """demo_pool.py BUILD_DIR -- the GPU pool on a simulated cluster.
 
-The second half of `make demo` (the first, scripts/demo.sh, shows the device
-plugin from the kubelet's side). Here:
+Parts 3 to 6 of `make demo` (parts 1 and 2, scripts/demo.sh, show the device
+plugin from the kubelet's side and libgpupool-cuda enforcing a share). Here:
 
-  1. a simulated cluster: test/fakeapi/fake_apiserver.py holding three GPU
+  3. a simulated cluster: test/fakeapi/fake_apiserver.py holding three GPU
      nodes of different shapes (4 x V100 16 GiB, 2 x A100 80 GiB, 8 x T4
      16 GiB) as the node side publishes them (aliyun.com/gpu-mem capacity,
      aliyun.com/gpu-count, the per-GPU `gpupool.io/gpus` annotation);
-  2. gpupool-scheduler-extender syncing from it, then placing pods exactly as
-     kube-scheduler drives it: filter -> prioritize -> bind, over HTTP, with
-     the gpushare annotations written and the Binding posted;
-  3. a pod too big for any GPU, refused with a reason per node;
-  4. kubectl-gpupool inspect (and its gpushare-compatible twin) reading the
+     gpupool-scheduler-extender syncing from it;
+  4. the extender placing pods exactly as kube-scheduler drives it:
+     filter -> prioritize -> bind, over HTTP, with the gpushare annotations
+     written and the Binding posted; a pod too big for any GPU, refused with
+     a reason per node;
+  5. kubectl-gpupool inspect (and its gpushare-compatible twin) reading the
      pool back from the API;
-  5. gpupool-sim replaying the Alibaba openb trace through the same
+  6. gpupool-sim replaying the Alibaba openb trace through the same
      placement engine, gpushare's best fit beside gpupool's policy.
 
 Everything is started on loopback and stopped at the end. Exit 0 on success.
@@ -163,12 +164,12 @@ def main():
                                 stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
     ext = "http://127.0.0.1:%d" % port
     try:
-        say("== 2. the pool: 3 nodes, 14 GPUs of 3 models, in a simulated API server (%s)" % api.url)
+        say("\n== 3. the pool: 3 nodes, 14 GPUs of 3 models, in a simulated API server (%s)" % api.url)
         for name, model, gib, count, _, _ in GIB_NODES:
             say("   %-10s %d x %-24s %3d GiB each" % (name, count, model, gib))
         wait_healthy(ext, ext_proc, log_path)
         say("\n$ gpupool-scheduler-extender --port %d --kubeconfig ...   (synced, /healthz ok)" % port)
-        say("\n== 3. kube-scheduler's cycle per pod: filter -> prioritize -> bind")
+        say("\n== 4. kube-scheduler's cycle per pod: filter -> prioritize -> bind")
         say("   %-10s %8s  %-10s %s" % ("POD", "GPU-MEM", "NODE", "GPU(S)"))
         for name, gib, count in PODS:
             placed, _ = schedule(api, ext, name, gib, count)
@@ -184,7 +185,7 @@ def main():
         for node, why in sorted(reasons.items()):
             say("      %s: %s" % (node, why))
 
-        say("\n== 4. the pool as operators see it")
+        say("\n== 5. the pool as operators see it")
         say("$ kubectl gpupool inspect")
         say(run_cli(build, kubeconfig, "kubectl-gpupool", ["inspect"]).rstrip())
         say("\n$ kubectl inspect gpushare        (gpushare's own layout, same binary)")
@@ -209,7 +210,7 @@ def main():
     nodes_csv = os.path.join(openb, "openb_node_list_gpu_node.csv")
     pods_csv = os.path.join(openb, "openb_pod_list_default.csv")
     if os.path.exists(nodes_csv) and os.path.exists(pods_csv):
-        say("\n== 5. the same placement engine on the Alibaba openb trace (1,213 nodes, 6,212 GPUs, demand 130%)")
+        say("\n== 6. the same placement engine on the Alibaba openb trace (1,213 nodes, 6,212 GPUs, demand 130%)")
         for policy in ("binpack", "gpupool"):
             out = subprocess.run([os.path.join(build, "bin", "gpupool-sim"), "--nodes", nodes_csv,
                                   "--pods", pods_csv, "--policy", policy, "--seed", "42", "-o", "json"],
@@ -223,7 +224,7 @@ def main():
     else:
         raise SystemExit("demo: openb trace missing: %s and %s (data/openb in the checkout, or GP_OPENB_DIR)"
                          % (nodes_csv, pods_csv))
-    say("\ndemo: the pool OK")
+    say("\ndemo: parts 3-6 OK")
 
 
 if __name__ == "__main__":

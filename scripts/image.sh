@@ -23,7 +23,8 @@
 #      mtimes = SOURCE_DATE_EPOCH): the Debian runtime, then the stripped
 #      program (the device plugin's also /usr/lib/gpupool/libgpupool-cuda.so,
 #      from BUILD_DIR/lib: the script stops when it is missing); umoci assembles the OCI image and its config (entrypoint,
-#      user, labels).
+#      user, labels: title, description, created, and source, revision, version,
+#      licenses from scripts/oci-labels.sh).
 # Output: BUILD_DIR/images/<image>.oci.tar (an OCI image layout; the index
 # names the image, so `ctr -n k8s.io images import <file>` needs no flags),
 # and <image>.ref (the reference). Sizes are printed at the end.
@@ -32,6 +33,9 @@
 #   SOURCE_DATE_EPOCH   timestamps (default: the last git commit, else 0)
 #   GP_IMAGE_REPO       repository prefix (default localhost/gpupool)
 #   GP_IMAGE_TAG        tag (default: the project version from CMakeCache)
+#   GP_IMAGE_SOURCE     org.opencontainers.image.source (default: the origin remote as an
+#                       https URL); revision, version and licenses come with it
+#                       (scripts/oci-labels.sh)
 #   GP_IMAGE_MIRRORS    apt sources for mmdebstrap, one "deb URI SUITE COMPONENTS"
 #                       a line (default: deb.debian.org bookworm, -updates, -security)
 #   GP_IMAGE_SUITE      (default bookworm)
@@ -87,6 +91,10 @@ CREATED=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 REPO=${GP_IMAGE_REPO:-localhost/gpupool}
 TAG=${GP_IMAGE_TAG:-$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)}
 TAG=${TAG:-0.0.0}
+# org.opencontainers.image.{source,revision,version,licenses} (scripts/oci-labels.sh)
+mapfile -t PROVENANCE < <("$REPO_ROOT/scripts/oci-labels.sh" "$BUILD" "$TAG") ||
+  die "scripts/oci-labels.sh failed"
+((${#PROVENANCE[@]} >= 3)) || die "scripts/oci-labels.sh printed no labels"
 SUITE=${GP_IMAGE_SUITE:-bookworm}
 MIRRORS=${GP_IMAGE_MIRRORS:-"deb http://deb.debian.org/debian $SUITE main
 deb http://deb.debian.org/debian $SUITE-updates main
@@ -329,10 +337,14 @@ build_image() {
              --config.entrypoint "/usr/bin/$name"
              --config.label "org.opencontainers.image.title=$name"
              --config.label "org.opencontainers.image.description=${TITLE_OF[$name]}"
-             --config.label "org.opencontainers.image.version=$TAG"
              --config.label "org.opencontainers.image.created=$CREATED"
-             --manifest.annotation "org.opencontainers.image.version=$TAG"
              --manifest.annotation "org.opencontainers.image.created=$CREATED")
+  # Where it comes from (source, revision, version, licences): the same keys in the
+  # config, which `ctr`/`crane config` show, and the manifest, which registries index.
+  local kv
+  for kv in "${PROVENANCE[@]}"; do
+    cfg+=(--config.label "$kv" --manifest.annotation "$kv")
+  done
   [[ -n ${PORTS_OF[$name]} ]] && cfg+=(--config.exposedports "${PORTS_OF[$name]}")
   umoci config "${cfg[@]}"
   umoci gc --layout "$layout"

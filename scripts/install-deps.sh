@@ -25,6 +25,8 @@ build_pkgs=(
   chromium           # headless check of the extender's /ui (test_extender_ui.py)
   kubernetes-client  # kubectl kustomize of deploy/ (test_deploy_manifests.py)
   openssl            # certificates for the TLS tests (test_kube_client.py)
+  prometheus         # promtool: deploy/monitoring's rules and queries (test_deploy_kit.py);
+                     # the server it brings is not started by the tests
 )
 e2e_pkgs=(
   golang-go rsync containerd runc etcd-server containernetworking-plugins

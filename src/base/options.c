@@ -17,7 +17,9 @@
 
 #include <jansson.h>
 
+#include "build_info.h"
 #include "errmsg.h"
+#include "log.h"
 #include "yamlcfg.h"
 
 #define WHY_LEN 256
@@ -454,14 +456,21 @@ static const char *env_lookup(char **envp, const char *name)
     return NULL;
 }
 
-static const char *option_env(const struct option_spec *o, char **envp)
+/* The current names first, so that a manifest that sets both during a
+ * migration gets the new one. *deprecated (may be NULL) tells which. */
+static const char *option_env(const struct option_spec *o, char **envp, bool *deprecated)
 {
+    if (deprecated != NULL)
+        *deprecated = false;
     for (size_t i = 0; i < 2 && o->env[i] != NULL; i++) {
         const char *v = env_lookup(envp, o->env[i]);
         if (v != NULL)
             return v;
     }
-    return NULL;
+    const char *v = o->deprecated_env ? env_lookup(envp, o->deprecated_env) : NULL;
+    if (v != NULL && deprecated != NULL)
+        *deprecated = true;
+    return v;
 }
 
 /* An empty variable is "unset", except for strings where "" is a value
@@ -471,9 +480,15 @@ int options_apply_env(const struct options_table *t, void *obj, char **envp, cha
 {
     for (size_t i = 0; i < t->count; i++) {
         const struct option_spec *o = &t->specs[i];
-        const char *v = option_env(o, envp);
+        bool deprecated;
+        const char *v = option_env(o, envp, &deprecated);
         if (v == NULL || (v[0] == '\0' && o->type != OPT_STRING) || is_action(o))
             continue;
+        if (deprecated) {
+            char names[160];
+            option_label(o, names, sizeof names);
+            log_warn("$%s is deprecated: use %s", o->deprecated_env, names);
+        }
         if (set_from_cli(o, obj, v, false, err, errlen) != 0)
             return -1;
     }
@@ -486,6 +501,7 @@ int options_apply_env(const struct options_table *t, void *obj, char **envp, cha
 struct flag_use {
     const struct option_spec *o;
     const char *value;
+    bool deprecated; /* given by o->deprecated_flag */
 };
 
 struct cmdline {
@@ -507,6 +523,17 @@ static const struct option_spec *find_flag(const struct options_table *t, const 
     return NULL;
 }
 
+static const struct option_spec *find_deprecated_flag(const struct options_table *t,
+                                                      const char *name, size_t len)
+{
+    for (size_t i = 0; i < t->count; i++) {
+        const char *old = t->specs[i].deprecated_flag;
+        if (old != NULL && strlen(old) == len && strncmp(old, name, len) == 0)
+            return &t->specs[i];
+    }
+    return NULL;
+}
+
 /* One flag at argv[*i]; advances *i past a separate value. Unknown names
  * are collected into `unknown` rather than failing at once. */
 static int scan_flag(const struct options_table *t, int argc, char **argv, int *i,
@@ -518,6 +545,11 @@ static int scan_flag(const struct options_table *t, int argc, char **argv, int *
     const char *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
     const struct option_spec *o = find_flag(t, name, len);
+    bool deprecated = false;
+    if (o == NULL) {
+        o = find_deprecated_flag(t, name, len);
+        deprecated = o != NULL;
+    }
     if (o == NULL) {
         append_text(unknown, unknown_len, "%s%.*s", (*n_unknown)++ ? ", " : "",
                     (int)(eq ? (size_t)(eq - arg) : strlen(arg)), arg);
@@ -536,7 +568,7 @@ static int scan_flag(const struct options_table *t, int argc, char **argv, int *
             return gp_errf(err, errlen, "flag needs an argument: %s", arg);
         value = argv[++*i];
     }
-    cl->uses[cl->count++] = (struct flag_use){o, value ? value : "true"};
+    cl->uses[cl->count++] = (struct flag_use){o, value ? value : "true", deprecated};
     return 0;
 }
 
@@ -576,6 +608,15 @@ static int apply_uses(const struct options_table *t, void *obj, const struct cmd
     int rc = 0;
     for (size_t i = 0; i < cl->count && rc == 0; i++) {
         size_t idx = (size_t)(cl->uses[i].o - t->specs);
+        if (cl->uses[i].deprecated) {
+            /* Warned here, where the value is applied, not at the scan:
+             * options_load and options_apply_argv both scan argv. */
+            char names[160];
+            option_label(cl->uses[i].o, names, sizeof names);
+            log_warn("%s%s is deprecated: use %s",
+                     strlen(cl->uses[i].o->deprecated_flag) == 1 ? "-" : "--",
+                     cl->uses[i].o->deprecated_flag, names);
+        }
         rc = set_from_cli(cl->uses[i].o, obj, cl->uses[i].value, seen[idx], err, errlen);
         seen[idx] = true;
     }
@@ -583,12 +624,18 @@ static int apply_uses(const struct options_table *t, void *obj, const struct cmd
     return rc;
 }
 
+void options_print_version(const struct options_table *t, FILE *out)
+{
+    fprintf(out, "%s version %s (commit %s)\n", t->program, t->version ? t->version : "unknown",
+            gp_build_revision);
+}
+
 static void run_action(const struct options_table *t, enum option_type action)
 {
     if (action == OPT_HELP)
         options_print_usage(t, stdout);
     else
-        printf("%s version %s\n", t->program, t->version ? t->version : "unknown");
+        options_print_version(t, stdout);
 }
 
 static int cmdline_scan(const struct options_table *t, int argc, char **argv, struct cmdline *cl,
@@ -869,7 +916,7 @@ static const char *config_file_source(const struct options_table *t, const struc
     for (size_t i = 0; i < cl->count; i++)
         if (cl->uses[i].o == spec)
             path = cl->uses[i].value;
-    return path != NULL ? path : option_env(spec, envp);
+    return path != NULL ? path : option_env(spec, envp, NULL);
 }
 
 enum options_result options_load(const struct options_table *t, void *obj, int argc, char **argv,
@@ -1053,6 +1100,31 @@ static void print_default(FILE *out, const struct option_spec *o)
         fprintf(out, " (default: \"%s\")", o->def);
 }
 
+/* Whether `word` stands in `text` as a word of its own: "gpu" is not
+ * named by "gpu-mem", nor "MiB" by "MiBs". */
+static bool names_word(const char *text, const char *word)
+{
+    size_t len = strlen(word);
+    for (const char *p = strstr(text, word); p != NULL; p = strstr(p + 1, word)) {
+        bool starts = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '-');
+        bool ends = !(isalnum((unsigned char)p[len]) || p[len] == '-');
+        if (starts && ends)
+            return true;
+    }
+    return false;
+}
+
+/* A help text written around its choices ("`gpu` (whole GPUs) or `gpu-mem`")
+ * says them better than the appended list would; saying them twice only
+ * makes the reader compare the two. */
+static bool help_names_choices(const struct option_spec *o)
+{
+    for (const struct option_value *v = o->values; v->name != NULL; v++)
+        if (v->unsupported == NULL && !names_word(o->help, v->name))
+            return false;
+    return true;
+}
+
 static void print_option(FILE *out, const struct option_spec *o)
 {
     const char *names[3] = {o->flag, o->alias[0], o->alias[1]};
@@ -1063,7 +1135,7 @@ static void print_option(FILE *out, const struct option_spec *o)
     for (size_t k = 0; k < 2 && o->env[k] != NULL; k++)
         fprintf(out, "%s$%s", k ? ", " : o->flag ? "  " : " ", o->env[k]);
     fprintf(out, "\n        %s", o->help);
-    if (o->type == OPT_ENUM || o->type == OPT_ENUM_SET) {
+    if ((o->type == OPT_ENUM || o->type == OPT_ENUM_SET) && !help_names_choices(o)) {
         char w[WHY_LEN];
         want_values(o->values, w, sizeof w);
         fprintf(out, ": %s", w + strlen("want "));
@@ -1073,19 +1145,29 @@ static void print_option(FILE *out, const struct option_spec *o)
     print_default(out, o);
     if (o->flags & OPT_IN_FILE)
         fprintf(out, " [file: %s]", o->path);
+    if (o->deprecated_flag != NULL || o->deprecated_env != NULL)
+        fprintf(out, " (deprecated name%s: %s%s%s%s%s)",
+                o->deprecated_flag && o->deprecated_env ? "s" : "",
+                o->deprecated_flag ? (strlen(o->deprecated_flag) == 1 ? "-" : "--") : "",
+                o->deprecated_flag ? o->deprecated_flag : "",
+                o->deprecated_flag && o->deprecated_env ? ", " : "", o->deprecated_env ? "$" : "",
+                o->deprecated_env ? o->deprecated_env : "");
     fprintf(out, "\n");
 }
 
 void options_print_usage(const struct options_table *t, FILE *out)
 {
-    bool has_file = false;
-    for (size_t i = 0; i < t->count; i++)
+    bool has_file = false, has_env = false;
+    for (size_t i = 0; i < t->count; i++) {
         has_file |= (t->specs[i].flags & OPT_CONFIG_FILE) != 0;
+        has_env |= t->specs[i].env[0] != NULL;
+    }
     fprintf(out, "Usage: %s [options]\n\n", t->program);
     if (t->summary != NULL)
         fprintf(out, "%s\n", t->summary);
-    fprintf(out, "Precedence: flag > environment variable > %sdefault.\n\nOptions:\n",
-            has_file ? "config file > " : "");
+    /* A program that reads no variable does not claim to. */
+    fprintf(out, "Precedence: flag > %s%sdefault.\n\nOptions:\n",
+            has_env ? "environment variable > " : "", has_file ? "config file > " : "");
     for (size_t i = 0; i < t->count; i++)
         if (t->specs[i].help != NULL)
             print_option(out, &t->specs[i]);

@@ -86,7 +86,7 @@ enum option_type {
     OPT_HOSTPORT, /* struct option_hostport: "HOST:PORT", "[IPv6]:PORT", ":PORT"; "" unset */
     OPT_CUSTOM,   /* parsed by .custom (e.g. NVIDIA's IMEX channel id list) */
     OPT_HELP,     /* action: print usage to stdout, options_load returns EXIT */
-    OPT_VERSION,  /* action: print "<program> version <version>", returns EXIT */
+    OPT_VERSION,  /* action: print "<program> version <version> (commit <rev>)", returns EXIT */
 };
 
 /* An OPT_HOSTPORT field: the text as given (malloc'd, freed by
@@ -142,6 +142,11 @@ struct option_spec {
     const struct option_value *values;  /* OPT_ENUM / OPT_ENUM_SET, {NULL} terminated */
     const struct option_custom *custom; /* OPT_CUSTOM */
     const char *help;                   /* NULL = not shown by --help */
+    /* A former name of the setting, still accepted so that existing
+     * manifests keep working; each use logs a warning naming the new one.
+     * The current names win when both are given. */
+    const char *deprecated_flag;
+    const char *deprecated_env;
 };
 
 /* A config file's keys the table does not name (e.g. the device plugin's
@@ -199,8 +204,14 @@ void options_free(const struct options_table *t, void *obj);
 GP_MUST_USE struct json_t *options_to_json(const struct options_table *t, const void *obj,
                                            struct json_t *into);
 
-/* --help text generated from the table. */
+/* --help text generated from the table. An enum's choices are appended
+ * unless its help text already names every one of them. */
 void options_print_usage(const struct options_table *t, FILE *out);
+
+/* "<program> version <version> (commit <revision>)": what --version prints.
+ * The revision is the source tree's git commit, taken when CMake configured
+ * the build ("unknown" outside a git checkout; see build_info.h). */
+void options_print_version(const struct options_table *t, FILE *out);
 
 /* --- Helpers for t->file_key walkers (and other YAML schema code) --- */
 

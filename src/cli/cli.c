@@ -195,7 +195,7 @@ static int parse_args(int argc, char **argv, struct invocation *inv, FILE *errou
             goto out;
         }
         if (strcmp(words[0], "version") == 0) {
-            printf("%s version %s\n", t->program, GP_VERSION);
+            options_print_version(t, stdout);
             rc = 1;
             goto out;
         }

@@ -116,7 +116,8 @@ static const struct option_spec specs[] = {
      .values = policy_values,
      .offset = FIELD(policy),
      .def = "gpupool",
-     .help = "GPU placement: gpupool (fragmentation-aware), binpack (gpushare's best fit), spread"},
+     .help = "GPU placement: gpupool (fragmentation-aware; `default` is the same), binpack "
+             "(gpushare's best fit) or spread"},
     {.flag = "tls-cert",
      .alias = {"tls-cert-file"},
      .env = {"GP_TLS_CERT"},

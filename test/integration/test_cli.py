@@ -10,7 +10,9 @@ text/tabwriter (padding 2), separators are as long as the first row + 20
 
 import json
 import os
+import re
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -554,3 +556,36 @@ def test_protobuf_map_entry_without_value_does_not_crash(api, kubeconfig):
                   content_type=PROTOBUF, count=-1)
     proc = run(GPUPOOL, ["inspect"], kubeconfig)
     assert proc.returncode == 0, (proc.returncode, proc.stderr)
+
+
+def git_head():
+    """The commit of the source tree, or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@pytest.mark.parametrize("program,argv", [
+    ("kubectl-gpupool", ["--version"]),
+    ("kubectl-gpupool", ["version"]),
+    ("gpupool-device-plugin", ["--version"]),
+    ("gpupool-scheduler-extender", ["--version"]),
+    ("gpupool-sim", ["--version"]),
+])
+def test_version_names_the_commit(program, argv):
+    """Every program's --version says the commit it was built from (baked in by CMake)."""
+    path = os.path.join(BUILD, "bin", program)
+    if not os.path.exists(path):
+        pytest.skip("%s not built" % program)
+    proc = run_program([path] + argv)
+    assert proc.returncode == 0, proc.stderr
+    m = re.fullmatch(r"%s version (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}|unknown)\)\n"
+                     % re.escape(program), proc.stdout)
+    assert m, proc.stdout
+    head = git_head()
+    if head is not None:
+        assert m.group(2) == head, "built at %s, HEAD is %s: rebuild (CMake re-configures)" % (
+            m.group(2), head)

@@ -13,6 +13,7 @@ scripted faults).
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -164,16 +165,28 @@ def test_xid_marks_exactly_that_gpu_and_is_published(gpumem, api, kubelet):
 
 
 def test_mib_on_big_gpus_is_a_clear_startup_error(gpumem):
-    p, _ = gpumem(inventory="8a100-80gb.json", args=["--memory-unit", "MiB"], wait=False)
+    p, _ = gpumem(inventory="8a100-80gb.json", args=["--gpu-memory-unit", "MiB"], wait=False)
     assert p.wait_exit(10) != 0
     log = p.log()
     assert "655360 MiB devices of aliyun.com/gpu-mem make a ListAndWatch message of" in log
-    assert "more than the kubelet accepts (4194304): use --memory-unit=GiB" in log
+    assert "more than the kubelet accepts (4194304): use --gpu-memory-unit=GiB" in log
 
 
 def test_mib_on_small_gpus_is_served(gpumem, kubelet):
-    p, _ = gpumem(inventory="2gpu-16gb.json", args=["--memory-unit=MiB"])
+    p, _ = gpumem(inventory="2gpu-16gb.json", args=["--gpu-memory-unit=MiB"])
     assert len(kubelet.devices(RESOURCE)) == 2 * 16384
+    assert "deprecated" not in p.log()
+
+
+@pytest.mark.parametrize("old", [{"args": ["--memory-unit=MiB"]},
+                                 {"env": {"GP_MEMORY_UNIT": "MiB"}}], ids=["flag", "env"])
+def test_gpushare_unit_name_still_works_and_warns(gpumem, kubelet, old):
+    """The setting is --gpu-memory-unit in both programs; gpushare's name still sets it."""
+    p, _ = gpumem(inventory="2gpu-16gb.json", **old)
+    assert len(kubelet.devices(RESOURCE)) == 2 * 16384
+    name = "--memory-unit" if "args" in old else "$GP_MEMORY_UNIT"
+    assert re.search(r"^W.*%s is deprecated: use --gpu-memory-unit \(GP_GPU_MEMORY_UNIT\)"
+                     % re.escape(name), p.log(), re.M), p.log()
 
 
 def test_node_name_is_required(gpumem):

@@ -9,6 +9,7 @@ that bad input of each kind exits 1 with a `file:line: what` message.
 
 import json
 import os
+import re
 
 import pytest
 
@@ -145,33 +146,51 @@ def test_bad_csv(tmp_path, nodes_text, pods_text, where, what):
     assert r.returncode == 1
     assert r.stdout == ""
     assert where in r.stderr and what in r.stderr, r.stderr
-    assert r.stderr.startswith("E"), "errors go through the klog-format log: " + r.stderr
+    # a person reads it: one "gpupool-sim: file:line: ..." line, not a klog record
+    assert r.stderr.startswith("gpupool-sim: ") and r.stderr.count("\n") == 1, r.stderr
 
 
 @pytest.mark.parametrize("args,what", [
-    (["--policy", "fgd"], "unknown policy 'fgd'"),
-    (["--seeds", "9..3"], "--seeds: '9..3'"),
-    (["--seed", "x"], "--seed: 'x'"),
-    (["--seed", "1", "--seeds", "1..2"], "one of --seed and --seeds"),
-    (["-o", "yaml"], "unknown output format 'yaml'"),
-    (["--demand", "0"], "--demand"),
-    (["--bogus"], "unknown option --bogus"),
+    (["--policy", "fgd"], 'invalid value "fgd" for --policy: want gpupool, default, binpack or spread'),
+    (["--seeds", "9..3"], 'invalid value "9..3" for --seeds: want a range A..B with A <= B'),
+    (["--seed", "x"], 'invalid value "x" for --seed: want a non-negative integer'),
+    (["--seed", "1", "--seeds", "1..2"], "give one of --seed and --seeds, once"),
+    (["--seed", "1", "--seed", "2"], "give one of --seed and --seeds, once"),
+    (["-o", "yaml"], 'invalid value "yaml" for --output: want text or json'),
+    (["--demand", "0"], 'invalid value "0" for --demand: want an integer from 1 to 10000'),
+    (["--jobs", "65"], 'invalid value "65" for --jobs'),
+    (["--bogus"], "unknown flag: --bogus (see --help)"),
+    (["extra"], 'unexpected argument "extra"'),
 ])
 def test_bad_flags(trace, args, what):
+    """The option engine's errors, as every gpupool program words them: one line, no klog
+    header, exit status 2 for a usage error."""
     nodes, pods = trace
     r = run_sim("--nodes", nodes, "--pods", pods, *args)
-    assert r.returncode == 1
+    assert r.returncode == 2
+    assert r.stderr.startswith("gpupool-sim: ") and r.stderr.count("\n") == 1, r.stderr
     assert what in r.stderr, r.stderr
+    assert r.stdout == ""
 
 
-def test_missing_inputs_and_help(tmp_path):
+def test_missing_inputs_help_and_version(tmp_path):
     r = run_sim("--pods", "x.csv")
-    assert r.returncode == 1 and "--nodes and --pods are required" in r.stderr
+    assert r.returncode == 2 and "--nodes and --pods are required" in r.stderr
     missing = str(tmp_path / "nope.csv")
     r = run_sim("--nodes", missing, "--pods", missing)
-    assert r.returncode == 1 and missing + ": No such file" in r.stderr
+    assert r.returncode == 1 and r.stderr == "gpupool-sim: %s: No such file or directory\n" % missing
     r = run_sim("--help")
-    assert r.returncode == 0 and "--seeds A..B" in r.stdout
+    assert r.returncode == 0 and r.stdout.startswith("Usage: gpupool-sim [options]")
+    for flag in ("--nodes", "--pods", "--policy", "--seed", "--seeds", "--demand", "--jobs",
+                 "--output value, -o value", "--help, -h", "--version"):
+        assert "  " + flag in r.stdout, r.stdout
+    assert "environment" not in r.stdout  # it reads no variable
+    r = run_sim("-h")
+    assert r.returncode == 0 and "--seeds" in r.stdout
+    r = run_sim("--version")
+    assert r.returncode == 0
+    assert re.fullmatch(r"gpupool-sim version \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}|unknown)\)\n",
+                        r.stdout), r.stdout
 
 
 OPENB = os.path.join(ROOT, "data", "openb")

@@ -394,15 +394,20 @@ static const struct option_spec specs[] = {
      .values = resource_mode_values,
      .help = "gpupool: `gpu` (whole GPUs, MIG, time-slicing) or `gpu-mem` (GPU memory units "
              "as aliyun.com/gpu-mem, gpushare-compatible; see docs/gpumem.md)"},
-    {.flag = "memory-unit",
-     .env = {"GP_MEMORY_UNIT"},
+    {.flag = "gpu-memory-unit",
+     .env = {"GP_GPU_MEMORY_UNIT"},
      .path = "flags.memoryUnit",
      .flags = IN_FILE,
      .type = OPT_ENUM,
      .offset = FIELD(memory_unit),
      .def = "GiB",
      .values = memory_unit_values,
-     .help = "gpu-mem mode: the unit of one aliyun.com/gpu-mem device, GiB or MiB"},
+     .help = "gpu-mem mode: the unit of one aliyun.com/gpu-mem device, GiB or MiB (the "
+             "extender's flag of the same name must match)",
+     /* gpushare's spelling, which the extender never had: one name for
+      * one setting in both programs, the old one kept for manifests. */
+     .deprecated_flag = "memory-unit",
+     .deprecated_env = "GP_MEMORY_UNIT"},
     {.flag = "kubeconfig",
      .env = {"KUBECONFIG"},
      .path = "flags.kubeconfig",

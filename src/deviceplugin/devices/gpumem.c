@@ -116,7 +116,7 @@ static int check_message_size(const struct gpu_inventory *inv, enum pool_mem_uni
         units += gpumem_units(&inv->gpus[g], unit);
     snprintf(err, errlen,
              "%llu %s devices of %s make a ListAndWatch message of %zu bytes, "
-             "more than the kubelet accepts (%zu): use --memory-unit=GiB",
+             "more than the kubelet accepts (%zu): use --gpu-memory-unit=GiB",
              units, gpumem_unit_name(unit), POOL_RES_GPU_MEM, size, GPUMEM_KUBELET_MAX_MESSAGE);
     return -1;
 }

@@ -14,6 +14,8 @@
 
 #include <jansson.h>
 
+#include "build_info.h"
+#include "log.h"
 #include "options.h"
 #include "yamlcfg.h"
 
@@ -634,6 +636,162 @@ static void test_steps(void **state)
     free_config(&c);
 }
 
+/* A second program: an enum whose help says its choices itself, and a
+ * setting renamed with its old names kept. */
+struct renamed_config {
+    int shade;
+    int unit;
+};
+
+static const struct option_value shades[] = {
+    {"light", 0, NULL}, {"dark", 1, NULL}, {NULL, 0, NULL}};
+static const struct option_value units[] = {{"GiB", 0, NULL}, {"MiB", 1, NULL}, {NULL, 0, NULL}};
+
+static const struct option_spec renamed_specs[] = {
+    {.flag = "shade",
+     .type = OPT_ENUM,
+     .offset = offsetof(struct renamed_config, shade),
+     .def = "light",
+     .values = shades,
+     .help = "`light` (white paper) or `dark` (for the night)"},
+    {.flag = "gpu-memory-unit",
+     .env = {"GPU_MEMORY_UNIT"},
+     .type = OPT_ENUM,
+     .offset = offsetof(struct renamed_config, unit),
+     .def = "GiB",
+     .values = units,
+     .help = "the unit: gigabytes",
+     .deprecated_flag = "memory-unit",
+     .deprecated_env = "MEMORY_UNIT"},
+    {.flag = "version", .type = OPT_VERSION, .help = "print the version"},
+};
+static const struct options_table renamed_table = {
+    .program = "renamed-prog", .version = "1.2.3", .specs = renamed_specs, .count = 3};
+
+struct captured_log {
+    char text[1024];
+    int warnings;
+};
+
+static void capture_sink(void *ctx, enum log_severity severity, const char *file, int line,
+                         const char *message, size_t len)
+{
+    struct captured_log *c = ctx;
+    c->warnings += severity == LOG_WARNING;
+    strncat(c->text, message, sizeof c->text - strlen(c->text) - 2);
+    strcat(c->text, "\n");
+}
+
+static enum options_result load_renamed(struct renamed_config *c, struct captured_log *log,
+                                        const char *const *args, const char *const *env)
+{
+    char *argv[8] = {"renamed-prog"};
+    char *envp[8] = {NULL};
+    int argc = 1;
+    for (size_t i = 0; args != NULL && args[i] != NULL; i++)
+        argv[argc++] = (char *)args[i];
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        envp[i] = (char *)env[i];
+    memset(c, 0, sizeof *c);
+    memset(log, 0, sizeof *log);
+    log_set_sink(capture_sink, log);
+    enum options_result r = options_load(&renamed_table, c, argc, argv, envp, err, sizeof err);
+    log_set_sink(NULL, NULL);
+    return r;
+}
+
+static char *usage_of(const struct options_table *t)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    assert_non_null(mem);
+    options_print_usage(t, mem);
+    assert_int_equal(fclose(mem), 0);
+    return text;
+}
+
+static void test_help_says_choices_once(void **state)
+{
+    (void)state;
+    char *text = usage_of(&renamed_table);
+    /* The help names light and dark: no ": light or dark" after it. */
+    if (strstr(text, "light or dark") != NULL)
+        fail_msg("choices said twice:\n%s", text);
+    /* "the unit: gigabytes" names neither GiB nor MiB: the list is added. */
+    if (strstr(text, "the unit: gigabytes: GiB or MiB") == NULL)
+        fail_msg("choices missing:\n%s", text);
+    assert_non_null(strstr(text, "(deprecated names: --memory-unit, $MEMORY_UNIT)"));
+    free(text);
+    /* "red" in a word of its own only: the main table's "a color" names none. */
+    text = usage_of(&table);
+    assert_non_null(strstr(text, "a color: red or green"));
+    free(text);
+}
+
+static void test_deprecated_names_work_and_warn(void **state)
+{
+    (void)state;
+    struct renamed_config c;
+    struct captured_log log;
+    const char *old_flag[] = {"--memory-unit=MiB", NULL};
+    assert_int_equal(load_renamed(&c, &log, old_flag, NULL), OPTIONS_OK);
+    assert_int_equal(c.unit, 1);
+    assert_int_equal(log.warnings, 1);
+    assert_non_null(strstr(log.text, "--memory-unit is deprecated: use --gpu-memory-unit"));
+
+    const char *old_env[] = {"MEMORY_UNIT=MiB", NULL};
+    assert_int_equal(load_renamed(&c, &log, NULL, old_env), OPTIONS_OK);
+    assert_int_equal(c.unit, 1);
+    assert_int_equal(log.warnings, 1);
+    assert_non_null(strstr(log.text, "$MEMORY_UNIT is deprecated: use --gpu-memory-unit"));
+
+    /* The new names win, and say nothing. */
+    const char *both_env[] = {"MEMORY_UNIT=MiB", "GPU_MEMORY_UNIT=GiB", NULL};
+    assert_int_equal(load_renamed(&c, &log, NULL, both_env), OPTIONS_OK);
+    assert_int_equal(c.unit, 0);
+    assert_int_equal(log.warnings, 0);
+    const char *new_flag[] = {"--gpu-memory-unit", "MiB", NULL};
+    assert_int_equal(load_renamed(&c, &log, new_flag, old_env), OPTIONS_OK);
+    assert_int_equal(c.unit, 1);
+
+    /* An old name takes the same values, with the same errors. */
+    const char *bad[] = {"--memory-unit=TiB", NULL};
+    assert_int_equal(load_renamed(&c, &log, bad, NULL), OPTIONS_ERROR);
+    assert_non_null(strstr(err, "want GiB or MiB"));
+}
+
+static void test_version_names_the_commit(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    assert_non_null(mem);
+    options_print_version(&renamed_table, mem);
+    assert_int_equal(fclose(mem), 0);
+    char want[128];
+    snprintf(want, sizeof want, "renamed-prog version 1.2.3 (commit %s)\n", gp_build_revision);
+    assert_string_equal(text, want);
+    free(text);
+    /* A revision is always there: a commit id, or "unknown" outside git. */
+    assert_true(strlen(gp_build_revision) > 0);
+    /* Under git (the source tree of this test), the commit of HEAD. */
+    const char *src = getenv("GP_SOURCE_DIR");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short=12 HEAD 2>/dev/null", src ? src : ".");
+    FILE *git = src ? popen(cmd, "r") : NULL;
+    char head[64] = "";
+    if (git != NULL) {
+        if (fgets(head, sizeof head, git) == NULL)
+            head[0] = '\0';
+        pclose(git);
+    }
+    head[strcspn(head, "\n")] = '\0';
+    if (head[0] != '\0')
+        assert_string_equal(gp_build_revision, head);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -648,6 +806,9 @@ int main(void)
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_hostport),
+        cmocka_unit_test(test_help_says_choices_once),
+        cmocka_unit_test(test_deprecated_names_work_and_warn),
+        cmocka_unit_test(test_version_names_the_commit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,7 +84,7 @@ static void test_unit_ids_and_mib_limit(void **state)
     cfg.memory_unit = POOL_UNIT_MIB;
     assert_int_equal(gpumem_resource_build(&inv, &cfg, &set, err, sizeof err), -1);
     assert_non_null(strstr(err, "655360 MiB devices"));
-    assert_non_null(strstr(err, "use --memory-unit=GiB"));
+    assert_non_null(strstr(err, "use --gpu-memory-unit=GiB"));
     fixture_inventory_free(&inv);
 }
 
