@@ -31,9 +31,12 @@
  * with a sched_yield, then sleep in the kernel. The lock is held for tens
  * of nanoseconds, so a waiter that sleeps at once pays two system calls
  * (its own and the waker's) for nothing; one that only spins burns its time
- * slice while the holder it waits for is preempted on the same CPU. */
+ * slice while the holder it waits for is preempted on the same CPU; and
+ * many yields hand the CPU to other containers' work. (On a loaded 2-core
+ * machine, 16 churning processes showed no difference between these
+ * choices beyond the noise; bench/isolation_bench.sh measures it.) */
 #define LOCK_SPINS 64
-#define LOCK_YIELDS 16
+#define LOCK_YIELDS 4
 
 /* How a used slot's liveness is judged. */
 enum slot_state {
