@@ -9,7 +9,7 @@
 # everything runs at nice 10 (a shared machine). Environment: SIZES (default
 # 5000,65000), DURATION (s per filter series, 10), BINDS (500), RUNS (inspect
 # runs, 3), BENCH_CLIENT (wrk or python), PERF=1 (perf record the extender's
-# filter series), K8S_CACHE. Logs: /var/tmp/gpupool-scale-bench/logs/<UTC time>/.
+# filter series), SYNC_VARIANTS and HOLD (below), K8S_CACHE. Logs: /var/tmp/gpupool-scale-bench/logs/<UTC time>/.
 set -euo pipefail
 
 if [[ $# -ne 1 || ! -d $1 ]]; then
@@ -44,6 +44,11 @@ if [[ -z ${BENCH_CLIENT:-} ]]; then
   BENCH_CLIENT=python
   command -v wrk >/dev/null && BENCH_CLIENT=wrk
 fi
+# SYNC_VARIANTS="--list-page-size=500;--list-page-size=5000": extender
+# arguments to time a full sync with before the measured extender starts.
+variants=()
+IFS=';' read -ra vs <<<"${SYNC_VARIANTS:-}"
+for v in "${vs[@]}"; do [[ -n $v ]] && variants+=(--sync-variant="$v"); done
 # The machine is shared: everything this script starts inherits the niceness.
 renice -n 10 $$ >/dev/null
 
@@ -69,6 +74,13 @@ echo
 "$PYTHON" "$SRC/bench/scale_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
   --kubeconfig "$KUBECONFIG" --extender "$EXTENDER_BIN" --bin-dir "$BUILD/bin" --port "$EXTENDER_PORT" \
   --sizes "${SIZES:-5000,65000}" --duration "${DURATION:-10}" --binds "${BINDS:-500}" \
-  --runs "${RUNS:-3}" --client "$BENCH_CLIENT" --log-dir "$E2E_LOGS" ${PERF:+--perf}
+  --runs "${RUNS:-3}" --client "$BENCH_CLIENT" --log-dir "$E2E_LOGS" ${PERF:+--perf} \
+  --apiserver-pid "$(cat "$(pidfile kube-apiserver)")" --etcd-pid "$(cat "$(pidfile etcd)")" \
+  "${variants[@]}"
+# HOLD=N keeps the populated cluster up N seconds (profiling; KUBECONFIG on stderr).
+if [[ -n ${HOLD:-} ]]; then
+  echo "holding the cluster ${HOLD}s: KUBECONFIG=$KUBECONFIG" >&2
+  sleep "$HOLD"
+fi
 echo
 echo "apiserver + etcd at the end: $(ps -o rss= -p "$(cat "$E2E_RUN/pids/kube-apiserver.pid" 2>/dev/null || echo 1)" | awk '{printf "%.0f MiB", $1/1024}') + $(ps -o rss= -p "$(cat "$E2E_RUN/pids/etcd.pid" 2>/dev/null || echo 1)" | awk '{printf "%.0f MiB", $1/1024}') resident"
