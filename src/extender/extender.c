@@ -162,10 +162,12 @@ static const struct option_spec specs[] = {
      .env = {"GP_LIST_PAGE_SIZE"},
      .type = OPT_INT,
      .offset = FIELD(list_page_size),
-     .def = "100",
+     .def = "500",
      .min = 1,
      .max = 10000,
-     .help = "objects per LIST page (bounds memory during a (re-)list)"},
+     .help = "objects per LIST page (bounds memory during a (re-)list: one page's JSON). "
+             "Each page costs etcd 3.4 a walk of the whole collection's index, so a full "
+             "list costs it objects^2 / this: 100 took 29 s to sync 65,000 nodes, 500 17 s"},
     {.flag = "api-timeout",
      .env = {"GP_API_TIMEOUT"},
      .type = OPT_DURATION,
