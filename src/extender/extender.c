@@ -152,20 +152,23 @@ static const struct option_spec specs[] = {
      .env = {"GP_MAX_REQUEST_BYTES"},
      .type = OPT_INT,
      .offset = FIELD(max_request_bytes),
-     .def = "1048576",
+     .def = "4194304",
      .min = 1024,
      .max = 1 << 30,
-     .help = "largest request body accepted; larger ones get 413. 1 MiB: ~50,000 node names "
-             "(nodeCacheCapable: true); nodeCacheCapable: false sends whole Nodes (~5 KB "
-             "each): raise it, and the memory limit, ~13 bytes of memory per byte"},
+     .help = "largest request body accepted; larger ones get 413. 4 MiB: 100,000 node names "
+             "of up to 38 characters, 65,000 of up to 60 (nodeCacheCapable: true, "
+             "percentageOfNodesToScore: 100); nodeCacheCapable: false sends whole Nodes "
+             "(~5 KB each): raise it, and the memory limit, ~13 bytes of memory per byte"},
     {.flag = "list-page-size",
      .env = {"GP_LIST_PAGE_SIZE"},
      .type = OPT_INT,
      .offset = FIELD(list_page_size),
-     .def = "100",
+     .def = "500",
      .min = 1,
      .max = 10000,
-     .help = "objects per LIST page (bounds memory during a (re-)list)"},
+     .help = "objects per LIST page (bounds memory during a (re-)list: one page's JSON). "
+             "Each page costs etcd 3.4 a walk of the whole collection's index, so a full "
+             "list costs it objects^2 / this: 100 took 29 s to sync 65,000 nodes, 500 17 s"},
     {.flag = "api-timeout",
      .env = {"GP_API_TIMEOUT"},
      .type = OPT_DURATION,

@@ -102,19 +102,20 @@ POD = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"},
 # ---------------------------------------------------------------- D3
 
 def test_default_body_cap_fits_real_traffic_and_refuses_more(api, started):
-    """1 MiB by default: 5,000 node names (~100 KB, what kube-scheduler sends
-    with nodeCacheCapable) pass; 2 MiB gets 413 before it is parsed."""
+    """4 MiB by default: every name of a 65,000-node cluster (~2 MB, what
+    kube-scheduler sends with nodeCacheCapable and percentageOfNodesToScore:
+    100; 1 MiB refused it) passes; 8 MiB gets 413 before it is parsed."""
     ext = started(api)
-    names = ["gpu-node-%05d.example.internal" % i for i in range(5000)]
+    names = ["gpu-node-%05d.example.internal" % i for i in range(65000)]
     body = json.dumps(filter_args(POD, names)).encode()
-    assert 100_000 < len(body) < 1 << 20
+    assert 2_000_000 < len(body) < 4 << 20
     status, r = ext.post(PREFIX + "/filter", raw=body)
-    assert status == 200 and len(r["FailedNodes"]) == 5000, r.get("Error")
-    # 2 MiB announced: refused before a byte of the body is read.
+    assert status == 200 and len(r["FailedNodes"]) == 65000, r.get("Error")
+    # 8 MiB announced: refused before a byte of the body is read.
     c = ext.connection()
     c.putrequest("POST", PREFIX + "/filter")
     c.putheader("Content-Type", "application/json")
-    c.putheader("Content-Length", str(2 << 20))
+    c.putheader("Content-Length", str(8 << 20))
     c.endheaders()
     r = c.getresponse()
     assert r.status == 413 and "too large" in json.loads(r.read())["Error"]
