@@ -286,7 +286,19 @@ class KubeletSim:
             before = len(self.registrations)
         self.stop()
         if remove_dir:
-            shutil.rmtree(self.dir)
+            # A plugin re-creates its socket as soon as it sees it deleted, which can
+            # land between rm -rf's unlinks and its rmdir (ENOTEMPTY): rm again, as an
+            # operator would.
+            for attempt in range(100):
+                try:
+                    shutil.rmtree(self.dir)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if attempt == 99:
+                        raise
+                    time.sleep(0.001)
         else:
             cleanup_plugin_dir(self.dir)
         if down:
