@@ -104,8 +104,9 @@ static json_t *decode_object(const char *body, size_t len, const char *what, cha
 
 void protocol_args_free(struct extender_args *args)
 {
-    free(args->names); /* with the fast path's name_block, which follows the table */
+    free(args->names);
     free(args->name_json);
+    free(args->name_block);
     free(args->nodes);
     json_decref(args->root);
     memset(args, 0, sizeof(*args));
@@ -233,15 +234,15 @@ static const char *skip_container(const char *p, const char *end)
     return NULL;
 }
 
-/* Walks the plain names of the array at p ('['): *count names of *chars
- * bytes in all; with table != NULL, also copies them, each NUL-terminated,
- * into the chars that follow the table. Returns the character after ']',
- * NULL when the array is not a list of plain names. */
-static const char *walk_names(const char *p, const char *end, size_t *count, size_t *chars,
-                              const char **table)
+/* Reads the plain names of the array at p ('[') into out; *after: the
+ * character after ']'. */
+static int fast_names(const char *p, const char *end, struct extender_args *out, const char **after)
 {
-    char *w = table ? (char *)(table + *count) : NULL;
-    size_t n = 0, total = 0;
+    size_t cap = 64, n = 0;
+    const char **names = malloc(cap * sizeof(*names));
+    size_t *lens = malloc(cap * sizeof(*lens));
+    if (!names || !lens)
+        goto fallback;
     p = skip_ws(p + 1, end); /* after '[' */
     if (p < end && *p == ']')
         goto done;
@@ -249,48 +250,61 @@ static const char *walk_names(const char *p, const char *end, size_t *count, siz
         const char *start;
         size_t len;
         if (!(p = plain_string(p, end, &start, &len)))
-            return NULL;
-        if (w) {
-            memcpy(w, start, len);
-            w[len] = '\0';
-            table[n] = w;
-            w += len + 1;
+            goto fallback;
+        if (n == cap) {
+            cap *= 2;
+            const char **nn = realloc(names, cap * sizeof(*names));
+            if (nn)
+                names = nn;
+            size_t *nl = realloc(lens, cap * sizeof(*lens));
+            if (nl)
+                lens = nl;
+            if (!nn || !nl)
+                goto fallback;
         }
-        n++;
-        total += len + 1;
+        names[n] = start;
+        lens[n++] = len;
         p = skip_ws(p, end);
         if (p < end && *p == ']')
             break;
         if (p >= end || *p != ',')
-            return NULL;
+            goto fallback;
         p = skip_ws(p + 1, end);
     }
 done:
-    *count = n;
-    *chars = total;
-    return p + 1; /* past ']' */
-}
-
-/* Reads the plain names of the array at p ('[') into out; *after: the
- * character after ']'. The names are counted first and then copied into
- * one allocation (table, then the NUL-terminated names): a request leaves
- * one block behind instead of a table grown by doubling, a length table
- * and a name block, whose holes kept the heap of each connection's thread
- * from shrinking after a burst (issue 27 item 2). */
-static int fast_names(const char *p, const char *end, struct extender_args *out, const char **after)
-{
-    size_t n = 0, chars = 0;
-    if (!walk_names(p, end, &n, &chars, NULL))
-        return -1;
-    const char **table = malloc((n ? n : 1) * sizeof(*table) + (chars ? chars : 1));
-    if (!table)
-        return -1;
-    *after = walk_names(p, end, &n, &chars, table);
-    out->names = table;
-    out->name_block = (char *)(table + n);
-    out->count = n;
-    out->node_cache_capable = true;
-    return 0;
+    *after = p + 1; /* past ']' */
+    /* Names live in the request body: terminate each in place is not
+     * possible (const), so copy them into one block. */
+    {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += lens[i] + 1;
+        char *block = malloc(total ? total : 1);
+        const char **table = realloc(names, (n ? n : 1) * sizeof(*names));
+        if (!block || !table) {
+            free(block);
+            names = table ? table : names;
+            goto fallback;
+        }
+        names = table;
+        char *w = block;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(w, names[i], lens[i]);
+            w[lens[i]] = '\0';
+            names[i] = w;
+            w += lens[i] + 1;
+        }
+        free(lens);
+        out->names = names;
+        out->name_block = block;
+        out->count = n;
+        out->node_cache_capable = true;
+        return 0;
+    }
+fallback:
+    free(names);
+    free(lens);
+    return -1;
 }
 
 /* Splits {"Pod":{..},"Nodes":null,"NodeNames":[..]}, reading the names

@@ -42,7 +42,7 @@ struct extender_args {
     const char **names;       /* malloc'ed array of borrowed node names */
     const json_t **name_json; /* the same names as JSON strings (for encoding), malloc'ed;
                                   NULL when the fast path read plain names into name_block */
-    char *name_block;         /* the names copied (fast path); in the names allocation */
+    char *name_block;         /* owned copies of the names (fast path) */
     json_t **nodes;           /* Nodes.items[i] (NULL with NodeNames), malloc'ed, borrowed */
 };
 
