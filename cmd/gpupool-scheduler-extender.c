@@ -25,14 +25,21 @@ static bool signalled(const sigset_t *set, int ms)
  * hands pages back. */
 #define TRIM_AFTER_FREED (256 * 1024)
 
-/* Called once a second. A burst of requests or of pod events frees memory
- * among the cache's long-lived records, and the heap keeps those pages: the
- * records pin the memory around them, and glibc gives back only the top of
- * the heap. When the free memory has grown by TRIM_AFTER_FREED since its
- * lowest point since the last trim (the burst is over, or is shrinking),
- * malloc_trim hands the whole free pages back. It walks the free chunks
- * holding the heap's lock: well under a millisecond for this heap, at most
- * once a second, and only after such a burst. `low`: that lowest point. */
+/* Called once a second: hands the heap's free pages back after a burst.
+ * A 5,000-node filter or prioritize frees blocks of 100-250 KiB (the body's
+ * buffer, the names, the answer). glibc raises its mmap threshold to the
+ * largest block freed and its trim threshold to twice that, so after the
+ * first burst these come from the heap, which keeps its high-water mark
+ * (~2 MiB after 4 concurrent connections), and pod events leave pages free
+ * among the cache's long-lived records, which the top-only trim of free()
+ * cannot return. Keeping the working set while requests come costs
+ * nothing; mapping each block per request instead (a fixed mmap threshold)
+ * cost ~0.15 ms of filter CPU at 5,000 nodes in page faults. So when the
+ * free memory has grown by TRIM_AFTER_FREED since its lowest point since
+ * the last trim (a burst is over, or shrinking), malloc_trim returns every
+ * whole free page. It walks the free chunks holding the heap's lock: well
+ * under a millisecond for this heap, at most once a second, only after
+ * such a burst. `low`: that lowest point. */
 static void trim_after_burst(size_t *low)
 {
     struct mallinfo2 mi = mallinfo2();
@@ -61,17 +68,6 @@ int main(int argc, char **argv, char **envp)
     /* Few malloc arenas: the request threads come and go, and a per-thread
      * arena each would multiply the resident heap. */
     mallopt(M_ARENA_MAX, 1);
-    /* Request-sized blocks (at 5,000 nodes: the body's 128 KiB buffer, the
-     * ~200 KiB prioritize answer) are mapped and unmapped per request. By
-     * default glibc raises its mmap threshold to the largest such block
-     * freed, and its trim threshold to twice that, so after one burst the
-     * same blocks come from the heap, which then keeps ~2-3 MiB for good
-     * (issue 27 item 2). A fixed threshold keeps them out of the heap; the
-     * cost is a map, its page faults and an unmap per large block, about
-     * 10 us against the ~2 ms a 5,000-node prioritize takes. Fixing it also
-     * pins the trim threshold at its 128 KiB default. */
-    if (mallopt(M_MMAP_THRESHOLD, 128 * 1024) != 1)
-        log_warn("cannot fix malloc's mmap threshold: request memory may stay in the heap");
 
     /* Signals go to the main thread only (threads inherit this mask). */
     sigset_t set;
