@@ -33,7 +33,8 @@ For each cluster size N (ascending; the cluster only grows):
      the same 4 connections, right before and right after step 4 (the mean
      is the ceiling); then the two-call design's GET + PATCH + Binding, for
      comparison.
-  6. VmRSS and VmHWM "after load"; stop the extender (SIGTERM). VmRSS is
+  6. VmRSS and VmHWM "after load" (1.5 s after the last request: what
+     stays resident); stop the extender (SIGTERM). VmRSS is
      also read between steps 3 and 4 (after the filter/prioritize series).
 
 Prints Markdown on stdout, progress on stderr. Exit status 1 when a step
@@ -695,6 +696,7 @@ def run_size(args, api, cluster, n):
         row["ceiling"] = (pre + post) / 2
         row["ceiling_range"] = (min(pre, post), max(pre, post))
         row["ceiling_two_call"] = bench_api_ceiling(api, cluster, args.binds, two_call=True)
+        time.sleep(1.5)  # what stays resident: the extender trims within a second of a burst
         row["rss_load_kib"] = proc_status_kib(ext.pid, "VmRSS")
         row["anon_load_kib"] = proc_status_kib(ext.pid, "RssAnon")
         row["file_load_kib"] = proc_status_kib(ext.pid, "RssFile")
