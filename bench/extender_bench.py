@@ -33,7 +33,9 @@ For each cluster size N (ascending; the cluster only grows):
      the same 4 connections, right before and right after step 4 (the mean
      is the ceiling); then the two-call design's GET + PATCH + Binding, for
      comparison.
-  6. VmRSS and VmHWM "after load"; stop the extender (SIGTERM).
+  6. VmRSS and VmHWM "after load" (1.5 s after the last request: what
+     stays resident); stop the extender (SIGTERM). VmRSS is
+     also read between steps 3 and 4 (after the filter/prioritize series).
 
 Prints Markdown on stdout, progress on stderr. Exit status 1 when a step
 fails (an extender answer with an Error, a non-200 status, a pod not bound).
@@ -669,6 +671,7 @@ def run_size(args, api, cluster, n):
         row["sync_s"] = ext.start()
         time.sleep(0.5)
         row["rss_sync_kib"] = proc_status_kib(ext.pid, "VmRSS")
+        row["anon_sync_kib"] = proc_status_kib(ext.pid, "RssAnon")
         log(f"extender up: /healthz after {row['sync_s']:.2f}s, VmRSS {row['rss_sync_kib'] / 1024:.1f} MiB")
         body = json.dumps(extender_args(cluster.nodes)).encode()
         body_file = os.path.join(args.log_dir, f"filter-{n}.json")
@@ -682,6 +685,9 @@ def run_size(args, api, cluster, n):
             row[verb] = load(ext, args.client, verb, path, body, body_file, args.duration, 1, perf_out)
         row["filter_4"] = load(ext, args.client, "filter", f"{args.prefix}/filter", body, body_file,
                                args.duration, 4)
+        time.sleep(0.5)
+        row["rss_requests_kib"] = proc_status_kib(ext.pid, "VmRSS")  # after filter + prioritize
+        row["anon_requests_kib"] = proc_status_kib(ext.pid, "RssAnon")
         # The ceiling right before and right after the extender's binds, so a
         # shared machine's load changes show up as a spread instead of a bias.
         pre = bench_api_ceiling(api, cluster, args.binds, tag="a")
@@ -690,7 +696,10 @@ def run_size(args, api, cluster, n):
         row["ceiling"] = (pre + post) / 2
         row["ceiling_range"] = (min(pre, post), max(pre, post))
         row["ceiling_two_call"] = bench_api_ceiling(api, cluster, args.binds, two_call=True)
+        time.sleep(1.5)  # what stays resident: the extender trims within a second of a burst
         row["rss_load_kib"] = proc_status_kib(ext.pid, "VmRSS")
+        row["anon_load_kib"] = proc_status_kib(ext.pid, "RssAnon")
+        row["file_load_kib"] = proc_status_kib(ext.pid, "RssFile")
         row["hwm_kib"] = proc_status_kib(ext.pid, "VmHWM")
         row["threads"] = proc_status_kib(ext.pid, "Threads")
     finally:
@@ -736,7 +745,12 @@ def report(rows, args):
     line("API server alone: GET+PATCH+Binding/s (two-call design, driver, 4 conns)",
          lambda r: f"{r['ceiling_two_call']:.0f}")
     line("**VmRSS after sync**", lambda r: f"{mib(r['rss_sync_kib'])} MiB", "≤ 16 MiB at 5,000")
-    line("VmRSS after load / VmHWM", lambda r: f"{mib(r['rss_load_kib'])} / {mib(r['hwm_kib'])} MiB")
+    line("VmRSS after the filter/prioritize series", lambda r: f"{mib(r['rss_requests_kib'])} MiB")
+    line("RssAnon after sync / the series / load (the heap, stacks; the rest is mapped files)",
+         lambda r: f"{mib(r['anon_sync_kib'])} / {mib(r['anon_requests_kib'])} / "
+                   f"{mib(r['anon_load_kib'])} MiB")
+    line("VmRSS after load (binds too) / VmHWM",
+         lambda r: f"{mib(r['rss_load_kib'])} / {mib(r['hwm_kib'])} MiB", "≤ 16 MiB at 5,000")
     line("threads", lambda r: str(r["threads"]))
     line("exit status on SIGTERM", lambda r: str(r["exit"]))
     print()

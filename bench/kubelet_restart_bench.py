@@ -9,7 +9,11 @@ fails). Latency: from listen() to the simulator's Register handler, which the
 plugin reaches through a relay on kubelet.sock (sub-millisecond).
 
     GP_BUILD_DIR=build bench/kubelet_restart_bench.py [--restarts 100] [--down 0.2]
-        [--listen-delay 0.05]
+        [--listen-delay 0.05] [--remove-dir]
+
+--remove-dir: each restart removes the whole socket directory (rm -rf) instead of
+cleaning it, and the simulator creates it again just before kubelet.sock (issue 27 N5:
+a kubelet on a fresh --root-dir or tmpfs, an operator's rm -rf).
 
 Prints one JSON object: p50/p90/p99/max in ms over the restarts.
 """
@@ -41,6 +45,8 @@ def main():
     ap.add_argument("--down", type=float, default=0.2, help="seconds without kubelet.sock")
     ap.add_argument("--listen-delay", type=float, default=0.05,
                     help="seconds between kubelet.sock's creation and listen()")
+    ap.add_argument("--remove-dir", action="store_true",
+                    help="remove and re-create the socket directory on each restart")
     args = ap.parse_args()
     build = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
     work = tempfile.mkdtemp(prefix="gp-krb-")
@@ -58,7 +64,8 @@ def main():
         kubelet.wait_registered(RESOURCE, timeout=20)
         for i in range(args.restarts):
             n = len(kubelet.registrations_for(RESOURCE))
-            kubelet.restart(wait=False, down=args.down, listen_delay=args.listen_delay)
+            kubelet.restart(wait=False, down=args.down, listen_delay=args.listen_delay,
+                            remove_dir=args.remove_dir)
             kubelet.wait_for(lambda: len(kubelet.registrations_for(RESOURCE)) > n and
                              kubelet.endpoint(RESOURCE).snapshots, 10,
                              "re-registration after restart %d" % (i + 1))
@@ -72,6 +79,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     ms = [x * 1000 for x in late]
     print(json.dumps({"restarts": len(ms), "down_s": args.down, "listen_delay_s": args.listen_delay,
+                      "remove_dir": args.remove_dir,
                       "register_after_listen_ms": {
                           "p50": round(percentile(ms, 50), 1), "p90": round(percentile(ms, 90), 1),
                           "p99": round(percentile(ms, 99), 1), "max": round(max(ms), 1)}}))

@@ -79,6 +79,9 @@ echo "## Kubelet restart -> Register (kubelet_restart_bench.py)"
 echo
 GP_BUILD_DIR="$BUILD" "$PYTHON" "$SRC/bench/kubelet_restart_bench.py" --restarts 100 ||
     failed="$failed kubelet_restart_bench.py"
+# the device-plugins directory removed and re-created each time (issue 27 N5)
+GP_BUILD_DIR="$BUILD" "$PYTHON" "$SRC/bench/kubelet_restart_bench.py" --restarts 30 --down 2 --remove-dir ||
+    failed="$failed kubelet_restart_bench.py--remove-dir"
 
 echo
 echo "## gpu-mem mode: Allocate with exact pod identity (gpumem_bench.py)"

@@ -71,7 +71,11 @@ struct daemon {
     char socket_dir[PATH_MAX];
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
     int signal_fd, inotify_fd, timer_fd;
-    int watch;              /* inotify watch descriptor, -1 when none */
+    int watch; /* inotify watch descriptor, -1 when none */
+    /* While socket_dir is missing: a watch on its nearest existing ancestor,
+     * which reports the next path component's creation (-1 when none). */
+    int ancestor_watch;
+    char ancestor[PATH_MAX];
     int retry_ms;           /* next retry delay */
     int64_t fast_until_ms;  /* clock_now_ms() end of the fast sequence; 0 = none */
     unsigned fast_failures; /* failed attempts in it (logged once, then at -v 1) */
@@ -129,18 +133,89 @@ static void resolve_socket_dir(struct daemon *d)
     }
 }
 
-static void watch_socket_dir(struct daemon *d)
+static void drop_ancestor_watch(struct daemon *d)
+{
+    /* A removed ancestor's watch is gone already (EINVAL): nothing to undo. */
+    if (d->ancestor_watch >= 0 && d->ancestor_watch != d->watch)
+        (void)inotify_rm_watch(d->inotify_fd, d->ancestor_watch);
+    d->ancestor_watch = -1;
+    d->ancestor[0] = '\0';
+}
+
+/* The nearest existing directory above socket_dir (which is missing) into
+ * `out`; "/" or "." at worst, which always exist. */
+static void nearest_ancestor(const struct daemon *d, char *out, size_t len)
+{
+    snprintf(out, len, "%s", d->socket_dir);
+    for (;;) {
+        char *slash = strrchr(out, '/');
+        if (slash == NULL) {
+            snprintf(out, len, ".");
+            return;
+        }
+        if (slash == out) {
+            out[1] = '\0';
+            return;
+        }
+        *slash = '\0';
+        struct stat st;
+        if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+            return;
+    }
+}
+
+/* Watches socket_dir; true when a new watch was placed (the directory has
+ * just been found). While it is missing, the nearest existing ancestor is
+ * watched instead, so that the directory's re-creation is seen at once
+ * rather than at the next slow retry (up to 5 s later): a kubelet started
+ * on a fresh root creates the directory and its socket within
+ * milliseconds. Each event there comes back here, one component deeper
+ * until the directory itself exists. */
+static bool watch_socket_dir(struct daemon *d)
 {
     if (d->watch >= 0)
-        return;
-    d->watch =
-        inotify_add_watch(d->inotify_fd, d->socket_dir,
-                          IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF);
-    if (d->watch < 0) {
-        log_warn("cannot watch %s for kubelet restarts (%s); retrying in %d ms", d->socket_dir,
-                 strerror(errno), d->retry_ms);
-        arm_retry(d);
+        return false;
+    /* Bounded: each pass either ends or moves to another ancestor, which a
+     * racing rm -rf / mkdir -p can make happen a few times at most. */
+    for (int pass = 0; pass < 8; pass++) {
+        d->watch = inotify_add_watch(d->inotify_fd, d->socket_dir,
+                                     IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM |
+                                         IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR);
+        if (d->watch >= 0) {
+            drop_ancestor_watch(d);
+            return true;
+        }
+        if (errno != ENOENT)
+            break;
+        char up[PATH_MAX];
+        nearest_ancestor(d, up, sizeof up);
+        if (d->ancestor_watch >= 0 && strcmp(up, d->ancestor) == 0)
+            return false; /* already watched; its next creation brings us back */
+        int wd =
+            inotify_add_watch(d->inotify_fd, up,
+                              IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR);
+        if (wd < 0)
+            continue; /* removed meanwhile: look again */
+        if (wd != d->ancestor_watch)
+            drop_ancestor_watch(d);
+        d->ancestor_watch = wd;
+        snprintf(d->ancestor, sizeof d->ancestor, "%s", up);
+        /* and look again: the directory may have appeared before the
+         * watch was in place, and then no event will tell us */
     }
+    log_warn("cannot watch %s for kubelet restarts (%s); retrying in %d ms", d->socket_dir,
+             strerror(errno), d->retry_ms);
+    arm_retry(d);
+    return false;
+}
+
+/* Forgets both watches (the directory may change on SIGHUP). */
+static void unwatch_socket_dir(struct daemon *d)
+{
+    drop_ancestor_watch(d);
+    if (d->watch >= 0)
+        (void)inotify_rm_watch(d->inotify_fd, d->watch);
+    d->watch = -1;
 }
 
 static void socket_path(const struct daemon *d, size_t resource, char *out, size_t len)
@@ -576,6 +651,7 @@ static enum setup_result reload(struct daemon *d)
         d->have_node = true;
     }
     log_set_verbosity(d->cfg.verbosity);
+    unwatch_socket_dir(d); /* serve() watches the new configuration's directory */
     resolve_socket_dir(d);
     log_config(&d->cfg);
     log_inventory(&d->inv);
@@ -619,11 +695,25 @@ static bool registered_since_kubelet_start(const struct daemon *d)
     return true;
 }
 
+/* socket_dir has just been watched again after it was missing. Our sockets
+ * went with the old directory; a kubelet that already made its socket
+ * there may not listen yet, so the short retry sequence starts as on the
+ * socket's IN_CREATE (which came before our watch and is not reported). */
+static const char *socket_dir_found(struct daemon *d)
+{
+    struct stat st;
+    log_info("socket directory %s exists again; watching it", d->socket_dir);
+    if (d->kubelet_socket_name != NULL && stat(d->cfg.kubelet_socket, &st) == 0)
+        start_fast_retries(d);
+    return "socket directory re-created";
+}
+
 /* Returns the restart reason, or NULL. */
 static const char *read_inotify(struct daemon *d)
 {
     _Alignas(struct inotify_event) char buf[4096];
     const char *why = NULL;
+    bool look_again = false; /* the directory or an ancestor changed */
     for (;;) {
         ssize_t n = read(d->inotify_fd, buf, sizeof buf);
         if (n <= 0)
@@ -631,11 +721,23 @@ static const char *read_inotify(struct daemon *d)
         for (char *p = buf; p < buf + n;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
             p += sizeof *ev + ev->len;
-            if (ev->mask & (IN_IGNORED | IN_DELETE_SELF)) {
-                log_warn("socket directory %s was removed; watching again when it returns",
-                         d->socket_dir);
+            if (ev->wd == d->ancestor_watch && d->ancestor_watch >= 0) {
+                /* Something was created in the ancestor (perhaps the next
+                 * component of our path), or the ancestor went away. */
+                if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF))
+                    drop_ancestor_watch(d);
+                look_again = true;
+                continue;
+            }
+            if (ev->wd != d->watch || d->watch < 0)
+                continue; /* a watch dropped earlier (its IN_IGNORED) */
+            if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
+                log_warn("socket directory %s was removed; watching for its return", d->socket_dir);
+                /* a moved directory keeps its watch: drop it (harmless
+                 * EINVAL when the kernel has removed it already) */
+                (void)inotify_rm_watch(d->inotify_fd, d->watch);
                 d->watch = -1;
-                arm_retry(d);
+                look_again = true;
                 continue;
             }
             if (ev->len == 0)
@@ -652,6 +754,8 @@ static const char *read_inotify(struct daemon *d)
                 why = "inotify: plugin socket deleted";
         }
     }
+    if (look_again && watch_socket_dir(d))
+        why = socket_dir_found(d);
     return why;
 }
 
@@ -674,7 +778,9 @@ static enum loop_action on_timer(struct daemon *d)
     uint64_t expirations;
     if (read(d->timer_fd, &expirations, sizeof expirations) < 0)
         return LOOP_CONTINUE;
-    watch_socket_dir(d);
+    /* the fallback when a watch could not be placed */
+    if (watch_socket_dir(d))
+        (void)socket_dir_found(d);
     if (d->have_node && d->registered_at != NULL)
         return start_servers(d) == 0 ? LOOP_CONTINUE : LOOP_FAIL;
     return LOOP_CONTINUE;
@@ -759,6 +865,7 @@ int daemon_run(int argc, char **argv, char **envp)
                        .inotify_fd = -1,
                        .timer_fd = -1,
                        .watch = -1,
+                       .ancestor_watch = -1,
                        .retry_ms = DAEMON_RETRY_MIN_MS};
     char err[DAEMON_ERR_LEN];
     int status = 1;

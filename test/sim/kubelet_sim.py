@@ -276,14 +276,31 @@ class KubeletSim:
     def __exit__(self, *exc):
         self.stop()
 
-    def restart(self, wait=True, timeout=5, down=0, listen_delay=None):
+    def restart(self, wait=True, timeout=5, down=0, listen_delay=None, remove_dir=False):
         """Kubelet restart: stop, clean the socket dir, serve again, wait for re-registration.
-        `down`: seconds without a kubelet.sock; listen_delay: see start()."""
+        `down`: seconds without a kubelet.sock; listen_delay: see start(). remove_dir: the
+        whole directory is removed instead (a kubelet on a fresh --root-dir or tmpfs, an
+        operator's rm -rf); start() creates it again just before kubelet.sock."""
         with self._cond:
             known = set(self.endpoints)
             before = len(self.registrations)
         self.stop()
-        cleanup_plugin_dir(self.dir)
+        if remove_dir:
+            # A plugin re-creates its socket as soon as it sees it deleted, which can
+            # land between rm -rf's unlinks and its rmdir (ENOTEMPTY): rm again, as an
+            # operator would.
+            for attempt in range(100):
+                try:
+                    shutil.rmtree(self.dir)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if attempt == 99:
+                        raise
+                    time.sleep(0.001)
+        else:
+            cleanup_plugin_dir(self.dir)
         if down:
             time.sleep(down)
         self.start(listen_delay)
