@@ -21,6 +21,7 @@ import time
 import pytest
 
 from conftest import scaled
+from conn_flood import Flood, wait_until_accepted
 from test_extender import make_certs  # test_extender puts test/fakeapi on sys.path
 from test_extender import (EXTENDER_BIN, GPUSHARE, PREFIX, add_pod, api, bind_args, filter_args,  # noqa: F401
                            node, pod)
@@ -59,14 +60,18 @@ def connect_from(source, port, timeout=5):
     return s
 
 
-def get_from(source, port, path="/healthz", timeout=5):
-    """(status, body) of one GET from the given source address, or the exception's repr."""
+def get_from(source, port, path="/healthz", timeout=5, body=None):
+    """(status, body) of one GET (a POST with body) from the given source address, or the
+    exception's repr."""
     class Conn(http.client.HTTPConnection):
         def connect(self):
             self.sock = connect_from(source, self.port, self.timeout)
     c = Conn("127.0.0.1", port, timeout=timeout)
     try:
-        c.request("GET", path)
+        if body is None:
+            c.request("GET", path)
+        else:
+            c.request("POST", path, body=body, headers={"Content-Type": "application/json"})
         r = c.getresponse()
         return r.status, r.read().decode()
     except (OSError, http.client.HTTPException) as e:
@@ -288,6 +293,35 @@ def test_trickling_connections_are_closed_at_the_request_deadline(api, started):
     assert not alive, "%d trickling connections still open after %.0f s" % (len(alive), elapsed)
     assert elapsed > 12, "closed after %.1f s, before the 15 s deadline" % elapsed
     assert get_from("127.0.0.1", ext.port) == (200, "ok")
+
+
+@pytest.mark.parametrize("trickle", [False, True], ids=["idle", "trickling"])
+def test_many_addresses_cannot_hold_the_table(api, started, trickle):
+    """The review's N3 (probe d4b): 128 connections from each of 127.0.0.2..10
+    (1,152, over the 1,024 the table holds), idle or trickling a header line a
+    second, each reopened as soon as the extender closes it. /healthz and a
+    filter from 127.0.0.1 are answered throughout, each within 1 s: a full
+    table sheds an idle connection of the heaviest address instead of
+    refusing the newcomer."""
+    ext = started(api)
+    body = json.dumps(filter_args(POD, ["n1"])).encode()
+    late = []
+    with Flood(ext.port, 128, ["127.0.0.%d" % i for i in range(2, 11)], trickle=trickle) as flood:
+        held = wait_until_accepted(ext.proc.pid, ext.port, 1024, scaled(5))
+        assert held >= 1024, "the flood did not fill the table (%d connections)" % held
+        time.sleep(0.3)
+        for _ in range(8):
+            for path, data in (("/healthz", None), (PREFIX + "/filter", body)):
+                start = time.monotonic()
+                answer = get_from("127.0.0.1", ext.port, path, timeout=scaled(3), body=data)
+                took = time.monotonic() - start
+                if answer[0] != 200 or took > scaled(1):
+                    late.append((path, answer, round(took, 2)))
+            time.sleep(0.2)
+    print("connections the extender closed: %s" % flood.reopened)
+    assert not late, late
+    assert flood.reopened > 0  # the extender did shed connections
+    assert get_from("127.0.0.2", ext.port) == (200, "ok")
 
 
 # ---------------------------------------------------------------- D5
