@@ -58,7 +58,22 @@ struct mhd_api {
  * link is needed. */
 #define HTTPD_GNUTLS_SONAME "libgnutls.so.30"
 #define HTTPD_GNUTLS_NO_CERTIFICATE_FOUND (-49) /* GNUTLS_E_NO_CERTIFICATE_FOUND */
-typedef int (*gnutls_verify_fn)(void *session, unsigned int *status);
+/* gnutls_typed_vdata_st: what a certificate is verified for. */
+struct httpd_gnutls_vdata {
+    int type; /* gnutls_vdata_types_t */
+    unsigned char *data;
+    unsigned int size;
+};
+#define HTTPD_GNUTLS_DT_KEY_PURPOSE_OID 2                  /* GNUTLS_DT_KEY_PURPOSE_OID */
+#define HTTPD_GNUTLS_KP_TLS_WWW_CLIENT "1.3.6.1.5.5.7.3.2" /* id-kp-clientAuth */
+/* gnutls_certificate_status_t bits, for the log's reason. */
+#define HTTPD_GNUTLS_CERT_SIGNER_NOT_FOUND (1u << 6)
+#define HTTPD_GNUTLS_CERT_NOT_ACTIVATED (1u << 9)
+#define HTTPD_GNUTLS_CERT_EXPIRED (1u << 10)
+#define HTTPD_GNUTLS_CERT_PURPOSE_MISMATCH (1u << 18)
+/* gnutls_certificate_verify_peers */
+typedef int (*gnutls_verify_fn)(void *session, struct httpd_gnutls_vdata *data,
+                                unsigned int elements, unsigned int *status);
 
 struct httpd {
     struct dl_library lib;
@@ -289,21 +304,41 @@ static bool open_path(const struct httpd *server, const char *url)
     return false;
 }
 
+/* Why a client certificate was refused, for the log. */
+static const char *refusal_reason(int rc, unsigned int status)
+{
+    if (rc == HTTPD_GNUTLS_NO_CERTIFICATE_FOUND)
+        return "none sent";
+    if (rc != 0)
+        return "verification error";
+    if (status & HTTPD_GNUTLS_CERT_SIGNER_NOT_FOUND)
+        return "not signed by the client CA";
+    if (status & (HTTPD_GNUTLS_CERT_EXPIRED | HTTPD_GNUTLS_CERT_NOT_ACTIVATED))
+        return "expired or not yet valid";
+    if (status & HTTPD_GNUTLS_CERT_PURPOSE_MISMATCH)
+        return "not for client authentication: its extendedKeyUsage lacks clientAuth";
+    return "does not verify against the client CA";
+}
+
 /* Whether the TLS client presented a certificate that verifies against
- * the client CA (MHD_OPTION_HTTPS_MEM_TRUST made GnuTLS ask for one). */
+ * the client CA (MHD_OPTION_HTTPS_MEM_TRUST made GnuTLS ask for one) for
+ * client authentication: a certificate with an extendedKeyUsage must list
+ * id-kp-clientAuth, so that a server certificate of the same CA (the
+ * extender's own, say) is not a client certificate. One without the
+ * extension is valid for every purpose (RFC 5280 4.2.1.12) and passes. */
 static bool client_verified(struct httpd *server, struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *info =
         server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
     if (!info || !info->tls_session)
         return false;
+    struct httpd_gnutls_vdata purpose = {HTTPD_GNUTLS_DT_KEY_PURPOSE_OID,
+                                         (unsigned char *)HTTPD_GNUTLS_KP_TLS_WWW_CLIENT, 0};
     unsigned int status = 1;
-    int rc = server->verify_peers(info->tls_session, &status);
+    int rc = server->verify_peers(info->tls_session, &purpose, 1, &status);
     if (rc != 0 || status != 0) {
         log_v(1, "%s %s: client certificate refused (%s)", server->what, server->bound,
-              rc == HTTPD_GNUTLS_NO_CERTIFICATE_FOUND ? "none sent"
-              : rc != 0                               ? "verification error"
-                                                      : "not signed by the client CA, or expired");
+              refusal_reason(rc, status));
         return false;
     }
     return true;
@@ -521,7 +556,7 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
     }
     if (opt->tls_client_ca_pem) {
         static const char *const gnutls_soname[] = {HTTPD_GNUTLS_SONAME};
-        static const char *const verify_names[] = {"gnutls_certificate_verify_peers2", NULL};
+        static const char *const verify_names[] = {"gnutls_certificate_verify_peers", NULL};
         const struct dl_symbol verify[] = {{verify_names, &server->verify_peers, NULL, true}};
         char why[GP_ERR_LEN];
         if (dl_open(&server->gnutls, gnutls_soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) !=

@@ -34,8 +34,10 @@
  * (503 beyond), so many concurrent bodies under max_body cannot add up.
  * Client certificates: with tls_client_ca_pem, every TLS client is asked
  * for a certificate and a request whose certificate does not verify
- * against that CA (or that sends none) gets 403 before its body is read,
- * except on the paths of open_paths (a liveness probe has no certificate).
+ * against that CA for client authentication (or that sends none) gets 403
+ * before its body is read, except on the paths of open_paths (a liveness
+ * probe has no certificate). A certificate with an extendedKeyUsage must
+ * list clientAuth: a server certificate of the same CA is refused.
  * Errors: httpd_start() returns -1 with a message (bad address, port in use,
  * library missing, TLS key/cert refused or not built in, GnuTLS missing for
  * client certificates).
