@@ -22,12 +22,24 @@ manager below.
 
 import errno
 import os
+import resource
 import selectors
 import socket
 import subprocess
 import sys
 import threading
 import time
+
+
+def raise_descriptor_limit(want):
+    """Raises this process's soft RLIMIT_NOFILE to want, if lower: a server started
+    afterwards inherits it (a flood of 1,152 connections needs more than the 1,024
+    many shells default to)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            raise RuntimeError("the descriptor limit is %d, this test needs %d" % (hard, want))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def accepted(pid, port):
@@ -94,6 +106,7 @@ def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     trickle = "--trickle" in sys.argv
     host, port, count, sources = args[0], int(args[1]), int(args[2]), args[3:]
+    raise_descriptor_limit(count * len(sources) + 64)
     sel = selectors.DefaultSelector()
     reopened = 0
 

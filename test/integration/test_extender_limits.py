@@ -21,7 +21,7 @@ import time
 import pytest
 
 from conftest import scaled
-from conn_flood import Flood, wait_until_accepted
+from conn_flood import Flood, raise_descriptor_limit, wait_until_accepted
 from test_extender import make_certs  # test_extender puts test/fakeapi on sys.path
 from test_extender import (EXTENDER_BIN, GPUSHARE, PREFIX, add_pod, api, bind_args, filter_args,  # noqa: F401
                            node, pod)
@@ -303,6 +303,7 @@ def test_many_addresses_cannot_hold_the_table(api, started, trickle):
     filter from 127.0.0.1 are answered throughout, each within 1 s: a full
     table sheds an idle connection of the heaviest address instead of
     refusing the newcomer."""
+    raise_descriptor_limit(4096)  # the extender's 1,024 connections and more
     ext = started(api)
     body = json.dumps(filter_args(POD, ["n1"])).encode()
     late = []
