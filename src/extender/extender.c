@@ -1061,10 +1061,14 @@ static void metrics_handle(void *ctx, const struct httpd_request *req, struct ht
 /* Connection limits (docs/security.md). kube-scheduler binds in parallel,
  * one connection per bind in flight, all from one address: the per-address
  * limit stays above any burst it makes, the total above a few such
- * clients; a thread per connection costs only its touched stack. A
- * connection must deliver each request within the idle timeout of its
- * accept or previous reply (httpd.h request_deadline_s), so neither idle
- * nor trickling connections hold a slot longer. kube-scheduler's HTTP
+ * clients; a thread per connection costs only its touched stack. A full
+ * table closes an idle connection of the address holding the most to
+ * admit a newcomer from an address holding fewer (httpd.h), so clients
+ * that fill it from a few addresses cannot keep the kubelet's probe or
+ * kube-scheduler out. A connection must deliver each request within the
+ * idle timeout of its accept or previous reply (httpd.h
+ * request_deadline_s), so neither idle nor trickling connections hold a
+ * slot longer. kube-scheduler's HTTP
  * client keeps idle connections 90 s, so it is the extender that closes
  * them; Go's client then dials afresh. */
 #define EXTENDER_MAX_CONNECTIONS 1024

@@ -20,6 +20,7 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "conn_table.h"
 #include "dl.h"
 #include "errmsg.h"
 #include "log.h"
@@ -57,17 +58,22 @@ struct mhd_api {
  * link is needed. */
 #define HTTPD_GNUTLS_SONAME "libgnutls.so.30"
 #define HTTPD_GNUTLS_NO_CERTIFICATE_FOUND (-49) /* GNUTLS_E_NO_CERTIFICATE_FOUND */
-typedef int (*gnutls_verify_fn)(void *session, unsigned int *status);
-
-/* One TCP connection, for the request deadline (MHD's "socket_context").
- * Linked in struct httpd's list while open, under conns_lock. */
-struct conn_track {
-    int fd;
-    int64_t since_ns; /* accepted, or the previous reply queued */
-    bool busy;        /* in the handler or sending: the deadline does not run */
-    bool shut;        /* shut down by the reaper (logged once) */
-    struct conn_track *prev, *next;
+/* gnutls_typed_vdata_st: what a certificate is verified for. */
+struct httpd_gnutls_vdata {
+    int type; /* gnutls_vdata_types_t */
+    unsigned char *data;
+    unsigned int size;
 };
+#define HTTPD_GNUTLS_DT_KEY_PURPOSE_OID 2                  /* GNUTLS_DT_KEY_PURPOSE_OID */
+#define HTTPD_GNUTLS_KP_TLS_WWW_CLIENT "1.3.6.1.5.5.7.3.2" /* id-kp-clientAuth */
+/* gnutls_certificate_status_t bits, for the log's reason. */
+#define HTTPD_GNUTLS_CERT_SIGNER_NOT_FOUND (1u << 6)
+#define HTTPD_GNUTLS_CERT_NOT_ACTIVATED (1u << 9)
+#define HTTPD_GNUTLS_CERT_EXPIRED (1u << 10)
+#define HTTPD_GNUTLS_CERT_PURPOSE_MISMATCH (1u << 18)
+/* gnutls_certificate_verify_peers */
+typedef int (*gnutls_verify_fn)(void *session, struct httpd_gnutls_vdata *data,
+                                unsigned int elements, unsigned int *status);
 
 struct httpd {
     struct dl_library lib;
@@ -86,13 +92,16 @@ struct httpd {
     const char *const *open_paths;
     struct dl_library gnutls;
     gnutls_verify_fn verify_peers;
-    /* the request deadline: a reaper thread walks conns once a second */
+    /* open connections (conn_table.h), under conns_lock; the request
+     * deadline: a reaper thread shuts the late ones down once a second */
+    struct conn_table conns;
+    bool conns_ready;
+    unsigned evicted, refused; /* since the reaper last logged them */
     int64_t deadline_ns;
     pthread_mutex_t conns_lock;
     pthread_cond_t reaper_wake;
     bool reaper_started, stopping;
     pthread_t reaper;
-    struct conn_track *conns;
 };
 
 /* One request in progress (MHD's per-connection "con_cls"). */
@@ -119,10 +128,8 @@ static void log_mhd(void *cls, const char *fmt, va_list ap)
     log_warn("libmicrohttpd: %s", line);
 }
 
-static struct conn_track *track_of(struct httpd *server, struct MHD_Connection *conn)
+static struct conn_entry *entry_of(struct httpd *server, struct MHD_Connection *conn)
 {
-    if (!server->deadline_ns)
-        return NULL;
     const union MHD_ConnectionInfo *info =
         server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info ? info->socket_context : NULL;
@@ -130,14 +137,13 @@ static struct conn_track *track_of(struct httpd *server, struct MHD_Connection *
 
 /* busy: the request has arrived (or, false, its reply is out and the
  * connection waits for the next one, which restarts the deadline). */
-static void track_set_busy(struct httpd *server, struct MHD_Connection *conn, bool busy)
+static void entry_set_busy(struct httpd *server, struct MHD_Connection *conn, bool busy)
 {
-    struct conn_track *t = track_of(server, conn);
-    if (!t)
+    struct conn_entry *e = entry_of(server, conn);
+    if (!e)
         return;
     pthread_mutex_lock(&server->conns_lock);
-    t->busy = busy;
-    t->since_ns = clock_now_ns();
+    conn_table_set_busy(e, busy, clock_now_ns());
     pthread_mutex_unlock(&server->conns_lock);
 }
 
@@ -160,51 +166,62 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **con_cls,
         free(req);
         *con_cls = NULL;
     }
-    track_set_busy(server, conn, false);
+    entry_set_busy(server, conn, false);
+}
+
+/* MHD's accept policy: runs on MHD's accepting thread for each new
+ * connection, right before the MHD_CONNECTION_NOTIFY_STARTED that adds it
+ * to the table on the same thread, so the count it sees is exact. A full
+ * table sheds an idle connection of a heavier address (conn_table.h)
+ * rather than refuse the newcomer. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addrlen;
+    struct httpd *server = cls;
+    pthread_mutex_lock(&server->conns_lock);
+    enum conn_admission a = conn_table_make_room(&server->conns, addr);
+    if (a == CONN_EVICTED)
+        server->evicted++;
+    else if (a == CONN_REFUSED)
+        server->refused++;
+    pthread_mutex_unlock(&server->conns_lock);
+    return a == CONN_REFUSED ? MHD_NO : MHD_YES;
 }
 
 /* MHD_CONNECTION_NOTIFY_CLOSED comes before MHD closes the socket, and
- * the reaper shuts sockets down only under conns_lock, so it never
- * touches a descriptor number that was closed and reused. */
+ * sockets are shut down only under conns_lock, so no descriptor number
+ * that was closed and reused is ever touched. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
     struct httpd *server = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *info =
+        const union MHD_ConnectionInfo *fd =
             server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        struct conn_track *t = info ? calloc(1, sizeof(*t)) : NULL;
-        if (!t)
-            return; /* not tracked: only the idle timeout applies to it */
-        t->fd = info->connect_fd;
-        t->since_ns = clock_now_ns();
+        const union MHD_ConnectionInfo *addr =
+            server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!fd)
+            return; /* not tracked: only MHD's limits and idle timeout apply to it */
         pthread_mutex_lock(&server->conns_lock);
-        t->next = server->conns;
-        if (server->conns)
-            server->conns->prev = t;
-        server->conns = t;
+        *socket_context = conn_table_add(&server->conns, fd->connect_fd,
+                                         addr ? addr->client_addr : NULL, clock_now_ns());
         pthread_mutex_unlock(&server->conns_lock);
-        *socket_context = t;
         return;
     }
-    struct conn_track *t = *socket_context;
-    if (!t)
+    struct conn_entry *e = *socket_context;
+    if (!e)
         return;
     pthread_mutex_lock(&server->conns_lock);
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        server->conns = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
+    conn_table_remove(&server->conns, e);
     pthread_mutex_unlock(&server->conns_lock);
-    free(t);
     *socket_context = NULL;
 }
 
-/* Shuts down (never closes: MHD owns the descriptor) every connection
- * whose request has not arrived within the deadline; MHD then sees the
- * end of the stream and closes it. */
+/* Once a second: shuts down (never closes: MHD owns the descriptor) every
+ * connection whose request has not arrived within the deadline, MHD then
+ * sees the end of the stream and closes it; and logs what the accept
+ * policy did meanwhile (once a second, not once per connection: a flood
+ * would flood the log too). */
 static void *reaper_main(void *arg)
 {
     struct httpd *server = arg;
@@ -212,18 +229,19 @@ static void *reaper_main(void *arg)
     while (!server->stopping) {
         struct timespec wake = clock_deadline(CLOCK_MONOTONIC, 1000);
         (void)pthread_cond_timedwait(&server->reaper_wake, &server->conns_lock, &wake);
-        int64_t now = clock_now_ns();
-        unsigned shut = 0;
-        for (struct conn_track *t = server->conns; t; t = t->next) {
-            if (t->busy || t->shut || now - t->since_ns < server->deadline_ns)
-                continue;
-            (void)shutdown(t->fd, SHUT_RDWR); /* best effort: it may be closing already */
-            t->shut = true;
-            shut++;
-        }
-        if (shut)
+        unsigned late = 0;
+        if (server->deadline_ns)
+            late = conn_table_shut_expired(&server->conns, clock_now_ns(), server->deadline_ns);
+        if (late)
             log_v(1, "%s %s: closed %u connection(s) that sent no complete request within %lld s",
-                  server->what, server->bound, shut, (long long)(server->deadline_ns / 1000000000));
+                  server->what, server->bound, late, (long long)(server->deadline_ns / 1000000000));
+        if (server->evicted || server->refused)
+            log_v(1,
+                  "%s %s: at its %u connections: closed %u idle one(s) to admit new ones, "
+                  "refused %u (every open one busy, or their address held enough)",
+                  server->what, server->bound, server->conns.capacity, server->evicted,
+                  server->refused);
+        server->evicted = server->refused = 0;
     }
     pthread_mutex_unlock(&server->conns_lock);
     return NULL;
@@ -286,21 +304,41 @@ static bool open_path(const struct httpd *server, const char *url)
     return false;
 }
 
+/* Why a client certificate was refused, for the log. */
+static const char *refusal_reason(int rc, unsigned int status)
+{
+    if (rc == HTTPD_GNUTLS_NO_CERTIFICATE_FOUND)
+        return "none sent";
+    if (rc != 0)
+        return "verification error";
+    if (status & HTTPD_GNUTLS_CERT_SIGNER_NOT_FOUND)
+        return "not signed by the client CA";
+    if (status & (HTTPD_GNUTLS_CERT_EXPIRED | HTTPD_GNUTLS_CERT_NOT_ACTIVATED))
+        return "expired or not yet valid";
+    if (status & HTTPD_GNUTLS_CERT_PURPOSE_MISMATCH)
+        return "not for client authentication: its extendedKeyUsage lacks clientAuth";
+    return "does not verify against the client CA";
+}
+
 /* Whether the TLS client presented a certificate that verifies against
- * the client CA (MHD_OPTION_HTTPS_MEM_TRUST made GnuTLS ask for one). */
+ * the client CA (MHD_OPTION_HTTPS_MEM_TRUST made GnuTLS ask for one) for
+ * client authentication: a certificate with an extendedKeyUsage must list
+ * id-kp-clientAuth, so that a server certificate of the same CA (the
+ * extender's own, say) is not a client certificate. One without the
+ * extension is valid for every purpose (RFC 5280 4.2.1.12) and passes. */
 static bool client_verified(struct httpd *server, struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *info =
         server->mhd.get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
     if (!info || !info->tls_session)
         return false;
+    struct httpd_gnutls_vdata purpose = {HTTPD_GNUTLS_DT_KEY_PURPOSE_OID,
+                                         (unsigned char *)HTTPD_GNUTLS_KP_TLS_WWW_CLIENT, 0};
     unsigned int status = 1;
-    int rc = server->verify_peers(info->tls_session, &status);
+    int rc = server->verify_peers(info->tls_session, &purpose, 1, &status);
     if (rc != 0 || status != 0) {
         log_v(1, "%s %s: client certificate refused (%s)", server->what, server->bound,
-              rc == HTTPD_GNUTLS_NO_CERTIFICATE_FOUND ? "none sent"
-              : rc != 0                               ? "verification error"
-                                                      : "not signed by the client CA, or expired");
+              refusal_reason(rc, status));
         return false;
     }
     return true;
@@ -334,7 +372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    track_set_busy(server, conn, true); /* the whole request is in */
+    entry_set_busy(server, conn, true); /* the whole request is in */
     if (req->refused)
         return send_refusal(server, conn, req->refused);
     const struct httpd_request request = {
@@ -476,6 +514,12 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
     server->deadline_ns = (int64_t)opt->request_deadline_s * 1000000000;
     pthread_mutex_init(&server->conns_lock, NULL);
     clock_cond_init(&server->reaper_wake);
+    unsigned capacity = opt->max_connections ? opt->max_connections : 256;
+    if (conn_table_init(&server->conns, capacity) != 0) {
+        httpd_stop(server);
+        return gp_errf(err, errlen, "out of memory");
+    }
+    server->conns_ready = true;
     int family = AF_INET;
     int fd =
         listen_on(opt, server->bound, sizeof server->bound, &server->port, &family, err, errlen);
@@ -512,7 +556,7 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
     }
     if (opt->tls_client_ca_pem) {
         static const char *const gnutls_soname[] = {HTTPD_GNUTLS_SONAME};
-        static const char *const verify_names[] = {"gnutls_certificate_verify_peers2", NULL};
+        static const char *const verify_names[] = {"gnutls_certificate_verify_peers", NULL};
         const struct dl_symbol verify[] = {{verify_names, &server->verify_peers, NULL, true}};
         char why[GP_ERR_LEN];
         if (dl_open(&server->gnutls, gnutls_soname, 1, RTLD_NOW | RTLD_LOCAL, why, sizeof why) !=
@@ -525,22 +569,24 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
         }
         server->verify_clients = true;
     }
-    if (server->deadline_ns) {
-        int rc = pthread_create(&server->reaper, NULL, reaper_main, server);
-        if (rc != 0) {
-            snprintf(err, errlen, "cannot start a thread: %s", strerror(rc));
-            close(fd);
-            httpd_stop(server);
-            return -1;
-        }
-        server->reaper_started = true;
+    int rc = pthread_create(&server->reaper, NULL, reaper_main, server);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start a thread: %s", strerror(rc));
+        close(fd);
+        httpd_stop(server);
+        return -1;
     }
+    server->reaper_started = true;
+    /* MHD's own limit is the table's plus a reserve: a connection shed by
+     * on_accept counts no more but stays open until its thread (or the
+     * polling thread) sees the end of the stream, and a full MHD stops
+     * accepting, so without room for those a newcomer would wait. */
+    unsigned reserve = capacity / 8 + 4;
     struct MHD_OptionItem ops[] = {
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)request_done, server},
-        {server->deadline_ns ? MHD_OPTION_NOTIFY_CONNECTION : MHD_OPTION_END,
-         (intptr_t)on_connection, server},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, server},
         {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
-        {MHD_OPTION_CONNECTION_LIMIT, opt->max_connections ? opt->max_connections : 256, NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, capacity + reserve, NULL},
         {opt->per_ip_limit ? MHD_OPTION_PER_IP_CONNECTION_LIMIT : MHD_OPTION_END, opt->per_ip_limit,
          NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, opt->idle_timeout_s ? opt->idle_timeout_s : 300, NULL},
@@ -565,7 +611,7 @@ int httpd_start(const struct httpd_options *opt, httpd_handler_fn handler, void 
             used[n++] = ops[i];
     used[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     server->daemon =
-        server->mhd.start_daemon(flags, 0, NULL, NULL, on_request, server,
+        server->mhd.start_daemon(flags, 0, on_accept, server, on_request, server,
                                  MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, /* first: see MHD */
                                  MHD_OPTION_ARRAY, used, MHD_OPTION_END);
     if (!server->daemon) {
@@ -604,6 +650,8 @@ void httpd_stop(struct httpd *server)
     }
     if (server->daemon)
         server->mhd.stop_daemon(server->daemon); /* joins its threads, closes the listen socket */
+    if (server->conns_ready)
+        conn_table_destroy(&server->conns); /* empty by now: MHD closed every connection */
     char why[GP_ERR_LEN];
     if (dl_close(&server->gnutls, why, sizeof why) != 0)
         log_warn("httpd: %s", why);

@@ -16,17 +16,28 @@
  * Handlers run on those threads, concurrently in the first model.
  * Limits (docs/security.md): max_connections in all, per_ip_limit from one
  * client address (MHD refuses more at accept), idle_timeout_s without a
- * byte, and request_deadline_s for a whole request to arrive: a connection
- * that has not delivered its request line, headers and body that long
- * after it was accepted or after its previous reply is shut down (slow
- * clients that trickle a byte now and then reset an idle timeout, never
- * this one). Time in the handler and sending the reply does not count.
+ * byte, and request_deadline_s for a whole request to arrive. A full table
+ * does not refuse a newcomer while some connection is idle (between
+ * requests, or still sending one): it shuts down the idle connection of
+ * the client address holding the most, the one waiting longest, and admits
+ * the newcomer, if the newcomer's address holds none yet or at least two
+ * fewer; otherwise, or when every connection is busy being answered, the
+ * newcomer is refused (conn_table.h). So clients that hold or trickle
+ * connections from a few addresses cannot keep a probe or a scheduler out.
+ * Shed connections stay open until their thread sees the end of the
+ * stream, so up to max_connections / 8 + 4 more descriptors may be open
+ * for a moment. request_deadline_s: a connection that has not delivered
+ * its request line, headers and body that long after it was accepted or
+ * after its previous reply is shut down (slow clients that trickle a byte
+ * now and then reset an idle timeout, never this one). Time in the handler and sending the reply does not count.
  * max_body_total bounds the bodies buffered by every connection together
  * (503 beyond), so many concurrent bodies under max_body cannot add up.
  * Client certificates: with tls_client_ca_pem, every TLS client is asked
  * for a certificate and a request whose certificate does not verify
- * against that CA (or that sends none) gets 403 before its body is read,
- * except on the paths of open_paths (a liveness probe has no certificate).
+ * against that CA for client authentication (or that sends none) gets 403
+ * before its body is read, except on the paths of open_paths (a liveness
+ * probe has no certificate). A certificate with an extendedKeyUsage must
+ * list clientAuth: a server certificate of the same CA is refused.
  * Errors: httpd_start() returns -1 with a message (bad address, port in use,
  * library missing, TLS key/cert refused or not built in, GnuTLS missing for
  * client certificates).

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from conftest import WRAPPER, scaled
+from conn_flood import Flood, raise_descriptor_limit, wait_until_accepted
 from test_extender import FakeApiServer, make_certs  # test_extender puts test/fakeapi on sys.path
 from test_extender import (EXTENDER_BIN, GPUSHARE, PREFIX, add_pod, api, bind_args, filter_args,  # noqa: F401
                            node, pod)
@@ -67,14 +68,18 @@ def connect_from(source, port, timeout=5):
     return s
 
 
-def get_from(source, port, path="/healthz", timeout=5):
-    """(status, body) of one GET from the given source address, or the exception's repr."""
+def get_from(source, port, path="/healthz", timeout=5, body=None):
+    """(status, body) of one GET (a POST with body) from the given source address, or the
+    exception's repr."""
     class Conn(http.client.HTTPConnection):
         def connect(self):
             self.sock = connect_from(source, self.port, self.timeout)
     c = Conn("127.0.0.1", port, timeout=timeout)
     try:
-        c.request("GET", path)
+        if body is None:
+            c.request("GET", path)
+        else:
+            c.request("POST", path, body=body, headers={"Content-Type": "application/json"})
         r = c.getresponse()
         return r.status, r.read().decode()
     except (OSError, http.client.HTTPException) as e:
@@ -350,6 +355,36 @@ def test_trickling_connections_are_closed_at_the_request_deadline(api, started):
     assert get_from("127.0.0.1", ext.port) == (200, "ok")
 
 
+@pytest.mark.parametrize("trickle", [False, True], ids=["idle", "trickling"])
+def test_many_addresses_cannot_hold_the_table(api, started, trickle):
+    """The review's N3 (probe d4b): 128 connections from each of 127.0.0.2..10
+    (1,152, over the 1,024 the table holds), idle or trickling a header line a
+    second, each reopened as soon as the extender closes it. /healthz and a
+    filter from 127.0.0.1 are answered throughout, each within 1 s: a full
+    table sheds an idle connection of the heaviest address instead of
+    refusing the newcomer."""
+    raise_descriptor_limit(4096)  # the extender's 1,024 connections and more
+    ext = started(api)
+    body = json.dumps(filter_args(POD, ["n1"])).encode()
+    late = []
+    with Flood(ext.port, 128, ["127.0.0.%d" % i for i in range(2, 11)], trickle=trickle) as flood:
+        held = wait_until_accepted(ext.proc.pid, ext.port, 1024, scaled(5))
+        assert held >= 1024, "the flood did not fill the table (%d connections)" % held
+        time.sleep(0.3)
+        for _ in range(8):
+            for path, data in (("/healthz", None), (PREFIX + "/filter", body)):
+                start = time.monotonic()
+                answer = get_from("127.0.0.1", ext.port, path, timeout=scaled(3), body=data)
+                took = time.monotonic() - start
+                if answer[0] != 200 or took > scaled(1):
+                    late.append((path, answer, round(took, 2)))
+            time.sleep(0.2)
+    print("connections the extender closed: %s" % flood.reopened)
+    assert not late, late
+    assert flood.reopened > 0  # the extender did shed connections
+    assert get_from("127.0.0.2", ext.port) == (200, "ok")
+
+
 # ---------------------------------------------------------------- D5
 
 def listen_addresses(port):
@@ -441,6 +476,82 @@ def test_tls_client_certificates(api, started, tmp_path):
     log = ext.log()
     assert "client certificate refused (none sent)" in log
     assert "client certificate refused (not signed by the client CA" in log  # the rogue one
+
+
+def sign(certs, name, *exts, ca="ca"):
+    """name.{crt,key}: a certificate of the test CA (another with ca=) with the given
+    extensions, valid for 30 days from now."""
+    ext_args = [a for e in ("basicConstraints=CA:FALSE",) + exts for a in ("-addext", e)]
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", name + ".key", "-out", name + ".crt", "-days", "30",
+                    "-subj", "/CN=" + name, "-CA", ca + ".crt", "-CAkey", ca + ".key"] + ext_args,
+                   check=True, cwd=certs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def sign_expired(certs, name):
+    """name.{crt,key}: a client certificate of the test CA that expired in 2020
+    (`openssl ca` takes explicit dates, `openssl req` only a positive -days)."""
+    run = lambda *a: subprocess.run(list(a), check=True, cwd=certs,  # noqa: E731
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.makedirs(os.path.join(certs, "db"), exist_ok=True)
+    open(os.path.join(certs, "db", "index"), "w").close()
+    with open(os.path.join(certs, "db", "serial"), "w") as f:
+        f.write("01\n")
+    with open(os.path.join(certs, "ca.cnf"), "w") as f:
+        f.write("[ca]\ndefault_ca = c\n[c]\ndatabase = db/index\nnew_certs_dir = db\nserial = db/serial\n"
+                "default_md = sha256\npolicy = p\nunique_subject = no\n[p]\ncommonName = supplied\n"
+                "[x]\nbasicConstraints = CA:FALSE\nextendedKeyUsage = clientAuth\n")
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + name)
+    run("openssl", "ca", "-batch", "-config", "ca.cnf", "-cert", "ca.crt", "-keyfile", "ca.key",
+        "-in", name + ".csr", "-out", name + ".crt", "-startdate", "20200101000000Z",
+        "-enddate", "20200201000000Z", "-extensions", "x", "-notext")
+
+
+def test_client_certificates_need_the_client_purpose(api, started, tmp_path):
+    """The review's N6 matrix: only a certificate of the client CA that may
+    authenticate a client gets through. One whose extendedKeyUsage lists
+    serverAuth only (a serving certificate of the same CA) gets 403, as do an
+    expired one, another CA's and none; clientAuth, both purposes, or no
+    extendedKeyUsage at all (every purpose, RFC 5280) pass; /healthz stays open."""
+    certs = make_certs(str(tmp_path / "certs"))
+    sign(certs, "rogue", "extendedKeyUsage=clientAuth", ca="other-ca")
+    sign(certs, "serveronly", "extendedKeyUsage=serverAuth", "subjectAltName=IP:127.0.0.1")
+    sign(certs, "both", "extendedKeyUsage=serverAuth,clientAuth")
+    sign(certs, "noeku")
+    sign_expired(certs, "expired")
+    c = lambda name: os.path.join(certs, name)  # noqa: E731
+    ext = started(api, "--tls-cert-file", c("server.crt"), "--tls-private-key-file", c("server.key"),
+                  "--client-ca-file", c("ca.crt"), tls=c("ca.crt"))
+    p = add_pod(api, pod("p1", 8))
+    body = json.dumps(filter_args(p, ["n1"])).encode()
+
+    def call(path, cert):
+        ctx = ssl.create_default_context(cafile=c("ca.crt"))
+        if cert:
+            ctx.load_cert_chain(c(cert + ".crt"), c(cert + ".key"))
+        conn = http.client.HTTPSConnection("127.0.0.1", ext.port, timeout=scaled(10), context=ctx)
+        try:
+            if path == "/healthz":
+                conn.request("GET", path)
+            else:
+                conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            return conn.getresponse().status
+        except (OSError, http.client.HTTPException) as e:
+            return repr(e)
+        finally:
+            conn.close()
+
+    want = {"client": 200, "both": 200, "noeku": 200,
+            None: 403, "rogue": 403, "expired": 403, "serveronly": 403}
+    got = {cert: call(PREFIX + "/filter", cert) for cert in want}
+    assert got == want
+    assert call("/healthz", "serveronly") == 200 and call("/healthz", None) == 200
+    log = ext.log()
+    assert "client certificate refused (not for client authentication: its extendedKeyUsage lacks clientAuth)" \
+        in log
+    assert "client certificate refused (expired or not yet valid)" in log
+    assert "client certificate refused (not signed by the client CA)" in log
 
 
 def test_client_ca_needs_tls(tmp_path, api, started):

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import RESOURCE, ROOT, scaled
+from conn_flood import Flood, wait_until_accepted
 
 sys.path.insert(0, os.path.join(ROOT, "test", "sim"))
 from gpumem_kubelet import Kubelet as PodManager  # noqa: E402
@@ -314,3 +315,28 @@ def test_slow_connections_cannot_block_scrapes(plugin):
     assert dropped > 0, "no trickling connection was closed in 25 s"
     time.sleep(0.5)  # the server notices the closed ones and frees their per-address slots
     assert scrape_from("127.0.0.1", p.metrics_url, scaled(5)) == 200
+
+
+def test_many_addresses_cannot_hold_the_port(plugin):
+    """The review's N4 (probe d11b): 16 idle connections from each of 5 other
+    addresses (80, over the 64 the port holds), each reopened as soon as it is
+    closed. Every scrape from 127.0.0.1 is answered within 1 s: a full table
+    sheds an idle connection of the heaviest address instead of refusing (or,
+    as the polling thread stops accepting at its limit, stalling) the scraper."""
+    p = start(plugin)
+    host, port = p.metrics_url.split("/")[2].split(":")
+    late = []
+    with Flood(int(port), 16, ["127.0.0.%d" % i for i in range(2, 7)], host=host) as flood:
+        held = wait_until_accepted(p.proc.pid, int(port), 64, scaled(5))
+        assert held >= 64, "the flood did not fill the table (%d connections)" % held
+        time.sleep(0.3)
+        for _ in range(10):
+            start_s = time.monotonic()
+            status = scrape_from("127.0.0.1", p.metrics_url, scaled(3))
+            took = time.monotonic() - start_s
+            if status != 200 or took > scaled(1):
+                late.append((status, round(took, 2)))
+            time.sleep(0.2)
+    print("connections the plugin closed: %s" % flood.reopened)
+    assert not late, late
+    assert flood.reopened > 0

@@ -29,9 +29,10 @@
  * port-forward` reaches a host-network pod from 127.0.0.1 and its closed
  * streams linger a moment, and make e2e saw a 5th scrape refused at 4), and a request must arrive
  * within the timeout of its accept (or previous reply), so connections
- * that trickle a header line now and then are closed (httpd.h). One
- * polling thread serves them all: a connection costs a descriptor and its
- * buffer, not a thread. */
+ * that trickle a header line now and then are closed, and a full table
+ * closes an idle connection of the heaviest address to admit a scraper
+ * from another (httpd.h). One polling thread serves them all: a
+ * connection costs a descriptor and its buffer, not a thread. */
 #define METRICS_MAX_CONNECTIONS 64
 #define METRICS_PER_IP_CONNECTIONS 16
 #define METRICS_CONNECTION_TIMEOUT_S 10

@@ -1,7 +1,9 @@
 /* Unit tests: the shared HTTP server (httpd.h) over loopback -- routing by
  * method and path, the query, an echoed body, 413 on an oversized body
  * (announced or not), a taken and a static body, stop; a header, the
- * request deadline (both threading models), the per-address limit, 503
+ * request deadline (both threading models), the per-address limit, a full
+ * table that sheds an idle connection (both models) but refuses one more
+ * when every connection is busy, 503
  * past the held-bodies bound, client CA without TLS. Needs
  * libmicrohttpd.so.12 installed (it is a build dependency). */
 #include <setjmp.h>
@@ -37,6 +39,9 @@ static void handle(void *ctx, const struct httpd_request *req, struct httpd_resp
         resp->status = 201;
         resp->body = malloc(req->len + 64);
         resp->len = (size_t)sprintf(resp->body, "%s %s x=%s", req->method, req->body, q ? q : "-");
+    } else if (strcmp(req->path, "/slow") == 0) {
+        usleep(1000 * 1000); /* keeps its connection busy */
+        resp->status = 200;
     } else if (strcmp(req->path, "/header") == 0) {
         const char *h = httpd_header(req, "x-test");
         resp->status = 200;
@@ -275,6 +280,113 @@ static void test_httpd_per_ip_limit(void **state)
     httpd_stop(server);
 }
 
+/* One GET of /static from source on a fresh connection: whether a 200 came
+ * back within ms. */
+static bool static_200_from(const char *source, unsigned port, int ms)
+{
+    int fd = connect_from(source, port);
+    const char *req = "GET /static HTTP/1.0\r\n\r\n";
+    bool ok = false;
+    if (write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+        char buf[512] = "";
+        size_t len = 0;
+        double end = now_s() + ms / 1000.0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        while (len + 1 < sizeof buf && now_s() < end &&
+               poll(&p, 1, (int)((end - now_s()) * 1000) + 1) == 1) {
+            ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+        }
+        ok = strstr(buf, " 200 ") != NULL && strstr(buf, "fixed") != NULL;
+    }
+    close(fd);
+    return ok;
+}
+
+/* A full table sheds an idle connection of the address that holds the
+ * most, the one waiting longest, instead of refusing the newcomer (review
+ * N3/N4); in both threading models. */
+static void test_httpd_full_table_sheds_idle(void **state)
+{
+    (void)state;
+    for (int threads = 0; threads < 2; threads++) {
+        int calls = 0;
+        const struct httpd_options opt = {.host = "127.0.0.1",
+                                          .thread_per_connection = threads,
+                                          .max_connections = 4,
+                                          .idle_timeout_s = 30,
+                                          .request_deadline_s = 30};
+        struct httpd *server = NULL;
+        char err[256];
+        assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+        unsigned port = httpd_port(server);
+        int lone = connect_from("127.0.0.3", port); /* the oldest, but alone on its address */
+        usleep(50 * 1000);
+        int idle[4];
+        for (int i = 0; i < 3; i++) {
+            idle[i] = connect_from("127.0.0.2", port);
+            usleep(50 * 1000); /* accepted in this order */
+        }
+        for (int round = 0; round < 2; round++) {
+            double start = now_s();
+            assert_true(static_200_from("127.0.0.1", port, 2000));
+            assert_true(now_s() - start < 1.0);
+            /* 127.0.0.2's oldest went, then its next; 127.0.0.3's stayed. */
+            assert_true(closed_within(idle[round], 1000));
+            assert_false(closed_within(idle[round + 1], 0));
+            assert_false(closed_within(lone, 0));
+            if (round == 0) { /* full again once the answered one is gone */
+                usleep(100 * 1000);
+                idle[3] = connect_from("127.0.0.2", port);
+                usleep(50 * 1000);
+            }
+        }
+        assert_int_equal(calls, 2);
+        for (int i = 0; i < 4; i++)
+            close(idle[i]);
+        close(lone);
+        httpd_stop(server);
+    }
+}
+
+/* With every connection busy in its handler, a newcomer is refused (its
+ * connection closed unanswered); the busy ones are answered. */
+static void test_httpd_full_of_busy_refuses(void **state)
+{
+    (void)state;
+    int calls = 0;
+    const struct httpd_options opt = {.host = "127.0.0.1",
+                                      .thread_per_connection = true,
+                                      .max_connections = 2,
+                                      .idle_timeout_s = 30,
+                                      .request_deadline_s = 30};
+    struct httpd *server = NULL;
+    char err[256];
+    assert_int_equal(httpd_start(&opt, handle, &calls, &server, err, sizeof err), 0);
+    unsigned port = httpd_port(server);
+    const char *req = "GET /slow HTTP/1.0\r\n\r\n";
+    int busy[2];
+    for (int i = 0; i < 2; i++) {
+        busy[i] = connect_from("127.0.0.2", port);
+        assert_int_equal(write(busy[i], req, strlen(req)), (ssize_t)strlen(req));
+    }
+    usleep(300 * 1000); /* both in the handler */
+    int late = connect_from("127.0.0.1", port);
+    assert_true(closed_within(late, 500));
+    close(late);
+    for (int i = 0; i < 2; i++) {
+        char buf[256] = "";
+        struct pollfd p = {.fd = busy[i], .events = POLLIN};
+        assert_int_equal(poll(&p, 1, 3000), 1);
+        assert_true(read(busy[i], buf, sizeof buf - 1) > 0);
+        assert_non_null(strstr(buf, " 200 "));
+        close(busy[i]);
+    }
+    httpd_stop(server);
+}
+
 static void test_httpd_held_bodies_bound(void **state)
 {
     (void)state;
@@ -327,6 +439,8 @@ int main(void)
         cmocka_unit_test(test_httpd_header),
         cmocka_unit_test(test_httpd_request_deadline),
         cmocka_unit_test(test_httpd_per_ip_limit),
+        cmocka_unit_test(test_httpd_full_table_sheds_idle),
+        cmocka_unit_test(test_httpd_full_of_busy_refuses),
         cmocka_unit_test(test_httpd_held_bodies_bound),
         cmocka_unit_test(test_httpd_client_ca_needs_tls),
     };
