@@ -8,12 +8,9 @@ API server's /api/v1/nodes/<node>:<port>/proxy/metrics forwards there.
     GP_BUILD_DIR  build tree holding bin/kubectl-gpupool (default ./build)
 """
 
-import http.server
 import json
 import os
-import socket
 import sys
-import threading
 import time
 
 import pytest
@@ -22,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "test", "fakeapi"))
 
+from fake_agent import start_agents  # noqa: E402
 from fake_apiserver import FakeApiServer  # noqa: E402
 from test_cli import GPUPOOL, node, pod, run, write_kubeconfig  # noqa: E402
 
@@ -70,43 +68,6 @@ gpupool_process_gpu_sm_utilization_ratio{namespace="default",pod="cuda",containe
 """ % (40 * GiB, 10 * GiB, 10 * GiB)
 
 
-class Agent:
-    """A node agent's /metrics on one loopback address."""
-
-    def __init__(self, host, port, text, delay=0.0):
-        agent = self
-        self.text, self.delay, self.hits = text, delay, 0
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                agent.hits += 1
-                if agent.delay:
-                    time.sleep(agent.delay)
-                if self.path != "/metrics":
-                    self.send_error(404)
-                    return
-                data = agent.text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-        self.server = Server((host, port), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def fixture():
     a = node("gpu-a", "127.0.0.2", 48, 2, {"gpupool.io/gpus": GPUS_A})
     a["metadata"]["labels"] = {"pool": "train"}
@@ -130,10 +91,10 @@ def fixture():
 @pytest.fixture
 def cluster(tmp_path):
     srv = FakeApiServer(fixture=fixture()).start()
-    a = Agent("127.0.0.2", 0, METRICS_A)
-    agents = [a, Agent("127.0.0.4", a.port, METRICS_WHOLE),
-              Agent("127.0.0.5", a.port, "gpupool_gpu_healthy{gpu=\"0\",uuid=\"GPU-s0\"} 1\n",
-                    delay=4.0)]
+    agents = start_agents([("127.0.0.2", METRICS_A), ("127.0.0.4", METRICS_WHOLE),
+                           ("127.0.0.5", "gpupool_gpu_healthy{gpu=\"0\",uuid=\"GPU-s0\"} 1\n",
+                            4.0)])
+    a = agents[0]
     cfg = write_kubeconfig(str(tmp_path / "config"), srv.url)
     yield srv, cfg, a.port, agents
     for x in agents:
