@@ -68,9 +68,6 @@ static const struct option_value outputs[] = {
     {.flag = "exec-timeout", .type = OPT_DURATION,                                             \
      .offset = offsetof(struct cli_options, exec_timeout_ms), .def = "60s", .min = 1,         \
      .help = "how long an exec credential plugin may run before it is killed"},               \
-    {.flag = "details", .alias = {"d"}, .type = OPT_BOOL,                                      \
-     .offset = offsetof(struct cli_options, details), .def = "false",                          \
-     .help = "per node: GPUs and the pods on them"},                                           \
     {.flag = "cache", .type = OPT_BOOL, .offset = offsetof(struct cli_options, cache),           \
      .def = "true",                                                                            \
      .help = "read the lists from the apiserver's watch cache (resourceVersion=0: fast, may "  \
@@ -103,10 +100,17 @@ static const struct option_value sort_keys[] = {
     {.flag = "metrics-timeout", .type = OPT_DURATION,                                         \
      .offset = offsetof(struct cli_options, metrics_timeout_ms), .def = "5s", .min = 1,     \
      .help = "time for reading every agent; those not answered by then show no data"}
+
+/* inspect's and gpushare's, not top's: */
+#define DETAILS_FLAG                                                                           \
+    {.flag = "details", .alias = {"d"}, .type = OPT_BOOL,                                      \
+     .offset = offsetof(struct cli_options, details), .def = "false",                          \
+     .help = "per node: GPUs and the pods on them"}
 /* clang-format on */
 
 static const struct option_spec gpupool_specs[] = {
     KUBE_FLAGS,
+    DETAILS_FLAG,
     {.flag = "namespace",
      .alias = {"n"},
      .type = OPT_STRING,
@@ -129,7 +133,7 @@ static const struct option_spec gpupool_specs[] = {
     METRICS_FLAGS,
 };
 
-static const struct option_spec gpushare_specs[] = {KUBE_FLAGS};
+static const struct option_spec gpushare_specs[] = {KUBE_FLAGS, DETAILS_FLAG};
 
 static const struct option_spec top_specs[] = {
     KUBE_FLAGS,
