@@ -7,6 +7,7 @@
 #include "options.h"
 #include "pool_model.h"
 #include "render.h"
+#include "usage_extender.h"
 #include "usage_fetch.h"
 
 #include <pthread.h>
@@ -37,6 +38,8 @@ struct cli_options {
     int verbosity;
     /* top, and the used figures of inspect -o wide */
     bool metrics;
+    int from; /* enum usage_source */
+    char *extender_service;
     int metrics_port;
     int workers;
     int metrics_timeout_ms;
@@ -78,6 +81,14 @@ static const struct option_value outputs[] = {
     {.flag = "version", .type = OPT_VERSION, .help = "print the version"}
 /* clang-format on */
 
+enum usage_source { FROM_AGENTS, FROM_EXTENDER };
+
+static const struct option_value sources[] = {
+    {.name = "agents", .value = FROM_AGENTS},
+    {.name = "extender", .value = FROM_EXTENDER},
+    {NULL, 0, NULL},
+};
+
 static const struct option_value sort_keys[] = {
     {.name = "name", .value = TOP_SORT_NAME},
     {.name = "booked", .value = TOP_SORT_BOOKED},
@@ -89,6 +100,15 @@ static const struct option_value sort_keys[] = {
 /* Where the used figures come from (usage_fetch.h), for top and wide: */
 /* clang-format off */
 #define METRICS_FLAGS                                                                          \
+    {.flag = "from", .type = OPT_ENUM, .values = sources,                                     \
+     .offset = offsetof(struct cli_options, from), .def = "agents",                           \
+     .help = "used figures: agents (each node's, one request per node) or extender (its "     \
+             "last sweep for /ui, one request, up to ~15 s old; GPU-sharing nodes only)"},    \
+    {.flag = "extender-service", .type = OPT_STRING,                                          \
+     .offset = offsetof(struct cli_options, extender_service),                                \
+     .def = "kube-system/gpupool-scheduler-extender:http",                                    \
+     .help = "--from extender: its Service, NAMESPACE/NAME:PORT, read through the API "       \
+             "server's service proxy"},                                                       \
     {.flag = "metrics-port", .type = OPT_INT,                                                 \
      .offset = offsetof(struct cli_options, metrics_port), .def = "9401", .min = 1,          \
      .max = 65535,                                                                            \
@@ -633,7 +653,8 @@ static bool node_in_view(const struct invocation *inv, const struct pool_node *n
 /* Reads the agents of the view's nodes into usage[] (pool order). Failed
  * nodes are summed up on errout: their figures read "no data". */
 static int read_usage(const struct invocation *inv, const struct kube_client_options *kopt,
-                      const struct pool *pool, struct node_usage *usage, FILE *errout)
+                      struct kube_client *client, const struct pool *pool, struct node_usage *usage,
+                      FILE *errout)
 {
     const char **names = calloc(pool->nnodes ? pool->nnodes : 1, sizeof *names);
     struct node_usage *got = calloc(pool->nnodes ? pool->nnodes : 1, sizeof *got);
@@ -653,11 +674,18 @@ static int read_usage(const struct invocation *inv, const struct kube_client_opt
                                      .port = inv->opt.metrics_port,
                                      .workers = inv->opt.workers,
                                      .timeout_ms = inv->opt.metrics_timeout_ms};
-    struct usage_fetch_stats st;
+    struct usage_fetch_stats st = {0};
     char err[512];
-    if (usage_fetch(&fo, names, n, got, &st, err, sizeof err) != 0) {
+    if (inv->opt.from == FROM_EXTENDER) {
+        if (usage_from_extender(client, inv->opt.extender_service, inv->opt.metrics_timeout_ms,
+                                names, n, got, err, sizeof err) != 0)
+            fprintf(errout, "warning: the extender's figures not read: %s\n", err);
+        for (size_t k = 0; k < n; k++)
+            st.failed += got[k].state == USAGE_FAILED;
+    } else if (usage_fetch(&fo, names, n, got, &st, err, sizeof err) != 0) {
         fprintf(errout, "warning: node agents' metrics not read: %s\n", err);
-    } else if (st.failed > 0) {
+    }
+    if (st.failed > 0) {
         size_t shown = 0;
         for (size_t k = 0; k < n && shown < 3; k++)
             if (got[k].state == USAGE_FAILED) {
@@ -751,7 +779,7 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
               now_ms() - start);
         if (wants_usage(inv) && !(usage = calloc(pool.nnodes ? pool.nnodes : 1, sizeof *usage))) {
             fprintf(errout, "error: out of memory\n");
-        } else if (usage && read_usage(inv, &kopt, &pool, usage, errout) != 0) {
+        } else if (usage && read_usage(inv, &kopt, r.client, &pool, usage, errout) != 0) {
             /* out of memory, said */
         } else if (render(inv, &pool, usage, out) != 0 || fflush(out) != 0) {
             fprintf(errout, "error: writing the output failed\n");

@@ -20,6 +20,24 @@ static bool grow(void **items, size_t *cap, size_t count, size_t size)
     return true;
 }
 
+struct usage_gpu *node_usage_add_gpu(struct node_usage *u, const char *uuid, int index)
+{
+    struct usage_gpu *g = NULL;
+    for (size_t i = 0; i < u->ngpus && !g; i++)
+        if (strcmp(u->gpus[i].uuid, uuid) == 0)
+            g = &u->gpus[i];
+    if (!g) {
+        const char *copy = arena_strdup(&u->arena, uuid);
+        if (!copy || !grow((void **)&u->gpus, &u->gpus_cap, u->ngpus, sizeof *u->gpus))
+            return NULL;
+        g = &u->gpus[u->ngpus++];
+        *g = (struct usage_gpu){.uuid = copy, .index = -1};
+    }
+    if (index >= 0 && g->index < 0)
+        g->index = index;
+    return g;
+}
+
 /* The GPU of a sample: by UUID (gpu_uuid, or the older uuid label), and
  * its index from a `gpu` label when the sample has one. NULL when the
  * sample names no GPU or memory ran out (*oom set). */
@@ -30,30 +48,37 @@ static struct usage_gpu *gpu_of(struct node_usage *u, const struct prom_sample *
         uuid = prom_sample_label(s, "uuid");
     if (!uuid || !uuid[0])
         return NULL;
-    struct usage_gpu *g = NULL;
-    for (size_t i = 0; i < u->ngpus && !g; i++)
-        if (strcmp(u->gpus[i].uuid, uuid) == 0)
-            g = &u->gpus[i];
-    if (!g) {
-        const char *copy = arena_strdup(&u->arena, uuid);
-        if (!copy || !grow((void **)&u->gpus, &u->gpus_cap, u->ngpus, sizeof *u->gpus)) {
-            *oom = true;
-            return NULL;
-        }
-        g = &u->gpus[u->ngpus++];
-        *g = (struct usage_gpu){.uuid = copy, .index = -1};
-    }
-    const char *index = prom_sample_label(s, "gpu");
-    if (index && g->index < 0) {
+    int index = -1;
+    const char *label = prom_sample_label(s, "gpu");
+    if (label) {
         char *end;
-        long v = strtol(index, &end, 10);
-        if (end != index && *end == '\0' && v >= 0 && v < 1 << 20)
-            g->index = (int)v;
+        long v = strtol(label, &end, 10);
+        if (end != label && *end == '\0' && v >= 0 && v < 1 << 20)
+            index = (int)v;
+    }
+    struct usage_gpu *g = node_usage_add_gpu(u, uuid, index);
+    if (!g) {
+        *oom = true;
+        return NULL;
     }
     const char *model = prom_sample_label(s, "model");
     if (model && !g->model && !(g->model = arena_strdup(&u->arena, model)))
         *oom = true;
     return g;
+}
+
+struct usage_pod *node_usage_add_pod(struct node_usage *u, const char *ns, const char *name)
+{
+    for (size_t i = 0; i < u->npods; i++)
+        if (strcmp(u->pods[i].name, name) == 0 && strcmp(u->pods[i].ns, ns) == 0)
+            return &u->pods[i];
+    const char *cns = arena_strdup(&u->arena, ns);
+    const char *cname = arena_strdup(&u->arena, name);
+    if (!cns || !cname || !grow((void **)&u->pods, &u->pods_cap, u->npods, sizeof *u->pods))
+        return NULL;
+    struct usage_pod *p = &u->pods[u->npods++];
+    *p = (struct usage_pod){.ns = cns, .name = cname};
+    return p;
 }
 
 /* The pod of a sample (namespace and pod labels); processes of no pod
@@ -64,17 +89,9 @@ static struct usage_pod *pod_of(struct node_usage *u, const struct prom_sample *
     const char *name = prom_sample_label(s, "pod");
     if (!ns || !name || !ns[0] || !name[0])
         return NULL;
-    for (size_t i = 0; i < u->npods; i++)
-        if (strcmp(u->pods[i].name, name) == 0 && strcmp(u->pods[i].ns, ns) == 0)
-            return &u->pods[i];
-    const char *cns = arena_strdup(&u->arena, ns);
-    const char *cname = arena_strdup(&u->arena, name);
-    if (!cns || !cname || !grow((void **)&u->pods, &u->pods_cap, u->npods, sizeof *u->pods)) {
+    struct usage_pod *p = node_usage_add_pod(u, ns, name);
+    if (!p)
         *oom = true;
-        return NULL;
-    }
-    struct usage_pod *p = &u->pods[u->npods++];
-    *p = (struct usage_pod){.ns = cns, .name = cname};
     return p;
 }
 

@@ -78,6 +78,13 @@ struct node_usage {
 int node_usage_parse(struct node_usage *u, const char *text, size_t len) GP_MUST_USE;
 void node_usage_free(struct node_usage *u);
 
+/* The record of GPU `uuid` (index -1: unknown; a known one is kept) or of
+ * pod ns/name, made when new; NULL only when out of memory. For readers
+ * of other sources than the text (usage_extender.h). */
+struct usage_gpu *node_usage_add_gpu(struct node_usage *u, const char *uuid, int index) GP_MUST_USE;
+struct usage_pod *node_usage_add_pod(struct node_usage *u, const char *ns,
+                                     const char *name) GP_MUST_USE;
+
 const struct usage_gpu *node_usage_gpu(const struct node_usage *u, int index);
 const struct usage_pod *node_usage_pod(const struct node_usage *u, const char *ns,
                                        const char *name);

@@ -82,6 +82,15 @@ static void on_gpu(void *ctx, const struct pool_gpu *gpu)
         n->count++;
 }
 
+/* ",<value>" (with `decimals` digits) or ",null". */
+static void put_figure(struct buf *b, unsigned has, int decimals, double v)
+{
+    if (has)
+        buf_printf(b, ",%.*f", decimals, v);
+    else
+        buf_str(b, ",null");
+}
+
 static void put_nodes(struct buf *b, char **names, const struct node_usage *usage, size_t n)
 {
     buf_str(b, "{");
@@ -112,7 +121,21 @@ static void put_nodes(struct buf *b, char **names, const struct node_usage *usag
             else
                 buf_str(b, "null]");
         }
-        buf_str(b, "}}");
+        buf_str(b, "},\"pods\":[");
+        for (size_t k = 0; k < nu->npods; k++) {
+            const struct usage_pod *p = &nu->pods[k];
+            buf_str(b, k ? ",[" : "[");
+            buf_json_string(b, p->ns);
+            buf_str(b, ",");
+            buf_json_string(b, p->name);
+            put_figure(b, p->has & USAGE_MEM_USED, 0, p->mem_used);
+            put_figure(b, p->has & USAGE_MEM_LIMIT, 0, p->mem_limit);
+            put_figure(b, p->has & USAGE_SM, 4, p->sm);
+            put_figure(b, p->has & USAGE_MEM_UTIL, 4, p->mem_util);
+            put_figure(b, p->has & USAGE_PROC_MEM, 0, p->proc_mem);
+            buf_printf(b, ",%u]", p->processes);
+        }
+        buf_str(b, "]}");
     }
     buf_str(b, "}");
 }

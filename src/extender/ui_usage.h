@@ -12,9 +12,12 @@
  *
  * The snapshot:
  *   {"port":9401,"age_ms":1200,"refreshing":false,
- *    "nodes":{"n1":{"gpus":{"0":[used_bytes|null, sm_ratio|null],...}},
+ *    "nodes":{"n1":{"gpus":{"0":[used_bytes|null, sm_ratio|null],...},
+ *                   "pods":[[namespace, name, used_bytes, limit_bytes, sm_ratio,
+ *                            memory_utilization, process_memory_bytes, processes],...]},
  *             "n2":{"error":"HTTP 503: ..."}}}
- * (age_ms -1 and no nodes before the first sweep ends).
+ * (age_ms -1 and no nodes before the first sweep ends; null for a figure
+ * the agent did not give). `kubectl gpupool top --from extender` reads it.
  *
  * Ownership: ui_usage_free() joins a running sweep and frees everything.
  * Thread-safe: any HTTP thread may call ui_usage_json(). */

@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from conftest import scaled
-from test_extender import (Extender, bind_args, filter_args, free_port, node, pod,  # noqa: F401
+from test_extender import (EXTENDER_BIN, Extender, bind_args, filter_args, free_port, node, pod,  # noqa: F401,E501
                            add_pod)
 from fake_agent import start_agents
 from fake_apiserver import FakeApiServer
@@ -344,8 +344,16 @@ def test_ui_in_headless_chromium(api, ext, tmp_path):
 USED = {"n1": {0: (9 * GIB, 0.4), 1: (14 * GIB, 0.95)}, "n3": {0: (2 * GIB, 0.1), 1: (0, 0.0)}}
 
 
-def agent_text(gpus):
-    lines = []
+PODS_N1 = ('gpupool_container_gpu_memory_used_bytes{namespace="default",pod="old",container="c",'
+           'gpu_uuid="GPU-0"} %d\n'
+           'gpupool_container_gpu_memory_limit_bytes{namespace="default",pod="old",container="c",'
+           'gpu_uuid="GPU-0"} %d\n'
+           'gpupool_process_gpu_sm_utilization_ratio{namespace="default",pod="old",container="c",'
+           'gpu_uuid="GPU-0",pid="9"} 0.3\n' % (5 * GIB, 10 * GIB))
+
+
+def agent_text(gpus, extra=""):
+    lines = [extra] if extra else []
     for i, (used, sm) in gpus.items():
         lines.append('gpupool_gpu_healthy{gpu="%d",uuid="GPU-%d"} 1' % (i, i))
         lines.append('gpupool_gpu_memory_used_bytes{gpu_uuid="GPU-%d"} %d' % (i, used))
@@ -361,7 +369,7 @@ def used_cluster(tmp_path):
         if ip:
             n["status"]["addresses"] = [{"type": "InternalIP", "address": ip}]
     srv = FakeApiServer(fixture=objs).start()
-    a1, a3 = start_agents([("127.0.0.2", agent_text(USED["n1"])),
+    a1, a3 = start_agents([("127.0.0.2", agent_text(USED["n1"], PODS_N1)),
                            ("127.0.0.3", agent_text(USED["n3"]))])
     e = Extender(srv, tmp_path, ["--metrics-port", str(free_port()),
                                  "--ui-node-metrics-port", str(a1.port)])
@@ -461,3 +469,49 @@ def test_ui_used_vs_booked_in_headless_chromium(used_cluster, tmp_path):
                   "--window-size=1280,520", "--screenshot=%s" % shot, url], 120)
     assert r.returncode == 0 and os.path.getsize(shot) > 5000, r.stderr[-2000:]
     print("extender /ui used-vs-booked screenshot: %s" % shot)
+
+
+KUBECTL_GPUPOOL = os.path.join(os.path.dirname(EXTENDER_BIN), "kubectl-gpupool")
+
+
+@pytest.mark.skipif(not os.path.exists(KUBECTL_GPUPOOL), reason="kubectl-gpupool not built")
+def test_top_from_the_extender_in_one_request(used_cluster, tmp_path):
+    srv, e, _ = used_cluster
+    from conftest import run_program
+    srv.store.create("services", "kube-system", {
+        "metadata": {"name": "gpupool-scheduler-extender", "namespace": "kube-system"},
+        "spec": {"clusterIP": "127.0.0.1", "ports": [{"name": "http", "port": e.port}]}})
+    cfg = tmp_path / "cli-config"
+    cfg.write_text("apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+                   "clusters: [{name: t, cluster: {server: '%s'}}]\n"
+                   "users: [{name: u, user: {token: t}}]\n"
+                   "contexts: [{name: t, context: {cluster: t, user: u}}]\n" % srv.url)
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+
+    def top(*args):
+        proc = run_program([KUBECTL_GPUPOOL, "top"] + list(args) +
+                           ["--from", "extender", "--kubeconfig", str(cfg)], env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+    # A cold extender: top waits for the sweep its request starts.
+    proc = top("gpus", "-o", "json")
+    assert "not read" not in proc.stderr and "no metrics from node n2: HTTP 503" in proc.stderr
+    gpus = json.loads(proc.stdout)["gpus"]
+    got = {(g["node"], g["index"]): (g["usedBytes"], g["smUtilization"]) for g in gpus}
+    assert got[("n1", 0)] == (9 * GIB, pytest.approx(0.4))
+    assert got[("n1", 1)] == (14 * GIB, pytest.approx(0.95))
+    assert got[("n3", 1)] == (0, 0.0) and got[("n2", 0)] == (None, None)
+    pods = {p["name"]: p for p in json.loads(top("pods", "-A", "-o", "json").stdout)["pods"]}
+    old = pods["old"]
+    assert (old["usedBytes"], old["limitBytes"]) == (5 * GIB, 10 * GIB)
+    assert old["smUtilization"] == pytest.approx(0.3) and pods["train"]["usedBytes"] is None
+    # One sweep of the agents by the extender; the CLI asked the extender only.
+    reqs = [r["path"] for r in srv.requests() if "/proxy/" in r["path"]]
+    assert sorted(p for p in reqs if "/nodes/" in p) == \
+        ["/api/v1/nodes/%s:%d/proxy/metrics" % (n, e_port) for n, e_port in
+         (("n1", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])),
+          ("n2", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])),
+          ("n3", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])))]
+    svc = [p for p in reqs if "/services/" in p]
+    assert set(svc) == {"/api/v1/namespaces/kube-system/services/gpupool-scheduler-extender:http"
+                        "/proxy/ui/usage.json"}
