@@ -76,6 +76,9 @@ def run_top(binary, kubeconfig, args, apiserver_pid):
         raise BenchError("top %s: exit %d: %s" % (args, proc.returncode, proc.stderr[-400:]))
     user, system = lines[-1].split()[1:]
     line = next((l.split("] ", 1)[-1] for l in lines if "node agents'" in l), "")
+    warnings = [l for l in lines if l.startswith("warning:")]
+    if warnings:
+        line += " " + " / ".join(warnings[:2])
     return wall, float(user) + float(system), api_cpu, line
 
 
