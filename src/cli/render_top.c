@@ -75,6 +75,8 @@ static int cmp_name(const struct pod_row *a, const struct pod_row *b)
     return c ? c : strcmp(a->name, b->name);
 }
 
+/* The key qsort compares by (qsort has no context argument; the CLI renders
+ * one view, in one thread). */
 static int top_sort_key;
 
 static int cmp_desc(double a, bool has_a, double b, bool has_b)
