@@ -75,7 +75,8 @@ def run_top(binary, kubeconfig, args, apiserver_pid):
     if proc.returncode != 0 or not lines[-1].startswith("GPBENCH "):
         raise BenchError("top %s: exit %d: %s" % (args, proc.returncode, proc.stderr[-400:]))
     user, system = lines[-1].split()[1:]
-    line = next((l.split("] ", 1)[-1] for l in lines if "node agents'" in l), "")
+    line = next((l.split("] ", 1)[-1] for l in lines
+                 if "node agents'" in l or "extender's sweep" in l), "")
     warnings = [l for l in lines if l.startswith("warning:")]
     if warnings:
         line += " " + " / ".join(warnings[:2])
@@ -95,6 +96,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", default="16,64,256")
     ap.add_argument("--apiserver-pid", type=int, default=0)
+    ap.add_argument("--extender-bin", default="",
+                    help="also run top --from extender against this extender, started here")
+    ap.add_argument("--extender-port", type=int, default=19410)
     args = ap.parse_args()
     with open(os.path.join(args.agent_dir, "metrics"), "w") as f:
         f.write(agent_text())
@@ -132,7 +136,62 @@ def main():
                     n, " ".join(view), w, statistics.median(walls) * 1000, min(walls) * 1000,
                     max(walls) * 1000, statistics.median(r[1] for r in runs),
                     statistics.median(r[2] for r in runs), runs[-1][3]), flush=True)
+        if args.extender_bin:
+            bench_extender(args, api, binary, n)
     return 0
+
+
+def bench_extender(args, api, binary, n):
+    """top --from extender: the extender (its /ui sweep) on AGENT_IP behind a
+    Service. kube-apiserver's service proxy goes only to an endpoint whose
+    targetRef is a Pod with that IP, so a Pod object stands for it."""
+    ns = "/api/v1/namespaces/kube-system/"
+    name = "gpupool-scheduler-extender"
+    pod = {"metadata": {"name": name + "-0", "labels": {"app": name}},
+           "spec": {"nodeName": "bench-gpu-00000",
+                    "containers": [{"name": "extender", "image": "gpupool-scheduler-extender"}]}}
+    created = api.must("POST", ns + "pods", pod)
+    created = created if isinstance(created, dict) else {}
+    status = dict(pod, status={"phase": "Running", "podIP": args.agent_ip,
+                               "podIPs": [{"ip": args.agent_ip}]})
+    status["metadata"] = dict(pod["metadata"],
+                              resourceVersion=created.get("metadata", {}).get("resourceVersion", ""))
+    api.must("PUT", ns + "pods/" + name + "-0/status", status)
+    api.must("POST", ns + "services",
+             {"metadata": {"name": name},
+              "spec": {"ports": [{"name": "http", "port": 39999, "targetPort": args.extender_port}]}})
+    api.must("POST", ns + "endpoints",
+             {"metadata": {"name": name},
+              "subsets": [{"addresses": [{"ip": args.agent_ip, "targetRef": {
+                  "kind": "Pod", "namespace": "kube-system", "name": name + "-0"}}],
+                           "ports": [{"name": "http", "port": args.extender_port}]}]})
+    env = dict(os.environ, KUBECONFIG=args.kubeconfig)
+    logf = open(os.path.join(args.agent_dir, "extender.log"), "w")
+    ext = subprocess.Popen([args.extender_bin, "--address", args.agent_ip, "--port",
+                            str(args.extender_port), "--metrics-port", "0",
+                            "--ui-node-metrics-port", str(args.agent_port), "-v", "1"],
+                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=logf)
+    try:
+        time.sleep(5)       # its first LISTs
+        cargs = ["gpus", "--from", "extender", "--metrics-timeout", "60s"]
+        cold = run_top(binary, args.kubeconfig, cargs, args.apiserver_pid)
+        warm = [run_top(binary, args.kubeconfig, cargs, args.apiserver_pid)
+                for _ in range(args.runs)]
+        walls = [r[0] for r in warm]
+        with open(os.path.join(args.agent_dir, "extender.log")) as f:
+            sweeps = [l.strip().split("] ", 1)[-1] for l in f if "/ui usage" in l]
+        print("| %d | `top gpus --from extender` (cold: waits for the sweep it starts) | %.0f ms | "
+              "%.2f s | %.2f s | %s; extender: %s |" % (n, cold[0] * 1000, cold[1], cold[2],
+                                                        cold[3], "; ".join(sweeps[-1:])))
+        print("| %d | `top gpus --from extender` (warm) | %.0f ms (%.0f-%.0f) | %.2f s | %.2f s | "
+              "%s |" % (n, statistics.median(walls) * 1000, min(walls) * 1000, max(walls) * 1000,
+                        statistics.median(r[1] for r in warm),
+                        statistics.median(r[2] for r in warm), warm[-1][3]), flush=True)
+    finally:
+        ext.terminate()
+        ext.wait(timeout=30)
+        logf.close()
 
 
 if __name__ == "__main__":
