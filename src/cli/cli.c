@@ -7,6 +7,8 @@
 #include "options.h"
 #include "pool_model.h"
 #include "render.h"
+#include "usage_extender.h"
+#include "usage_fetch.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -34,6 +36,17 @@ struct cli_options {
     int output;
     bool details;
     int verbosity;
+    /* top, and the used figures of inspect -o wide */
+    bool metrics;
+    int from; /* enum usage_source */
+    char *extender_service;
+    int metrics_port;
+    int workers;
+    int metrics_timeout_ms;
+    int sort_by;
+    bool all_namespaces;
+    char *selector;
+    char *node_name;
 };
 
 static const struct option_value outputs[] = {
@@ -58,9 +71,6 @@ static const struct option_value outputs[] = {
     {.flag = "exec-timeout", .type = OPT_DURATION,                                             \
      .offset = offsetof(struct cli_options, exec_timeout_ms), .def = "60s", .min = 1,         \
      .help = "how long an exec credential plugin may run before it is killed"},               \
-    {.flag = "details", .alias = {"d"}, .type = OPT_BOOL,                                      \
-     .offset = offsetof(struct cli_options, details), .def = "false",                          \
-     .help = "per node: GPUs and the pods on them"},                                           \
     {.flag = "cache", .type = OPT_BOOL, .offset = offsetof(struct cli_options, cache),           \
      .def = "true",                                                                            \
      .help = "read the lists from the apiserver's watch cache (resourceVersion=0: fast, may "  \
@@ -71,8 +81,56 @@ static const struct option_value outputs[] = {
     {.flag = "version", .type = OPT_VERSION, .help = "print the version"}
 /* clang-format on */
 
+enum usage_source { FROM_AGENTS, FROM_EXTENDER };
+
+static const struct option_value sources[] = {
+    {.name = "agents", .value = FROM_AGENTS},
+    {.name = "extender", .value = FROM_EXTENDER},
+    {NULL, 0, NULL},
+};
+
+static const struct option_value sort_keys[] = {
+    {.name = "name", .value = TOP_SORT_NAME},
+    {.name = "booked", .value = TOP_SORT_BOOKED},
+    {.name = "used", .value = TOP_SORT_USED},
+    {.name = "sm", .value = TOP_SORT_SM},
+    {NULL, 0, NULL},
+};
+
+/* Where the used figures come from (usage_fetch.h), for top and wide: */
+/* clang-format off */
+#define METRICS_FLAGS                                                                          \
+    {.flag = "from", .type = OPT_ENUM, .values = sources,                                     \
+     .offset = offsetof(struct cli_options, from), .def = "agents",                           \
+     .help = "used figures: agents (each node's, one request per node) or extender (its "     \
+             "last sweep for /ui, one request, up to ~15 s old; GPU-sharing nodes only)"},    \
+    {.flag = "extender-service", .type = OPT_STRING,                                          \
+     .offset = offsetof(struct cli_options, extender_service),                                \
+     .def = "kube-system/gpupool-scheduler-extender:http",                                    \
+     .help = "--from extender: its Service, NAMESPACE/NAME:PORT, read through the API "       \
+             "server's service proxy"},                                                       \
+    {.flag = "metrics-port", .type = OPT_INT,                                                 \
+     .offset = offsetof(struct cli_options, metrics_port), .def = "9401", .min = 1,          \
+     .max = 65535,                                                                            \
+     .help = "the node agents' metrics port (their --metrics-addr), read through the API "    \
+             "server's node proxy"},                                                          \
+    {.flag = "workers", .type = OPT_INT, .offset = offsetof(struct cli_options, workers),    \
+     .def = "64", .min = 1, .max = 1024,                                                      \
+     .help = "node agents read at the same time (one connection each)"},                     \
+    {.flag = "metrics-timeout", .type = OPT_DURATION,                                         \
+     .offset = offsetof(struct cli_options, metrics_timeout_ms), .def = "5s", .min = 1,     \
+     .help = "time for reading every agent; those not answered by then show no data"}
+
+/* inspect's and gpushare's, not top's: */
+#define DETAILS_FLAG                                                                           \
+    {.flag = "details", .alias = {"d"}, .type = OPT_BOOL,                                      \
+     .offset = offsetof(struct cli_options, details), .def = "false",                          \
+     .help = "per node: GPUs and the pods on them"}
+/* clang-format on */
+
 static const struct option_spec gpupool_specs[] = {
     KUBE_FLAGS,
+    DETAILS_FLAG,
     {.flag = "namespace",
      .alias = {"n"},
      .type = OPT_STRING,
@@ -85,10 +143,73 @@ static const struct option_spec gpupool_specs[] = {
      .values = outputs,
      .offset = offsetof(struct cli_options, output),
      .def = "table",
-     .help = "table (a row per node), wide (a row per GPU) or json"},
+     .help = "table (a row per node), wide (a row per GPU, with the agents' used memory "
+             "and SM utilization) or json"},
+    {.flag = "metrics",
+     .type = OPT_BOOL,
+     .offset = offsetof(struct cli_options, metrics),
+     .def = "true",
+     .help = "-o wide: read the node agents' metrics for the USED and SM columns"},
+    METRICS_FLAGS,
 };
 
-static const struct option_spec gpushare_specs[] = {KUBE_FLAGS};
+static const struct option_spec gpushare_specs[] = {KUBE_FLAGS, DETAILS_FLAG};
+
+static const struct option_spec top_specs[] = {
+    KUBE_FLAGS,
+    METRICS_FLAGS,
+    {.flag = "namespace",
+     .alias = {"n"},
+     .type = OPT_STRING,
+     .offset = offsetof(struct cli_options, pod_namespace),
+     .def = "",
+     .help = "pods: this namespace's (default: the context's namespace)"},
+    {.flag = "all-namespaces",
+     .alias = {"A"},
+     .type = OPT_BOOL,
+     .offset = offsetof(struct cli_options, all_namespaces),
+     .def = "false",
+     .help = "pods: of every namespace"},
+    {.flag = "selector",
+     .alias = {"l"},
+     .type = OPT_STRING,
+     .offset = offsetof(struct cli_options, selector),
+     .def = "",
+     .help = "label selector: of pods (top pods) or nodes (top gpus)"},
+    {.flag = "node",
+     .type = OPT_STRING,
+     .offset = offsetof(struct cli_options, node_name),
+     .def = "",
+     .help = "only this node's pods or GPUs (one agent read)"},
+    {.flag = "sort-by",
+     .type = OPT_ENUM,
+     .values = sort_keys,
+     .offset = offsetof(struct cli_options, sort_by),
+     .def = "name",
+     .help = "name, or largest first: booked, used, sm"},
+    {.flag = "output",
+     .alias = {"o"},
+     .type = OPT_ENUM,
+     .values = outputs,
+     .offset = offsetof(struct cli_options, output),
+     .def = "table",
+     .help = "table, wide (more columns: utilization of memory, processes, UUID, a bar) "
+             "or json"},
+};
+
+static const struct options_table top_table = {
+    .program = "kubectl-gpupool top",
+    .version = GP_VERSION,
+    .summary = "kubectl gpupool top [pods|gpus] [--node N] [-n NS|-A] [-l SEL] [--sort-by K] "
+               "[-o wide|json]\n\n"
+               "GPU use beside what is booked: per pod (booked GPU memory, its limit, the\n"
+               "memory it uses, SM utilization) or per GPU (total, booked, used, SM\n"
+               "utilization). Used figures come from the node agents' /metrics through\n"
+               "the API server's node proxy (RBAC: get nodes/proxy); a figure an agent\n"
+               "did not give reads \"no data\".",
+    .specs = top_specs,
+    .count = sizeof top_specs / sizeof top_specs[0],
+};
 
 static const struct options_table gpupool_table = {
     .program = "kubectl-gpupool",
@@ -152,8 +273,12 @@ static int split_args(const struct options_table *t, int argc, char **argv, char
     return 0;
 }
 
+enum command { CMD_INSPECT, CMD_TOP_PODS, CMD_TOP_GPUS };
+
 struct invocation {
     bool gpushare; /* kubectl-inspect-gpushare personality */
+    enum command command;
+    const struct options_table *table; /* the one opt was parsed with */
     struct cli_options opt;
     const char *node; /* NULL: all nodes */
 };
@@ -169,6 +294,7 @@ static int parse_args(int argc, char **argv, struct invocation *inv, FILE *errou
 {
     inv->gpushare = argc > 0 && strcmp(base_name(argv[0]), GPUSHARE_PROGRAM) == 0;
     const struct options_table *t = inv->gpushare ? &gpushare_table : &gpupool_table;
+    inv->table = t;
     char **flags = calloc((size_t)argc + 1, sizeof *flags);
     char **words = calloc((size_t)argc + 1, sizeof *words);
     char err[512];
@@ -178,6 +304,17 @@ static int parse_args(int argc, char **argv, struct invocation *inv, FILE *errou
         goto out;
     }
     split_args(t, argc, argv, flags, &nflags, words, &nwords);
+    if (!inv->gpushare) {
+        /* The command picks the flag table; top's flags that take a value
+         * are a superset of inspect's, so splitting with top's finds the
+         * command wherever the flags are. */
+        split_args(&top_table, argc, argv, flags, &nflags, words, &nwords);
+        if (nwords > 0 && strcmp(words[0], "top") == 0)
+            t = &top_table;
+        else
+            split_args(t, argc, argv, flags, &nflags, words, &nwords);
+        inv->table = t;
+    }
     enum options_result r = OPTIONS_ERROR;
     if (options_defaults(t, &inv->opt, err, sizeof err) == 0)
         r = options_apply_argv(t, &inv->opt, nflags, flags, err, sizeof err);
@@ -199,8 +336,27 @@ static int parse_args(int argc, char **argv, struct invocation *inv, FILE *errou
             rc = 1;
             goto out;
         }
+        if (strcmp(words[0], "top") == 0) {
+            const char *view = nwords > 1 ? words[1] : "pods";
+            if (strcmp(view, "pods") == 0 || strcmp(view, "pod") == 0 || strcmp(view, "po") == 0)
+                inv->command = CMD_TOP_PODS;
+            else if (strcmp(view, "gpus") == 0 || strcmp(view, "gpu") == 0)
+                inv->command = CMD_TOP_GPUS;
+            else {
+                fprintf(errout, "error: unknown view \"%s\" (top pods, top gpus)\n", view);
+                goto out;
+            }
+            if (nwords > 2) {
+                fprintf(errout, "error: unexpected \"%s\" (use --node to pick a node)\n", words[2]);
+                goto out;
+            }
+            inv->node = inv->opt.node_name[0] ? inv->opt.node_name : NULL;
+            rc = 0;
+            goto out;
+        }
         if (strcmp(words[0], "inspect") != 0) {
-            fprintf(errout, "error: unknown command \"%s\" (commands: inspect, version, help)\n",
+            fprintf(errout,
+                    "error: unknown command \"%s\" (commands: inspect, top, version, help)\n",
                     words[0]);
             goto out;
         }
@@ -311,6 +467,37 @@ static char *selector_path(const char *base, const char *field, const char *valu
     return path;
 }
 
+/* base?fieldSelector=..&labelSelector=.. (either may be NULL or ""). */
+static char *query_path(const char *base, const char *field_selector, const char *label_selector)
+{
+    bool fs = field_selector && field_selector[0], ls = label_selector && label_selector[0];
+    char *f = fs ? kube_escape(field_selector) : NULL;
+    char *l = ls ? kube_escape(label_selector) : NULL;
+    char *path = NULL;
+    if ((!fs || f) && (!ls || l)) {
+        size_t len = strlen(base) + (f ? strlen(f) : 0) + (l ? strlen(l) : 0) + 40;
+        path = malloc(len);
+        if (path)
+            snprintf(path, len, "%s%s%s%s%s%s", base, fs || ls ? "?" : "",
+                     fs ? "fieldSelector=" : "", fs ? f : "", fs && ls ? "&" : "",
+                     ls ? "labelSelector=" : "");
+        if (path && ls)
+            strcat(path, l);
+    }
+    free(f);
+    free(l);
+    return path;
+}
+
+/* The collections one invocation reads: inspect reads every pod and node;
+ * top pods only the namespace's and selector's pods, top gpus only the
+ * selector's nodes. */
+struct scope {
+    const char *pods_base;     /* "/api/v1/pods" or ".../namespaces/NS/pods" */
+    const char *pod_selector;  /* label selector, NULL for all */
+    const char *node_selector; /* label selector, NULL for all */
+};
+
 static int read_configmaps(struct reader *r, const char *path, FILE *errout, bool quiet)
 {
     if (list_into(r, "configmaps", path, pool_add_configmap) == 0)
@@ -323,7 +510,8 @@ static int read_configmaps(struct reader *r, const char *path, FILE *errout, boo
 }
 
 /* inspect NODE: the node, its unhealthy-GPU ConfigMap, its pods. */
-static int read_node(struct reader *r, const char *node, FILE *errout, bool quiet)
+static int read_node(struct reader *r, const char *node, const struct scope *scope, FILE *errout,
+                     bool quiet)
 {
     int rc = -1;
     json_t *obj = NULL;
@@ -345,7 +533,9 @@ static int read_node(struct reader *r, const char *node, FILE *errout, bool quie
     char cm_name[300];
     snprintf(cm_name, sizeof cm_name, POOL_CM_UNHEALTHY_PREFIX "%s", node);
     cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name", cm_name);
-    pods_path = selector_path("/api/v1/pods", "spec.nodeName", node);
+    char field[300];
+    snprintf(field, sizeof field, "spec.nodeName=%s", node);
+    pods_path = query_path(scope->pods_base, field, scope->pod_selector);
     if (!cm_path || !pods_path)
         goto oom;
     if (read_configmaps(r, cm_path, errout, quiet) == 0 &&
@@ -366,17 +556,26 @@ out:
  * thousands of nodes the apiserver's time to encode each list is most of
  * the wait, and two lists encode in parallel. Pods are kept as small
  * records (pool_pods) until the nodes they run on are known. */
-static int read_all(struct reader *r, struct kube_client *pods_client, FILE *errout, bool quiet)
+static int read_all(struct reader *r, struct kube_client *pods_client, const struct scope *scope,
+                    FILE *errout, bool quiet)
 {
     struct pool_pods pods = {0};
+    char *pods_path = query_path(scope->pods_base, NULL, scope->pod_selector);
+    char *nodes_path = query_path("/api/v1/nodes", NULL, scope->node_selector);
+    if (!pods_path || !nodes_path) {
+        free(pods_path);
+        free(nodes_path);
+        out_of_memory(&r->err, NULL);
+        return -1;
+    }
     struct reader pr = {.client = pods_client ? pods_client : r->client,
                         .flags = r->flags,
                         .pods = &pods,
                         .what = "pods",
-                        .path = "/api/v1/pods"};
+                        .path = pods_path};
     pthread_t thread;
     bool threaded = pods_client != NULL && pthread_create(&thread, NULL, list_in_thread, &pr) == 0;
-    int rc = list_into(r, "nodes", "/api/v1/nodes", pool_add_node);
+    int rc = list_into(r, "nodes", nodes_path, pool_add_node);
     if (rc == 0 && r->pool->nnodes > 0)
         rc = read_configmaps(r, "/api/v1/namespaces/kube-system/configmaps", errout, quiet);
     if (threaded)
@@ -392,14 +591,16 @@ static int read_all(struct reader *r, struct kube_client *pods_client, FILE *err
         rc = -1;
     }
     pool_pods_free(&pods);
+    free(pods_path);
+    free(nodes_path);
     return rc;
 }
 
 static int read_cluster(struct reader *r, struct kube_client *pods_client,
-                        const struct invocation *inv, FILE *errout)
+                        const struct invocation *inv, const struct scope *scope, FILE *errout)
 {
-    return inv->node ? read_node(r, inv->node, errout, inv->gpushare)
-                     : read_all(r, pods_client, errout, inv->gpushare);
+    return inv->node ? read_node(r, inv->node, scope, errout, inv->gpushare)
+                     : read_all(r, pods_client, scope, errout, inv->gpushare);
 }
 
 static void report_error(const struct invocation *inv, const struct kube_error *err, FILE *out,
@@ -413,16 +614,98 @@ static void report_error(const struct invocation *inv, const struct kube_error *
         fprintf(errout, "error: %s\n", err->message);
 }
 
-static int render(const struct invocation *inv, const struct pool *pool, FILE *out)
+static bool wants_usage(const struct invocation *inv)
 {
+    return inv->command != CMD_INSPECT || (!inv->gpushare && inv->opt.output == OUTPUT_WIDE &&
+                                           !inv->opt.details && inv->opt.metrics);
+}
+
+static int render(const struct invocation *inv, const struct pool *pool,
+                  const struct node_usage *usage, FILE *out)
+{
+    bool json = inv->opt.output == OUTPUT_JSON, wide = inv->opt.output == OUTPUT_WIDE;
+    if (inv->command == CMD_TOP_PODS)
+        return render_top_pods(pool, usage, inv->opt.sort_by, json, wide, out);
+    if (inv->command == CMD_TOP_GPUS)
+        return render_top_gpus(pool, usage, inv->opt.sort_by, json, wide, out);
     if (inv->gpushare)
         return inv->opt.details ? render_gpushare_details(pool, out)
                                 : render_gpushare_summary(pool, out);
-    if (inv->opt.output == OUTPUT_JSON)
+    if (json)
         return render_json(pool, out);
     if (inv->opt.details)
         return render_details(pool, out);
-    return inv->opt.output == OUTPUT_WIDE ? render_wide(pool, out) : render_table(pool, out);
+    return wide ? render_wide(pool, usage, out) : render_table(pool, out);
+}
+
+/* The nodes whose agents a view needs: top pods, those running a listed
+ * pod (so -n or -l cut the fan-out too); otherwise every pool node. */
+static bool node_in_view(const struct invocation *inv, const struct pool_node *n)
+{
+    if (inv->command != CMD_TOP_PODS)
+        return true;
+    for (size_t r = 0; r < n->nresources; r++)
+        if (n->resources[r].npods > 0)
+            return true;
+    return n->nshares > 0;
+}
+
+/* Reads the agents of the view's nodes into usage[] (pool order). Failed
+ * nodes are summed up on errout: their figures read "no data". */
+static int read_usage(const struct invocation *inv, const struct kube_client_options *kopt,
+                      struct kube_client *client, const struct pool *pool, struct node_usage *usage,
+                      FILE *errout)
+{
+    const char **names = calloc(pool->nnodes ? pool->nnodes : 1, sizeof *names);
+    struct node_usage *got = calloc(pool->nnodes ? pool->nnodes : 1, sizeof *got);
+    size_t *where = calloc(pool->nnodes ? pool->nnodes : 1, sizeof *where);
+    size_t n = 0;
+    int rc = -1;
+    if (!names || !got || !where) {
+        fprintf(errout, "error: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < pool->nnodes; i++)
+        if (node_in_view(inv, pool->nodes[i])) {
+            names[n] = pool->nodes[i]->name;
+            where[n++] = i;
+        }
+    struct usage_fetch_options fo = {.client = kopt,
+                                     .port = inv->opt.metrics_port,
+                                     .workers = inv->opt.workers,
+                                     .timeout_ms = inv->opt.metrics_timeout_ms};
+    struct usage_fetch_stats st = {0};
+    char err[512];
+    if (inv->opt.from == FROM_EXTENDER) {
+        if (usage_from_extender(client, inv->opt.extender_service, inv->opt.metrics_timeout_ms,
+                                names, n, got, err, sizeof err) != 0)
+            fprintf(errout, "warning: the extender's figures not read: %s\n", err);
+        for (size_t k = 0; k < n; k++)
+            st.failed += got[k].state == USAGE_FAILED;
+    } else if (usage_fetch(&fo, names, n, got, &st, err, sizeof err) != 0) {
+        fprintf(errout, "warning: node agents' metrics not read: %s\n", err);
+    }
+    if (st.failed > 0) {
+        size_t shown = 0;
+        for (size_t k = 0; k < n && shown < 3; k++)
+            if (got[k].state == USAGE_FAILED) {
+                fprintf(errout, "warning: no metrics from node %s: %s\n", names[k], got[k].error);
+                shown++;
+            }
+        if (st.failed > shown)
+            fprintf(errout, "warning: no metrics from %zu more nodes (-v 2 names them)\n",
+                    st.failed - shown);
+    }
+    for (size_t k = 0; k < n; k++) {
+        usage[where[k]] = got[k]; /* moved: got's records are not freed here */
+        got[k] = (struct node_usage){0};
+    }
+    rc = 0;
+out:
+    free(names);
+    free(got);
+    free(where);
+    return rc;
 }
 
 static int run(const struct invocation *inv, FILE *out, FILE *errout)
@@ -453,19 +736,39 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
     struct pool pool;
     const char *ns =
         inv->opt.pod_namespace && inv->opt.pod_namespace[0] ? inv->opt.pod_namespace : NULL;
+    struct scope scope = {.pods_base = "/api/v1/pods"};
+    char pods_base[512];
+    if (inv->command == CMD_TOP_PODS) {
+        /* kubectl top's rule: the context's namespace unless -n or -A. */
+        if (inv->opt.all_namespaces)
+            ns = NULL;
+        else if (!ns)
+            ns = kube_client_namespace(r.client);
+        char *escaped = ns ? kube_escape(ns) : NULL;
+        if (escaped) {
+            snprintf(pods_base, sizeof pods_base, "/api/v1/namespaces/%s/pods", escaped);
+            scope.pods_base = pods_base;
+        }
+        free(escaped);
+        scope.pod_selector = inv->opt.selector;
+    } else if (inv->command == CMD_TOP_GPUS) {
+        ns = NULL;
+        scope.node_selector = inv->opt.selector;
+    }
     double start = now_ms();
     int rc = 1;
     pool_init(&pool, inv->node, ns);
     r.pool = &pool;
-    int read = read_cluster(&r, pods_client, inv, errout);
+    int read = read_cluster(&r, pods_client, inv, &scope, errout);
     if (read != 0 && (r.err.http_status == 410 || strcmp(r.err.reason, "Interrupted") == 0)) {
         /* A continue token expired mid-list, or an answer broke off after
          * some of its items: start over once, part of the pool was read. */
         log_v(1, "starting over: %s", r.err.message);
         pool_free(&pool);
         pool_init(&pool, inv->node, ns);
-        read = read_cluster(&r, pods_client, inv, errout);
+        read = read_cluster(&r, pods_client, inv, &scope, errout);
     }
+    struct node_usage *usage = NULL;
     if (read != 0) {
         report_error(inv, &r.err, out, errout);
     } else {
@@ -474,11 +777,20 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
             log_v(1, "%s", pool.warning);
         log_v(1, "read %zu pool nodes and %zu pods in %.1f ms", pool.nnodes, pool.pods_seen,
               now_ms() - start);
-        if (render(inv, &pool, out) != 0 || fflush(out) != 0)
+        if (wants_usage(inv) && !(usage = calloc(pool.nnodes ? pool.nnodes : 1, sizeof *usage))) {
+            fprintf(errout, "error: out of memory\n");
+        } else if (usage && read_usage(inv, &kopt, r.client, &pool, usage, errout) != 0) {
+            /* out of memory, said */
+        } else if (render(inv, &pool, usage, out) != 0 || fflush(out) != 0) {
             fprintf(errout, "error: writing the output failed\n");
-        else
+        } else {
             rc = 0;
+        }
+        log_v(1, "done in %.1f ms", now_ms() - start);
     }
+    for (size_t i = 0; usage && i < pool.nnodes; i++)
+        node_usage_free(&usage[i]);
+    free(usage);
     pool_free(&pool);
     kube_client_free(pods_client);
     kube_client_free(r.client);
@@ -495,6 +807,7 @@ int cli_main(int argc, char **argv, FILE *out, FILE *errout)
     } else if (rc == 1) {
         rc = 0; /* help or version */
     }
-    options_free(inv.gpushare ? &gpushare_table : &gpupool_table, &inv.opt);
+    if (inv.table)
+        options_free(inv.table, &inv.opt);
     return rc;
 }

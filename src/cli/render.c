@@ -8,6 +8,7 @@
 #include "tabwriter.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -197,27 +198,37 @@ int render_table(const struct pool *pool, FILE *out)
     return finish(&tw, out);
 }
 
-static void gpu_row(struct tabwriter *tw, const struct pool_node *n, int g)
+static void gpu_row(struct tabwriter *tw, const struct pool_node *n, int g,
+                    const struct node_usage *nu)
 {
     const struct pool_gpu *gpu = &n->gpus[g];
+    const struct usage_gpu *u = node_usage_gpu(nu, g);
+    char used[32] = "no data", sm[16] = "no data";
+    if (u && (u->has & USAGE_MEM_USED))
+        render_bytes(used, sizeof used, u->mem_used);
+    if (u && (u->has & USAGE_SM))
+        snprintf(sm, sizeof sm, "%.0f%%", u->sm * 100.0);
     tabwriter_printf(tw, "%s\t%s\t%d\t%s\t", tabwriter_safe(tw, n->name),
                      tabwriter_safe(tw, n->address), g,
                      gpu->model ? tabwriter_safe(tw, gpu->model) : "-");
     memory_cell(tw, gpu->allocated, gpu->total, node_unit(n));
-    tabwriter_printf(tw, "\t%u\t%s\n", gpu->shares, gpu->unhealthy ? "Unhealthy" : "Healthy");
+    tabwriter_printf(tw, "\t%s\t%s\t%u\t%s\n", used, sm, gpu->shares,
+                     gpu->unhealthy ? "Unhealthy" : "Healthy");
 }
 
-int render_wide(const struct pool *pool, FILE *out)
+int render_wide(const struct pool *pool, const struct node_usage *usage, FILE *out)
 {
     struct tabwriter tw;
     tabwriter_init(&tw, 2);
-    tabwriter_printf(&tw, "NODE\tIPADDRESS\tGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\tPODS\tHEALTH\n");
+    tabwriter_printf(&tw, "NODE\tIPADDRESS\tGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\tUSED\tSM\tPODS\t"
+                          "HEALTH\n");
     for (size_t i = 0; i < pool->nnodes; i++) {
         const struct pool_node *n = pool->nodes[i];
+        const struct node_usage *nu = usage && usage[i].state == USAGE_OK ? &usage[i] : NULL;
         for (int g = 0; g < n->ngpus; g++)
-            gpu_row(&tw, n, g);
+            gpu_row(&tw, n, g, nu);
         if (n->npending)
-            tabwriter_printf(&tw, "%s\t%s\tpending\t-\t%" PRId64 " %s\t%zu\t-\n",
+            tabwriter_printf(&tw, "%s\t%s\tpending\t-\t%" PRId64 " %s\t-\t-\t%zu\t-\n",
                              tabwriter_safe(&tw, n->name), tabwriter_safe(&tw, n->address),
                              n->pending, node_unit(n), n->npending);
     }

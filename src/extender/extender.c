@@ -25,6 +25,7 @@
 #include "pool_view.h"
 #include "protocol.h"
 #include "ui.h"
+#include "ui_usage.h"
 
 #ifndef GP_VERSION
 #define GP_VERSION "0.0.0"
@@ -34,6 +35,8 @@
  * one connection, so each call takes an idle one (round-robin could queue
  * a bind behind a busy connection while another sat idle). */
 #define API_CLIENTS 4
+/* /ui/usage.json: a snapshot older than this starts a new sweep (ui_usage.h). */
+#define UI_USAGE_MAX_AGE_MS 15000
 #define TLS_FILE_MAX (1 << 20)
 
 /* ---- configuration ------------------------------------------------------- */
@@ -193,6 +196,16 @@ static const struct option_spec specs[] = {
      .min = 0,
      .max = 65535,
      .help = "TCP port of the Prometheus /metrics endpoint (plain HTTP, same --address); 0: off"},
+    {.flag = "ui-node-metrics-port",
+     .env = {"GP_UI_NODE_METRICS_PORT"},
+     .type = OPT_INT,
+     .offset = FIELD(ui_node_metrics_port),
+     .def = "0",
+     .min = 0,
+     .max = 65535,
+     .help = "/ui: the node agents' metrics port (their --metrics-addr), read through the API "
+             "server's node proxy while the page is open, to show used beside booked (RBAC: get "
+             "nodes/proxy); 0: off"},
     {.flag = "gpu-memory-unit",
      .env = {"GP_GPU_MEMORY_UNIT"},
      .type = OPT_ENUM,
@@ -436,6 +449,7 @@ struct extender {
     struct httpd *http;
     struct httpd *metrics_http; /* NULL when --metrics-port 0 */
     struct metrics metrics;
+    struct ui_usage *ui_usage; /* NULL when --ui-node-metrics-port 0 */
     char *tls_cert_pem, *tls_key_pem;
     char *client_ca_pem; /* NULL: no client certificates asked for */
     size_t max_body;
@@ -531,6 +545,13 @@ struct extender *extender_new(const struct extender_config *cfg, char *err, size
     }
     if (cfg->leader_elect && leader_setup(ext, &opt, err, errlen) < 0)
         goto fail;
+    /* opt's strings are cfg's, which outlives the extender. */
+    if (cfg->ui_node_metrics_port > 0 &&
+        !(ext->ui_usage =
+              ui_usage_new(&opt, ext->cache, cfg->ui_node_metrics_port, UI_USAGE_MAX_AGE_MS))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     if (*cfg->tls_cert) {
         if (!(ext->tls_cert_pem = read_small_file(cfg->tls_cert, err, errlen)) ||
             !(ext->tls_key_pem = read_small_file(cfg->tls_key, err, errlen)))
@@ -970,6 +991,13 @@ static void route_get(struct extender *ext, const char *path, struct httpd_respo
         reply(resp, 200, "text/html; charset=utf-8", copy, n);
     } else if (strcmp(path, "/ui/pool.json") == 0) {
         handle_pool(ext, resp);
+    } else if (strcmp(path, "/ui/usage.json") == 0) {
+        size_t n = 0;
+        char *out = ext->ui_usage ? ui_usage_json(ext->ui_usage, &n) : NULL;
+        if (ext->ui_usage)
+            reply(resp, 200, "application/json", out, n);
+        else
+            reply_error(resp, 404, "node metrics are off (--ui-node-metrics-port)");
     } else if (verb && strcmp(verb, "inspect") == 0) {
         handle_inspect(ext, NULL, resp);
     } else if (verb && strncmp(verb, "inspect/", 8) == 0) {
@@ -1166,6 +1194,7 @@ void extender_free(struct extender *ext)
         if (ext->collections[i].started)
             pthread_join(ext->collections[i].thread, NULL);
     kube_cancel_free(ext->cancel);
+    ui_usage_free(ext->ui_usage); /* its sweep reads the cache */
     cache_free(ext->cache);
     kube_client_free(ext->watch_client);
     kube_client_free(ext->leader_client);

@@ -154,6 +154,12 @@ int kube_get(struct kube_client *client, const char *path, json_t **out,
  * (docs/ha.md, the fence). */
 int kube_get_until(struct kube_client *client, const char *path, int64_t deadline_ns, json_t **out,
                    struct kube_error *err) GP_MUST_USE;
+/* GET path whose answer is not JSON (a node agent's /metrics through
+ * /api/v1/nodes/<node>:<port>/proxy/metrics): on 0 *out holds the 2xx
+ * body, NUL-terminated, *len bytes, the caller's to free(). Retries and
+ * deadline as for kube_get_until(). */
+int kube_get_text_until(struct kube_client *client, const char *path, int64_t deadline_ns,
+                        char **out, size_t *len, struct kube_error *err) GP_MUST_USE;
 
 /* LIST: fetches `limit` items per request (0 = 500) following the
  * `continue` token and calls on_item once per item, in order. Each item is

@@ -32,7 +32,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -689,7 +691,56 @@ def _handler_class(server):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return ("api", resource, ns, name, sub)
 
+        def _node_proxy(self, name, port, rest, raw_query):
+            """GET /api/v1/nodes/<name>:<port>/proxy/<rest>, as kube-apiserver's
+            node proxy does it: to the node's InternalIP at that port, the
+            answer (status, body, Content-Type) passed back; 503 when the
+            node does not answer."""
+            return self._proxy_to(store.get("nodes", None, name), port, rest, raw_query)
+
+        def _proxy_to(self, node, port, rest, raw_query):
+            addrs = {a.get("type"): a.get("address")
+                     for a in node.get("status", {}).get("addresses", [])}
+            ip = addrs.get("InternalIP") or addrs.get("Hostname")
+            url = "http://%s:%s/%s%s" % (ip, port, rest, "?" + raw_query if raw_query else "")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    code, data = resp.status, resp.read()
+                    ctype = resp.headers.get("Content-Type", "text/plain")
+            except urllib.error.HTTPError as e:
+                code, data = e.code, e.read()
+                ctype = e.headers.get("Content-Type", "text/plain")
+            except (OSError, ValueError) as e:
+                raise ApiError(503, "ServiceUnavailable",
+                               "error trying to reach service: %s" % e)
+            return self._send_raw(code, data, ctype)
+
+        def _service_proxy(self, ns, name, port, rest, raw_query):
+            """GET /api/v1/namespaces/<ns>/services/<name>:<port>/proxy/<rest>:
+            to the Service's clusterIP at that port (by name or number) --
+            the real one goes to an endpoint; the fake has no endpoints."""
+            svc = store.get("services", ns, name)
+            spec = svc.get("spec", {})
+            target = next((p.get("targetPort", p.get("port")) for p in spec.get("ports", [])
+                           if port in (p.get("name"), str(p.get("port")))), None)
+            if target is None:
+                raise ApiError(503, "ServiceUnavailable", "no endpoints available for service")
+            node_like = {"status": {"addresses": [{"type": "InternalIP",
+                                                   "address": spec.get("clusterIP")}]}}
+            return self._proxy_to(node_like, target, rest, raw_query)
+
         def _api(self, method, path, query, body, is_watch, fault):
+            m = re.match(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):([^/]+)/proxy(?:/(.*))?$",
+                         path)
+            if m and method == "GET":
+                raw_query = urllib.parse.urlencode({k: v[-1] for k, v in query.items()})
+                return self._service_proxy(m.group(1), urllib.parse.unquote(m.group(2)),
+                                           m.group(3), m.group(4) or "", raw_query)
+            m = re.match(r"^/api/v1/nodes/([^/:]+):([0-9]+)/proxy(?:/(.*))?$", path)
+            if m and method == "GET":
+                raw_query = urllib.parse.urlencode({k: v[-1] for k, v in query.items()})
+                return self._node_proxy(urllib.parse.unquote(m.group(1)), m.group(2),
+                                        m.group(3) or "", raw_query)
             route = self._parse(path)
             if route[0] == "health":
                 return self._send_raw(200, b"ok", "text/plain")

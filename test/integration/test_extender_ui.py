@@ -20,8 +20,9 @@ import subprocess
 import pytest
 
 from conftest import scaled
-from test_extender import (Extender, bind_args, filter_args, free_port, node, pod,  # noqa: F401
+from test_extender import (EXTENDER_BIN, Extender, bind_args, filter_args, free_port, node, pod,  # noqa: F401,E501
                            add_pod)
+from fake_agent import start_agents
 from fake_apiserver import FakeApiServer
 
 GIB = 1 << 30
@@ -333,3 +334,184 @@ def test_ui_in_headless_chromium(api, ext, tmp_path):
                   "--window-size=1280,520", "--screenshot=%s" % shot, url], 120)
     assert r.returncode == 0 and os.path.getsize(shot) > 5000, r.stderr[-2000:]
     print("extender /ui screenshot: %s" % shot)
+
+
+# ---------------------------------------------------------------- used beside booked
+
+# What the node agents say (issue 26's series), through the fake node proxy:
+# n1 GPU0 uses less than booked, GPU1 more (a pod past its booking); n3's
+# GPU1 idle; n2's agent unreachable (no address).
+USED = {"n1": {0: (9 * GIB, 0.4), 1: (14 * GIB, 0.95)}, "n3": {0: (2 * GIB, 0.1), 1: (0, 0.0)}}
+
+
+PODS_N1 = ('gpupool_container_gpu_memory_used_bytes{namespace="default",pod="old",container="c",'
+           'gpu_uuid="GPU-0"} %d\n'
+           'gpupool_container_gpu_memory_limit_bytes{namespace="default",pod="old",container="c",'
+           'gpu_uuid="GPU-0"} %d\n'
+           'gpupool_process_gpu_sm_utilization_ratio{namespace="default",pod="old",container="c",'
+           'gpu_uuid="GPU-0",pid="9"} 0.3\n' % (5 * GIB, 10 * GIB))
+
+
+def agent_text(gpus, extra=""):
+    lines = [extra] if extra else []
+    for i, (used, sm) in gpus.items():
+        lines.append('gpupool_gpu_healthy{gpu="%d",uuid="GPU-%d"} 1' % (i, i))
+        lines.append('gpupool_gpu_memory_used_bytes{gpu_uuid="GPU-%d"} %d' % (i, used))
+        lines.append('gpupool_gpu_sm_utilization_ratio{gpu_uuid="GPU-%d"} %s' % (i, sm))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def used_cluster(tmp_path):
+    objs = fixture_objects()
+    for n in objs["nodes"]:
+        ip = {"n1": "127.0.0.2", "n3": "127.0.0.3"}.get(n["metadata"]["name"])
+        if ip:
+            n["status"]["addresses"] = [{"type": "InternalIP", "address": ip}]
+    srv = FakeApiServer(fixture=objs).start()
+    a1, a3 = start_agents([("127.0.0.2", agent_text(USED["n1"], PODS_N1)),
+                           ("127.0.0.3", agent_text(USED["n3"]))])
+    e = Extender(srv, tmp_path, ["--metrics-port", str(free_port()),
+                                 "--ui-node-metrics-port", str(a1.port)])
+    yield srv, e, a1.port
+    rc = e.stop()
+    a1.stop()
+    a3.stop()
+    srv.stop()
+    assert rc == 0, e.log()
+
+
+def usage_view(e):
+    status, ctype, body = get(e, "/ui/usage.json")
+    assert status == 200 and ctype == "application/json", body
+    return json.loads(body)
+
+
+def settled_usage(e):
+    """usage.json once its first sweep has ended (the first request starts it)."""
+    import time
+    deadline = time.monotonic() + scaled(20)
+    while True:
+        u = usage_view(e)
+        if u["age_ms"] >= 0 or time.monotonic() > deadline:
+            return u
+        time.sleep(0.05)
+
+
+def test_usage_json_is_off_by_default(ext):
+    status, _, body = get(ext, "/ui/usage.json")
+    assert status == 404 and "--ui-node-metrics-port" in body
+
+
+def test_usage_json_reads_the_agents_on_demand_and_caches(used_cluster):
+    srv, e, port = used_cluster
+    proxied = lambda: [r["path"] for r in srv.requests() if "/proxy/" in r["path"]]  # noqa: E731
+    assert proxied() == []                 # nobody looked yet: no agent was asked
+    first = usage_view(e)
+    assert first["age_ms"] == -1 and first["nodes"] == {} and first["port"] == port
+    u = settled_usage(e)
+    assert u["age_ms"] >= 0
+    nodes = u["nodes"]
+    for name, gpus in USED.items():
+        assert {int(k): (v[0], v[1]) for k, v in nodes[name]["gpus"].items()} == \
+            {i: (used, pytest.approx(sm)) for i, (used, sm) in gpus.items()}
+    assert "503" in nodes["n2"]["error"]
+    # One sweep: one request per GPU-sharing node, through the node proxy.
+    assert sorted(proxied()) == ["/api/v1/nodes/%s:%d/proxy/metrics" % (n, port)
+                                 for n in ("n1", "n2", "n3")]
+    # Within the snapshot's lifetime, more page loads ask no agent again.
+    for _ in range(3):
+        assert usage_view(e)["nodes"] == nodes
+    assert len(proxied()) == 3
+
+
+class UsedReader(DomReader):
+    """DomReader plus each GPU's used figure (data-mem-used, data-sm)."""
+
+    def handle_starttag(self, tag, attrs):
+        super().handle_starttag(tag, attrs)
+        a = dict(attrs)
+        if "gpu" in (a.get("class") or "").split() and "data-gpu" in a and self._gpu is not None:
+            self._gpu["mem_used"] = int(a["data-mem-used"]) if "data-mem-used" in a else None
+            self._gpu["sm"] = float(a["data-sm"]) if "data-sm" in a else None
+            self._gpu["over"] = None
+        if "use" in (a.get("class") or "").split() and self._gpu is not None:
+            self._gpu["over"] = "over" in a["class"].split()
+            self._gpu["nodata"] = "nodata" in a["class"].split()
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (scripts/install-deps.sh)")
+def test_ui_used_vs_booked_in_headless_chromium(used_cluster, tmp_path):
+    srv, e, _ = used_cluster
+    settled_usage(e)            # the page then gets figures on its first load
+    url = "http://127.0.0.1:%d/ui" % e.port
+    r = chromium(["--user-data-dir=%s" % (tmp_path / "profile-dom"), "--virtual-time-budget=8000",
+                  "--dump-dom", url], 120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 'data-usage="true"' in r.stdout, "the page never rendered usage.json:\n" + r.stdout[-3000:]
+    dom = UsedReader()
+    dom.feed(r.stdout)
+    seen = {name: {g["index"]: (g["mem_used"], g["sm"], g["over"]) for g in gpus}
+            for name, gpus in dom.nodes.items()}
+    # Booked (EXPECTED): n1 16 and 12 GiB, n3 8 and 0: GPU1 of n1 uses more than booked.
+    assert seen["n1"] == {0: (9 * GIB, pytest.approx(0.4), False),
+                          1: (14 * GIB, pytest.approx(0.95), True)}
+    assert seen["n3"] == {0: (2 * GIB, pytest.approx(0.1), False), 1: (0, 0.0, False)}
+    assert seen["n2"] == {0: (None, None, False)}
+    assert [g["nodata"] for g in dom.nodes["n2"]] == [True]
+    # Used of booked, over the GPUs with figures: 25 of 36 GiB.
+    assert dom.texts.get("t-real") == "25 / 36 GiB"
+
+    artifacts = os.environ.get("GP_ARTIFACT_DIR") or str(tmp_path)
+    os.makedirs(artifacts, exist_ok=True)
+    shot = os.path.join(artifacts, "extender-ui-used.png")
+    r = chromium(["--user-data-dir=%s" % (tmp_path / "profile-shot"), "--virtual-time-budget=8000",
+                  "--window-size=1280,520", "--screenshot=%s" % shot, url], 120)
+    assert r.returncode == 0 and os.path.getsize(shot) > 5000, r.stderr[-2000:]
+    print("extender /ui used-vs-booked screenshot: %s" % shot)
+
+
+KUBECTL_GPUPOOL = os.path.join(os.path.dirname(EXTENDER_BIN), "kubectl-gpupool")
+
+
+@pytest.mark.skipif(not os.path.exists(KUBECTL_GPUPOOL), reason="kubectl-gpupool not built")
+def test_top_from_the_extender_in_one_request(used_cluster, tmp_path):
+    srv, e, _ = used_cluster
+    from conftest import run_program
+    srv.store.create("services", "kube-system", {
+        "metadata": {"name": "gpupool-scheduler-extender", "namespace": "kube-system"},
+        "spec": {"clusterIP": "127.0.0.1", "ports": [{"name": "http", "port": e.port}]}})
+    cfg = tmp_path / "cli-config"
+    cfg.write_text("apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+                   "clusters: [{name: t, cluster: {server: '%s'}}]\n"
+                   "users: [{name: u, user: {token: t}}]\n"
+                   "contexts: [{name: t, context: {cluster: t, user: u}}]\n" % srv.url)
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+
+    def top(*args):
+        proc = run_program([KUBECTL_GPUPOOL, "top"] + list(args) +
+                           ["--from", "extender", "--kubeconfig", str(cfg)], env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+    # A cold extender: top waits for the sweep its request starts.
+    proc = top("gpus", "-o", "json")
+    assert "not read" not in proc.stderr and "no metrics from node n2: HTTP 503" in proc.stderr
+    gpus = json.loads(proc.stdout)["gpus"]
+    got = {(g["node"], g["index"]): (g["usedBytes"], g["smUtilization"]) for g in gpus}
+    assert got[("n1", 0)] == (9 * GIB, pytest.approx(0.4))
+    assert got[("n1", 1)] == (14 * GIB, pytest.approx(0.95))
+    assert got[("n3", 1)] == (0, 0.0) and got[("n2", 0)] == (None, None)
+    pods = {p["name"]: p for p in json.loads(top("pods", "-A", "-o", "json").stdout)["pods"]}
+    old = pods["old"]
+    assert (old["usedBytes"], old["limitBytes"]) == (5 * GIB, 10 * GIB)
+    assert old["smUtilization"] == pytest.approx(0.3) and pods["train"]["usedBytes"] is None
+    # One sweep of the agents by the extender; the CLI asked the extender only.
+    reqs = [r["path"] for r in srv.requests() if "/proxy/" in r["path"]]
+    assert sorted(p for p in reqs if "/nodes/" in p) == \
+        ["/api/v1/nodes/%s:%d/proxy/metrics" % (n, e_port) for n, e_port in
+         (("n1", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])),
+          ("n2", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])),
+          ("n3", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])))]
+    svc = [p for p in reqs if "/services/" in p]
+    assert set(svc) == {"/api/v1/namespaces/kube-system/services/gpupool-scheduler-extender:http"
+                        "/proxy/ui/usage.json"}
