@@ -479,7 +479,7 @@ CUDA_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 /* Device bytes behind a context limit of `value`: the malloc heap is
  * that; the stack is per thread, for every thread the GPU can hold. 0 for
  * the limits that size no device memory, or when it cannot be told. */
-static int64_t limit_bytes(int limit, size_t value, CUdevice dev)
+static int64_t ctx_limit_bytes(int limit, size_t value, CUdevice dev)
 {
     if (limit == CU_LIMIT_MALLOC_HEAP_SIZE)
         return value > (size_t)INT64_MAX ? INT64_MAX : (int64_t)value;
@@ -510,7 +510,7 @@ CUDA_EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
         cuda_cfg.state == CUDACFG_OFF || real.cuCtxGetLimit == NULL ||
         real.cuCtxGetLimit(&before, limit) != CUDA_SUCCESS)
         return real.cuCtxSetLimit(limit, value);
-    int64_t grow = limit_bytes(limit, value, dev) - limit_bytes(limit, before, dev);
+    int64_t grow = ctx_limit_bytes(limit, value, dev) - ctx_limit_bytes(limit, before, dev);
     uint64_t key = (uint64_t)(uintptr_t)ctx | (uint64_t)limit;
     struct cudaledger_entry e;
     bool had = cudaledger_take(LEDGER_CTX_LIMIT, key, &e);

@@ -75,7 +75,7 @@ static int64_t round_growth(size_t bytes)
 
 /* ---- the pool table (under lock) ------------------------------------------- */
 
-static struct pool_rec *pool_find(CUmemoryPool p)
+static struct pool_rec *pool_rec_find(CUmemoryPool p)
 {
     for (unsigned i = 0; i < n_pools; i++)
         if (pools[i].pool == p && !pools[i].gone)
@@ -85,7 +85,7 @@ static struct pool_rec *pool_find(CUmemoryPool p)
 
 static struct pool_rec *pool_note(CUmemoryPool p, CUdevice dev)
 {
-    struct pool_rec *r = pool_find(p);
+    struct pool_rec *r = pool_rec_find(p);
     if (r != NULL || p == NULL || dev < 0 || dev >= CUDACFG_MAX_DEVICES)
         return r;
     if (n_pools == MAX_POOLS) {
@@ -105,7 +105,7 @@ static struct pool_rec *pool_note(CUmemoryPool p, CUdevice dev)
  * each device for its own once. */
 static struct pool_rec *pool_lookup(CUmemoryPool p)
 {
-    struct pool_rec *r = pool_find(p);
+    struct pool_rec *r = pool_rec_find(p);
     if (r != NULL || defaults_known || real.cuDeviceGetDefaultMemPool == NULL)
         return r;
     int n = 0;
@@ -117,7 +117,7 @@ static struct pool_rec *pool_lookup(CUmemoryPool p)
             (void)pool_note(dp, d);
     }
     defaults_known = true;
-    return pool_find(p);
+    return pool_rec_find(p);
 }
 
 /* The pool cuMemAllocAsync uses on dev: the device's current pool. */
@@ -418,7 +418,7 @@ CUDA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
     NEED(cuMemPoolDestroy);
     pthread_mutex_lock(&lock);
-    struct pool_rec *rec = pool_find(pool);
+    struct pool_rec *rec = pool_rec_find(pool);
     int64_t used = -1;
     if (rec != NULL && !pool_reserved(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used))
         used = -1;
@@ -440,7 +440,7 @@ CUDA_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
     NEED(cuMemPoolTrimTo);
     pthread_mutex_lock(&lock);
     CUresult rc = real.cuMemPoolTrimTo(pool, keep);
-    struct pool_rec *rec = pool_find(pool);
+    struct pool_rec *rec = pool_rec_find(pool);
     if (rc == CUDA_SUCCESS && rec != NULL)
         (void)pool_settle(rec);
     pthread_mutex_unlock(&lock);

@@ -65,7 +65,7 @@ static void load_cuda_extras(void *h)
  * ever waits for another (D6). */
 static int cuda_state, nvml_state;
 
-static int load(bool nvml)
+static int load_driver(bool nvml)
 {
     cuda_real_init_dlsym();
     void *h = open_lib(nvml ? NVML_SONAME : CUDA_SONAME);
@@ -87,7 +87,7 @@ static bool ready(int *state, bool nvml)
 {
     int st = __atomic_load_n(state, __ATOMIC_ACQUIRE);
     if (__builtin_expect(st == 0, 0)) {
-        st = load(nvml);
+        st = load_driver(nvml);
         if (st > 0)
             __atomic_store_n(state, st, __ATOMIC_RELEASE);
     }
