@@ -50,6 +50,23 @@ void prom_gauge(struct buf *b, const char *name, const char *help, double value)
     prom_sample_double(b, name, NULL, value);
 }
 
+#ifndef GP_REVISION
+#define GP_REVISION "unknown"
+#endif
+
+void prom_build_info(struct buf *b, const char *program)
+{
+    prom_header(b, "gpupool_build_info", "gauge",
+                "Always 1; the labels say which program, version and commit this is.");
+    buf_str(b, "gpupool_build_info{program=\"");
+    prom_label_value(b, program);
+    buf_str(b, "\",version=\"");
+    prom_label_value(b, GP_VERSION);
+    buf_str(b, "\",revision=\"");
+    prom_label_value(b, GP_REVISION);
+    buf_str(b, "\"} 1\n");
+}
+
 void prom_histogram(struct buf *b, const char *name, const char *labels, const double *bounds,
                     const uint64_t *cumulative, size_t n, uint64_t count, double sum)
 {

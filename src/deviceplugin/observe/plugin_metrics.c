@@ -181,7 +181,7 @@ void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g, uns
 
 static void put_gpu_labels(struct buf *f, unsigned index, const char *uuid, const char *model)
 {
-    buf_printf(f, "{gpu=\"%u\",uuid=\"", index);
+    buf_printf(f, "{gpu=\"%u\",gpu_uuid=\"", index);
     prom_label_value(f, uuid);
     buf_str(f, "\",model=\"");
     prom_label_value(f, model);
@@ -416,11 +416,11 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
         if (tel[i].have_memory)
             put_gpu_sample(f, "gpupool_gpu_memory_used_bytes", &inv->gpus[i],
                            (double)tel[i].memory.used);
-    prom_header(f, "gpupool_gpu_utilization_ratio", "gauge",
-                "Fraction of the last sample period the GPU was busy (NVML, 0-1).");
+    prom_header(f, "gpupool_gpu_sm_utilization_ratio", "gauge",
+                "Fraction of the last sample period a kernel ran on the GPU (NVML, 0-1).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_util)
-            put_gpu_sample(f, "gpupool_gpu_utilization_ratio", &inv->gpus[i],
+            put_gpu_sample(f, "gpupool_gpu_sm_utilization_ratio", &inv->gpus[i],
                            tel[i].util.gpu / 100.0);
     prom_header(f, "gpupool_gpu_temperature_celsius", "gauge", "GPU core temperature (NVML).");
     for (size_t i = 0; i < n; i++)
@@ -444,6 +444,7 @@ char *plugin_metrics_render(struct plugin_metrics *m)
     const char **names = NULL;
     size_t n_names = 0;
     bool attached = false;
+    prom_build_info(f, "gpupool-device-plugin");
     pthread_mutex_lock(&m->attach_lock);
     if (m->node != NULL && m->inv != NULL && m->nvml != NULL) {
         render_gpus(m->nvml, m->inv, m->node, f);
