@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,39 @@ struct cudareg {
 size_t cudareg_file_size(void)
 {
     return sizeof(struct region_file);
+}
+
+int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
+                 void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx)
+{
+    memset(out, 0, sizeof *out);
+    if (len != sizeof(struct region_file))
+        return -1;
+    /* A copy, not the live mapping: fields are read with memcpy from the
+     * caller's bytes, aligned or not. */
+    struct region_file head;
+    memcpy(&head, bytes, offsetof(struct region_file, slots));
+    if (head.magic != REGION_MAGIC || head.version != REGION_VERSION ||
+        head.size != sizeof(struct region_file) || head.nslots != CUDAREG_SLOTS ||
+        head.ready != 1 || head.limit < 0)
+        return -1;
+    out->limit = head.limit;
+    const unsigned char *slots = (const unsigned char *)bytes + offsetof(struct region_file, slots);
+    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
+        struct slot sl;
+        memcpy(&sl, slots + (size_t)i * sizeof sl, sizeof sl);
+        if (sl.state == SLOT_FREE)
+            continue;
+        int64_t used = sl.used > 0 ? sl.used : 0;
+        /* Saturate: a forged slot must not wrap the sum negative. */
+        out->used = used > INT64_MAX - out->used ? INT64_MAX : out->used + used;
+        out->live_slots++;
+        if (each != NULL) {
+            struct cudareg_slot_view v = {.pid = sl.pid, .pidns = sl.pidns, .used = used};
+            each(ctx, &v);
+        }
+    }
+    return 0;
 }
 
 /* ---- who is alive -------------------------------------------------------- */

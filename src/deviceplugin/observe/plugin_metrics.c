@@ -85,6 +85,9 @@ struct plugin_metrics {
     struct nvml *nvml;
     const struct gpu_inventory *inv;
     struct plugin_node *node;
+    char *isolation_dir;      /* owned; NULL = no regions read */
+    struct usage_names names; /* ctx borrowed until the next attach */
+    struct usage_state usage; /* the scrape thread's, under attach_lock */
 
     /* The kubelet's PodResources API, for devices_allocated. Held by a
      * scrape for its whole List, so the client is used by one thread at a
@@ -438,6 +441,23 @@ out:
     free(tel);
 }
 
+/* Containers' and processes' use; lost GPUs are not asked. Called with
+ * attach_lock held. */
+static void render_usage(struct plugin_metrics *m, struct buf *f)
+{
+    size_t n = m->inv->count;
+    struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
+    bool *skip = calloc(n + 1, sizeof *skip);
+    if (state != NULL && skip != NULL) {
+        plugin_node_gpu_states(m->node, state, n);
+        for (size_t i = 0; i < n; i++)
+            skip[i] = state[i].lost;
+        usage_render(f, &m->usage, m->isolation_dir, m->nvml, m->inv, skip, &m->names);
+    }
+    free(state);
+    free(skip);
+}
+
 char *plugin_metrics_render(struct plugin_metrics *m)
 {
     struct buf text = {0}, *f = &text;
@@ -448,6 +468,7 @@ char *plugin_metrics_render(struct plugin_metrics *m)
     pthread_mutex_lock(&m->attach_lock);
     if (m->node != NULL && m->inv != NULL && m->nvml != NULL) {
         render_gpus(m->nvml, m->inv, m->node, f);
+        render_usage(m, f);
         render_devices(m->node, f);
         attached = copy_resource_names(m->node, &names, &n_names) == 0;
     }
@@ -470,6 +491,25 @@ void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gp
     m->nvml = nvml;
     m->inv = inv;
     m->node = node;
+    free(m->isolation_dir);
+    m->isolation_dir = NULL;
+    m->names = (struct usage_names){0};
+    memset(&m->usage, 0, sizeof m->usage);
+    pthread_mutex_unlock(&m->attach_lock);
+}
+
+void metrics_set_usage_source(struct plugin_metrics *m, const char *isolation_dir,
+                              const struct usage_names *names)
+{
+    if (m == NULL)
+        return;
+    char *copy = NULL;
+    if (isolation_dir != NULL && isolation_dir[0] != '\0' && (copy = strdup(isolation_dir)) == NULL)
+        log_warn("metrics: out of memory: no gpupool_container_gpu_* series");
+    pthread_mutex_lock(&m->attach_lock);
+    free(m->isolation_dir);
+    m->isolation_dir = copy;
+    m->names = names != NULL ? *names : (struct usage_names){0};
     pthread_mutex_unlock(&m->attach_lock);
 }
 
@@ -576,6 +616,7 @@ void metrics_stop(struct plugin_metrics *m)
     httpd_stop(m->http); /* joins the thread: no scrape runs any more */
     podresources_close(m->pr_client);
     free(m->pr_socket);
+    free(m->isolation_dir);
     pthread_mutex_destroy(&m->pr_lock);
     pthread_mutex_destroy(&m->slots_lock);
     pthread_mutex_destroy(&m->xid_lock);
