@@ -10,13 +10,17 @@ void prom_header(struct buf *b, const char *name, const char *type, const char *
 
 void prom_label_value(struct buf *b, const char *value)
 {
-    for (const char *c = value; *c; c++) {
-        if (*c == '\\' || *c == '"')
-            buf_add(b, "\\", 1);
-        if (*c == '\n')
-            buf_add(b, "\\n", 2);
-        else
-            buf_add(b, c, 1);
+    /* Runs of plain characters in one append: scrapes write thousands of
+     * label values. */
+    const char *run = value;
+    for (const char *c = value;; c++) {
+        if (*c != '\0' && *c != '\\' && *c != '"' && *c != '\n')
+            continue;
+        buf_add(b, run, (size_t)(c - run));
+        if (*c == '\0')
+            return;
+        buf_add(b, *c == '\n' ? "\\n" : *c == '"' ? "\\\"" : "\\\\", 2);
+        run = c + 1;
     }
 }
 

@@ -151,22 +151,34 @@ static void scan_regions(struct scan *s, const char *isolation_dir, const struct
             break;
         }
         snprintf(o->key, sizeof o->key, "%s", e->d_name);
+        /* The directory's own listing, not one open per GPU of the
+         * inventory: most containers use one GPU. */
+        DIR *sub = fdopendir(dfd);
+        if (sub == NULL) {
+            close(dfd);
+            s->n_owners--;
+            continue;
+        }
         bool any = false;
-        for (size_t g = 0; g < inv->count; g++) {
-            char name[GPU_UUID_LEN + 16];
-            snprintf(name, sizeof name, "region.%s", inv->gpus[g].uuid);
+        struct dirent *r;
+        while ((r = readdir(sub)) != NULL && !s->oom) {
+            if (strncmp(r->d_name, "region.", 7) != 0)
+                continue;
+            size_t g = 0;
+            while (g < inv->count && strcmp(r->d_name + 7, inv->gpus[g].uuid) != 0)
+                g++;
             struct cudareg_view v;
             struct slot_ctx sc = {s, owner, g};
-            if (read_region(dfd, name, buf, len, &v, &sc) != 0)
+            if (g == inv->count || read_region(dirfd(sub), r->d_name, buf, len, &v, &sc) != 0)
                 continue;
-            struct region_row *r =
-                push((void **)&s->regions, &s->n_regions, &s->cap_regions, sizeof *r, &s->oom);
-            if (r == NULL)
+            struct region_row *row =
+                push((void **)&s->regions, &s->n_regions, &s->cap_regions, sizeof *row, &s->oom);
+            if (row == NULL)
                 break;
-            *r = (struct region_row){owner, g, v.limit, v.used};
+            *row = (struct region_row){owner, g, v.limit, v.used};
             any = true;
         }
-        close(dfd);
+        closedir(sub); /* closes dfd */
         if (any)
             name_owner(&s->owners[owner], names);
         else
@@ -213,44 +225,67 @@ static void render_regions(struct buf *f, const struct scan *s, const struct gpu
 
 /* ---- processes ----------------------------------------------------------------- */
 
-/* The pid in its own namespace (NSpid's last field, /proc/<pid>/status:
- * world-readable) and that namespace's inode (*pidns 0 when the link
- * cannot be read: it needs ptrace access, which an agent without
- * CAP_SYS_PTRACE lacks for processes with capabilities it has not).
- * -1 when /proc does not say the pid. */
-static int inner_pid(unsigned pid, uint32_t *pidns, int32_t *nspid)
+/* The inode of the pid namespace link at path ("pid:[4026531836]"), 0
+ * when it cannot be read: another process's needs ptrace access, which an
+ * agent without CAP_SYS_PTRACE lacks for processes holding capabilities
+ * it has not. */
+static uint32_t pidns_of(const char *path)
 {
-    char path[64], link[64];
-    *pidns = 0;
-    snprintf(path, sizeof path, "/proc/%u/ns/pid", pid);
+    char link[64];
     ssize_t n = readlink(path, link, sizeof link - 1);
-    if (n > 0) {
-        link[n] = '\0';
-        const char *b = strchr(link, '[');
-        if (b != NULL)
-            *pidns = (uint32_t)strtoul(b + 1, NULL, 10);
+    if (n <= 0)
+        return 0;
+    link[n] = '\0';
+    const char *b = strchr(link, '[');
+    return b != NULL ? (uint32_t)strtoul(b + 1, NULL, 10) : 0;
+}
+
+/* The pid in its own namespace and that namespace's inode (*pidns 0 when
+ * unknown). A process of the agent's own namespace (own_ns) has its host
+ * pid there; any other's comes from NSpid's last field in
+ * /proc/<pid>/status (world-readable, but the kernel formats the whole
+ * file: the dearest read of a scrape, so only when needed). -1 when /proc
+ * does not say. */
+/* A small /proc file into buf (NUL-terminated, cut at len - 1): one
+ * open and one read, no stdio. -1 when it cannot be read. */
+static int read_proc(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, len - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return 0;
+}
+
+static int inner_pid(unsigned pid, uint32_t own_ns, uint32_t *pidns, int32_t *nspid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/ns/pid", pid);
+    *pidns = pidns_of(path);
+    if (*pidns != 0 && *pidns == own_ns) {
+        *nspid = (int32_t)pid;
+        return 0;
     }
     snprintf(path, sizeof path, "/proc/%u/status", pid);
-    FILE *fp = fopen(path, "re");
-    if (fp == NULL)
+    char text[4096];
+    if (read_proc(path, text, sizeof text) != 0)
         return -1;
-    char line[512];
-    int rc = -1;
-    while (fgets(line, sizeof line, fp) != NULL) {
-        if (strncmp(line, "NSpid:", 6) != 0)
-            continue;
-        char *last = NULL, *save = NULL;
-        for (char *t = strtok_r(line + 6, " \t\n", &save); t != NULL;
-             t = strtok_r(NULL, " \t\n", &save))
-            last = t;
-        if (last != NULL) {
-            *nspid = (int32_t)strtol(last, NULL, 10);
-            rc = 0;
-        }
-        break;
-    }
-    fclose(fp);
-    return rc;
+    const char *line = strstr(text, "\nNSpid:");
+    if (line == NULL)
+        return -1;
+    line += 7;
+    const char *last = NULL;
+    for (const char *c = line; *c != '\0' && *c != '\n'; c++)
+        if ((*c >= '0' && *c <= '9') && (c == line || c[-1] == ' ' || c[-1] == '\t'))
+            last = c;
+    if (last == NULL)
+        return -1;
+    *nspid = (int32_t)strtol(last, NULL, 10);
+    return 0;
 }
 
 /* The pod UID in /proc/<pid>/cgroup: the kubelet names a pod's cgroup
@@ -258,29 +293,24 @@ static int inner_pid(unsigned pid, uint32_t *pidns, int32_t *nspid)
  * driver, dashes as '_'). 0 with uid, -1 for a process of no pod. */
 static int cgroup_pod_uid(unsigned pid, char *uid, size_t len)
 {
-    char path[64], line[1024];
+    char path[64], text[8192];
     snprintf(path, sizeof path, "/proc/%u/cgroup", pid);
-    FILE *fp = fopen(path, "re");
-    if (fp == NULL)
+    if (read_proc(path, text, sizeof text) != 0)
         return -1;
-    int rc = -1;
-    while (rc != 0 && fgets(line, sizeof line, fp) != NULL) {
-        const char *k = strstr(line, "kubepods");
-        const char *p = k != NULL ? strstr(k, "pod") : NULL;
-        while (p != NULL && rc != 0) {
-            p += 3;
-            size_t n = strspn(p, "0123456789abcdef-_");
+    for (const char *k = strstr(text, "kubepods"); k != NULL; k = strstr(k + 8, "kubepods")) {
+        const char *end = strchr(k, '\n');
+        for (const char *p = strstr(k, "pod"); p != NULL && (end == NULL || p < end);
+             p = strstr(p + 3, "pod")) {
+            size_t n = strspn(p + 3, "0123456789abcdef-_");
             if (n == 36 && n < len) {
                 for (size_t i = 0; i < n; i++)
-                    uid[i] = p[i] == '_' ? '-' : p[i];
+                    uid[i] = p[3 + i] == '_' ? '-' : p[3 + i];
                 uid[n] = '\0';
-                rc = 0;
+                return 0;
             }
-            p = strstr(p, "pod");
         }
     }
-    fclose(fp);
-    return rc;
+    return -1;
 }
 
 struct proc_row {
@@ -315,13 +345,13 @@ static size_t slot_in_pod(const struct scan *s, const char *uid, size_t gpu, int
     return found;
 }
 
-static void name_process(const struct scan *s, unsigned pid, size_t gpu,
+static void name_process(const struct scan *s, uint32_t own_ns, unsigned pid, size_t gpu,
                          const struct usage_names *names, char *ns, char *pod, char *ctr)
 {
     ns[0] = pod[0] = ctr[0] = '\0';
     uint32_t pidns = 0;
     int32_t nspid = 0;
-    bool inner = inner_pid(pid, &pidns, &nspid) == 0;
+    bool inner = inner_pid(pid, own_ns, &pidns, &nspid) == 0;
     /* The exact key: (pid namespace, pid in it), whatever the GPU. */
     for (size_t i = 0; inner && pidns != 0 && i < s->n_slots; i++)
         if (s->slots[i].pidns == pidns && s->slots[i].pid == nspid) {
@@ -434,9 +464,10 @@ static void render_processes(struct buf *f, struct usage_state *st, const struct
     for (size_t g = 0; per != NULL && g < n; g++)
         total += per[g].n;
     char(*lab)[3][NAME_LEN] = total > 0 ? calloc(total, sizeof *lab) : NULL;
+    uint32_t own_ns = pidns_of("/proc/self/ns/pid");
     for (size_t g = 0, k = 0; lab != NULL && g < n; g++)
         for (size_t i = 0; i < per[g].n; i++, k++)
-            name_process(s, per[g].rows[i].pid, g, names, lab[k][0], lab[k][1], lab[k][2]);
+            name_process(s, own_ns, per[g].rows[i].pid, g, names, lab[k][0], lab[k][1], lab[k][2]);
     for (int m = 0; m < 3; m++) {
         prom_header(f, fam[m], "gauge", help[m]);
         for (size_t g = 0, k = 0; lab != NULL && g < n; g++)
