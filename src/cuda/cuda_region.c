@@ -748,3 +748,29 @@ void cudareg_after_fork(struct cudareg *r)
     r->token = 0;
     r->pid = (int32_t)getpid();
 }
+
+struct own_ctx {
+    uint32_t pidns;
+    struct cudareg_slot_view *out;
+    size_t max, n;
+};
+
+static void own_slot(void *ctx, const struct cudareg_slot_view *v)
+{
+    struct own_ctx *c = ctx;
+    if (v->pidns != c->pidns)
+        return; /* another namespace's process: not this container's to show */
+    if (c->n < c->max)
+        c->out[c->n] = *v;
+    c->n++;
+}
+
+size_t cudareg_own_processes(struct cudareg *r, struct cudareg_slot_view *out, size_t max)
+{
+    (void)cudareg_usage(r); /* gives back the slots of processes that are gone */
+    struct own_ctx c = {r->pidns, out, max, 0};
+    struct cudareg_view v;
+    if (cudareg_peek(r->f, sizeof *r->f, &v, own_slot, &c) != 0)
+        return 0;
+    return c.n;
+}

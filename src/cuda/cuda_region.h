@@ -97,4 +97,10 @@ struct cudareg_view {
 int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
                  void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx);
 
+/* The live slots of this process's pid namespace (the container's
+ * processes, as the library charged them), dead ones given back first:
+ * up to max copied into out; the number there is returned (may exceed
+ * max). Reads the mapping without the lock (cudareg_peek). */
+size_t cudareg_own_processes(struct cudareg *r, struct cudareg_slot_view *out, size_t max);
+
 #endif
