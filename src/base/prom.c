@@ -10,13 +10,17 @@ void prom_header(struct buf *b, const char *name, const char *type, const char *
 
 void prom_label_value(struct buf *b, const char *value)
 {
-    for (const char *c = value; *c; c++) {
-        if (*c == '\\' || *c == '"')
-            buf_add(b, "\\", 1);
-        if (*c == '\n')
-            buf_add(b, "\\n", 2);
-        else
-            buf_add(b, c, 1);
+    /* Runs of plain characters in one append: scrapes write thousands of
+     * label values. */
+    const char *run = value;
+    for (const char *c = value;; c++) {
+        if (*c != '\0' && *c != '\\' && *c != '"' && *c != '\n')
+            continue;
+        buf_add(b, run, (size_t)(c - run));
+        if (*c == '\0')
+            return;
+        buf_add(b, *c == '\n' ? "\\n" : *c == '"' ? "\\\"" : "\\\\", 2);
+        run = c + 1;
     }
 }
 
@@ -48,6 +52,23 @@ void prom_gauge(struct buf *b, const char *name, const char *help, double value)
 {
     prom_header(b, name, "gauge", help);
     prom_sample_double(b, name, NULL, value);
+}
+
+#ifndef GP_REVISION
+#define GP_REVISION "unknown"
+#endif
+
+void prom_build_info(struct buf *b, const char *program)
+{
+    prom_header(b, "gpupool_build_info", "gauge",
+                "Always 1; the labels say which program, version and commit this is.");
+    buf_str(b, "gpupool_build_info{program=\"");
+    prom_label_value(b, program);
+    buf_str(b, "\",version=\"");
+    prom_label_value(b, GP_VERSION);
+    buf_str(b, "\",revision=\"");
+    prom_label_value(b, GP_REVISION);
+    buf_str(b, "\"} 1\n");
 }
 
 void prom_histogram(struct buf *b, const char *name, const char *labels, const double *bounds,

@@ -32,6 +32,12 @@ void prom_gauge(struct buf *b, const char *name, const char *help, double value)
 void prom_sample_u64(struct buf *b, const char *name, const char *labels, uint64_t v);
 void prom_sample_double(struct buf *b, const char *name, const char *labels, double v);
 
+/* gpupool_build_info{program,version,revision} 1, header included: the
+ * version and the git commit the binary was built from (GP_VERSION and
+ * GP_REVISION, "unknown" when the tree was no git checkout), so a
+ * dashboard can tell which build each daemon runs. */
+void prom_build_info(struct buf *b, const char *program);
+
 /* A histogram's samples (no header): name_bucket{labels,le="%g"} for each
  * of the n finite bounds with cumulative[i] (already summed and, if the
  * caller wants, clamped), le="+Inf" with count, name_sum{labels} %.9f and

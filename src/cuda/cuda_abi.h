@@ -130,7 +130,18 @@ typedef struct {
 /* ---- NVML ---- */
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
-enum { NVML_SUCCESS = 0, NVML_ERROR_NO_PERMISSION = 4 };
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7
+};
+/* nvmlDeviceGetComputeRunningProcesses_v2/_v3's element. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
 typedef struct {
     unsigned long long total, free, used;
 } nvmlMemory_t;

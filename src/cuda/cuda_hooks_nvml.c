@@ -2,6 +2,7 @@
  * and frameworks that size their pools from NVML see the container's share
  * and its use (docs/isolation.md, "The reporting side"). */
 #include "cuda_glibc.h"
+#include <stdlib.h>
 #include "cuda_account.h"
 #include "cuda_real.h"
 
@@ -48,4 +49,69 @@ CUDA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
         m->reserved = 0; /* the driver's reservation is outside the share */
     }
     return rc;
+}
+
+/* The container's own processes on a limited GPU (docs/isolation.md, "What
+ * nvidia-smi shows"). The driver lists host pids, which a container cannot
+ * see and which name its neighbours too; the region knows each of this
+ * container's processes by its pid here and what it holds. So the list is
+ * the region's live slots of this pid namespace, pids as the container sees
+ * them, memory as the library charged it. Same sizing protocol as the
+ * driver: room for fewer than there are = INSUFFICIENT_SIZE and the count. */
+#define OWN_MAX 1024 /* CUDAREG_SLOTS: every slot of a region at most */
+
+/* pass: where the driver's entry point will be, read once NVML is loaded
+ * (the first NVML call of a process is what loads it). */
+static nvmlReturn_t own_processes(nvmlDevice_t device, unsigned *count, nvmlProcessInfo_t *infos,
+                                  nvmlReturn_t (*const *pass_slot)(nvmlDevice_t, unsigned *,
+                                                                   nvmlProcessInfo_t *))
+{
+    if (!cuda_nvml_ready() || *pass_slot == NULL)
+        return NVML_ERROR_UNKNOWN;
+    nvmlReturn_t (*pass)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *) = *pass_slot;
+    nvmlMemory_t m;
+    if (real.nvmlDeviceGetMemoryInfo == NULL || real.nvmlDeviceGetMemoryInfo(device, &m) != 0)
+        return pass(device, count, infos); /* cannot size the share: as the driver says */
+    bool refuse;
+    struct cudareg *r = cuda_nvml_region(device, m.total, &refuse);
+    if (refuse)
+        return NVML_ERROR_NO_PERMISSION;
+    if (r == NULL)
+        return pass(device, count, infos); /* no limit on this GPU: the driver's list */
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* On the heap: 16 KiB is too much for TLS in a preloaded library and
+     * for the stack of an application thread we know nothing of. */
+    struct cudareg_slot_view *slots = malloc(OWN_MAX * sizeof *slots);
+    if (slots == NULL)
+        return NVML_ERROR_UNKNOWN;
+    size_t n = cudareg_own_processes(r, slots, OWN_MAX);
+    if (n > OWN_MAX)
+        n = OWN_MAX;
+    unsigned room = *count;
+    *count = (unsigned)n;
+    nvmlReturn_t rc = NVML_SUCCESS;
+    if (room < n)
+        rc = NVML_ERROR_INSUFFICIENT_SIZE;
+    else if (n > 0 && infos == NULL)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    for (size_t i = 0; rc == NVML_SUCCESS && i < n; i++)
+        infos[i] = (nvmlProcessInfo_t){(unsigned)slots[i].pid, (unsigned long long)slots[i].used,
+                                       0xFFFFFFFFu, 0xFFFFFFFFu};
+    free(slots);
+    return rc;
+}
+
+CUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                 unsigned *count,
+                                                                 nvmlProcessInfo_t *infos)
+{
+    return own_processes(device, count, infos, &real.nvmlDeviceGetComputeRunningProcesses_v3);
+}
+
+CUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                                 unsigned *count,
+                                                                 nvmlProcessInfo_t *infos)
+{
+    return own_processes(device, count, infos, &real.nvmlDeviceGetComputeRunningProcesses_v2);
 }

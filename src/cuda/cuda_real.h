@@ -98,6 +98,10 @@ struct cuda_real_api {
     /* NVML */
     nvmlReturn_t (*nvmlDeviceGetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
     nvmlReturn_t (*nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t, nvmlMemory_v2_t *);
+    nvmlReturn_t (*nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t, unsigned *,
+                                                            nvmlProcessInfo_t *);
+    nvmlReturn_t (*nvmlDeviceGetComputeRunningProcesses_v2)(nvmlDevice_t, unsigned *,
+                                                            nvmlProcessInfo_t *);
     nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t, char *, unsigned);
     nvmlReturn_t (*nvmlDeviceGetIndex)(nvmlDevice_t, unsigned *);
 };

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,39 @@ struct cudareg {
 size_t cudareg_file_size(void)
 {
     return sizeof(struct region_file);
+}
+
+int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
+                 void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx)
+{
+    memset(out, 0, sizeof *out);
+    if (len != sizeof(struct region_file))
+        return -1;
+    /* A copy, not the live mapping: fields are read with memcpy from the
+     * caller's bytes, aligned or not. */
+    struct region_file head;
+    memcpy(&head, bytes, offsetof(struct region_file, slots));
+    if (head.magic != REGION_MAGIC || head.version != REGION_VERSION ||
+        head.size != sizeof(struct region_file) || head.nslots != CUDAREG_SLOTS ||
+        head.ready != 1 || head.limit < 0)
+        return -1;
+    out->limit = head.limit;
+    const unsigned char *slots = (const unsigned char *)bytes + offsetof(struct region_file, slots);
+    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
+        struct slot sl;
+        memcpy(&sl, slots + (size_t)i * sizeof sl, sizeof sl);
+        if (sl.state == SLOT_FREE)
+            continue;
+        int64_t used = sl.used > 0 ? sl.used : 0;
+        /* Saturate: a forged slot must not wrap the sum negative. */
+        out->used = used > INT64_MAX - out->used ? INT64_MAX : out->used + used;
+        out->live_slots++;
+        if (each != NULL) {
+            struct cudareg_slot_view v = {.pid = sl.pid, .pidns = sl.pidns, .used = used};
+            each(ctx, &v);
+        }
+    }
+    return 0;
 }
 
 /* ---- who is alive -------------------------------------------------------- */
@@ -708,4 +742,30 @@ void cudareg_after_fork(struct cudareg *r)
     r->slot = -1;
     r->token = 0;
     r->pid = (int32_t)getpid();
+}
+
+struct own_ctx {
+    uint32_t pidns;
+    struct cudareg_slot_view *out;
+    size_t max, n;
+};
+
+static void own_slot(void *ctx, const struct cudareg_slot_view *v)
+{
+    struct own_ctx *c = ctx;
+    if (v->pidns != c->pidns)
+        return; /* another namespace's process: not this container's to show */
+    if (c->n < c->max)
+        c->out[c->n] = *v;
+    c->n++;
+}
+
+size_t cudareg_own_processes(struct cudareg *r, struct cudareg_slot_view *out, size_t max)
+{
+    (void)cudareg_usage(r); /* gives back the slots of processes that are gone */
+    struct own_ctx c = {r->pidns, out, max, 0};
+    struct cudareg_view v;
+    if (cudareg_peek(r->f, sizeof *r->f, &v, own_slot, &c) != 0)
+        return 0;
+    return c.n;
 }

@@ -69,4 +69,38 @@ void cudareg_after_fork(struct cudareg *r);
 /* The size of the mapping in bytes (fixed by the layout version). */
 size_t cudareg_file_size(void);
 
+/* ---- reading a region from outside (the node agent's metrics) ----------- */
+
+/* One used slot as the file says: the pid in the process's own pid
+ * namespace, that namespace's inode (0 when the process could not read it)
+ * and the bytes it holds. */
+struct cudareg_slot_view {
+    int32_t pid;
+    uint32_t pidns;
+    int64_t used;
+};
+
+/* What a region's bytes say. used: the sum of the used slots (each read
+ * once, negative ones as 0), not the file's running total, so a process
+ * that writes the total alone changes nothing here; limit: the creator's. */
+struct cudareg_view {
+    int64_t limit;
+    int64_t used;
+    unsigned live_slots;
+};
+
+/* Reads a copy of a region file's bytes (len of them): a pure function that
+ * takes no lock and trusts nothing, so a damaged or hostile file can only
+ * give wrong figures for its own container, never wedge or crash the
+ * reader. each (may be NULL) is called for every used slot. 0, or -1 when
+ * the bytes are not a ready region of this layout version. */
+int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
+                 void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx);
+
+/* The live slots of this process's pid namespace (the container's
+ * processes, as the library charged them), dead ones given back first:
+ * up to max copied into out; the number there is returned (may exceed
+ * max). Reads the mapping without the lock (cudareg_peek). */
+size_t cudareg_own_processes(struct cudareg *r, struct cudareg_slot_view *out, size_t max);
+
 #endif

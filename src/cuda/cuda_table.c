@@ -77,6 +77,8 @@ const struct cuda_hook cuda_hooks[] = {
     HOOK(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020),
     HOOK_NVML(nvmlDeviceGetMemoryInfo),
     HOOK_NVML(nvmlDeviceGetMemoryInfo_v2),
+    HOOK_NVML(nvmlDeviceGetComputeRunningProcesses_v3),
+    HOOK_NVML(nvmlDeviceGetComputeRunningProcesses_v2),
 };
 /* clang-format on */
 const unsigned cuda_hook_count = sizeof cuda_hooks / sizeof cuda_hooks[0];

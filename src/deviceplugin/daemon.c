@@ -496,6 +496,12 @@ static enum setup_result serve(struct daemon *d)
     }
     metrics_attach(d->metrics, d->nvml, &d->inv, &d->node);
     metrics_set_pod_resources(d->metrics, d->rpc, d->cfg.pod_resources_socket);
+    /* Containers' live use: their regions, named through the gpu-mem
+     * view (no view in the other modes: regions and processes keep the
+     * directory name, docs/metrics.md). */
+    const struct usage_names names = {d->gpumem, gpumem_service_name_container};
+    metrics_set_usage_source(d->metrics, isolation_active(&d->cfg) ? d->cfg.isolation_dir : NULL,
+                             d->gpumem != NULL ? &names : NULL);
     /* Labels are written on their own thread: the API server never
      * delays the kubelet seeing the devices. */
     if (d->cfg.node_labels && nodelabels_start(&d->cfg, &d->inv, &d->labeler, err, sizeof err) != 0)

@@ -53,14 +53,13 @@ static uint64_t load(const atomic_uint_fast64_t *counter)
 
 /* ---- rendering ------------------------------------------------------------- */
 
+/* One family for the three verbs: the verb is a label value, not part of
+ * the name, so one query covers them all (Prometheus naming). */
 static void histogram(struct buf *out, const struct metrics_histogram *h, const char *verb)
 {
-    char name[96];
-    snprintf(name, sizeof(name), "gpupool_extender_%s_duration_seconds", verb);
-    char help[160];
-    snprintf(help, sizeof(help), "Time to answer a %s request, from its body read to its reply.",
-             verb);
-    prom_header(out, name, "histogram", help);
+    static const char name[] = "gpupool_extender_request_duration_seconds";
+    char labels[48];
+    snprintf(labels, sizeof(labels), "verb=\"%s\"", verb);
     double bounds[METRICS_BUCKETS];
     uint64_t cumulative[METRICS_BUCKETS], total = 0;
     for (int b = 0; b < METRICS_BUCKETS; b++) {
@@ -69,7 +68,7 @@ static void histogram(struct buf *out, const struct metrics_histogram *h, const 
         bounds[b] = (double)bucket_ns[b] / 1e9;
     }
     total += load(&h->counts[METRICS_BUCKETS]);
-    prom_histogram(out, name, NULL, bounds, cumulative, METRICS_BUCKETS, total,
+    prom_histogram(out, name, labels, bounds, cumulative, METRICS_BUCKETS, total,
                    (double)load(&h->sum_ns) / 1e9);
 }
 
@@ -147,9 +146,9 @@ static void cache_gauges(struct buf *out, struct cache *cache, const struct pool
     prom_gauge(out, "gpupool_extender_gpus", "GPUs of the GPU-sharing nodes.", (double)t->gpus);
     prom_gauge(out, "gpupool_extender_unhealthy_gpus", "GPUs marked unhealthy (take no new pods).",
                (double)t->unhealthy_gpus);
-    prom_gauge(out, "gpupool_extender_gpu_memory_total_bytes",
+    prom_gauge(out, "gpupool_extender_cluster_gpu_memory_bytes",
                "GPU memory of every GPU-sharing node.", (double)(t->memory_total * unit_bytes));
-    prom_gauge(out, "gpupool_extender_gpu_memory_allocated_total_bytes",
+    prom_gauge(out, "gpupool_extender_cluster_gpu_memory_allocated_bytes",
                "GPU memory charged to pods, cluster-wide (assumed binds included).",
                (double)(t->memory_used * unit_bytes));
     prom_gauge(out, "gpupool_extender_fragmentation_ratio",
@@ -162,6 +161,9 @@ char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint
                               size_t *len, char *err, size_t errlen)
 {
     struct buf text = {0}, *out = &text;
+    prom_build_info(out, "gpupool-scheduler-extender");
+    prom_header(out, "gpupool_extender_request_duration_seconds", "histogram",
+                "Time to answer a request, from its body read to its reply, by verb.");
     for (int v = 0; v < METRICS_VERBS; v++)
         histogram(out, &m->duration[v], verb_names[v]);
     counters(out, m);

@@ -9,14 +9,15 @@
  * the sum; a scrape that races an observation may see the bucket without
  * the sum, never a non-monotonic series.
  *
- * Names (docs/extender.md, "Metrics"):
- *   gpupool_extender_{filter,prioritize,bind}_duration_seconds   histogram
+ * Names (docs/metrics.md, the reference):
+ *   gpupool_build_info{program,version,revision}                gauge, 1
+ *   gpupool_extender_request_duration_seconds{verb}             histogram
  *   gpupool_extender_binds_total{result}                        counter
  *   gpupool_extender_bad_requests_total{verb}                   counter
  *   gpupool_extender_filter_nodes_total{result="passed|failed"} counter
  *   gpupool_extender_cache_{nodes,gpu_nodes,pods,assumed_pods}  gauge
  *   gpupool_extender_gpu_memory_allocated_bytes{node,gpu}       gauge
- *   gpupool_extender_gpu_memory_total_bytes / _allocated ...    cluster gauges
+ *   gpupool_extender_cluster_gpu_memory_bytes / _allocated_bytes cluster gauges
  *   gpupool_extender_fragmentation_ratio                        gauge
  *   gpupool_extender_leader_state{state}                        gauge (1 for the current one)
  *   gpupool_extender_binds_forwarded_total{result}              counter

@@ -110,6 +110,13 @@
       "nvmlDeviceGetRetiredPagesPendingStatus")                                                    \
     X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetUtilizationRates,                                      \
       (nvmlDevice_t device, nvmlUtilization_t *utilization), "nvmlDeviceGetUtilizationRates")      \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetComputeRunningProcesses,                              \
+      (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos),                    \
+      "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")        \
+    X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetProcessUtilization,                                    \
+      (nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,                           \
+       unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp),                   \
+      "nvmlDeviceGetProcessUtilization")                                                           \
     X(NVML_OPTIONAL, nvmlReturn_t, DeviceGetTemperature,                                           \
       (nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned int *temp),                  \
       "nvmlDeviceGetTemperature")                                                                  \

@@ -167,6 +167,26 @@ typedef struct nvmlUtilization_st {
     unsigned int memory;
 } nvmlUtilization_t;
 
+/* nvmlDeviceGetComputeRunningProcesses_v2/_v3: one process using the GPU
+ * (host pid; usedGpuMemory NVML_VALUE_NOT_AVAILABLE as unsigned when the
+ * driver cannot tell, e.g. under MIG without privileges). */
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+/* nvmlDeviceGetProcessUtilization: one process's sample, percent. */
+typedef struct nvmlProcessUtilizationSample_st {
+    unsigned int pid;
+    unsigned long long timeStamp; /* microseconds */
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 /* nvmlDeviceGetTemperature sensor. */
 typedef enum nvmlTemperatureSensors_enum {
     NVML_TEMPERATURE_GPU = 0,

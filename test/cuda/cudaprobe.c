@@ -169,6 +169,7 @@ enum opcode {
     OP_LAUNCH,
     OP_THREADS,
     OP_NVML,
+    OP_NVML_PROCS,
     OP_HOLD,
     OP_SLEEP,
     OP_NULL_INFO,
@@ -237,6 +238,7 @@ static const struct op ops[OP_COUNT] = {
     [OP_LAUNCH] = {"launch", {A_INT}},
     [OP_THREADS] = {"threads", {A_INT, A_SIZE}},
     [OP_NVML] = {"nvml", {A_NONE}},
+    [OP_NVML_PROCS] = {"nvml-procs", {A_NONE}},
     [OP_HOLD] = {"hold", {A_NONE}, true},
     [OP_SLEEP] = {"sleep", {A_INT}, true},
     [OP_NULL_INFO] = {"null-info", {A_NONE}},
@@ -294,7 +296,7 @@ static void usage(void)
           "  alloc SIZE | pitch WIDTH HEIGHT | managed SIZE | async SIZE | poolalloc SIZE\n"
           "  create SIZE | array W H | array3d W H D | mipmap W H LEVELS\n"
           "  free | free-all | info | total | fill STEP | fill-free\n"
-          "  loop N SIZE | launch N | threads N SIZE | nvml | hold | sleep MS\n"
+          "  loop N SIZE | launch N | threads N SIZE | nvml | nvml-procs | hold | sleep MS\n"
           "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n"
           "  zombie SIZE | exec-self COMMAND... | dlsym-default NAME | ctor-deadlock\n"
           "  legacy-release | count | uuid\n"
@@ -737,6 +739,56 @@ static void cmd_nvml(void)
     }
     say("nvml", CUDA_SUCCESS, "total=%llu used=%llu free=%llu total2=%llu used2=%llu free2=%llu",
         m.total, m.used, m.free, m2.total, m2.used, m2.free);
+}
+
+/* nvmlProcessInfo_t of the _v2/_v3 queries. */
+struct nvml_process {
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gi, ci;
+};
+
+/* nvmlDeviceGetComputeRunningProcesses_v3 then _v2 on device 0, first
+ * asked for the count only (room 0): "n=N pids=P,... used=U,... n2=N2". */
+static void cmd_nvml_procs(void)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!h) {
+        say("nvml-procs", CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "dlopen=failed");
+        return;
+    }
+    typedef int (*procs_fn)(void *, unsigned *, struct nvml_process *);
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*by_index)(unsigned, void **) =
+        (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    procs_fn v3 = (procs_fn)dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+    procs_fn v2 = (procs_fn)dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v2");
+    void *dev = NULL;
+    if (!init || !by_index || !v3 || !v2 || init() != 0 || by_index(0, &dev) != 0) {
+        say("nvml-procs", CUDA_ERROR_NOT_FOUND, "setup=failed");
+        return;
+    }
+    unsigned need = 0;
+    int rc0 = v3(dev, &need, NULL);
+    struct nvml_process p[64];
+    unsigned n = 64, n2 = 64;
+    int rc = v3(dev, &n, p);
+    struct nvml_process q[64];
+    int rc2 = v2(dev, &n2, q);
+    if (rc != 0 || rc2 != 0) {
+        say("nvml-procs", CUDA_ERROR_UNKNOWN, "nvml_rc=%d nvml_rc2=%d", rc, rc2);
+        return;
+    }
+    char pids[512] = "", used[1024] = "";
+    size_t lp = 0, lu = 0;
+    for (unsigned i = 0; i < n && i < 64; i++) {
+        lp += (size_t)snprintf(pids + lp, lp < sizeof pids ? sizeof pids - lp : 0, "%s%u",
+                               i ? "," : "", p[i].pid);
+        lu += (size_t)snprintf(used + lu, lu < sizeof used ? sizeof used - lu : 0, "%s%llu",
+                               i ? "," : "", p[i].used);
+    }
+    say("nvml-procs", CUDA_SUCCESS, "count_rc=%d need=%u n=%u pids=%s used=%s n2=%u", rc0, need, n,
+        n ? pids : "-", n ? used : "-", n2);
 }
 
 static CUresult proc_lookup(const char *name, int version, cuuint64_t flags, void **p, char *status,
@@ -1499,6 +1551,9 @@ static void run(const struct cmd *c)
     }
     case OP_THREADS:
         cmd_threads(c->a[0], c->a[1]);
+        return;
+    case OP_NVML_PROCS:
+        cmd_nvml_procs();
         return;
     case OP_NVML:
         cmd_nvml();

@@ -47,7 +47,7 @@ curl -fsS "$metrics/metrics" | /usr/bin/python3 -c '
 import sys
 from prometheus_client.parser import text_string_to_metric_families
 names = {f.name for f in text_string_to_metric_families(sys.stdin.read())}
-need = {"gpupool_extender_filter_duration_seconds", "gpupool_extender_binds", "gpupool_extender_gpu_memory_allocated_bytes",
+need = {"gpupool_extender_request_duration_seconds", "gpupool_extender_binds", "gpupool_extender_gpu_memory_allocated_bytes",
         "gpupool_extender_fragmentation_ratio", "gpupool_extender_cache_pods"}
 if need - names: sys.exit("ui-check: /metrics lacks %s" % sorted(need - names))
 print("    ui-check: /metrics parses: %d families" % len(names))

@@ -66,6 +66,8 @@ struct fake_mig {
     unsigned long long memory_mib;
 };
 
+#define FAKE_MAX_PROCESSES 256 /* per GPU; more are refused on stderr */
+
 struct fake_gpu {
     struct nvmlDevice_st handle;
     unsigned index;
@@ -95,6 +97,13 @@ struct fake_gpu {
     unsigned utilization_gpu, utilization_memory; /* percent */
     unsigned temperature_c;
     unsigned power_mw;
+    /* Compute processes (`process` control lines), in the order added. */
+    struct fake_process {
+        unsigned pid;
+        unsigned long long used_mib;
+        unsigned sm, mem; /* percent over the last sample period */
+    } processes[FAKE_MAX_PROCESSES];
+    size_t process_count;
 };
 
 struct fake_rule {
@@ -461,6 +470,47 @@ static void control_set(char **args, int argc)
                 args[3]);
 }
 
+/* process <gpu> <pid> <used_mib> [<sm%> <mem%>]: adds or replaces that
+ * pid's entry; process <gpu> <pid> gone: removes it. */
+static void control_process(char **args, int argc)
+{
+    struct fake_gpu *gpu = argc >= 4 ? find_gpu(args[1]) : NULL;
+    char *end = NULL;
+    unsigned long pid = argc >= 4 ? strtoul(args[2], &end, 10) : 0;
+    if (gpu == NULL || end == args[2] || *end != '\0' || pid == 0 || pid > UINT_MAX) {
+        fprintf(stderr, "fakenvml: usage: process <uuid|index> <pid> <used_mib> [<sm%%> "
+                        "<mem%%>] | process <uuid|index> <pid> gone\n");
+        return;
+    }
+    size_t i = 0;
+    while (i < gpu->process_count && gpu->processes[i].pid != pid)
+        i++;
+    if (strcmp(args[3], "gone") == 0) {
+        if (i < gpu->process_count)
+            memmove(&gpu->processes[i], &gpu->processes[i + 1],
+                    (gpu->process_count - i - 1) * sizeof gpu->processes[0]);
+        gpu->process_count -= i < gpu->process_count;
+        return;
+    }
+    unsigned long long v[3] = {0, 0, 0};
+    for (int k = 0; k < 3 && 3 + k < argc; k++) {
+        v[k] = strtoull(args[3 + k], &end, 10);
+        if (end == args[3 + k] || *end != '\0' || (k > 0 && v[k] > 100)) {
+            fprintf(stderr, "fakenvml: process: bad number %s\n", args[3 + k]);
+            return;
+        }
+    }
+    if (i == gpu->process_count) {
+        if (i == FAKE_MAX_PROCESSES) {
+            fprintf(stderr, "fakenvml: process: more than %d processes on one GPU\n",
+                    FAKE_MAX_PROCESSES);
+            return;
+        }
+        gpu->process_count++;
+    }
+    gpu->processes[i] = (struct fake_process){(unsigned)pid, v[0], (unsigned)v[1], (unsigned)v[2]};
+}
+
 static void run_control_line(char *line)
 {
     char *args[8];
@@ -488,6 +538,8 @@ static void run_control_line(char *line)
         control_memory(args, argc);
     } else if (strcmp(args[0], "set") == 0) {
         control_set(args, argc);
+    } else if (strcmp(args[0], "process") == 0) {
+        control_process(args, argc);
     } else if (strcmp(args[0], "unfail") == 0 && argc >= 2) {
         remove_rules(args[1]);
     } else {
@@ -1315,6 +1367,72 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
     if (rc == NVML_SUCCESS)
         *utilization =
             (nvmlUtilization_t){device->gpu->utilization_gpu, device->gpu->utilization_memory};
+    unlock();
+    return rc;
+}
+
+/* The real API: *count in = room in infos, out = processes; room too
+ * small (or infos NULL with room 0) = INSUFFICIENT_SIZE with the count. */
+static nvmlReturn_t running_processes(const char *function, nvmlDevice_t device,
+                                      unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    lock();
+    nvmlReturn_t rc = enter_telemetry(function, device, count);
+    if (rc == NVML_SUCCESS) {
+        const struct fake_gpu *gpu = device->gpu;
+        unsigned room = *count;
+        *count = (unsigned)gpu->process_count;
+        if (room < gpu->process_count)
+            rc = NVML_ERROR_INSUFFICIENT_SIZE;
+        else if (gpu->process_count > 0 && infos == NULL)
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        for (size_t i = 0; rc == NVML_SUCCESS && i < gpu->process_count; i++)
+            infos[i] = (nvmlProcessInfo_t){gpu->processes[i].pid,
+                                           gpu->processes[i].used_mib * 1024ull * 1024ull,
+                                           0xFFFFFFFFu, 0xFFFFFFFFu};
+    }
+    unlock();
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned int *count,
+                                                            nvmlProcessInfo_t *infos)
+{
+    return running_processes("nvmlDeviceGetComputeRunningProcesses", device, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned int *count,
+                                                            nvmlProcessInfo_t *infos)
+{
+    return running_processes("nvmlDeviceGetComputeRunningProcesses", device, count, infos);
+}
+
+/* Samples newer than lastSeen: the fake's samples are always "now", so
+ * every process with a sample is returned; NULL samples = the count. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                    nvmlProcessUtilizationSample_t *samples,
+                                                    unsigned int *count,
+                                                    unsigned long long lastSeen)
+{
+    (void)lastSeen;
+    lock();
+    nvmlReturn_t rc = enter_telemetry("nvmlDeviceGetProcessUtilization", device, count);
+    if (rc == NVML_SUCCESS) {
+        const struct fake_gpu *gpu = device->gpu;
+        unsigned room = *count;
+        *count = (unsigned)gpu->process_count;
+        if (samples == NULL || room < gpu->process_count)
+            rc = NVML_ERROR_INSUFFICIENT_SIZE;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        unsigned long long now_us =
+            (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull;
+        for (size_t i = 0; rc == NVML_SUCCESS && i < gpu->process_count; i++)
+            samples[i] = (nvmlProcessUtilizationSample_t){
+                gpu->processes[i].pid, now_us, gpu->processes[i].sm, gpu->processes[i].mem, 0, 0};
+    }
     unlock();
     return rc;
 }

@@ -12,6 +12,9 @@
  * size checks). An input whose header says version 1 is a file of version
  * 1's size (32,904 bytes), which attach makes anew when it is a complete
  * version 1 region.
+ * The same bytes (the whole input, unpatched, at its own length) also go
+ * to cudareg_peek, the node agent's lock-free reader: it must never read
+ * outside them nor give a negative sum.
  * The file is a real one (cudareg_attach refuses symlinks such as
  * /proc/self/fd/N), in a directory made under $TMPDIR once per process and
  * left there (a few dozen KiB) for the process's whole run. */
@@ -88,6 +91,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     close(fd);
     free(file);
+
+    /* The reader sees exactly the input, as the agent sees a file of any
+     * length a container wrote (a copy of the right size, or refused). */
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy)
+        return 0;
+    memcpy(copy, data, size);
+    struct cudareg_view v;
+    if (cudareg_peek(copy, size, &v, NULL, NULL) == 0 && (v.used < 0 || v.limit < 0))
+        abort();
+    free(copy);
 
     char err[512];
     struct cudareg *r = cudareg_attach(path, (int64_t)1 << 30, err, sizeof(err));

@@ -298,6 +298,16 @@ def cuda_region():
     # fails closed.
     put("cuda_region", "v1-stale.bin", struct.pack("<IIIIqII", magic, 1, 32904, nslots, 1 << 34, 1, 0))
     put("cuda_region", "v3-newer.bin", header(ver=3))
+    # Version 2, whole file (what cudareg_peek reads): header, mutex, used, recoveries,
+    # reclaimed, claims, scanned_at, spare[3], then 1024 slots of
+    # {state, pid, pidns, spare, start, token, used}; a forged negative and a huge charge.
+    v2_size = 136 + 1024 * 40
+    head = struct.pack("<IIIIqII", magic, 2, v2_size, nslots, 4 << 30, 1, 0) + b"\0" * 40
+    head += struct.pack("<qqqQQqqq", 3 << 20, 0, 0, 3, 0, 0, 0, 0)
+    slots = [(1, 7, 4026531836, 1 << 20), (2, 8, 4026531836, -5), (1, 9, 1, (1 << 63) - 1)]
+    body = b"".join(struct.pack("<IiIIQQq", st, pid, ns, 0, 0, 1, u) for st, pid, ns, u in slots)
+    put("cuda_region", "v2-whole.bin", head + body + b"\0" * (v2_size - len(head) - len(body)))
+
 
 for fn in (extender, extender_route, kube_json, kube_protobuf, kube_watch, kubeconfig, dp_config, podresources,
            gpumem_ledger, sim_trace, cuda_config, cuda_region):

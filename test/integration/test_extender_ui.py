@@ -195,16 +195,17 @@ def value(samples, name, **labels):
 
 
 def check_histograms(families):
+    f = families["gpupool_extender_request_duration_seconds"]
+    assert f.type == "histogram"
     for verb in ("filter", "prioritize", "bind"):
-        f = families["gpupool_extender_%s_duration_seconds" % verb]
-        assert f.type == "histogram"
-        buckets = [(float(s.labels["le"]), s.value) for s in f.samples if s.name.endswith("_bucket")]
+        mine = [s for s in f.samples if s.labels.get("verb") == verb]
+        buckets = [(float(s.labels["le"]), s.value) for s in mine if s.name.endswith("_bucket")]
         assert len(buckets) >= 10 and buckets[-1][0] == float("inf")
         assert [b[0] for b in buckets] == sorted(b[0] for b in buckets)
         counts = [b[1] for b in buckets]
         assert counts == sorted(counts), "%s buckets not cumulative: %s" % (verb, counts)
-        count = [s.value for s in f.samples if s.name.endswith("_count")][0]
-        total = [s.value for s in f.samples if s.name.endswith("_sum")][0]
+        count = [s.value for s in mine if s.name.endswith("_count")][0]
+        total = [s.value for s in mine if s.name.endswith("_sum")][0]
         assert count == counts[-1] and total >= 0
 
 
@@ -231,7 +232,7 @@ def test_metrics_parse_and_count(api, ext):
     t = expected_totals(EXPECTED)
     assert value(before, "gpupool_extender_fragmentation_ratio") == pytest.approx(
         t["fragmentation_percent"] / 100)
-    assert value(before, "gpupool_extender_gpu_memory_total_bytes") == t["memory_total"] * GIB
+    assert value(before, "gpupool_extender_cluster_gpu_memory_bytes") == t["memory_total"] * GIB
 
     bind_new_pod(api, ext, 3, "n1")
     status, _ = ext.post(PREFIX + "/bind", raw=b"{not json")
@@ -241,14 +242,14 @@ def test_metrics_parse_and_count(api, ext):
 
     def delta(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
-    assert delta("gpupool_extender_filter_duration_seconds_count") == 1
-    assert delta("gpupool_extender_bind_duration_seconds_count") == 2
+    assert delta("gpupool_extender_request_duration_seconds_count", verb="filter") == 1
+    assert delta("gpupool_extender_request_duration_seconds_count", verb="bind") == 2
     assert delta("gpupool_extender_filter_nodes_total", result="passed") == 2   # n1, n3
     assert delta("gpupool_extender_filter_nodes_total", result="failed") == 2   # n2 unhealthy, cpu1
     assert delta("gpupool_extender_binds_total", result="bound") == 1
     assert delta("gpupool_extender_binds_total", result="bad_request") == 1
     assert delta("gpupool_extender_bad_requests_total", verb="bind") == 1
-    assert delta("gpupool_extender_filter_duration_seconds_sum") > 0
+    assert delta("gpupool_extender_request_duration_seconds_sum", verb="filter") > 0
     assert value(after, "gpupool_extender_gpu_memory_allocated_bytes", node="n1", gpu="1") == 15 * GIB
 
     # The refused bind of a pod that no longer fits is counted by its reason.

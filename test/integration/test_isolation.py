@@ -449,3 +449,34 @@ def test_nvml_reports_the_share(probe, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_nvml_process_list_is_the_containers_own(probe, tmp_path):
+    """nvmlDeviceGetComputeRunningProcesses_v3/_v2 on a limited GPU list the container's own
+    processes (from its region: pids as the container sees them, what each holds), not the
+    driver's host-wide list with the neighbours'; without the library the driver's list."""
+    inv = {"gpus": [{"uuid": UUID0, "memory_mib": 16384}]}
+    (tmp_path / "inv.json").write_text(json.dumps(inv))
+    control = tmp_path / "nvml-control"
+    control.write_text("process 0 999999 5000 10 10\n")   # a neighbour, by its host pid
+    env = dict(devices=UUID0 + "=16g", FAKE_NVML_INVENTORY=str(tmp_path / "inv.json"),
+               FAKE_NVML_CONTROL=str(control))
+    a = probe.spawn("init alloc 1g hold", **env)
+    b = probe.spawn("init alloc 512m hold", **env)
+    try:
+        for h in (a, b):
+            for _ in range(2):
+                assert h.stdout.readline().split()[1] == "CUDA_SUCCESS"
+        r = probe.run("init nvml-procs", **env)
+        assert r.value("nvml-procs", "count_rc") == 7   # NVML_ERROR_INSUFFICIENT_SIZE
+        assert r.value("nvml-procs", "need") == 2
+        assert r.value("nvml-procs", "n") == 2 and r.value("nvml-procs", "n2") == 2
+        pids = [int(x) for x in r.value("nvml-procs", "pids").split(",")]
+        used = [int(x) for x in r.value("nvml-procs", "used").split(",")]
+        assert dict(zip(pids, used)) == {a.pid: GiB, b.pid: GiB // 2}
+        r = probe.run("nvml-procs", preload=False, **env)
+        assert r.value("nvml-procs", "pids") == 999999   # the driver's own answer
+    finally:
+        for h in (a, b):
+            h.kill()
+            h.wait()

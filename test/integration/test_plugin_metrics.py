@@ -51,7 +51,7 @@ def value(samples, name, **labels):
 
 
 def gpu_labels(g):
-    return {"gpu": g.index, "uuid": g.uuid, "model": g.raw.get("name", "NVIDIA A100-SXM4-40GB")}
+    return {"gpu": g.index, "gpu_uuid": g.uuid, "model": g.raw.get("name", "NVIDIA A100-SXM4-40GB")}
 
 
 def test_gpu_gauges_from_nvml(plugin):
@@ -64,7 +64,7 @@ def test_gpu_gauges_from_nvml(plugin):
     assert value(s, "gpupool_gpu_healthy", **lab) == 1
     assert value(s, "gpupool_gpu_memory_used_bytes", **lab) == 1536 * 2**20
     assert value(s, "gpupool_gpu_memory_total_bytes", **lab) == g.memory_mib * 2**20
-    assert value(s, "gpupool_gpu_utilization_ratio", **lab) == 0.42
+    assert value(s, "gpupool_gpu_sm_utilization_ratio", **lab) == 0.42
     assert value(s, "gpupool_gpu_temperature_celsius", **lab) == 71
     assert value(s, "gpupool_gpu_power_watts", **lab) == 123.456
     # Another GPU keeps the inventory's defaults.

@@ -889,3 +889,23 @@ void gpumem_service_stop(struct gpumem_service *s)
     }
     free(s);
 }
+
+bool gpumem_service_name_container(void *service, const char *uid, int ordinal, char *ns,
+                                   size_t ns_len, char *pod, size_t pod_len, char *container,
+                                   size_t container_len)
+{
+    struct gpumem_service *s = service;
+    if (s == NULL || s->view == NULL)
+        return false;
+    bool found = false;
+    podview_lock(s->view);
+    const struct gpumem_pod *p = podview_find_uid(s->view, uid);
+    if (p != NULL && (ordinal < 0 || (size_t)ordinal < p->n_containers)) {
+        snprintf(ns, ns_len, "%s", p->ns);
+        snprintf(pod, pod_len, "%s", p->name);
+        snprintf(container, container_len, "%s", ordinal < 0 ? "" : p->containers[ordinal].name);
+        found = true;
+    }
+    podview_unlock(s->view);
+    return found;
+}

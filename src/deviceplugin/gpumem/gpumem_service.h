@@ -27,6 +27,7 @@
 #ifndef GP_GPUMEM_SERVICE_H
 #define GP_GPUMEM_SERVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -44,6 +45,14 @@ struct gpumem_service;
 GP_MUST_USE int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory *inv,
                                      struct plugin_node *node, struct rpc_runtime *rt,
                                      struct gpumem_service **out, char *err, size_t errlen);
+/* Names the pod with this UID (ordinal < 0: container "") or its gpu-mem
+ * container of that Allocate ordinal (the <n> of its region directory),
+ * from the watched view; false when the view does not know it (yet). Any
+ * thread; takes the view's lock briefly. Shaped as gpu_usage.h's resolver. */
+bool gpumem_service_name_container(void *service, const char *uid, int ordinal, char *ns,
+                                   size_t ns_len, char *pod, size_t pod_len, char *container,
+                                   size_t container_len);
+
 /* Unregisters from the node, answers queued calls UNAVAILABLE, joins the
  * threads, frees. NULL ok. */
 void gpumem_service_stop(struct gpumem_service *s);

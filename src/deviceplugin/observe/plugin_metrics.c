@@ -86,6 +86,9 @@ struct plugin_metrics {
     struct nvml *nvml;
     const struct gpu_inventory *inv;
     struct plugin_node *node;
+    char *isolation_dir;      /* owned; NULL = no regions read */
+    struct usage_names names; /* ctx borrowed until the next attach */
+    struct usage_state usage; /* the scrape thread's, under attach_lock */
 
     /* The kubelet's PodResources API, for devices_allocated. Held by a
      * scrape for its whole List, so the client is used by one thread at a
@@ -182,7 +185,7 @@ void metrics_count_xid(struct plugin_metrics *m, const struct gpu_device *g, uns
 
 static void put_gpu_labels(struct buf *f, unsigned index, const char *uuid, const char *model)
 {
-    buf_printf(f, "{gpu=\"%u\",uuid=\"", index);
+    buf_printf(f, "{gpu=\"%u\",gpu_uuid=\"", index);
     prom_label_value(f, uuid);
     buf_str(f, "\",model=\"");
     prom_label_value(f, model);
@@ -417,11 +420,11 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
         if (tel[i].have_memory)
             put_gpu_sample(f, "gpupool_gpu_memory_used_bytes", &inv->gpus[i],
                            (double)tel[i].memory.used);
-    prom_header(f, "gpupool_gpu_utilization_ratio", "gauge",
-                "Fraction of the last sample period the GPU was busy (NVML, 0-1).");
+    prom_header(f, "gpupool_gpu_sm_utilization_ratio", "gauge",
+                "Fraction of the last sample period a kernel ran on the GPU (NVML, 0-1).");
     for (size_t i = 0; i < n; i++)
         if (tel[i].have_util)
-            put_gpu_sample(f, "gpupool_gpu_utilization_ratio", &inv->gpus[i],
+            put_gpu_sample(f, "gpupool_gpu_sm_utilization_ratio", &inv->gpus[i],
                            tel[i].util.gpu / 100.0);
     prom_header(f, "gpupool_gpu_temperature_celsius", "gauge", "GPU core temperature (NVML).");
     for (size_t i = 0; i < n; i++)
@@ -439,15 +442,34 @@ out:
     free(tel);
 }
 
+/* Containers' and processes' use; lost GPUs are not asked. Called with
+ * attach_lock held. */
+static void render_usage(struct plugin_metrics *m, struct buf *f)
+{
+    size_t n = m->inv->count;
+    struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
+    bool *skip = calloc(n + 1, sizeof *skip);
+    if (state != NULL && skip != NULL) {
+        plugin_node_gpu_states(m->node, state, n);
+        for (size_t i = 0; i < n; i++)
+            skip[i] = state[i].lost;
+        usage_render(f, &m->usage, m->isolation_dir, m->nvml, m->inv, skip, &m->names);
+    }
+    free(state);
+    free(skip);
+}
+
 char *plugin_metrics_render(struct plugin_metrics *m)
 {
     struct buf text = {0}, *f = &text;
     const char **names = NULL;
     size_t n_names = 0;
     bool attached = false;
+    prom_build_info(f, "gpupool-device-plugin");
     pthread_mutex_lock(&m->attach_lock);
     if (m->node != NULL && m->inv != NULL && m->nvml != NULL) {
         render_gpus(m->nvml, m->inv, m->node, f);
+        render_usage(m, f);
         render_devices(m->node, f);
         attached = copy_resource_names(m->node, &names, &n_names) == 0;
     }
@@ -470,6 +492,25 @@ void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gp
     m->nvml = nvml;
     m->inv = inv;
     m->node = node;
+    free(m->isolation_dir);
+    m->isolation_dir = NULL;
+    m->names = (struct usage_names){0};
+    memset(&m->usage, 0, sizeof m->usage);
+    pthread_mutex_unlock(&m->attach_lock);
+}
+
+void metrics_set_usage_source(struct plugin_metrics *m, const char *isolation_dir,
+                              const struct usage_names *names)
+{
+    if (m == NULL)
+        return;
+    char *copy = NULL;
+    if (isolation_dir != NULL && isolation_dir[0] != '\0' && (copy = strdup(isolation_dir)) == NULL)
+        log_warn("metrics: out of memory: no gpupool_container_gpu_* series");
+    pthread_mutex_lock(&m->attach_lock);
+    free(m->isolation_dir);
+    m->isolation_dir = copy;
+    m->names = names != NULL ? *names : (struct usage_names){0};
     pthread_mutex_unlock(&m->attach_lock);
 }
 
@@ -576,6 +617,7 @@ void metrics_stop(struct plugin_metrics *m)
     httpd_stop(m->http); /* joins the thread: no scrape runs any more */
     podresources_close(m->pr_client);
     free(m->pr_socket);
+    free(m->isolation_dir);
     pthread_mutex_destroy(&m->pr_lock);
     pthread_mutex_destroy(&m->slots_lock);
     pthread_mutex_destroy(&m->xid_lock);

@@ -31,6 +31,7 @@
 #include <stddef.h>
 
 #include "gpu.h"
+#include "gpu_usage.h"
 #include "nvml.h"
 #include "options.h"
 #include "compiler.h"
@@ -55,6 +56,15 @@ const char *metrics_bound_address(const struct plugin_metrics *m);
  * gauges until the next attach). */
 void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gpu_inventory *inv,
                     struct plugin_node *node);
+
+/* Where scrapes find what containers use (gpu_usage.h): the isolation
+ * directory whose containers/ holds the regions (copied; NULL or "" = no
+ * container series) and who names pods (copied struct; its ctx must stay
+ * valid until the next metrics_attach, which drops both: the daemon
+ * detaches before it frees the gpu-mem service). Call after
+ * metrics_attach. */
+void metrics_set_usage_source(struct plugin_metrics *m, const char *isolation_dir,
+                              const struct usage_names *names);
 
 /* Where scrapes count gpupool_deviceplugin_devices_allocated: the
  * kubelet's PodResources socket (copied; NULL or "" = off, and then

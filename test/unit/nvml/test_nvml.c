@@ -86,6 +86,10 @@ static void test_newest_symbols_are_bound(void **state)
     assert_string_equal(nvml->symbols.DeviceGetNvLinkRemotePciInfo,
                         "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     assert_non_null(nvml->DeviceGetMemoryInfo_v2);
+    assert_string_equal(nvml->symbols.DeviceGetComputeRunningProcesses,
+                        "nvmlDeviceGetComputeRunningProcesses_v3");
+    assert_string_equal(nvml->symbols.DeviceGetProcessUtilization,
+                        "nvmlDeviceGetProcessUtilization");
     assert_non_null(strstr(nvml->library_path, "/root/usr/lib64/libnvidia-ml.so.1"));
     unsigned int count = 0;
     assert_int_equal(nvml->DeviceGetCount(&count), NVML_SUCCESS);
