@@ -70,12 +70,14 @@ struct region_file {
     uint32_t ready; /* 1 once initialised; written under the file lock */
     uint32_t pad;
     pthread_mutex_t lock; /* robust, process-shared */
-    int64_t used;         /* = sum of slots[].used; read without the lock */
+    int64_t unused;       /* version 2 kept a total here; charges sum the slots */
     int64_t recoveries;   /* dead lock owners recovered */
     int64_t reclaimed;    /* dead processes' slots reclaimed */
     uint64_t claims;      /* the last token handed out */
     uint64_t scanned_at;  /* CLOCK_MONOTONIC ns of a report's last look for the dead */
-    int64_t spare[3];
+    uint32_t high;        /* slots[0..high) may hold bytes: raised by claims, never lowered */
+    uint32_t pad2;
+    int64_t spare[2];
     struct slot slots[CUDAREG_SLOTS];
 };
 
@@ -269,28 +271,23 @@ static int own_fd(struct cudareg *r)
 
 /* ---- the lock ------------------------------------------------------------- */
 
-/* The total rebuilt from the slots. The file is the container's to write,
- * so shares may be anything: a negative one counts 0, and the sum saturates
- * rather than wrap (a total past the limit refuses every charge). */
-static void recompute(struct region_file *f)
+/* What the slots below the high mark hold together: the container's use.
+ * The file is the container's to write, so a share may be anything: a
+ * negative one counts 0 and the sum saturates rather than wrap (a total
+ * past the limit refuses every charge). Loads are sequentially consistent:
+ * see charge_fast. */
+static int64_t slots_sum(const struct region_file *f)
 {
+    uint32_t high = __atomic_load_n(&f->high, __ATOMIC_SEQ_CST);
+    if (high > CUDAREG_SLOTS)
+        high = CUDAREG_SLOTS;
     int64_t sum = 0;
-    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
-        struct slot *s = &f->slots[i];
-        if (s->state == SLOT_FREE || s->used < 0)
-            __atomic_store_n(&s->used, 0, __ATOMIC_RELAXED);
-        sum = s->used > INT64_MAX - sum ? INT64_MAX : sum + s->used;
+    for (uint32_t i = 0; i < high; i++) {
+        int64_t u = __atomic_load_n(&f->slots[i].used, __ATOMIC_SEQ_CST);
+        if (u > 0)
+            sum = u > INT64_MAX - sum ? INT64_MAX : sum + u;
     }
-    __atomic_store_n(&f->used, sum, __ATOMIC_RELAXED);
-}
-
-/* Takes a slot's share off the total; a share that the total cannot hold
- * (a corrupt file) leaves the total negative, which makes the caller
- * rebuild it (recompute) once the slot is cleared, instead of wrapping. */
-static void total_sub(struct region_file *f, int64_t bytes)
-{
-    int64_t v = bytes >= 0 && bytes <= f->used ? f->used - bytes : -1;
-    __atomic_store_n(&f->used, v, __ATOMIC_RELAXED);
+    return sum;
 }
 
 static void cpu_relax(void)
@@ -321,7 +318,8 @@ static int region_lock(struct region_file *f)
         }
     }
     if (rc == EOWNERDEAD) {
-        recompute(f);
+        /* Nothing to rebuild: under the lock only claims and frees of slots
+         * happen, each one store that publishes it. */
         f->recoveries++;
         rc = pthread_mutex_consistent(&f->lock);
     }
@@ -337,15 +335,13 @@ static void region_unlock(struct region_file *f)
  * owner's to drop (or the kernel's). */
 static void clear_slot(struct region_file *f, struct slot *s)
 {
-    total_sub(f, s->used);
+    (void)f;
     __atomic_store_n(&s->state, SLOT_FREE, __ATOMIC_RELEASE);
     __atomic_store_n(&s->used, 0, __ATOMIC_RELAXED);
     s->pid = 0;
     s->pidns = 0;
     s->start = 0;
     s->token = 0;
-    if (f->used < 0)
-        recompute(f);
 }
 
 /* Gives back the slots of processes that are gone. Candidates are picked
@@ -447,6 +443,8 @@ static int claim(struct cudareg *r)
         __atomic_store_n(&s->used, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&s->state, state, __ATOMIC_RELEASE);
         r->token = f->claims;
+        if (__atomic_load_n(&f->high, __ATOMIC_RELAXED) < i + 1)
+            __atomic_store_n(&f->high, i + 1, __ATOMIC_SEQ_CST);
         __atomic_store_n(&r->slot, (int)i, __ATOMIC_RELAXED);
         return 0;
     }
@@ -650,84 +648,98 @@ int64_t cudareg_limit(const struct cudareg *r)
     return limit_of(r);
 }
 
-/* One charge under the lock: 0, 1 over the limit, -1 no slot. */
-static int charge_locked(struct cudareg *r, int64_t bytes)
+/* Whether this process's slot is still the one it claimed, without the
+ * lock: the token changes only when a free slot is claimed, and ours is
+ * freed only if we are judged dead (never while we hold its byte lock) or
+ * the file is damaged. */
+static bool owns_slot_now(const struct cudareg *r)
+{
+    int i = __atomic_load_n(&r->slot, __ATOMIC_RELAXED);
+    if (i < 0)
+        return false;
+    const struct slot *s = &r->f->slots[i];
+    return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_FREE &&
+           __atomic_load_n(&s->token, __ATOMIC_RELAXED) == r->token;
+}
+
+/* One charge, with no lock: 0 charged, 1 over the limit.
+ *
+ * Only the owner writes its slot's share. The charge is written into it
+ * first (tentatively, a sequentially consistent store), then every share
+ * is read (sequentially consistent loads) and the charge stays only if the
+ * sum is within the limit; else it is taken back. Of two processes charging
+ * at once, at least one sees the other's tentative share (a store followed
+ * by loads, in one total order: Dekker's argument), and the last of any
+ * number to store sees them all: so the shares that stay never add up past
+ * the limit. At worst both of two racing for the last bytes are refused
+ * (the caller looks for the dead and tries once more). A process killed at
+ * any instant leaves only its own share, whole or tentative, which is
+ * freed with its slot: nothing to rebuild, nothing lost. */
+static int charge_fast(struct cudareg *r, int64_t bytes)
 {
     struct region_file *f = r->f;
-    if (!owns_slot(r) && claim(r) != 0)
-        return -1;
     struct slot *own = &f->slots[r->slot];
-    /* Our share within the total and the total not negative: then, with
-     * limit >= 0, neither limit - used nor the sums below can overflow. Only
-     * a corrupt file breaks that; its total is rebuilt from the slots. */
-    if (f->used < 0 || own->used < 0 || own->used > f->used)
-        recompute(f);
     int64_t limit = limit_of(r);
-    if (limit < 0 || bytes > limit - f->used)
+    if (limit < 0 || bytes > limit)
         return 1;
-    /* The total first: a reader without the lock may count these bytes
-     * early, never late, if we die in between. */
-    __atomic_store_n(&f->used, f->used + bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&own->used, own->used + bytes, __ATOMIC_RELAXED);
-    return 0;
+    /* An atomic add, not a store: the process's threads share its slot. */
+    int64_t held = __atomic_add_fetch(&own->used, bytes, __ATOMIC_SEQ_CST);
+    if (held >= bytes && held <= limit && slots_sum(f) <= limit)
+        return 0;
+    __atomic_sub_fetch(&own->used, bytes, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* The slow path of a charge: claims a slot (under the lock) when this
+ * process has none. 0, or -1 when every slot is held by a live process. */
+static int ensure_slot(struct cudareg *r)
+{
+    if (owns_slot_now(r))
+        return 0;
+    if (__atomic_load_n(&r->fd, __ATOMIC_RELAXED) < 0)
+        (void)own_fd(r); /* a forked child's first charge: open outside the lock */
+    if (region_lock(r->f) != 0)
+        return -1;
+    int rc = owns_slot(r) || claim(r) == 0 ? 0 : -1;
+    region_unlock(r->f);
+    return rc;
 }
 
 int cudareg_reserve(struct cudareg *r, int64_t bytes)
 {
-    struct region_file *f = r->f;
     if (bytes < 0)
         return 1;
     int rc = 1;
     for (int pass = 0; pass < 2; pass++) {
-        if (__atomic_load_n(&r->fd, __ATOMIC_RELAXED) < 0)
-            (void)own_fd(r); /* a forked child's first charge: open outside the lock */
-        if (region_lock(f) != 0)
-            return -1;
-        rc = charge_locked(r, bytes);
-        region_unlock(f);
+        rc = ensure_slot(r) == 0 ? charge_fast(r, bytes) : -1;
         /* Refused: give the dead's slots back and try once more, so memory
-         * of a process killed a moment ago serves this charge at once. */
-        if (rc == 0 || pass == 1 || reap(r, rc < 0) == 0)
+         * of a process killed a moment ago serves this charge at once (and
+         * a race for the last bytes that refused both gets a second look). */
+        if (rc == 0 || pass == 1 || (reap(r, rc < 0) == 0 && rc < 0))
             break;
     }
     return rc;
 }
 
+/* Gives back bytes this process charged: its own share only, so no lock
+ * (an atomic update: the process's threads share its slot). */
 void cudareg_release(struct cudareg *r, int64_t bytes)
 {
-    struct region_file *f = r->f;
-    if (bytes <= 0 || region_lock(f) != 0)
+    if (bytes <= 0 || !owns_slot_now(r))
         return;
-    if (owns_slot(r)) {
-        struct slot *s = &f->slots[r->slot];
-        if (bytes > s->used)
-            bytes = s->used < 0 ? 0 : s->used; /* never below zero: counters cannot wrap */
-        /* The slot first: a reader without the lock may count these bytes
-         * late, never early, if we die in between. */
-        __atomic_store_n(&s->used, s->used - bytes, __ATOMIC_RELAXED);
-        total_sub(f, bytes);
-        if (f->used < 0)
-            recompute(f);
-    }
-    region_unlock(f);
+    struct slot *s = &r->f->slots[r->slot];
+    int64_t held = __atomic_load_n(&s->used, __ATOMIC_RELAXED), left;
+    do /* never below zero: counters cannot wrap */
+        left = bytes >= held ? 0 : held - bytes;
+    while (!__atomic_compare_exchange_n(&s->used, &held, left, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
 }
 
 int64_t cudareg_usage(struct cudareg *r)
 {
-    struct region_file *f = r->f;
-    if (scan_due(f))
+    if (scan_due(r->f))
         (void)reap(r, false);
-    int64_t used = __atomic_load_n(&f->used, __ATOMIC_RELAXED);
-    if (used >= 0)
-        return used;
-    /* A total the file should never hold: rebuilt from the slots. */
-    if (region_lock(f) != 0)
-        return limit_of(r); /* cannot tell: report nothing free */
-    if (f->used < 0)
-        recompute(f);
-    used = f->used;
-    region_unlock(f);
-    return used;
+    return slots_sum(r->f);
 }
 
 void cudareg_after_fork(struct cudareg *r)

@@ -1,11 +1,13 @@
 /* cuda_region.h -- one container's use of one GPU, shared by all its
  * processes through a small mapped file (docs/isolation.md, "The region").
  *
- * The file holds the limit, the total charged, and one slot per process
- * with what that process holds. Every change happens under one robust,
+ * The file holds the limit and one slot per process with what that process
+ * holds. A charge and a release touch only the process's own share, with
+ * atomics and no lock (cuda_region.c, charge_fast, says why no two
+ * processes can both take the last bytes); the container's use is the sum
+ * of the shares. Claiming and freeing slots happen under one robust,
  * process-shared mutex: a process killed inside it (SIGKILL included) leaves
- * the mutex to the next locker with EOWNERDEAD, which recomputes the total
- * from the slots, so nothing is ever wedged or lost.
+ * it to the next locker with EOWNERDEAD, so nothing is ever wedged or lost.
  *
  * A slot is live while its process holds a write lock on the slot's first
  * byte through an open file description of the region (F_OFD_SETLK). The
@@ -56,7 +58,7 @@ int cudareg_reserve(struct cudareg *r, int64_t bytes);
 /* Gives back bytes this process charged earlier. */
 void cudareg_release(struct cudareg *r, int64_t bytes);
 
-/* The container's use in bytes. Reads the total without the region's lock;
+/* The container's use in bytes: the sum of the shares, without a lock;
  * the charges of processes that died are gone from it within 250 ms of the
  * previous report (any process's) that looked. */
 int64_t cudareg_usage(struct cudareg *r);
