@@ -323,8 +323,12 @@ def test_idle_connections_cannot_lock_out_healthz(api, started):
         time.sleep(0.5)
         assert get_from("127.0.0.2", ext.port, timeout=scaled(10)) == (200, "ok")
         start = time.monotonic()
-        assert closed_by_server(held[0], scaled(20)), "an idle connection was still open"
-        assert time.monotonic() - start < scaled(20)
+        # Every idle connection is closed by its deadline (the reaper closes
+        # them one by one, not at one instant): only then has the address
+        # room again, for a new connection under its per-address cap.
+        for s in held:
+            left = start + scaled(20) - time.monotonic()
+            assert left > 0 and closed_by_server(s, left), "an idle connection was still open"
         assert get_from("127.0.0.1", ext.port) == (200, "ok")
     finally:
         for s in held:
