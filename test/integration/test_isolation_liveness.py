@@ -21,36 +21,15 @@ import time
 
 import pytest
 
-from conftest import BUILD as BUILD_DIR, scaled
+from conftest import scaled
 
-GiB = 1 << 30
-MiB = 1 << 20
+from test_isolation import FAKECUDA, LIB, PRELOAD, PROBE, UUID0, GiB
 
-LIB = os.path.join(BUILD_DIR, "lib", "libgpupool-cuda.so")
-FAKECUDA = os.path.join(BUILD_DIR, "test", "fakecuda")
-PROBE = os.path.join(BUILD_DIR, "test", "cuda", "gpupool-cudaprobe")
 PHYS_TOOL = os.path.join(FAKECUDA, "gpupool-fakecuda-phys")
-UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 
 pytestmark = pytest.mark.skipif(
     not all(os.path.exists(p) for p in (LIB, PROBE, PHYS_TOOL)),
     reason="libgpupool-cuda, the probe or gpupool-fakecuda-phys is not built")
-
-
-def _sanitizer_preloads():
-    """An ASan/UBSan build of the library needs the sanitizer runtimes first
-    in the preload list, as they would be in a sanitized program."""
-    out = subprocess.run(["objdump", "-p", LIB], capture_output=True, text=True).stdout
-    libs = []
-    for name in ("libasan.so", "libubsan.so"):
-        m = re.search(r"NEEDED\s+(%s\.\d+)" % re.escape(name), out)
-        if m:
-            libs.append(subprocess.run(["gcc", "-print-file-name=" + m.group(1)],
-                                       capture_output=True, text=True).stdout.strip())
-    return libs
-
-
-PRELOAD = ":".join((_sanitizer_preloads() if os.path.exists(LIB) else []) + [LIB])
 
 
 def can_unshare():
