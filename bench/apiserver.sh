@@ -1,11 +1,34 @@
-# bench/apiserver.sh -- sourced by extender_bench.sh and inspect_bench.sh:
-# starts etcd (data on tmpfs) and kube-apiserver v1.20.2 on the caller's ports
+# bench/apiserver.sh -- sourced by extender_bench.sh, inspect_bench.sh,
+# scale_bench.sh and top_bench.sh (it defines functions only): checks what a
+# run needs, starts etcd (data on tmpfs) and kube-apiserver v1.20.2 on the caller's ports
 # and waits until the default namespace exists. The caller has set up lib.sh
 # (start_bg, wait_for, e2e_log), E2E_LOGS/E2E_STATE/E2E_RUN, KUBECONFIG,
 # K8S_BIN, ETCD_PORT, ETCD_PEER_PORT, API_PORT and `stamp`, and its EXIT trap
 # stops what start_bg started. Sets TOKEN (the admin bearer token).
 #
+#   bench_preflight NAME PORT... -- BINARY...
 #   bench_start_apiserver LOG_ROOT DISABLED_ADMISSION_PLUGINS
+
+# Exits 1 naming what is missing: kube-apiserver, the BINARYs, etcd, or a
+# PORT already listened on (a bench still running?). NAME prefixes messages.
+bench_preflight() {
+  local name=$1 f port
+  shift
+  local ports=()
+  while [[ $# -gt 0 && $1 != -- ]]; do ports+=("$1"); shift; done
+  shift
+  for f in "$K8S_BIN/kube-apiserver" "$@"; do
+    [[ -x $f ]] || { echo "$name: $f missing (build-k8s.sh / cmake --build)" >&2; exit 1; }
+  done
+  command -v etcd >/dev/null || { echo "$name: etcd missing (scripts/install-deps.sh --e2e)" >&2; exit 1; }
+  for port in "${ports[@]}"; do
+    if ss -Hltn "sport = :$port" | grep -q .; then
+      echo "$name: port $port in use (a bench still running?)" >&2
+      exit 1
+    fi
+  done
+}
+
 bench_start_apiserver() {
   local BENCH_LOG_ROOT=$1 BENCH_DISABLED_ADMISSION=$2
   mkdir -p "$E2E_LOGS" "$E2E_STATE/pki" "$E2E_RUN/pids"

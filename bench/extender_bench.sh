@@ -39,16 +39,8 @@ ETCD_PEER_PORT=23800
 API_PORT=16443
 EXTENDER_PORT=${EXTENDER_PORT:-39998}
 
-for f in "$K8S_BIN/kube-apiserver" "$EXTENDER_BIN"; do
-  [[ -x $f ]] || { echo "extender_bench.sh: $f missing (build-k8s.sh / cmake --build)" >&2; exit 1; }
-done
-command -v etcd >/dev/null || { echo "extender_bench.sh: etcd missing (scripts/install-deps.sh --e2e)" >&2; exit 1; }
-for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $EXTENDER_PORT; do
-  if ss -Hltn "sport = :$port" | grep -q .; then
-    echo "extender_bench.sh: port $port in use (a bench still running?)" >&2
-    exit 1
-  fi
-done
+. "$SRC/bench/apiserver.sh"
+bench_preflight extender_bench.sh $ETCD_PORT $ETCD_PEER_PORT $API_PORT $EXTENDER_PORT -- "$EXTENDER_BIN"
 if [[ -z ${BENCH_CLIENT:-} ]]; then
   BENCH_CLIENT=python
   command -v wrk >/dev/null && BENCH_CLIENT=wrk
@@ -62,7 +54,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-. "$SRC/bench/apiserver.sh"
 # TaintNodesByCondition off: the fake nodes have no kubelet to clear the not-ready taint.
 bench_start_apiserver /var/tmp/gpupool-bench/logs ServiceAccount,TaintNodesByCondition
 

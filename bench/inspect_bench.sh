@@ -28,16 +28,8 @@ ETCD_PORT=23791
 ETCD_PEER_PORT=23801
 API_PORT=16444
 
-for f in "$K8S_BIN/kube-apiserver" "$BUILD/bin/kubectl-gpupool"; do
-  [[ -x $f ]] || { echo "inspect_bench.sh: $f missing (build-k8s.sh / cmake --build)" >&2; exit 1; }
-done
-command -v etcd >/dev/null || { echo "inspect_bench.sh: etcd missing (scripts/install-deps.sh --e2e)" >&2; exit 1; }
-for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT; do
-  if ss -Hltn "sport = :$port" | grep -q .; then
-    echo "inspect_bench.sh: port $port in use (a bench still running?)" >&2
-    exit 1
-  fi
-done
+. "$SRC/bench/apiserver.sh"
+bench_preflight inspect_bench.sh $ETCD_PORT $ETCD_PEER_PORT $API_PORT -- "$BUILD/bin/kubectl-gpupool"
 
 cleanup() {
   stop_pid kube-apiserver 15 >&2
@@ -47,7 +39,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-. "$SRC/bench/apiserver.sh"
 bench_start_apiserver /var/tmp/gpupool-inspect-bench/logs ServiceAccount
 
 echo "## kubectl-gpupool inspect against kube-apiserver $("$K8S_BIN/kube-apiserver" --version | awk '{print $2}')"

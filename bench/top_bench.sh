@@ -28,16 +28,8 @@ ETCD_PEER_PORT=23806
 API_PORT=16449
 AGENT_PORT=19409
 
-for f in "$K8S_BIN/kube-apiserver" "$BUILD/bin/kubectl-gpupool"; do
-  [[ -x $f ]] || { echo "top_bench.sh: $f missing (build-k8s.sh / cmake --build)" >&2; exit 1; }
-done
-command -v etcd >/dev/null || { echo "top_bench.sh: etcd missing (scripts/install-deps.sh --e2e)" >&2; exit 1; }
-for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $AGENT_PORT; do
-  if ss -Hltn "sport = :$port" | grep -q .; then
-    echo "top_bench.sh: port $port in use (a bench still running?)" >&2
-    exit 1
-  fi
-done
+. "$SRC/bench/apiserver.sh"
+bench_preflight top_bench.sh $ETCD_PORT $ETCD_PEER_PORT $API_PORT $AGENT_PORT -- "$BUILD/bin/kubectl-gpupool"
 
 AGENT_DIR=$(mktemp -d)
 cleanup() {
@@ -50,7 +42,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-. "$SRC/bench/apiserver.sh"
 bench_start_apiserver /var/tmp/gpupool-top-bench/logs ServiceAccount
 
 # kube-apiserver will not proxy to loopback addresses: the agent listens on
