@@ -154,7 +154,7 @@ static bool charge_to(CUdevice dev, int64_t *charged, int64_t target)
     return true;
 }
 
-static bool pool_reserved(CUmemoryPool p, int attr, int64_t *out)
+static bool pool_attr(CUmemoryPool p, int attr, int64_t *out)
 {
     cuuint64_t v = 0;
     if (real.cuMemPoolGetAttribute == NULL || real.cuMemPoolGetAttribute(p, attr, &v) != 0 ||
@@ -169,7 +169,7 @@ static bool pool_reserved(CUmemoryPool p, int attr, int64_t *out)
 static bool pool_settle(struct pool_rec *r)
 {
     int64_t reserved;
-    if (r->gone || !pool_reserved(r->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved))
+    if (r->gone || !pool_attr(r->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved))
         return false;
     return charge_to(r->dev, &r->charged, reserved);
 }
@@ -293,7 +293,7 @@ static CUresult pool_alloc(struct pool_rec *rec, CUdeviceptr *dptr, size_t bytes
         return rc;
     }
     int64_t reserved;
-    if (pool_reserved(rec->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved)) {
+    if (pool_attr(rec->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved)) {
         if (charge_to(dev, &rec->charged, reserved))
             return CUDA_SUCCESS;
         /* The pool grew past what was charged and the rest does not fit:
@@ -420,7 +420,7 @@ CUDA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     pthread_mutex_lock(&lock);
     struct pool_rec *rec = pool_rec_find(pool);
     int64_t used = -1;
-    if (rec != NULL && !pool_reserved(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used))
+    if (rec != NULL && !pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used))
         used = -1;
     CUresult rc = real.cuMemPoolDestroy(pool);
     if (rc == CUDA_SUCCESS && rec != NULL) {

@@ -333,9 +333,8 @@ static void region_unlock(struct region_file *f)
 
 /* Frees a slot. Under the lock; its owner's byte lock, if any, is the
  * owner's to drop (or the kernel's). */
-static void clear_slot(struct region_file *f, struct slot *s)
+static void clear_slot(struct slot *s)
 {
-    (void)f;
     __atomic_store_n(&s->state, SLOT_FREE, __ATOMIC_RELEASE);
     __atomic_store_n(&s->used, 0, __ATOMIC_RELAXED);
     s->pid = 0;
@@ -372,7 +371,7 @@ static int reap(struct cudareg *r, bool all)
         /* r->slot again: another thread of ours may have claimed i since. */
         if (!(dead[i / 64] & (1ull << (i % 64))) || (int)i == r->slot || !slot_is_dead(r, fd, i))
             continue;
-        clear_slot(f, &f->slots[i]);
+        clear_slot(&f->slots[i]);
         f->reclaimed++;
         freed++;
     }
@@ -397,13 +396,18 @@ static bool scan_due(struct region_file *f)
                                        __ATOMIC_RELAXED);
 }
 
-/* Whether this process's slot is still the one it claimed. Under the lock. */
+/* Whether this process's slot is still the one it claimed, without the
+ * lock (and under it): the token changes only when a free slot is claimed, and ours is
+ * freed only if we are judged dead (never while we hold its byte lock) or
+ * the file is damaged. */
 static bool owns_slot(const struct cudareg *r)
 {
-    if (r->slot < 0)
+    int i = __atomic_load_n(&r->slot, __ATOMIC_RELAXED);
+    if (i < 0)
         return false;
-    const struct slot *s = &r->f->slots[r->slot];
-    return s->state != SLOT_FREE && s->token == r->token;
+    const struct slot *s = &r->f->slots[i];
+    return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_FREE &&
+           __atomic_load_n(&s->token, __ATOMIC_RELAXED) == r->token;
 }
 
 /* Takes a free slot for this process: its byte lock first, then the slot
@@ -630,7 +634,7 @@ void cudareg_detach(struct cudareg *r)
     struct region_file *f = r->f;
     if (r->slot >= 0 && region_lock(f) == 0) {
         if (owns_slot(r))
-            clear_slot(f, &f->slots[r->slot]);
+            clear_slot(&f->slots[r->slot]);
         /* Dropped under the lock: a claimer finds the slot free and its
          * byte free together. */
         if (r->fd >= 0 && !r->by_pid)
@@ -646,20 +650,6 @@ void cudareg_detach(struct cudareg *r)
 int64_t cudareg_limit(const struct cudareg *r)
 {
     return limit_of(r);
-}
-
-/* Whether this process's slot is still the one it claimed, without the
- * lock: the token changes only when a free slot is claimed, and ours is
- * freed only if we are judged dead (never while we hold its byte lock) or
- * the file is damaged. */
-static bool owns_slot_now(const struct cudareg *r)
-{
-    int i = __atomic_load_n(&r->slot, __ATOMIC_RELAXED);
-    if (i < 0)
-        return false;
-    const struct slot *s = &r->f->slots[i];
-    return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_FREE &&
-           __atomic_load_n(&s->token, __ATOMIC_RELAXED) == r->token;
 }
 
 /* One charge, with no lock: 0 charged, 1 over the limit.
@@ -694,7 +684,7 @@ static int charge_fast(struct cudareg *r, int64_t bytes)
  * process has none. 0, or -1 when every slot is held by a live process. */
 static int ensure_slot(struct cudareg *r)
 {
-    if (owns_slot_now(r))
+    if (owns_slot(r))
         return 0;
     if (__atomic_load_n(&r->fd, __ATOMIC_RELAXED) < 0)
         (void)own_fd(r); /* a forked child's first charge: open outside the lock */
@@ -725,7 +715,7 @@ int cudareg_reserve(struct cudareg *r, int64_t bytes)
  * (an atomic update: the process's threads share its slot). */
 void cudareg_release(struct cudareg *r, int64_t bytes)
 {
-    if (bytes <= 0 || !owns_slot_now(r))
+    if (bytes <= 0 || !owns_slot(r))
         return;
     struct slot *s = &r->f->slots[r->slot];
     int64_t held = __atomic_load_n(&s->used, __ATOMIC_RELAXED), left;
