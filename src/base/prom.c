@@ -1,6 +1,8 @@
 /* prom.c -- Prometheus text exposition writer (see prom.h). */
 #include "prom.h"
 
+#include "build_info.h"
+
 #include <string.h>
 
 void prom_header(struct buf *b, const char *name, const char *type, const char *help)
@@ -54,10 +56,6 @@ void prom_gauge(struct buf *b, const char *name, const char *help, double value)
     prom_sample_double(b, name, NULL, value);
 }
 
-#ifndef GP_REVISION
-#define GP_REVISION "unknown"
-#endif
-
 void prom_build_info(struct buf *b, const char *program)
 {
     prom_header(b, "gpupool_build_info", "gauge",
@@ -67,7 +65,7 @@ void prom_build_info(struct buf *b, const char *program)
     buf_str(b, "\",version=\"");
     prom_label_value(b, GP_VERSION);
     buf_str(b, "\",revision=\"");
-    prom_label_value(b, GP_REVISION);
+    prom_label_value(b, gp_build_revision);
     buf_str(b, "\"} 1\n");
 }
 
