@@ -77,6 +77,10 @@ def test_container_and_process_use_named_through_the_region(gpumem, api, workdir
         holder.kill()
         holder.wait()
         p.control("process 2 %d gone" % holder.pid)
+        # Its slot is still in the file, but no process holds its liveness lock any more:
+        # the agent counts nothing for it, before any process of the container reaps it.
+        _, s = scrape(p)
+        assert value(s, "gpupool_container_gpu_memory_used_bytes", **me) == 0
         charge(region_dir, uuid, 4 * GIB, "init").wait()  # attaching reaps the dead slot
         _, s = scrape(p)
         assert value(s, "gpupool_container_gpu_memory_used_bytes", **me) == 0

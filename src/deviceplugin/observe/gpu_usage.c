@@ -126,11 +126,11 @@ static int read_region(int dfd, const char *name, unsigned char *buf, size_t len
     if (need > (size_t)got && need <= len &&
         pread(fd, buf + got, need - (size_t)got, got) != (ssize_t)(need - (size_t)got))
         need = 0;
+    /* A mark below the first read: what was read covers it. The descriptor
+     * answers whose processes are gone (their slots are not counted). */
+    int rc = need == 0 ? -1 : cudareg_peek_live(buf, need, fd, v, on_slot, sc);
     close(fd);
-    if (need == 0)
-        return -1;
-    /* A mark below the first read: what was read covers it. */
-    return cudareg_peek(buf, need, v, on_slot, sc);
+    return rc;
 }
 
 static void scan_regions(struct scan *s, const char *isolation_dir, const struct gpu_inventory *inv,
