@@ -12,7 +12,6 @@
 
 #include <jansson.h>
 
-#include "api.pb-c.h"
 #include "arena.h"
 #include "clock.h"
 #include "gpumem.h"
@@ -309,19 +308,17 @@ static int reply(struct gpumem_service *s, struct alloc_item *it,
 {
     struct arena a = ARENA_INIT;
     int rc = -1;
-    V1beta1__ContainerAllocateResponse *cresp = arena_alloc(&a, sizeof *cresp);
-    if (cresp == NULL) {
-        snprintf(err, errlen, "out of memory");
+    struct container_edits edits;
+    container_edits_init(&edits, &a);
+    if (gpumem_container_edits(plugin_node_edits_options(s->node), s->cfg->memory_unit, s->inv,
+                               plugin_node_resource(s->node, it->resource), as, it->units, &edits,
+                               err, errlen) != 0)
         goto out;
-    }
-    if (gpumem_container_reply(&a, s->cfg, s->inv, plugin_node_resource(s->node, it->resource), as,
-                               it->units, cresp, err, errlen) != 0)
+    if (lim->active && isolation_add_edits(s->cfg->isolation_dir, lim->dir, lim->bytes, lim->n,
+                                           &edits, err, errlen) != 0)
         goto out;
-    if (lim->active && isolation_add_to_reply(&a, s->cfg->isolation_dir, lim->dir, lim->bytes,
-                                              lim->n, cresp, err, errlen) != 0)
-        goto out;
-    /* plugin.c packs the AllocateResponse, as for every other reply. */
-    if (plugin_allocation_reply(it->job, cresp, err, errlen) != 0)
+    /* plugin.c encodes and packs the AllocateResponse, as every other reply. */
+    if (plugin_allocation_reply(it->job, &edits, err, errlen) != 0)
         goto out;
     it->job = NULL;
     rc = 0;

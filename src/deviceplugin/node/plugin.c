@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "allocate.h"
 #include "api.pb-c.h"
@@ -54,6 +55,28 @@ static int build_index(struct plugin_endpoint *ep, const struct resource *res)
     return 0;
 }
 
+/* The configuration, narrowed to what the container edits read. */
+static struct edits_options edits_options_from(const struct gp_config *cfg)
+{
+    unsigned list = 0;
+    if (cfg->device_list_strategy & DEVICE_LIST_ENVVAR)
+        list |= EDITS_LIST_ENVVAR;
+    if (cfg->device_list_strategy & DEVICE_LIST_VOLUME_MOUNTS)
+        list |= EDITS_LIST_VOLUME_MOUNTS;
+    if (cfg->device_list_strategy & (DEVICE_LIST_CDI_ANNOTATIONS | DEVICE_LIST_CDI_CRI))
+        list |= EDITS_LIST_CDI;
+    return (struct edits_options){
+        .device_list = list,
+        .id_by_index = cfg->device_id_strategy == DEVICE_ID_INDEX,
+        .gds = cfg->gds_enabled,
+        .mofed = cfg->mofed_enabled,
+        .gdrcopy = cfg->gdrcopy_enabled,
+        .imex_channel = cfg->imex_channel_count > 0,
+        .pass_device_specs = cfg->pass_device_specs,
+        .dev_root = cfg->nvidia_dev_root,
+    };
+}
+
 /* The node's own health observer comes first: the kubelet hears of a
  * change before anything else does. */
 static void init_locks_and_registrations(struct plugin_node *node)
@@ -82,6 +105,7 @@ int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
     memset(node, 0, sizeof *node);
     node->cfg = cfg;
     node->inv = inv;
+    node->edits = edits_options_from(cfg);
     int built = cfg->resource_mode == RESOURCE_MODE_GPU_MEM
                     ? gpumem_resource_build(inv, cfg, &node->resources, err, errlen)
                     : resource_set_build(inv, cfg, &node->resources, err, errlen);
@@ -139,6 +163,7 @@ void plugin_node_move(struct plugin_node *to, struct plugin_node *from, const st
     *to = (struct plugin_node){
         .cfg = cfg,
         .inv = inv,
+        .edits = edits_options_from(cfg), /* its strings are cfg's */
         .resources = from->resources,
         .endpoints = from->endpoints,
         .gpu_lost = from->gpu_lost,
@@ -202,6 +227,125 @@ static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *type, const ui
     if (m == NULL)
         snprintf(msg, msglen, "cannot decode %s (%zu bytes)", type->short_name, len);
     return m;
+}
+
+/* ---- the v1beta1 encoder ------------------------------------------------------------ */
+
+static void random_uuid4(char out[37])
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+        /* Kernel without getrandom: the key only needs to be unique per
+         * reply, which the monotonic clock gives. */
+        int64_t ns = clock_now_ns();
+        memcpy(b, &ns, sizeof ns);
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+/* The CDI names as NVIDIA's plugin hands them over: one annotation
+ * <prefix>nvidia-device-plugin_<uuid4> = "name,name,..." (cdi-annotations)
+ * and/or the CRI field (cdi-cri). */
+static int encode_cdi(struct arena *a, const struct gp_config *cfg, const struct container_edits *e,
+                      V1beta1__ContainerAllocateResponse *out)
+{
+    if (e->n_cdi_devices == 0)
+        return 0;
+    if (cfg->device_list_strategy & DEVICE_LIST_CDI_ANNOTATIONS) {
+        size_t len = 1;
+        for (size_t i = 0; i < e->n_cdi_devices; i++)
+            len += strlen(e->cdi_devices[i]) + 1;
+        char *value = arena_alloc(a, len);
+        char uuid[37];
+        random_uuid4(uuid);
+        char *key = arena_printf(
+            a, "%snvidia-device-plugin_%s",
+            cfg->cdi_annotation_prefix ? cfg->cdi_annotation_prefix : "cdi.k8s.io/", uuid);
+        V1beta1__ContainerAllocateResponse__AnnotationsEntry *entry = arena_alloc(a, sizeof *entry);
+        out->annotations = arena_calloc(a, 1, sizeof *out->annotations);
+        if (value == NULL || key == NULL || entry == NULL || out->annotations == NULL)
+            return -1;
+        char *p = value;
+        for (size_t i = 0; i < e->n_cdi_devices; i++)
+            p += sprintf(p, "%s%s", i ? "," : "", e->cdi_devices[i]);
+        v1beta1__container_allocate_response__annotations_entry__init(entry);
+        entry->key = key;
+        entry->value = value;
+        out->annotations[out->n_annotations++] = entry;
+    }
+    if (cfg->device_list_strategy & DEVICE_LIST_CDI_CRI) {
+        out->cdi_devices = arena_calloc(a, e->n_cdi_devices, sizeof *out->cdi_devices);
+        if (out->cdi_devices == NULL)
+            return -1;
+        for (size_t i = 0; i < e->n_cdi_devices; i++) {
+            V1beta1__CDIDevice *d = arena_alloc(a, sizeof *d);
+            if (d == NULL)
+                return -1;
+            v1beta1__cdidevice__init(d);
+            d->name = (char *)e->cdi_devices[i];
+            out->cdi_devices[out->n_cdi_devices++] = d;
+        }
+    }
+    return 0;
+}
+
+/* One container's edits as its ContainerAllocateResponse; the strings are
+ * borrowed from the edits (the reply is packed before they go). */
+static int encode_container(struct arena *a, const struct gp_config *cfg,
+                            const struct container_edits *e,
+                            V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen)
+{
+    v1beta1__container_allocate_response__init(out);
+    if (e->n_hooks > 0) {
+        snprintf(err, errlen, "a v1beta1 Allocate reply cannot carry CDI hooks (%zu given)",
+                 e->n_hooks);
+        return -1;
+    }
+    out->envs = arena_calloc(a, e->n_env + 1, sizeof *out->envs);
+    out->mounts = arena_calloc(a, e->n_mounts + 1, sizeof *out->mounts);
+    out->devices = arena_calloc(a, e->n_device_nodes + 1, sizeof *out->devices);
+    if (out->envs == NULL || out->mounts == NULL || out->devices == NULL)
+        goto oom;
+    for (size_t i = 0; i < e->n_env; i++) {
+        V1beta1__ContainerAllocateResponse__EnvsEntry *v = arena_alloc(a, sizeof *v);
+        if (v == NULL)
+            goto oom;
+        v1beta1__container_allocate_response__envs_entry__init(v);
+        v->key = (char *)e->env[i].key;
+        v->value = (char *)e->env[i].value;
+        out->envs[out->n_envs++] = v;
+    }
+    for (size_t i = 0; i < e->n_mounts; i++) {
+        V1beta1__Mount *m = arena_alloc(a, sizeof *m);
+        if (m == NULL)
+            goto oom;
+        v1beta1__mount__init(m);
+        m->container_path = (char *)e->mounts[i].container_path;
+        m->host_path = (char *)e->mounts[i].host_path;
+        m->read_only = e->mounts[i].read_only;
+        out->mounts[out->n_mounts++] = m;
+    }
+    for (size_t i = 0; i < e->n_device_nodes; i++) {
+        V1beta1__DeviceSpec *d = arena_alloc(a, sizeof *d);
+        if (d == NULL)
+            goto oom;
+        v1beta1__device_spec__init(d);
+        d->container_path = (char *)e->device_nodes[i].path;
+        d->host_path = (char *)e->device_nodes[i].host_path;
+        d->permissions =
+            (char *)(e->device_nodes[i].permissions ? e->device_nodes[i].permissions : "rw");
+        out->devices[out->n_devices++] = d;
+    }
+    if (encode_cdi(a, cfg, e, out) != 0)
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory building the Allocate response");
+    return -1;
 }
 
 /* ---- Allocate ------------------------------------------------------------------- */
@@ -275,10 +419,9 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
  * directory keyed by its first replica's ID (time-slicing has no pod
  * identity; a replica is held by one container at a time) and a limit per
  * device of memory / replicas x the replicas it holds. */
-static enum rpc_status add_replica_limit(struct arena *a, struct plugin_node *node,
-                                         const struct resource *res, const size_t *positions,
-                                         size_t count, V1beta1__ContainerAllocateResponse *cresp,
-                                         char *msg, size_t msglen)
+static enum rpc_status add_replica_limit(struct plugin_node *node, const struct resource *res,
+                                         const size_t *positions, size_t count,
+                                         struct container_edits *edits, char *msg, size_t msglen)
 {
     if (!res->shared || !isolation_active(node->cfg) ||
         node->cfg->resource_mode != RESOURCE_MODE_GPU || count == 0)
@@ -302,8 +445,7 @@ static enum rpc_status add_replica_limit(struct arena *a, struct plugin_node *no
     }
     size_t n =
         isolation_replica_limits(node->inv, res, positions, count, limits, POOL_MAX_CONTAINER_GPUS);
-    if (isolation_add_to_reply(a, node->cfg->isolation_dir, dir, limits, n, cresp, msg, msglen) !=
-        0)
+    if (isolation_add_edits(node->cfg->isolation_dir, dir, limits, n, edits, msg, msglen) != 0)
         return RPC_RESOURCE_EXHAUSTED;
     log_v(2, "Allocate %s: region directory %s, limit %llu bytes on the first of %zu device(s)",
           res->name, dir, limits[0], n);
@@ -339,12 +481,16 @@ static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t
             st = check_not_lost(node, res, positions, creq->n_devices_ids, msg, msglen);
         if (st != RPC_OK)
             goto out;
-        if (allocate_container(&a, node->cfg, node->inv, res, positions, creq->n_devices_ids, cresp,
+        struct container_edits edits;
+        container_edits_init(&edits, &a);
+        if (allocate_container(&node->edits, node->inv, res, positions, creq->n_devices_ids, &edits,
                                msg, msglen) != 0)
             goto oom;
-        st = add_replica_limit(&a, node, res, positions, creq->n_devices_ids, cresp, msg, msglen);
+        st = add_replica_limit(node, res, positions, creq->n_devices_ids, &edits, msg, msglen);
         if (st != RPC_OK)
             goto out;
+        if (encode_container(&a, node->cfg, &edits, cresp, msg, msglen) != 0)
+            goto oom;
         out.container_responses[out.n_container_responses++] = cresp;
         log_v(1, "Allocate %s: %zu devices for container %zu", res->name, creq->n_devices_ids, c);
     }
@@ -849,16 +995,23 @@ int plugin_allocation_park(struct plugin_allocation *job)
     return job->deferred != NULL ? 0 : -1;
 }
 
-int plugin_allocation_reply(struct plugin_allocation *job,
-                            const struct V1beta1__ContainerAllocateResponse *cresp, char *err,
-                            size_t errlen)
+int plugin_allocation_reply(struct plugin_allocation *job, const struct container_edits *edits,
+                            char *err, size_t errlen)
 {
+    struct arena a = ARENA_INIT;
+    V1beta1__ContainerAllocateResponse cresp;
+    if (encode_container(&a, job->node->cfg, edits, &cresp, err, errlen) != 0) {
+        arena_free(&a);
+        return -1;
+    }
     V1beta1__AllocateResponse out = V1BETA1__ALLOCATE_RESPONSE__INIT;
-    V1beta1__ContainerAllocateResponse *list[1] = {(V1beta1__ContainerAllocateResponse *)cresp};
+    V1beta1__ContainerAllocateResponse *list[1] = {&cresp};
     out.n_container_responses = 1;
     out.container_responses = list;
     struct rpc_buf buf;
-    if (pack(&out.base, &buf) != 0) {
+    int packed = pack(&out.base, &buf);
+    arena_free(&a);
+    if (packed != 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -876,6 +1029,11 @@ void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status statu
 }
 
 /* ---- locked accessors -------------------------------------------------------------------- */
+
+const struct edits_options *plugin_node_edits_options(const struct plugin_node *node)
+{
+    return &node->edits;
+}
 
 size_t plugin_node_resource_count(const struct plugin_node *node)
 {

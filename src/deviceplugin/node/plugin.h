@@ -32,7 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "allocate.h"
 #include "config.h"
+#include "container_edits.h"
 #include "gpu.h"
 #include "resource.h"
 #include "rpc.h"
@@ -57,7 +59,6 @@ enum plugin_method {
 };
 
 struct plugin_node;
-struct V1beta1__ContainerAllocateResponse;
 
 /* One Allocate handed to the registered allocator. Once parked
  * (plugin_allocation_park) its holder answers it exactly once, from any
@@ -115,6 +116,7 @@ struct plugin_node {
     pthread_mutex_t alloc_lock;        /* allocator, allocate_observers, held while they run */
     const struct gp_config *cfg;       /* borrowed */
     const struct gpu_inventory *inv;   /* borrowed */
+    struct edits_options edits;        /* from cfg: what allocate_container() reads */
     struct resource_set resources;     /* owned */
     struct plugin_endpoint *endpoints; /* owned, one per resource */
     bool *gpu_lost;                    /* owned, per inventory GPU; under `lock` */
@@ -199,13 +201,14 @@ void plugin_node_remove_allocate_observer(struct plugin_node *node, void *ctx,
  * with an error status then. */
 GP_MUST_USE int plugin_allocation_park(struct plugin_allocation *job);
 
-/* Answers job OK with one container's response (packed here: the node's
- * one AllocateResponse packer), tells the allocate observers and frees
- * job. -1 + err when out of memory: job is untouched, answer it with
+/* Answers job OK with one container's edits (encoded and packed here:
+ * the node is the one v1beta1 encoder), tells the allocate observers and
+ * frees job. -1 + err when out of memory or when the edits hold what a
+ * v1beta1 reply cannot carry (hooks): job is untouched, answer it with
  * plugin_allocation_fail(). Any thread. */
 GP_MUST_USE int plugin_allocation_reply(struct plugin_allocation *job,
-                                        const struct V1beta1__ContainerAllocateResponse *cresp,
-                                        char *err, size_t errlen);
+                                        const struct container_edits *edits, char *err,
+                                        size_t errlen);
 /* Answers job with an error status (not RPC_OK) and msg, tells the
  * allocate observers and frees job. Any thread. */
 void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status status, const char *msg);
@@ -217,6 +220,10 @@ struct plugin_gpu_state {
     bool lost;    /* fallen off the bus, or never identified */
     bool healthy; /* not lost, and every device carved from it Healthy */
 };
+
+/* The edits options built from the configuration (read-only after init):
+ * allocators build their containers' edits with them. */
+const struct edits_options *plugin_node_edits_options(const struct plugin_node *node);
 
 /* The resources (read-only after init: names, sockets, devices; not the
  * devices' `healthy`, which only the accessors below read). */

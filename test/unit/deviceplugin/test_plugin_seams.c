@@ -303,14 +303,20 @@ static void test_deferred_allocate_is_timed_to_its_answer(void **state)
     usleep(50 * 1000);
     assert_int_equal(w->trace.allocations, 0); /* parked: not observed yet */
 
-    V1beta1__ContainerAllocateResponse cresp = V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT;
-    assert_int_equal(plugin_allocation_reply(fa.held, &cresp, err, sizeof err), 0);
+    struct arena ea = ARENA_INIT;
+    struct container_edits edits;
+    container_edits_init(&edits, &ea);
+    assert_int_equal(container_edits_set_env(&edits, "ALIYUN_COM_GPU_MEM_IDX", "0"), 0);
+    assert_int_equal(plugin_allocation_reply(fa.held, &edits, err, sizeof err), 0);
+    arena_free(&ea); /* encoded and packed: the edits are no longer needed */
     pthread_join(t, NULL);
     assert_int_equal(c.rc, 0);
     V1beta1__AllocateResponse *out =
         v1beta1__allocate_response__unpack(NULL, c.resp.len, c.resp.data);
     assert_non_null(out);
-    assert_int_equal(out->n_container_responses, 1); /* packed by plugin.c */
+    assert_int_equal(out->n_container_responses, 1); /* encoded and packed by plugin.c */
+    assert_int_equal(out->container_responses[0]->n_envs, 1);
+    assert_string_equal(out->container_responses[0]->envs[0]->value, "0");
     v1beta1__allocate_response__free_unpacked(out, NULL);
     free(c.resp.data);
     pthread_mutex_lock(&w->trace.lock);
