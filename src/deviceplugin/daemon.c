@@ -527,8 +527,8 @@ static enum setup_result serve(struct daemon *d)
         log_error("Cannot write node labels (--node-labels): %s", err);
     /* Health first: an XID between registration and the event set's
      * creation would otherwise be lost. */
-    if (health_monitor_start(d->nvml, &d->inv, &d->node, d->metrics, &d->cfg, &d->health, err,
-                             sizeof err) != 0)
+    if (health_monitor_start(d->nvml, &d->inv, plugin_node_state(&d->node), d->metrics, &d->cfg,
+                             &d->health, err, sizeof err) != 0)
         log_warn("Failed to start health checks: %s", err);
     watch_socket_dir(d);
     if (start_servers(d) != 0)

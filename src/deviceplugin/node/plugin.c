@@ -34,7 +34,7 @@ static const struct rpc_method METHODS[PLUGIN_METHOD_COUNT] = {
     [PLUGIN_PRE_START_CONTAINER] = {"/v1beta1.DevicePlugin/PreStartContainer", RPC_METHOD_UNARY},
 };
 
-static void notify_servers(void *ctx, const struct plugin_health_change *change);
+static void state_changed(void *ctx, const struct node_state_change *change);
 
 /* ---- setup --------------------------------------------------------------- */
 
@@ -77,16 +77,16 @@ static struct edits_options edits_options_from(const struct gp_config *cfg)
     };
 }
 
-/* The node's own health observer comes first: the kubelet hears of a
- * change before anything else does. */
+/* The node observes its GPU state first: the kubelet hears of a change
+ * before anything else does. The state has room for it (the observer list
+ * is empty after init and move), so the registration cannot fail. */
 static void init_locks_and_registrations(struct plugin_node *node)
 {
     pthread_mutex_init(&node->lock, NULL);
     pthread_mutex_init(&node->notify_lock, NULL);
-    pthread_mutex_init(&node->observer_lock, NULL);
     pthread_mutex_init(&node->alloc_lock, NULL);
-    node->health_observers[0] = (struct plugin_health_observer){node, notify_servers};
-    node->health_observer_count = 1;
+    if (node_state_add_observer(&node->state, node, state_changed) != 0)
+        log_error("the GPU state has no room for the node's observer");
     node->allocate_observer_count = 0;
     node->allocator = (struct plugin_allocator){0};
 }
@@ -95,7 +95,6 @@ static void destroy_locks(struct plugin_node *node)
 {
     pthread_mutex_destroy(&node->lock);
     pthread_mutex_destroy(&node->notify_lock);
-    pthread_mutex_destroy(&node->observer_lock);
     pthread_mutex_destroy(&node->alloc_lock);
 }
 
@@ -112,12 +111,13 @@ int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
     if (built != 0)
         return -1;
     size_t n = node->resources.count;
+    if (node_state_init(&node->state, inv, err, errlen) != 0) {
+        resource_set_free(&node->resources);
+        return -1;
+    }
     node->endpoints = calloc(n ? n : 1, sizeof *node->endpoints);
-    node->gpu_lost = calloc(inv->count ? inv->count : 1, sizeof *node->gpu_lost);
-    if (node->endpoints == NULL || node->gpu_lost == NULL)
+    if (node->endpoints == NULL)
         goto oom;
-    for (size_t g = 0; g < inv->count; g++)
-        node->gpu_lost[g] = inv->gpus[g].lost;
     for (size_t i = 0; i < n; i++) {
         node->endpoints[i].node = node;
         node->endpoints[i].resource = i;
@@ -133,9 +133,8 @@ oom:
         for (size_t i = 0; i < n; i++)
             free(node->endpoints[i].by_id);
     free(node->endpoints);
-    free(node->gpu_lost);
     node->endpoints = NULL;
-    node->gpu_lost = NULL;
+    node_state_free(&node->state);
     resource_set_free(&node->resources);
     return -1;
 }
@@ -147,8 +146,7 @@ void plugin_node_free(struct plugin_node *node)
     for (size_t i = 0; i < node->resources.count; i++)
         free(node->endpoints[i].by_id);
     free(node->endpoints);
-    free(node->gpu_lost);
-    node->gpu_lost = NULL;
+    node_state_free(&node->state);
     resource_set_free(&node->resources);
     destroy_locks(node);
     node->endpoints = NULL;
@@ -159,15 +157,16 @@ void plugin_node_move(struct plugin_node *to, struct plugin_node *from, const st
 {
     /* Mutexes are not copied (POSIX leaves a copy undefined): the new home
      * gets fresh ones, the old ones are destroyed. Nothing is registered
-     * yet but the node's own observer, whose context is the new home. */
+     * yet but the node's own state observer, whose context is the old
+     * home: the move drops it and the new home registers itself. */
     *to = (struct plugin_node){
         .cfg = cfg,
         .inv = inv,
         .edits = edits_options_from(cfg), /* its strings are cfg's */
         .resources = from->resources,
         .endpoints = from->endpoints,
-        .gpu_lost = from->gpu_lost,
     };
+    node_state_move(&to->state, &from->state);
     for (size_t i = 0; i < to->resources.count; i++)
         to->endpoints[i].node = to;
     init_locks_and_registrations(to);
@@ -399,10 +398,9 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
                                       const size_t *positions, size_t n, char *msg, size_t msglen)
 {
     enum rpc_status st = RPC_OK;
-    pthread_mutex_lock(&node->lock);
     for (size_t i = 0; i < n && st == RPC_OK; i++) {
         const struct resource_device *d = &res->devices[positions[i]];
-        if (!node->gpu_lost[d->gpu])
+        if (!node_state_gpu_lost(&node->state, d->gpu))
             continue;
         const struct gpu_device *g = &node->inv->gpus[d->gpu];
         snprintf(msg, msglen,
@@ -411,7 +409,6 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
                  d->id, res->name, g->index, g->uuid);
         st = RPC_FAILED_PRECONDITION;
     }
-    pthread_mutex_unlock(&node->lock);
     return st;
 }
 
@@ -854,22 +851,18 @@ int plugin_node_register_request(struct plugin_node *node, size_t resource, stru
 
 /* ---- health ---------------------------------------------------------------------------- */
 
-/* The node's own health observer: every ListAndWatch stream of a changed
- * resource sends the new snapshot. */
-static void notify_servers(void *ctx, const struct plugin_health_change *change)
+/* The node's GPU state observer: the devices carved from what changed
+ * take the new health (the state's rule: a GPU's change reaches its
+ * replicas and MIG devices, a MIG device's the GPU where it is served
+ * whole), the resources they belong to get a new generation, and every
+ * ListAndWatch stream of such a resource sends the new snapshot. Changes
+ * come one at a time, in order (the state's observer_lock), so applying
+ * the change keeps the devices equal to the state. */
+static void state_changed(void *ctx, const struct node_state_change *change)
 {
     struct plugin_node *node = ctx;
-    pthread_mutex_lock(&node->notify_lock);
-    for (size_t r = 0; r < change->resource_count; r++)
-        if (change->changed[r] && node->endpoints[r].server != NULL)
-            rpc_server_notify(node->endpoints[r].server);
-    pthread_mutex_unlock(&node->notify_lock);
-}
-
-/* gpu == PLUGIN_ALL_GPUS: every device; mig == RESOURCE_NO_MIG: the whole GPU. */
-static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool healthy)
-{
-    size_t count = 0;
+    size_t gpu = change->gpu;
+    int mig = change->mig;
     bool changed[node->resources.count + 1];
     memset(changed, 0, sizeof changed);
 
@@ -878,54 +871,25 @@ static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool hea
         struct resource *res = &node->resources.resources[r];
         for (size_t i = 0; i < res->device_count; i++) {
             struct resource_device *d = &res->devices[i];
-            /* A MIG event also reaches the GPU where it is served whole. */
-            if (gpu != PLUGIN_ALL_GPUS &&
+            if (gpu != NODE_STATE_ALL_GPUS &&
                 (d->gpu != gpu ||
-                 (mig != RESOURCE_NO_MIG && d->mig != mig && d->mig != RESOURCE_NO_MIG)))
+                 (mig != NODE_STATE_WHOLE_GPU && d->mig != mig && d->mig != RESOURCE_NO_MIG)))
                 continue;
-            if (d->healthy == healthy)
+            if (d->healthy == change->healthy)
                 continue;
-            d->healthy = healthy;
+            d->healthy = change->healthy;
             changed[r] = true;
-            count++;
         }
         if (changed[r])
             node->endpoints[r].generation++;
     }
     pthread_mutex_unlock(&node->lock);
 
-    if (count == 0)
-        return 0;
-    struct plugin_health_change change = {
-        .changed = changed, .resource_count = node->resources.count, .devices = count};
-    pthread_mutex_lock(&node->observer_lock);
-    for (size_t i = 0; i < node->health_observer_count; i++)
-        node->health_observers[i].fn(node->health_observers[i].ctx, &change);
-    pthread_mutex_unlock(&node->observer_lock);
-    return count;
-}
-
-size_t plugin_node_set_gpu_health(struct plugin_node *node, size_t gpu, bool healthy)
-{
-    return set_health(node, gpu, RESOURCE_NO_MIG, healthy);
-}
-
-size_t plugin_node_set_mig_health(struct plugin_node *node, size_t gpu, int mig, bool healthy)
-{
-    return set_health(node, gpu, mig, healthy);
-}
-
-size_t plugin_node_set_all_health(struct plugin_node *node, bool healthy)
-{
-    return set_health(node, PLUGIN_ALL_GPUS, RESOURCE_NO_MIG, healthy);
-}
-
-void plugin_node_set_gpu_lost(struct plugin_node *node, size_t gpu)
-{
-    pthread_mutex_lock(&node->lock);
-    if (gpu < node->inv->count)
-        node->gpu_lost[gpu] = true;
-    pthread_mutex_unlock(&node->lock);
+    pthread_mutex_lock(&node->notify_lock);
+    for (size_t r = 0; r < node->resources.count; r++)
+        if (changed[r] && node->endpoints[r].server != NULL)
+            rpc_server_notify(node->endpoints[r].server);
+    pthread_mutex_unlock(&node->notify_lock);
 }
 
 /* ---- registrations ---------------------------------------------------------------- */
@@ -935,30 +899,6 @@ void plugin_node_set_allocator(struct plugin_node *node, const struct plugin_all
     pthread_mutex_lock(&node->alloc_lock);
     node->allocator = a != NULL ? *a : (struct plugin_allocator){0};
     pthread_mutex_unlock(&node->alloc_lock);
-}
-
-int plugin_node_add_health_observer(struct plugin_node *node, void *ctx, plugin_health_fn fn)
-{
-    int rc = -1;
-    pthread_mutex_lock(&node->observer_lock);
-    if (node->health_observer_count < PLUGIN_MAX_OBSERVERS) {
-        node->health_observers[node->health_observer_count++] =
-            (struct plugin_health_observer){ctx, fn};
-        rc = 0;
-    }
-    pthread_mutex_unlock(&node->observer_lock);
-    return rc;
-}
-
-void plugin_node_remove_health_observer(struct plugin_node *node, void *ctx, plugin_health_fn fn)
-{
-    pthread_mutex_lock(&node->observer_lock);
-    size_t k = 0;
-    for (size_t i = 0; i < node->health_observer_count; i++)
-        if (node->health_observers[i].ctx != ctx || node->health_observers[i].fn != fn)
-            node->health_observers[k++] = node->health_observers[i];
-    node->health_observer_count = k;
-    pthread_mutex_unlock(&node->observer_lock);
 }
 
 int plugin_node_add_allocate_observer(struct plugin_node *node, void *ctx, plugin_allocate_fn fn)
@@ -1030,6 +970,11 @@ void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status statu
 
 /* ---- locked accessors -------------------------------------------------------------------- */
 
+struct node_state *plugin_node_state(struct plugin_node *node)
+{
+    return &node->state;
+}
+
 const struct edits_options *plugin_node_edits_options(const struct plugin_node *node)
 {
     return &node->edits;
@@ -1048,32 +993,6 @@ const struct resource *plugin_node_resource(const struct plugin_node *node, size
 const struct resource_set *plugin_node_resources(const struct plugin_node *node)
 {
     return &node->resources;
-}
-
-bool plugin_node_gpu_lost(struct plugin_node *node, size_t gpu)
-{
-    pthread_mutex_lock(&node->lock);
-    bool lost = gpu < node->inv->count && node->gpu_lost[gpu];
-    pthread_mutex_unlock(&node->lock);
-    return lost;
-}
-
-void plugin_node_gpu_states(struct plugin_node *node, struct plugin_gpu_state *states, size_t n)
-{
-    if (n > node->inv->count)
-        n = node->inv->count;
-    pthread_mutex_lock(&node->lock);
-    for (size_t g = 0; g < n; g++)
-        states[g] =
-            (struct plugin_gpu_state){.lost = node->gpu_lost[g], .healthy = !node->gpu_lost[g]};
-    /* A GPU is healthy when every device carved from it is. */
-    for (size_t r = 0; r < node->resources.count; r++) {
-        const struct resource *res = &node->resources.resources[r];
-        for (size_t i = 0; i < res->device_count; i++)
-            if (!res->devices[i].healthy && res->devices[i].gpu < n)
-                states[res->devices[i].gpu].healthy = false;
-    }
-    pthread_mutex_unlock(&node->lock);
 }
 
 size_t plugin_node_healthy_devices(struct plugin_node *node, size_t resource)

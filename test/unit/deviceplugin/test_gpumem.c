@@ -50,7 +50,8 @@ static void test_snapshot_size_is_exact(void **state)
         assert_int_equal(plugin_node_init(&node, &cfg, &inv, err, sizeof err), 0);
         assert_int_equal(node.resources.resources[0].device_count, 3 + 6 + 9 + 12);
         assert_string_equal(node.resources.resources[0].name, "aliyun.com/gpu-mem");
-        plugin_node_set_all_health(&node, false); /* the longest health string */
+        /* the longest health string */
+        assert_int_equal(node_state_set_all_health(plugin_node_state(&node), false), inv.count);
         struct rpc_handlers h = plugin_node_handlers(&node, 0);
         struct rpc_buf buf;
         uint64_t gen;
