@@ -432,6 +432,24 @@ static void log_inventory(const struct gpu_inventory *inv)
     }
 }
 
+/* The configuration, narrowed to what the CDI spec writer reads. */
+static struct cdi_options cdi_options_from(const struct gp_config *cfg)
+{
+    unsigned off = cfg->cdi_disabled_hooks;
+    return (struct cdi_options){
+        .driver_root = cfg->nvidia_driver_root,
+        .dev_root = cfg->nvidia_dev_root,
+        .container_driver_root = cfg->container_driver_root,
+        .ctk_path = cfg->nvidia_ctk_path,
+        .hook_create_symlinks = !(off & CDI_HOOK_CREATE_SYMLINKS),
+        .hook_enable_cuda_compat = !(off & CDI_HOOK_ENABLE_CUDA_COMPAT),
+        .hook_update_ldcache = !(off & CDI_HOOK_UPDATE_LDCACHE),
+        .persistenced_socket = cfg->cdi_feature_flags & CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET,
+        .id_by_index = cfg->device_id_strategy == DEVICE_ID_INDEX,
+        .spec_dir = cfg->cdi_spec_dir,
+    };
+}
+
 enum build_result { BUILD_OK = 0, BUILD_DOES_NOT_APPLY = -1, BUILD_NO_CDI_SPEC = -2 };
 
 /* The resources of inv under cfg, and their CDI spec when a cdi-*
@@ -443,8 +461,9 @@ static enum build_result build_node(const struct gp_config *cfg, const struct gp
 {
     if (plugin_node_init(node, cfg, inv, err, errlen) != 0)
         return BUILD_DOES_NOT_APPLY;
+    struct cdi_options cdi = cdi_options_from(cfg);
     if (config_uses_cdi(cfg) &&
-        cdi_write_spec(cfg, inv, plugin_node_resources(node), err, errlen) != 0) {
+        cdi_write_spec(&cdi, inv, plugin_node_resources(node), err, errlen) != 0) {
         plugin_node_free(node);
         return BUILD_NO_CDI_SPEC;
     }
@@ -517,8 +536,8 @@ static enum setup_result serve(struct daemon *d)
         log_error("Cannot write node labels (--node-labels): %s", err);
     /* Health first: an XID between registration and the event set's
      * creation would otherwise be lost. */
-    if (health_monitor_start(d->nvml, &d->inv, &d->node, d->metrics, &d->cfg, &d->health, err,
-                             sizeof err) != 0)
+    if (health_monitor_start(d->nvml, &d->inv, plugin_node_state(&d->node), d->metrics, &d->cfg,
+                             &d->health, err, sizeof err) != 0)
         log_warn("Failed to start health checks: %s", err);
     watch_socket_dir(d);
     if (start_servers(d) != 0)
