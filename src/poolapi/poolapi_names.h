@@ -18,6 +18,11 @@
     "aliyun.com/gpu-count"                   /* node: its GPUs; pod: GPUs to split gpu-mem over */
 #define POOL_RES_NVIDIA_GPU "nvidia.com/gpu" /* whole GPUs (the NVIDIA-compatible mode) */
 #define POOL_RES_NVIDIA_PREFIX "nvidia.com/" /* every whole-GPU / MIG / replica resource */
+/* Compute share: integer percent of one GPU, asked beside gpu-mem and
+ * given on each of the pod's GPUs (HAMi's nvidia.com/gpucores semantics).
+ * The extender books it per GPU so the shares on a GPU never pass 100. */
+#define POOL_RES_GPU_CORES "gpupool.io/gpu-cores"
+#define POOL_GPU_CORES_PER_GPU 100 /* a whole GPU; a GPU's capacity unless gpupool.io/gpus says */
 
 /* ---- gpushare's pod annotations: written by the extender at bind
  * (ASSIGNED "false"), ASSIGNED set "true" by the device plugin ---- */
