@@ -139,9 +139,11 @@ struct gpu_amount {
 static bool gpu_usable(struct gpu_amount free, struct gpu_amount total, bool whole,
                        struct gpu_amount ask)
 {
+    /* & rather than &&: this runs for every class of every candidate, and
+     * branch-free tests of both dimensions cost less than two branches. */
     if (whole)
-        return total.units > 0 && free.units == total.units && free.cores == total.cores;
-    return ask.units > 0 && free.units >= ask.units && free.cores >= ask.cores;
+        return (total.units > 0) & (free.units == total.units) & (free.cores == total.cores);
+    return (ask.units > 0) & (free.units >= ask.units) & (free.cores >= ask.cores);
 }
 
 static struct gpu_amount node_gpu_free(const struct placement_node *node, uint32_t gpu)
@@ -309,10 +311,17 @@ static void frag_state_of(const struct placement_node *node, struct frag_state *
     st->gpus = node_gpus(node);
     st->free_sum = 0;
     for (uint32_t g = 0; g < st->gpus; g++) {
-        st->free[g] = placement_gpu_free(node, g);
-        st->total[g] = gpu_healthy(node, g) ? node->gpu_total[g] : 0;
-        st->cores_free[g] = placement_gpu_cores_free(node, g);
-        st->cores_total[g] = gpu_healthy(node, g) ? node->cores_total[g] : 0;
+        if (node->unhealthy & (1u << g)) {
+            st->free[g] = st->total[g] = 0;
+            st->cores_free[g] = st->cores_total[g] = 0;
+            continue;
+        }
+        uint64_t total = node->gpu_total[g], used = node->gpu_used[g];
+        uint32_t cores_total = node->cores_total[g], cores_used = node->cores_used[g];
+        st->total[g] = total;
+        st->free[g] = used >= total ? 0 : total - used;
+        st->cores_total[g] = cores_total;
+        st->cores_free[g] = cores_used >= cores_total ? 0 : cores_total - cores_used;
         st->free_sum += st->free[g];
     }
     st->cpu_left = left_of(node->cpu_allocatable, node->cpu_requested);
