@@ -26,6 +26,7 @@
 #include "log.h"
 #include "plugin_metrics.h"
 #include "nodelabels.h"
+#include "pid_map.h"
 #include "nvml.h"
 #include "plugin.h"
 #include "rpc.h"
@@ -67,6 +68,7 @@ struct daemon {
      * (or the daemon) register with the node, and it stops them. */
     struct gpumem_service *gpumem;  /* --resource-mode=gpu-mem; NULL otherwise */
     struct plugin_metrics *metrics; /* --metrics-addr; NULL = off; lives across reloads */
+    struct pid_map *pid_map;        /* limited containers' pid maps; NULL = no isolation */
     struct node_labeler *labeler;   /* --node-labels; NULL = off */
     char socket_dir[PATH_MAX];
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
@@ -377,6 +379,8 @@ static void teardown(struct daemon *d)
     metrics_attach(d->metrics, NULL, NULL, NULL);
     nodelabels_stop(d->labeler);
     d->labeler = NULL;
+    pid_map_stop(d->pid_map);
+    d->pid_map = NULL;
     health_monitor_stop(d->health);
     d->health = NULL;
     stop_servers(d);
@@ -502,6 +506,11 @@ static enum setup_result serve(struct daemon *d)
     const struct usage_names names = {d->gpumem, gpumem_service_name_container};
     metrics_set_usage_source(d->metrics, isolation_active(&d->cfg) ? d->cfg.isolation_dir : NULL,
                              d->gpumem != NULL ? &names : NULL);
+    /* Each limited container learns its processes' host pids (for NVML's
+     * process utilization inside it, docs/isolation.md). */
+    if (isolation_active(&d->cfg) &&
+        pid_map_start(d->cfg.isolation_dir, d->nvml, &d->inv, &d->pid_map, err, sizeof err) != 0)
+        log_warn("Containers' NVML process utilization will stay empty: %s", err);
     /* Labels are written on their own thread: the API server never
      * delays the kubelet seeing the devices. */
     if (d->cfg.node_labels && nodelabels_start(&d->cfg, &d->inv, &d->labeler, err, sizeof err) != 0)
