@@ -62,8 +62,8 @@
 #define POOL_ENV_MEM_LIMIT_PREFIX POOL_ENV_MEM_LIMIT "_"
 /* The path prefix of the per-GPU shared regions ("<prefix>.<GPU-UUID>"). */
 #define POOL_ENV_SHARED_CACHE "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-/* Reserved for compute limits (HAMi-core's name); nothing writes or reads
- * it yet. */
+/* Compute limit in percent (HAMi-core's name): the plugin writes the
+ * container's gpupool.io/gpu-cores in gpu-mem mode. */
 #define POOL_ENV_SM_LIMIT "CUDA_DEVICE_SM_LIMIT"
 /* Where the plugin's mounts put the library, the preload list naming it,
  * and the container's read-write region directory. */

@@ -247,7 +247,7 @@ int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
         return -1;
     /* allocate_container sized its env array for its own variables. */
     V1beta1__ContainerAllocateResponse__EnvsEntry **envs =
-        arena_calloc(a, out->n_envs + 4, sizeof *envs);
+        arena_calloc(a, out->n_envs + 5, sizeof *envs);
     if (envs == NULL)
         goto oom;
     if (out->n_envs > 0)
@@ -261,6 +261,12 @@ int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
         append_env(a, out, envs, POOL_ENV_GPU_MEM_POD, pod) != 0 ||
         append_env(a, out, envs, POOL_ENV_GPU_MEM_CONTAINER, container) != 0 ||
         append_env(a, out, envs, POOL_ENV_GPU_MEM_DEV, dev) != 0)
+        goto oom;
+    /* The compute share the scheduler booked for this container, on each
+     * of its GPUs, for libgpupool-cuda's throttle (HAMi-core's name). */
+    char cores[16];
+    snprintf(cores, sizeof cores, "%u", as->container_cores);
+    if (as->container_cores > 0 && append_env(a, out, envs, POOL_ENV_SM_LIMIT, cores) != 0)
         goto oom;
     return 0;
 oom:

@@ -52,6 +52,7 @@ struct gpumem_assignment {
     size_t gpus[POOL_MAX_GPUS];   /* inventory positions, in annotation order */
     char idx[POOL_MAX_GPUS * 4];  /* ALIYUN_COM_GPU_MEM_IDX as written: "1", "0,1" */
     unsigned long long pod_units; /* ALIYUN_COM_GPU_MEM_POD */
+    unsigned container_cores;     /* the container's gpupool.io/gpu-cores; 0: none asked */
 };
 
 /* Parses ALIYUN_COM_GPU_MEM_IDX ("1" or "0,1": GPU indices; the contract's
@@ -64,7 +65,8 @@ GP_MUST_USE int gpumem_parse_idx(const char *idx, const struct gpu_inventory *in
 /* One container's reply: what allocate_container() answers for the
  * assigned GPUs (NVIDIA_VISIBLE_DEVICES by --device-id-strategy,
  * volume-mounts, CDI, device specs), plus gpushare's environment
- * ALIYUN_COM_GPU_MEM_IDX, _POD, _CONTAINER (container_units), _DEV. res is
+ * ALIYUN_COM_GPU_MEM_IDX, _POD, _CONTAINER (container_units), _DEV, and
+ * CUDA_DEVICE_SM_LIMIT when the container asks gpu-cores. res is
  * the gpu-mem resource built above. Everything lives in the arena. */
 GP_MUST_USE int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
                                        const struct gpu_inventory *inv, const struct resource *res,
