@@ -82,6 +82,9 @@ def test_two_60_core_pods_never_share_a_gpu(api, started):
         assert status == 200 and r["NodeNames"] == [], r
         assert "Insufficient GPU cores in one device" in r["FailedNodes"]["n1"]
         assert "most free 40 of 100" in r["FailedNodes"]["n1"]
+        status, r = ext.post(PREFIX + "/prioritize", filter_args(c, ["n1", "old1"]))
+        scores = {h["Host"]: h["Score"] for h in r}
+        assert scores["n1"] == 0 and scores["old1"] > 0, scores
         err = bind(ext, api, c, "n1")
         assert "does not fit" in err and "cores" in err
         assert not api.store.get("pods", "default", "c-" + policy)["spec"].get("nodeName")
