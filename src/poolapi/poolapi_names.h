@@ -18,6 +18,11 @@
     "aliyun.com/gpu-count"                   /* node: its GPUs; pod: GPUs to split gpu-mem over */
 #define POOL_RES_NVIDIA_GPU "nvidia.com/gpu" /* whole GPUs (the NVIDIA-compatible mode) */
 #define POOL_RES_NVIDIA_PREFIX "nvidia.com/" /* every whole-GPU / MIG / replica resource */
+/* Compute share: integer percent of one GPU, asked beside gpu-mem and
+ * given on each of the pod's GPUs (HAMi's nvidia.com/gpucores semantics).
+ * The extender books it per GPU so the shares on a GPU never pass 100. */
+#define POOL_RES_GPU_CORES "gpupool.io/gpu-cores"
+#define POOL_GPU_CORES_PER_GPU 100 /* a whole GPU; a GPU's capacity unless gpupool.io/gpus says */
 
 /* ---- gpushare's pod annotations: written by the extender at bind
  * (ASSIGNED "false"), ASSIGNED set "true" by the device plugin ---- */
@@ -57,8 +62,8 @@
 #define POOL_ENV_MEM_LIMIT_PREFIX POOL_ENV_MEM_LIMIT "_"
 /* The path prefix of the per-GPU shared regions ("<prefix>.<GPU-UUID>"). */
 #define POOL_ENV_SHARED_CACHE "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-/* Reserved for compute limits (HAMi-core's name); nothing writes or reads
- * it yet. */
+/* Compute limit in percent (HAMi-core's name): the plugin writes the
+ * container's gpupool.io/gpu-cores in gpu-mem mode. */
 #define POOL_ENV_SM_LIMIT "CUDA_DEVICE_SM_LIMIT"
 /* Where the plugin's mounts put the library, the preload list naming it,
  * and the container's read-write region directory. */
