@@ -2,9 +2,12 @@
 """bench/throttle_bench.py BUILD_DIR -- the compute limit of libgpupool-cuda
 (docs/compute.md) on the fake driver's simulated device (FAKECUDA_TIMELINE:
 one kernel at a time, first come first served across processes, 100 us
-kernels unless FAKECUDA_KERNEL_US says otherwise, a queue of 8).
+kernels unless FAKECUDA_KERNEL_US says otherwise, a queue of 32 unless
+FAKECUDA_QUEUE says otherwise).
 
 Prints one line per figure:
+  - capacity: what one process without a limit gets (the device's time the
+    machine's load lets a workload fill: a split cannot exceed it);
   - achieved shares (percent of the device's time over a 3 s window after a
     0.5 s warm-up, from the timeline's own accounting) for 10/90, 30/70, 50/50,
     4 x 25, a lone 30 %, 30/70 with grid 64 vs 8192, a lone 30 % through
@@ -31,6 +34,10 @@ PROBE = os.path.join(BUILD, "test", "cuda", "gpupool-launchprobe")
 TOOL = os.path.join(BUILD, "test", "fakecuda", "gpupool-fakecuda-timeline")
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 KERNEL_US = os.environ.get("FAKECUDA_KERNEL_US", "100")
+# Kernels a process may have queued: deep enough that a process descheduled
+# for a few ms on a loaded machine still keeps the device fed (a real
+# driver's queue holds about a thousand launches).
+QUEUE = int(os.environ.get("FAKECUDA_QUEUE", "32"))
 tmp = tempfile.mkdtemp()
 inv = os.path.join(tmp, "inv.json")
 with open(inv, "w") as f:
@@ -40,7 +47,7 @@ with open(inv, "w") as f:
 run_no = [0]
 
 
-def env(container, timeline, limit=None, priority=None, preload=True, queue=8):
+def env(container, timeline, limit=None, priority=None, preload=True, queue=QUEUE):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("CUDA_", "FAKECUDA", "GPUPOOL_"))}
     e.update({"LD_LIBRARY_PATH": os.path.join(BUILD, "test", "fakecuda") + ":" +
@@ -130,7 +137,8 @@ def fmt(d):
     return " / ".join("%.1f" % v for v in d.values())
 
 
-print("kernel_us %s" % KERNEL_US)
+print("kernel_us %s queue %d" % (KERNEL_US, QUEUE))
+print("capacity: one process, no limit -> %s" % fmt(shares([("a", None, "", 1)])))
 for a, b in ((10, 90), (30, 70), (50, 50)):
     print("split %d/%d -> %s" % (a, b, fmt(shares([("a", a, "", 1), ("b", b, "", 1)]))))
 print("split 4x25 -> %s" % fmt(shares([(c, 25, "", 1) for c in "wxyz"])))

@@ -27,6 +27,10 @@
 #define WAIT_SLICE_NS (2ull * 1000 * 1000)
 /* Samples one NVML question can return (processes on the GPU). */
 #define MAX_SAMPLES 512
+/* Samples in a row in which this process launched, NVML reported other
+ * processes' work and none of its own, before it says it cannot see itself
+ * (a pid namespace: NVML's pids are the host's, docs/compute.md). */
+#define BLIND_SAMPLES 200
 #define COMPUTE_MAGIC 0x43435047u /* "GPCC" */
 #define COMPUTE_VERSION 1u
 
@@ -52,6 +56,8 @@ struct compute_dev {
     struct compute_file *prio;  /* the node's (NULL: no priority) */
     nvmlDevice_t nvml;          /* NULL: nothing to measure */
     unsigned long long last_us; /* the sampler's lastSeen */
+    int launched;               /* a launch since the sampler's last look; atomic */
+    unsigned blind;             /* the sampler's count towards BLIND_SAMPLES */
 };
 
 bool cuda_compute_on;
@@ -130,6 +136,8 @@ static void *sampler(void *arg)
     (void)arg;
     static nvmlProcessUtilizationSample_t samples[MAX_SAMPLES];
     unsigned pid = (unsigned)getpid();
+    char pid_text[16];
+    snprintf(pid_text, sizeof pid_text, "%u", pid);
     for (;;) {
         sleep_ns(SAMPLE_EVERY_NS);
         for (int d = 0; d < CUDACFG_MAX_DEVICES; d++) {
@@ -143,6 +151,12 @@ static void *sampler(void *arg)
                 continue; /* NOT_FOUND: nothing ran since lastSeen */
             uint64_t busy = throttle_busy_from_samples(samples, n, pid, &c->last_us);
             uint64_t now = mono_ns();
+            bool launched = __atomic_exchange_n(&c->launched, 0, __ATOMIC_RELAXED) != 0;
+            c->blind = busy > 0 ? 0 : c->blind + (launched && n > 0);
+            if (c->blind == BLIND_SAMPLES)
+                cuda_complain("NVML reports GPU time of other processes but none of pid %s "
+                              "(%s): the compute limit is not enforced here (docs/compute.md)",
+                              pid_text, "in a pid namespace NVML's pids are the host's");
             if (c->share != NULL)
                 throttle_account(&c->share->t, now, busy, c->percent);
             if (high && c->prio != NULL && busy > 0)
@@ -252,6 +266,9 @@ void cuda_compute_before_launch(void)
         st = setup(dev);
     if (st != CDEV_ON)
         return;
+    /* A load first: the line stays shared while the flag is already up. */
+    if (__atomic_load_n(&c->launched, __ATOMIC_RELAXED) == 0)
+        __atomic_store_n(&c->launched, 1, __ATOMIC_RELAXED);
     if (c->nvml != NULL && !__atomic_load_n(&sampler_running, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&setup_lock); /* a forked child's first launch */
         start_sampler();

@@ -52,7 +52,7 @@ PRELOAD = ":".join((_sanitizer_preloads() if os.path.exists(LIB) else []) + [LIB
 class Gpu:
     """One simulated GPU and the containers that share it."""
 
-    def __init__(self, tmp, kernel_us=500, queue=8):
+    def __init__(self, tmp, kernel_us=500, queue=16):
         self.tmp = str(tmp)
         self.timeline = os.path.join(self.tmp, "timeline")
         self.priority_dir = os.path.join(self.tmp, "priority")
@@ -106,6 +106,7 @@ class Gpu:
         p = subprocess.run([PROBE] + shlex.split(args), env=self.env(container, **env_kw),
                            capture_output=True, text=True, timeout=timeout * TIMEOUT_SCALE)
         assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+        assert "gpupool-cuda:" not in p.stderr, p.stderr  # no complaint: nothing fell back
         return p
 
     def snapshot(self):
@@ -133,13 +134,18 @@ class Gpu:
         return out
 
     def stop(self):
+        errors = []
         for _, p in self.procs:
             if p.poll() is None:
                 p.kill()
             p.wait()
+            err = p.stderr.read()
+            if "AddressSanitizer" in err or "runtime error:" in err or "gpupool-cuda:" in err:
+                errors.append(err)
             p.stdout.close()
             p.stderr.close()
         self.procs = []
+        assert not errors, errors
 
 
 @pytest.fixture
