@@ -86,11 +86,38 @@ static void tl_lock(struct fc_tl *tl, short type)
         ;
 }
 
+/* The calling process's pid as the outermost pid namespace this process's
+ * /proc knows numbers it (the first field of NSpid): the host's pid, as a
+ * real driver reports it to NVML, even from inside a pid namespace (which
+ * is what a test of that case needs). getpid() where /proc says nothing. */
+static int32_t tl_pid(void)
+{
+    static int32_t cached, cached_for;
+    int32_t me = (int32_t)getpid();
+    if (__atomic_load_n(&cached_for, __ATOMIC_ACQUIRE) == me)
+        return __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    int32_t pid = me;
+    FILE *st = fopen("/proc/self/status", "re");
+    char line[256];
+    while (st != NULL && fgets(line, sizeof line, st) != NULL)
+        if (strncmp(line, "NSpid:", 6) == 0) {
+            long v = strtol(line + 6, NULL, 10);
+            if (v > 0)
+                pid = (int32_t)v;
+            break;
+        }
+    if (st != NULL)
+        fclose(st);
+    __atomic_store_n(&cached, pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&cached_for, me, __ATOMIC_RELEASE);
+    return pid;
+}
+
 /* The calling process's record (under the lock): its own, a free one, or
  * that of a process that is gone (its figures are then lost). */
 static struct fc_tl_proc *own_record(struct fc_tl_file *f)
 {
-    int32_t pid = (int32_t)getpid();
+    int32_t pid = tl_pid();
     struct fc_tl_proc *free_rec = NULL, *dead = NULL;
     for (unsigned i = 0; i < FC_TL_PROCS; i++) {
         struct fc_tl_proc *p = &f->procs[i];
@@ -155,7 +182,7 @@ void fc_tl_sync(struct fc_tl *tl)
     if (tl->f == NULL)
         return;
     tl_lock(tl, F_WRLCK);
-    const struct fc_tl_proc *p = fc_tl_find(tl->f, (int32_t)getpid());
+    const struct fc_tl_proc *p = fc_tl_find(tl->f, tl_pid());
     uint64_t tail = p != NULL ? p->tail_ns : 0;
     tl_lock(tl, F_UNLCK);
     for (uint64_t now = fc_tl_now(); now < tail; now = fc_tl_now())

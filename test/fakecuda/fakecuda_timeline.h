@@ -11,7 +11,9 @@
  * synchronize waits for the process's last kernel to end. Times are
  * CLOCK_MONOTONIC nanoseconds, so every process reads the same clock.
  *
- * What is recorded per process: the device time its kernels took (busy),
+ * Processes are recorded by the pid the host knows them by (NSpid's first
+ * field), as the real driver reports them. What is recorded per process:
+ * the device time its kernels took (busy),
  * the time its kernels waited for other processes' kernels (wait), the
  * number of kernels, and its last FC_TL_RING kernel stretches, from which
  * the busy time within any recent window is exact (fake NVML's per-process

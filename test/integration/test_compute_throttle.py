@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -255,3 +256,22 @@ def test_without_priority_the_neighbour_slows_it_down(gpu):
     _, after = gpu.snapshot()
     rec = [after[pid] for pid in after if pid not in before and pid != gpu.procs[0][1].pid][0]
     assert rec["wait"] > 0.5 * rec["busy"], rec
+
+
+def _can_unshare_user_pid():
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-Urpf", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare_user_pid(),
+                    reason="needs unshare with user and pid namespaces")
+def test_a_pid_namespace_is_reported_not_silently_unthrottled(gpu):
+    """In a pid namespace NVML's pids are the host's (the fake records the host's too):
+    the sampler never finds its own pid, and says so on stderr instead of silently
+    leaving the container unthrottled (docs/compute.md, what a real driver gives)."""
+    p = subprocess.run(["unshare", "-Urpf", PROBE, "--ms", "1600"],
+                       env=gpu.env("a", limit=30), capture_output=True, text=True,
+                       timeout=30 * TIMEOUT_SCALE)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "none of pid 1 (in a pid namespace NVML's pids are the host's)" in p.stderr, p.stderr
