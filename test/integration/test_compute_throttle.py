@@ -163,15 +163,18 @@ def _assert_shares(got, want):
 
 @pytest.mark.parametrize("a,b", [(10, 90), (30, 70), (50, 50)])
 def test_two_containers_split_the_gpu(gpu, a, b):
-    """Two saturating containers with limits a and b get a and b percent of the device."""
-    gpu.start("a", limit=a)
+    """Two saturating containers with limits a and b get a and b percent of the device.
+    a, the smaller, runs two processes, so first come first served alone would give it
+    two thirds: every split here holds only because of the limits."""
+    gpu.start("a", n=2, limit=a)
     gpu.start("b", limit=b)
     _assert_shares(gpu.shares(), {"a": a, "b": b})
 
 
 def test_four_containers_at_25(gpu):
-    for c in "wxyz":
-        gpu.start(c, limit=25)
+    """1, 2, 3 and 4 processes: 10/20/30/40 without limits, 25 each with them."""
+    for n, c in enumerate("wxyz", 1):
+        gpu.start(c, n=n, limit=25)
     _assert_shares(gpu.shares(), {c: 25 for c in "wxyz"})
 
 
