@@ -291,3 +291,13 @@ def test_a_pid_namespace_is_reported_not_silently_unthrottled(gpu):
                        timeout=30 * TIMEOUT_SCALE)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "none of pid 1 (in a pid namespace NVML's pids are the host's)" in p.stderr, p.stderr
+
+
+def test_a_limit_that_is_not_understood_fails_closed(gpu):
+    """CUDA_DEVICE_SM_LIMIT=30% is refused like a bad memory limit: CUDA_ERROR_NOT_PERMITTED
+    and one line on stderr, never a silent run without the limit."""
+    p = subprocess.run([PROBE, "--count", "1"], env=gpu.env("a", limit="30%"),
+                       capture_output=True, text=True, timeout=30 * TIMEOUT_SCALE)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "setup: 800" in p.stderr, p.stderr
+    assert 'CUDA_DEVICE_SM_LIMIT="30%" is not a percent 0..100' in p.stderr, p.stderr
