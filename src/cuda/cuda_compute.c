@@ -254,7 +254,17 @@ out:
     return st;
 }
 
-void cuda_compute_before_launch(void)
+/* Whether s is being captured (only asked before a wait: a query of the
+ * driver per launch would cost more than the gate itself). */
+static bool capturing(CUstream s)
+{
+    int status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return real.cuStreamIsCapturing != NULL &&
+           real.cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
+           status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void cuda_compute_before_launch(CUstream s)
 {
     CUdevice dev;
     if (real.cuCtxGetDevice == NULL || real.cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 ||
@@ -274,19 +284,21 @@ void cuda_compute_before_launch(void)
         start_sampler();
         pthread_mutex_unlock(&setup_lock);
     }
-    for (;;) {
+    for (bool asked = false;; asked = true) {
         uint64_t now = mono_ns();
         if (c->prio != NULL) {
             if (high) {
                 __atomic_store_n(&c->prio->high_seen_ns, now, __ATOMIC_RELAXED);
             } else if (throttle_yields(__atomic_load_n(&c->prio->high_seen_ns, __ATOMIC_RELAXED),
                                        now)) {
+                if (!asked && capturing(s))
+                    return;
                 sleep_ns(WAIT_SLICE_NS);
                 continue;
             }
         }
         uint64_t wait = c->share != NULL ? throttle_delay(&c->share->t, now) : 0;
-        if (wait == 0)
+        if (wait == 0 || (!asked && capturing(s)))
             return;
         sleep_ns(wait < WAIT_SLICE_NS ? wait : WAIT_SLICE_NS);
     }

@@ -10,6 +10,8 @@
 #ifndef GP_CUDA_COMPUTE_H
 #define GP_CUDA_COMPUTE_H
 
+#include "cuda_abi.h"
+
 #include <stdbool.h>
 
 /* True when any compute variable is set (read once, at load): without one,
@@ -17,14 +19,17 @@
 extern bool cuda_compute_on;
 
 /* The slow path: waits until the calling thread's current device may take
- * a launch from this container. */
-void cuda_compute_before_launch(void);
+ * a launch from this container into stream s. A launch into a stream that
+ * is being captured never waits: it runs nothing (the graph's launch is
+ * gated), and capture of large graphs (frameworks capture thousands of
+ * kernels at start-up) must not crawl at the container's share. */
+void cuda_compute_before_launch(CUstream s);
 
 /* Where every launch wrapper starts: one predictable branch when off. */
-#define COMPUTE_GATE()                            \
+#define COMPUTE_GATE(s)                           \
     do {                                          \
         if (__builtin_expect(cuda_compute_on, 0)) \
-            cuda_compute_before_launch();         \
+            cuda_compute_before_launch(s);        \
     } while (0)
 
 #endif

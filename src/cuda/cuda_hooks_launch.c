@@ -12,7 +12,7 @@ CUDA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsi
                                     CUstream s, void **params, void **extra)
 {
     NEED(cuLaunchKernel);
-    COMPUTE_GATE();
+    COMPUTE_GATE(s);
     return real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
 }
 
@@ -21,7 +21,7 @@ CUDA_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                          CUstream s, void **params, void **extra)
 {
     NEED(cuLaunchKernel_ptsz);
-    COMPUTE_GATE();
+    COMPUTE_GATE(s);
     return real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
 }
 
@@ -29,7 +29,7 @@ CUDA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f
                                       void **extra)
 {
     NEED(cuLaunchKernelEx);
-    COMPUTE_GATE();
+    COMPUTE_GATE(config != NULL ? config->hStream : NULL);
     return real.cuLaunchKernelEx(config, f, params, extra);
 }
 
@@ -37,7 +37,7 @@ CUDA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunct
                                            void **params, void **extra)
 {
     NEED(cuLaunchKernelEx_ptsz);
-    COMPUTE_GATE();
+    COMPUTE_GATE(config != NULL ? config->hStream : NULL);
     return real.cuLaunchKernelEx_ptsz(config, f, params, extra);
 }
 
@@ -46,7 +46,7 @@ CUDA_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsign
                                                unsigned shared, CUstream s, void **params)
 {
     NEED(cuLaunchCooperativeKernel);
-    COMPUTE_GATE();
+    COMPUTE_GATE(s);
     return real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params);
 }
 
@@ -56,6 +56,6 @@ CUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, u
                                                     void **params)
 {
     NEED(cuLaunchCooperativeKernel_ptsz);
-    COMPUTE_GATE();
+    COMPUTE_GATE(s);
     return real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params);
 }

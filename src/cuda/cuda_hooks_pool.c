@@ -594,14 +594,14 @@ static CUresult graph_launch(CUresult (*fn)(CUgraphExec, CUstream), CUgraphExec 
 CUDA_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 {
     NEED(cuGraphLaunch);
-    COMPUTE_GATE();
+    COMPUTE_GATE(s);
     return graph_launch(real.cuGraphLaunch, exec, s);
 }
 
 CUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
     NEED(cuGraphLaunch_ptsz);
-    COMPUTE_GATE();
+    COMPUTE_GATE(s);
     return graph_launch(real.cuGraphLaunch_ptsz, exec, s);
 }
 

@@ -4,6 +4,7 @@
  * Usage: gpupool-launchprobe [--via dlsym|proc|proc2] [--ptsz]
  *                            [--kind kernel|ex|coop|graph] [--grid N] [--graph-kernels K]
  *                            [--ms T | --count N] [--sync-every N] [--bench N]
+ *                            [--then-capture K]
  * Reaches libcuda.so.1 as applications do (dlopen + dlsym, or
  * cuGetProcAddress[_v2] of CUDA 12.4, per-thread-stream variants with
  * --ptsz), makes the primary context of device 0 current and launches:
@@ -15,7 +16,9 @@
  * context after every N launches (a latency-bound loop), and always at the
  * end. Prints "ready" once set up and "done launches=<n>" at the end.
  * --bench N: N launches timed, "bench ns_per_launch=<x>" (the fake without
- * FAKECUDA_TIMELINE makes a launch a no-op: what is timed is the path). */
+ * FAKECUDA_TIMELINE makes a launch a no-op: what is timed is the path).
+ * --then-capture K: afterwards, K cuLaunchKernel captured into a graph from
+ * a new stream, timed: "capture ms=<x>". */
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -80,7 +83,7 @@ int main(int argc, char **argv)
 {
     const char *kind = "kernel";
     unsigned grid = 8192, graph_kernels = 4;
-    long ms = -1, count = -1, sync_every = 0, bench = 0;
+    long ms = -1, count = -1, sync_every = 0, bench = 0, then_capture = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--ptsz") == 0) {
@@ -108,6 +111,8 @@ int main(int argc, char **argv)
             sync_every = strtol(v, NULL, 10);
         else if (strcmp(a, "--bench") == 0)
             bench = strtol(v, NULL, 10);
+        else if (strcmp(a, "--then-capture") == 0)
+            then_capture = strtol(v, NULL, 10);
         else {
             fprintf(stderr, "launchprobe: unknown option %s\n", a);
             return 2;
@@ -199,6 +204,24 @@ int main(int argc, char **argv)
         return fail("synchronize", rc);
     if (bench > 0)
         printf("bench ns_per_launch=%.1f\n", (t1 - t0) * 1e9 / (double)bench);
+    if (then_capture > 0) {
+        NEED(stream_create, CUresult(*)(CUstream *, unsigned), "cuStreamCreate");
+        NEED(begin, CUresult(*)(CUstream, int), "cuStreamBeginCapture");
+        NEED(end, CUresult(*)(CUstream, CUgraph *), "cuStreamEndCapture");
+        CUstream cs;
+        CUgraph graph;
+        double c0 = now_s();
+        if ((rc = stream_create(&cs, 0)) != CUDA_SUCCESS ||
+            (rc = begin(cs, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
+            return fail("capture", rc);
+        for (long k = 0; k < then_capture; k++)
+            if ((rc = launch_kernel(NULL, grid, 1, 1, 256, 1, 1, 0, cs, NULL, NULL)) !=
+                CUDA_SUCCESS)
+                return fail("captured launch", rc);
+        if ((rc = end(cs, &graph)) != CUDA_SUCCESS)
+            return fail("end capture", rc);
+        printf("capture ms=%.1f\n", (now_s() - c0) * 1e3);
+    }
     printf("done launches=%ld\n", done);
     return 0;
 }
