@@ -143,6 +143,15 @@ def test_no_limit_is_pure_pass_through(probe):
     assert not [f for f in os.listdir(probe.tmp) if f.startswith("region")]
 
 
+def test_a_compute_limit_alone_limits_no_memory(probe):
+    """CUDA_DEVICE_SM_LIMIT without a memory limit (docs/compute.md): the whole GPU's
+    memory, no memory region made."""
+    r = probe.run("init info total fill 1g", limit=None, CUDA_DEVICE_SM_LIMIT=30)
+    assert r.value("info", "total") == 16 * GiB
+    assert r.value("fill", "bytes") == 16 * GiB
+    assert not [f for f in os.listdir(probe.tmp) if f.startswith("region")]
+
+
 @pytest.mark.parametrize("via", VIAS)
 def test_limit_exact_to_the_byte_on_every_way_in(probe, via):
     limit = 4 * GiB + 12345
