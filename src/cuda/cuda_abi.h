@@ -157,5 +157,27 @@ typedef struct {
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
+/* nvmlDeviceGetProcessUtilization's element: percent of the time since the
+ * previous sample that one process's kernels ran (timeStamp: CPU time in
+ * microseconds). */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+enum { NVML_ERROR_NOT_FOUND = 6 };
+
+/* ---- launches ---- */
+typedef struct CUfunc_st *CUfunction;
+/* cuLaunchKernelEx's description (CUDA 11.8, cudaVersion 11060): only
+ * hStream is read. */
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
 
 #endif
