@@ -79,7 +79,6 @@ static int load_driver(bool nvml)
         lookup(h, &real.nvmlDeviceGetIndex, "nvmlDeviceGetIndex");
         lookup(h, &real.nvmlInit_v2, "nvmlInit_v2");
         lookup(h, &real.nvmlDeviceGetHandleByUUID, "nvmlDeviceGetHandleByUUID");
-        lookup(h, &real.nvmlDeviceGetProcessUtilization, "nvmlDeviceGetProcessUtilization");
         return 1;
     }
     load_cuda_extras(h);
