@@ -3,6 +3,7 @@
 #include "cuda_glibc.h"
 #include "cuda_compute.h"
 #include "cuda_account.h"
+#include "cuda_hooks.h"
 #include "cuda_real.h"
 #include "cuda_throttle.h"
 
@@ -31,6 +32,9 @@
  * processes' work and none of its own, before it says it cannot see itself
  * (a pid namespace: NVML's pids are the host's, docs/compute.md). */
 #define BLIND_SAMPLES 200
+/* Blind samples between two looks at the node agent's pid map for this
+ * process's host pid (the agent refreshes it once a second). */
+#define MAP_EVERY_BLIND 20
 #define COMPUTE_MAGIC 0x43435047u /* "GPCC" */
 #define COMPUTE_VERSION 1u
 
@@ -153,10 +157,21 @@ static void *sampler(void *arg)
             uint64_t now = mono_ns();
             bool launched = __atomic_exchange_n(&c->launched, 0, __ATOMIC_RELAXED) != 0;
             c->blind = busy > 0 ? 0 : c->blind + (launched && n > 0);
+            /* Launching, others measured, never us: in a pid namespace
+             * NVML's pids are the host's; the node agent's map names ours. */
+            if (c->blind > 0 && c->blind % MAP_EVERY_BLIND == 0) {
+                unsigned host = cuda_pidmap_host((unsigned)getpid());
+                if (host != 0 && host != pid) {
+                    pid = host;
+                    c->blind = 0;
+                }
+            }
             if (c->blind == BLIND_SAMPLES)
                 cuda_complain("NVML reports GPU time of other processes but none of pid %s "
                               "(%s): the compute limit is not enforced here (docs/compute.md)",
-                              pid_text, "in a pid namespace NVML's pids are the host's");
+                              pid_text,
+                              "in a pid namespace NVML's pids are the host's, and the node "
+                              "agent's pid map in the region directory does not name it");
             if (c->share != NULL)
                 throttle_account(&c->share->t, now, busy, c->percent);
             if (high && c->prio != NULL && busy > 0)

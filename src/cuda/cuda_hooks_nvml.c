@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "poolapi_names.h"
 #include "cuda_account.h"
+#include "cuda_hooks.h"
 #include "cuda_real.h"
 
 #define NVML_ERROR_UNKNOWN 999
@@ -170,6 +171,20 @@ static size_t read_pid_map(struct pid_pair *out, size_t max)
     }
     free(text);
     return n;
+}
+
+unsigned cuda_pidmap_host(unsigned inner)
+{
+    struct pid_pair *map = malloc(MAP_PAIRS * sizeof *map);
+    if (map == NULL)
+        return 0;
+    size_t n = read_pid_map(map, MAP_PAIRS);
+    unsigned host = 0;
+    for (size_t k = 0; k < n && host == 0; k++)
+        if (map[k].inner == inner)
+            host = map[k].host;
+    free(map);
+    return host;
 }
 
 CUDA_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,

@@ -290,7 +290,39 @@ def test_a_pid_namespace_is_reported_not_silently_unthrottled(gpu):
                        env=env, capture_output=True, text=True,
                        timeout=30 * TIMEOUT_SCALE)
     assert p.returncode == 0, (p.stdout, p.stderr)
-    assert "none of pid 1 (in a pid namespace NVML's pids are the host's)" in p.stderr, p.stderr
+    assert ("none of pid 1 (in a pid namespace NVML's pids are the host's, and the node agent's "
+            "pid map in the region directory does not name it)") in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(PIDNS is None, reason="needs unshare --pid (root, or user namespaces)")
+def test_a_pid_namespace_is_held_through_the_agents_pid_map(gpu):
+    """With the node agent's pid map in the region directory (docs/isolation.md: host pid ->
+    pid in the container, as observe/pid_map.c writes it), a process that is pid 1 of its own
+    namespace finds its host pid there and is held to its share like any other."""
+    env = gpu.env("a", limit=30,
+                  ASAN_OPTIONS="detect_leaks=0:exitcode=23:verify_asan_link_order=0")
+    # --kill-child: the probe (pid 1 there) dies with unshare, and its pipes close.
+    p = subprocess.Popen(PIDNS + ["--kill-child", PROBE, "--ms", "0"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        with open("/proc/%d/task/%d/children" % (p.pid, p.pid)) as f:
+            host = int(f.read().split()[0])
+        with open(os.path.join(gpu.tmp, "pids"), "w") as f:   # beside region-a.<uuid>
+            f.write("gpupool-pids 1\n%d 1\n" % host)
+        time.sleep(1.0 * TIMEOUT_SCALE)   # the sampler looks at the map within ~100 ms
+        t0, a = gpu.snapshot()
+        time.sleep(1.5 * TIMEOUT_SCALE)
+        t1, b = gpu.snapshot()
+        share = 100.0 * (b[host]["busy"] - a[host]["busy"]) / (t1 - t0)
+        assert abs(share - 30) <= TOLERANCE, share
+    finally:
+        p.kill()
+        p.wait()
+        err = p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
+    assert "gpupool-cuda:" not in err, err
 
 
 def test_a_limit_that_is_not_understood_fails_closed(gpu):
