@@ -11,6 +11,9 @@
 #                 arm64 cross build smoke-tested under qemu-user (make cross)
 #   make valgrind-test   the integration subset with the plugin under valgrind
 #   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
+#   make e2e-dra  the DRA driver's suite alone, on a Kubernetes 1.36 cluster (root;
+#                 K136_TARBALL: the shared 1.36.2 tarball or an official server tarball,
+#                 docs/e2e.md)
 #   make image    OCI images of the daemons from Debian packages, no Docker (root; docs/deploy.md)
 #   make bench    footprint and latency benchmarks
 #   make fuzz     the libFuzzer targets (test/fuzz, clang, build-fuzz/), each run for
@@ -116,7 +119,7 @@ VALGRIND_TESTS ?= \
   $(IT)/test_isolation.py::test_threads $(IT)/test_isolation.py::test_unusable_limit_fails_closed
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
-        asan-integration-test valgrind-test e2e image bench clean cross image-index fuzz \
+        asan-integration-test valgrind-test e2e e2e-dra image bench clean cross image-index fuzz \
         gpu-bundle gpu-check
 
 all: build
@@ -171,6 +174,9 @@ fuzz: deps
 
 e2e: build
 	@test/e2e/run.sh $(abspath $(BUILD))
+
+e2e-dra: build
+	@test/e2e/dra.sh $(abspath $(BUILD))
 
 image: build
 	@scripts/install-deps.sh --image $(DEPS_FLAGS)
