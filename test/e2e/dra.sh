@@ -361,6 +361,20 @@ T_UP=$((SECONDS - t))
 T_SCEN0=$SECONDS
 mkdir -p "$OUT/gate"
 
+# The fake NVML's GPUs have no device nodes, and a CDI spec naming
+# /dev/nvidia<minor> makes containerd stat it: stand-ins with /dev/null's
+# numbers, made only where no node exists, listed for k136/down.sh.
+fake_dev_nodes() {
+  local m
+  for m in $(/usr/bin/python3 -c 'import json,sys; [print(g["minor"]) for g in json.load(open(sys.argv[1]))["gpus"]]' "$INVENTORY"); do
+    [[ -e /dev/nvidia$m ]] && continue
+    mknod -m 666 "/dev/nvidia$m" c 1 3 || return 1
+    echo "/dev/nvidia$m" >>"$K136_FAKE_DEVS"
+  done
+}
+fake_dev_nodes || { fail "mknod /dev/nvidia<minor> stand-ins"; exit 1; }
+echo "  fake device nodes: $(tr '\n' ' ' <"$K136_FAKE_DEVS" 2>/dev/null)"
+
 # =============================================================================
 section "1. registration, ResourceSlice, DeviceClasses"
 start_slice_watch

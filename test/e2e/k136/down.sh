@@ -81,7 +81,15 @@ for d in "${CDI_DIRS[@]}"; do
   done
 done
 
-# 8. Files: state, run dir (sockets, pid files), the kubelet root we made.
+# 8. The stand-in device nodes of the fake GPUs (only those the suite made,
+#    and only while they still have /dev/null's numbers).
+if [[ -f $K136_FAKE_DEVS ]]; then
+  while read -r d; do
+    [[ -c $d && $(stat -c %t:%T "$d") == 1:3 ]] && rm -f "$d"
+  done <"$K136_FAKE_DEVS"
+fi
+
+# 9. Files: state, run dir (sockets, pid files), the kubelet root we made.
 rm -rf "$E2E_STATE" "$E2E_RUN"
 if [[ -f $KUBELET_ROOT/.gpupool-e2e ]]; then
   rm -rf "$KUBELET_ROOT"
