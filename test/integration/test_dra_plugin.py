@@ -94,8 +94,11 @@ class DraPlugin:
         lib = os.path.join(workdir, "libgpupool-cuda.so")
         with open(lib, "wb") as f:
             f.write(FAKE_LIBRARY)
+        driver_root = os.path.join(root, "driver")   # an empty driver: no library to mount
+        os.makedirs(driver_root, exist_ok=True)
         self.argv = WRAPPER + [
-            DRA_BIN, "--node-name", NODE,
+            DRA_BIN, "--node-name", NODE, "--driver-root", driver_root,
+            "--container-driver-root", driver_root,
             "--kubeconfig", write_kubeconfig(os.path.join(workdir, "kubeconfig"), api_url),
             "--kubelet-root-dir", self.kubelet_root, "--cdi-root", self.cdi_root,
             "--isolation-dir", self.isolation_dir,
@@ -348,6 +351,9 @@ def test_whole_device_claim_gets_device_nodes_only(dra, api):
         spec = p.spec(uid)
         assert env_of(spec) == {}
         assert "mounts" not in spec["containerEdits"]
+        # the node's edits (devices/cdi.c) are every claim's: here the compat hook
+        hooks = spec["containerEdits"]["hooks"]
+        assert any("enable-cuda-compat" in h["args"] for h in hooks), hooks
         assert [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]] == [node]
         assert not os.path.exists(p.region_dir(uid))
 

@@ -14,7 +14,10 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "arena.h"
+#include "cdi.h"
 #include "config.h"
+#include "container_edits.h"
 #include "dra_devices.h"
 #include "dra_plugin.h"
 #include "dra_prepare.h"
@@ -44,6 +47,9 @@ struct dra_config {
     char *isolation_dir;
     char *isolation_library;
     char *driver_root;
+    char *dev_root;
+    char *container_driver_root;
+    char *nvidia_ctk_path;
     int consumable_capacity;
     int verbosity;
 };
@@ -117,6 +123,30 @@ static const struct option_spec specs[] = {
      .offset = FIELD(driver_root),
      .def = "/",
      .help = "root of the NVIDIA driver installation (where libnvidia-ml.so.1 is found)"},
+    {.flag = "dev-root",
+     .alias = {"nvidia-dev-root"},
+     .env = {"NVIDIA_DEV_ROOT"},
+     .type = OPT_STRING,
+     .offset = FIELD(dev_root),
+     .def = "",
+     .help = "root of the NVIDIA device nodes on the host (hostPath of /dev/nvidia*); empty: "
+             "--driver-root"},
+    {.flag = "container-driver-root",
+     .alias = {"driver-root-ctr-path"},
+     .env = {"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"},
+     .type = OPT_STRING,
+     .offset = FIELD(container_driver_root),
+     .def = "/driver-root",
+     .help = "where this container sees --driver-root (the driver files the CDI specs mount are "
+             "looked for there; --driver-root itself when it does not exist)"},
+    {.flag = "nvidia-ctk-path",
+     .alias = {"nvidia-cdi-hook-path"},
+     .env = {"NVIDIA_CTK_PATH", "NVIDIA_CDI_HOOK_PATH"},
+     .type = OPT_STRING,
+     .offset = FIELD(nvidia_ctk_path),
+     .def = "/usr/bin/nvidia-ctk",
+     .help = "the host's nvidia-ctk (or nvidia-cdi-hook), run by the CDI hooks that create the "
+             "driver's symlinks and update the container's ld cache"},
     {.flag = "consumable-capacity",
      .env = {"GP_CONSUMABLE_CAPACITY"},
      .type = OPT_ENUM,
@@ -154,6 +184,8 @@ struct daemon {
     struct gpu_inventory inv;
     bool have_inventory;
     struct dra_device_table devices;
+    struct arena edits_arena;
+    struct container_edits node_edits; /* in edits_arena */
     struct kube_client *kube;
     struct dra_preparer preparer;
     bool have_preparer;
@@ -272,11 +304,22 @@ static int setup(struct daemon *d, char *err, size_t errlen)
      * the node cannot give. */
     if (install_isolation(d, err, errlen) != 0)
         return -1;
+    /* What every GPU container needs of the driver, found once: the
+     * device plugin's node-wide edits (devices/cdi.h). */
+    struct gp_config driver = {0};
+    driver.nvidia_driver_root = c->driver_root;
+    driver.nvidia_dev_root = c->dev_root[0] ? c->dev_root : c->driver_root;
+    driver.container_driver_root = c->container_driver_root;
+    driver.nvidia_ctk_path = c->nvidia_ctk_path;
+    container_edits_init(&d->node_edits, &d->edits_arena);
+    if (cdi_node_edits(&driver, &d->inv, &d->node_edits, err, errlen) != 0)
+        return -1;
     const struct dra_edits_options edits = {
         .driver = c->driver_name,
         .cdi_root = c->cdi_root,
         .isolation_dir = c->isolation_library[0] ? c->isolation_dir : NULL,
-        .dev_root = "/",
+        .dev_root = driver.nvidia_dev_root,
+        .node_edits = &d->node_edits,
     };
     const struct dra_claim_source source = {.get = get_claim, .ctx = d};
     if (dra_preparer_open(&d->preparer, d->state_dir, &edits, &d->devices, c->node_name, &source,
@@ -312,6 +355,7 @@ static void teardown(struct daemon *d)
     kube_client_free(d->kube);
     d->kube = NULL;
     dra_devices_free(&d->devices);
+    arena_free(&d->edits_arena);
     if (d->have_inventory)
         gpu_inventory_free(&d->inv);
     d->have_inventory = false;

@@ -9,16 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
+#include "arena.h"
+#include "cdi_spec.h"
 #include "errmsg.h"
-#include "file.h"
 #include "isolation.h"
 #include "log.h"
 #include "poolapi_names.h"
-#include "resource.h"
 
-#define CDI_VERSION "0.5.0"
 #define PATH_LEN 4096
 
 bool dra_edits_uid_ok(const char *uid)
@@ -45,117 +42,98 @@ static bool isolation_on(const struct dra_edits_options *o)
     return o->isolation_dir != NULL && o->isolation_dir[0] != '\0';
 }
 
-static int append(json_t *array, json_t *value)
+/* A device node at its path in the container, found under the dev root on the host. */
+static int add_node(struct container_edits *e, const struct dra_edits_options *o, const char *path)
 {
-    return value == NULL || json_array_append_new(array, value) != 0 ? -1 : 0;
+    char host[PATH_LEN];
+    size_t rl = o->dev_root ? strlen(o->dev_root) : 0;
+    while (rl > 0 && o->dev_root[rl - 1] == '/')
+        rl--;
+    snprintf(host, sizeof host, "%.*s%s", (int)rl, rl ? o->dev_root : "", path);
+    return container_edits_add_device_node(e, path, host, NULL);
 }
 
-static json_t *device_node(const char *path)
+/* One device's own edits: its nodes; for a limited device its limit and
+ * its region prefix, keyed by its UUID. */
+static int device_edits(struct container_edits *e, const struct dra_edits_options *o,
+                        const struct dra_device *d, const struct dra_node_device *nd,
+                        const char *uid)
 {
-    return json_pack("{s:s,s:s}", "path", path, "hostPath", path);
-}
-
-static bool host_has(const struct dra_edits_options *o, const char *path)
-{
-    char seen[PATH_LEN];
-    struct stat st;
-    const char *root = o->dev_root && strcmp(o->dev_root, "/") != 0 ? o->dev_root : "";
-    snprintf(seen, sizeof seen, "%s%s", root, path);
-    return stat(seen, &st) == 0;
-}
-
-static json_t *mount(const char *host, const char *container, bool ro)
-{
-    return ro ? json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", host, "containerPath", container,
-                          "options", "ro", "nosuid", "nodev", "bind")
-              : json_pack("{s:s,s:s,s:[s,s,s]}", "hostPath", host, "containerPath", container,
-                          "options", "nosuid", "nodev", "bind");
-}
-
-static json_t *device_json(const struct dra_device *d, const struct dra_node_device *nd,
-                           const char *uid)
-{
-    json_t *nodes = json_array(), *env = json_array();
-    if (nodes == NULL || env == NULL)
-        goto fail;
     for (size_t k = 0; k < nd->node_count; k++)
-        if (append(nodes, device_node(nd->nodes[k])) != 0)
-            goto fail;
-    if (d->limit > 0 && (append(env, json_sprintf(POOL_ENV_MEM_LIMIT_PREFIX "%s=%llu", d->uuid,
-                                                  (unsigned long long)d->limit)) != 0 ||
-                         append(env, json_sprintf(POOL_ENV_SHARED_CACHE_PREFIX
-                                                  "%s=" POOL_CONTAINER_CLAIMS_DIR "/%s/region",
-                                                  d->uuid, uid)) != 0))
-        goto fail;
-    json_t *edits = json_pack("{s:o}", "deviceNodes", nodes);
-    nodes = NULL;
-    if (edits == NULL)
-        goto fail;
-    if (json_array_size(env) > 0 && json_object_set(edits, "env", env) != 0) {
-        json_decref(edits);
-        goto fail;
-    }
-    json_decref(env);
-    return json_pack("{s:s++,s:o}", "name", uid, "-", d->device, "containerEdits", edits);
-fail:
-    json_decref(nodes);
-    json_decref(env);
-    return NULL;
+        if (add_node(e, o, nd->nodes[k]) != 0)
+            return -1;
+    if (d->limit == 0)
+        return 0;
+    char key[160], value[PATH_LEN];
+    snprintf(key, sizeof key, POOL_ENV_MEM_LIMIT_PREFIX "%s", d->uuid);
+    snprintf(value, sizeof value, "%llu", (unsigned long long)d->limit);
+    if (container_edits_set_env(e, key, value) != 0)
+        return -1;
+    snprintf(key, sizeof key, POOL_ENV_SHARED_CACHE_PREFIX "%s", d->uuid);
+    snprintf(value, sizeof value, POOL_CONTAINER_CLAIMS_DIR "/%s/region", uid);
+    return container_edits_set_env(e, key, value);
 }
 
-static json_t *spec_json(const struct dra_edits_options *o, const struct dra_claim_entry *e,
-                         const struct dra_device_table *t, bool limited, const char *region,
-                         char *err, size_t errlen)
+/* The library, its preload file (read-only) and the claim's region
+ * directory (read-write): what every container of a limited claim mounts. */
+static int isolation_mounts(struct container_edits *e, const struct dra_edits_options *o,
+                            const char *uid, const char *region)
 {
-    json_t *devices = json_array(), *nodes = json_array(), *mounts = json_array();
-    json_t *spec = NULL;
-    if (devices == NULL || nodes == NULL || mounts == NULL)
+    char lib[PATH_LEN], preload[PATH_LEN], target[PATH_LEN];
+    snprintf(lib, sizeof lib, "%s/%s", o->isolation_dir, ISOLATION_LIBRARY_NAME);
+    snprintf(preload, sizeof preload, "%s/%s", o->isolation_dir, ISOLATION_PRELOAD_NAME);
+    snprintf(target, sizeof target, POOL_CONTAINER_CLAIMS_DIR "/%s", uid);
+    if (container_edits_add_mount(e, lib, POOL_CONTAINER_LIBRARY, true) != 0 ||
+        container_edits_add_mount(e, preload, POOL_CONTAINER_PRELOAD, true) != 0 ||
+        container_edits_add_mount(e, region, target, false) != 0)
+        return -1;
+    return 0;
+}
+
+/* The spec of claim e into <cdi-root>/<file>. */
+static int write_spec(const struct dra_edits_options *o, const struct dra_claim_entry *e,
+                      const struct dra_device_table *t, bool limited, const char *region,
+                      const char *file, char *err, size_t errlen)
+{
+    struct arena a = ARENA_INIT;
+    struct container_edits common;
+    int rc = -1;
+    container_edits_init(&common, &a);
+    struct cdi_spec_device *devices =
+        arena_calloc(&a, e->device_count ? e->device_count : 1, sizeof *devices);
+    struct container_edits *own =
+        arena_calloc(&a, e->device_count ? e->device_count : 1, sizeof *own);
+    if (devices == NULL || own == NULL)
         goto oom;
     for (size_t i = 0; i < e->device_count; i++) {
-        const struct dra_node_device *nd = dra_devices_find(t, e->devices[i].device);
+        const struct dra_device *d = &e->devices[i];
+        const struct dra_node_device *nd = dra_devices_find(t, d->device);
         if (nd == NULL) {
-            gp_errf(err, errlen, "device %s is not a device of this node", e->devices[i].device);
+            gp_errf(err, errlen, "device %s is not a device of this node", d->device);
             goto out;
         }
-        if (append(devices, device_json(&e->devices[i], nd, e->uid)) != 0)
+        container_edits_init(&own[i], &a);
+        devices[i].name = arena_printf(&a, "%s-%s", e->uid, d->device);
+        devices[i].edits = &own[i];
+        if (devices[i].name == NULL || device_edits(&own[i], o, d, nd, e->uid) != 0)
             goto oom;
     }
-    if (append(nodes, device_node(resource_control_nodes[0])) != 0)
+    if (o->node_edits != NULL && container_edits_merge(&common, o->node_edits) != 0)
         goto oom;
-    for (size_t i = 1; i < resource_control_node_count; i++)
-        if (host_has(o, resource_control_nodes[i]) &&
-            append(nodes, device_node(resource_control_nodes[i])) != 0)
-            goto oom;
-    if (limited) {
-        char lib[PATH_LEN], preload[PATH_LEN], target[PATH_LEN];
-        snprintf(lib, sizeof lib, "%s/%s", o->isolation_dir, ISOLATION_LIBRARY_NAME);
-        snprintf(preload, sizeof preload, "%s/%s", o->isolation_dir, ISOLATION_PRELOAD_NAME);
-        snprintf(target, sizeof target, POOL_CONTAINER_CLAIMS_DIR "/%s", e->uid);
-        if (append(mounts, mount(lib, POOL_CONTAINER_LIBRARY, true)) != 0 ||
-            append(mounts, mount(preload, POOL_CONTAINER_PRELOAD, true)) != 0 ||
-            append(mounts, mount(region, target, false)) != 0)
-            goto oom;
-    }
-    json_t *common = json_pack("{s:O}", "deviceNodes", nodes);
-    if (common == NULL ||
-        (json_array_size(mounts) > 0 && json_object_set(common, "mounts", mounts)))
-        goto oom_common;
-    char kind[DRA_CDI_ID_LEN];
-    snprintf(kind, sizeof kind, POOL_DRA_CDI_VENDOR_PREFIX "%s/" POOL_DRA_CDI_CLASS, o->driver);
-    spec = json_pack("{s:s,s:s,s:O,s:o}", "cdiVersion", CDI_VERSION, "kind", kind, "devices",
-                     devices, "containerEdits", common);
-    if (spec == NULL)
+    if (limited && isolation_mounts(&common, o, e->uid, region) != 0)
         goto oom;
+    char *kind = arena_printf(&a, POOL_DRA_CDI_VENDOR_PREFIX "%s/" POOL_DRA_CDI_CLASS, o->driver);
+    if (kind == NULL)
+        goto oom;
+    const struct cdi_spec spec = {
+        .kind = kind, .devices = devices, .device_count = e->device_count, .common = &common};
+    rc = cdi_spec_write(&spec, o->cdi_root, file, err, errlen);
     goto out;
-oom_common:
-    json_decref(common);
 oom:
     gp_errf(err, errlen, "out of memory building the CDI spec of claim %s", e->uid);
 out:
-    json_decref(devices);
-    json_decref(nodes);
-    json_decref(mounts);
-    return spec;
+    arena_free(&a);
+    return rc;
 }
 
 /* <isolation-dir>/claims/<uid>, 0777 whatever the umask: non-root
@@ -197,24 +175,8 @@ int dra_edits_apply(const struct dra_edits_options *o, const struct dra_claim_en
                        e->uid);
     if (limited && make_region_dir(o, e->uid, region, sizeof region, err, errlen) != 0)
         return -1;
-    json_t *spec = spec_json(o, e, t, limited, region, err, errlen);
-    if (spec == NULL)
-        return -1;
-    char *text = json_dumps(spec, JSON_INDENT(2));
-    json_decref(spec);
-    if (text == NULL)
-        return gp_errf(err, errlen, "out of memory writing %s", path);
-    if (mkdir(o->cdi_root, 0755) != 0 && errno != EEXIST) {
-        int saved = errno;
-        free(text);
-        return gp_errf(err, errlen, "cannot create %s: %s", o->cdi_root, strerror(saved));
-    }
-    int rc = file_replace(path, text, strlen(text), 0644, FILE_REPLACE_SYNC);
-    int saved = errno;
-    free(text);
-    if (rc != 0)
-        return gp_errf(err, errlen, "cannot write the CDI spec %s: %s", path, strerror(saved));
-    return 0;
+    const char *file = strrchr(path, '/') + 1;
+    return write_spec(o, e, t, limited, region, file, err, errlen);
 }
 
 int dra_edits_remove(const struct dra_edits_options *o, const char *uid, char *err, size_t errlen)
@@ -224,8 +186,8 @@ int dra_edits_remove(const struct dra_edits_options *o, const char *uid, char *e
         return gp_errf(err, errlen, "claim UID \"%.80s\" is not usable in a path", uid);
     if (dra_edits_spec_path(o, uid, path, sizeof path) != 0)
         return gp_errf(err, errlen, "the CDI spec path of claim %s is too long", uid);
-    if (unlink(path) != 0 && errno != ENOENT)
-        return gp_errf(err, errlen, "cannot remove %s: %s", path, strerror(errno));
+    if (cdi_spec_remove(o->cdi_root, strrchr(path, '/') + 1, err, errlen) != 0)
+        return -1;
     if (!isolation_on(o))
         return 0;
     char parent[PATH_LEN];

@@ -12,13 +12,17 @@
  *                  CUDA_DEVICE_MEMORY_SHARED_CACHE_<UUID>=<claim dir>/region
  *                  (keyed by UUID: a container holding several claims gets
  *                  every claim's edits without two setting one variable);
- *   whole spec     /dev/nvidiactl (+ the uvm/modeset nodes the host has);
+ *   whole spec     the node's edits every GPU container needs (control
+ *                  nodes, driver libraries, nvidia-ctk hooks: cdi_node_edits(),
+ *                  computed once by the caller);
  *                  with a limited device: libgpupool-cuda and the
  *                  ld.so.preload naming it (read-only) and the claim's
  *                  region directory (read-write), at the container
  *                  contract's paths (poolapi_names.h).
  *
- * A whole-device claim gets device nodes only: no library, no limit.
+ * A whole-device claim gets its device nodes and the node's edits only: no
+ * library, no limit. The spec is built with container_edits and written by
+ * cdi_spec (devices/).
  * Every path derives from the claim UID, so removal needs nothing but the
  * UID (a claim unknown to a lost checkpoint is still cleaned up).
  * Writes are atomic (file_replace); creation and removal are idempotent.
@@ -31,6 +35,7 @@
 #include <stddef.h>
 
 #include "compiler.h"
+#include "container_edits.h"
 #include "dra_checkpoint.h"
 #include "dra_devices.h"
 
@@ -40,7 +45,8 @@ struct dra_edits_options {
     const char *driver;
     const char *cdi_root;      /* where the runtime reads CDI specs */
     const char *isolation_dir; /* NULL or "": no memory limits on this node */
-    const char *dev_root;      /* where this process sees /dev ("/" normally) */
+    const char *dev_root;      /* the host's /dev root, for hostPath ("/" normally) */
+    const struct container_edits *node_edits; /* every claim's common edits; NULL: none */
 };
 
 /* The spec file of claim uid into out. -1 when it does not fit. */
