@@ -91,11 +91,21 @@ struct cudareg_view {
     unsigned live_slots;
 };
 
-/* Reads a copy of a region file's bytes (len of them): a pure function that
- * takes no lock and trusts nothing, so a damaged or hostile file can only
- * give wrong figures for its own container, never wedge or crash the
- * reader. each (may be NULL) is called for every used slot. 0, or -1 when
- * the bytes are not a ready region of this layout version. */
+/* How many leading bytes of a region file cudareg_peek needs: the header
+ * and the slots below its high mark (the only ones that can hold bytes),
+ * read from the len bytes at head; 0 when they are fewer than the header
+ * or not a region header of this layout version. A reader preads a first
+ * CUDAREG_PEEK_FIRST bytes, then the rest of this size if more. */
+#define CUDAREG_PEEK_FIRST 512
+size_t cudareg_peek_size(const void *head, size_t len);
+
+/* Reads a copy of a region file's leading bytes (len of them, at least the
+ * header, at most the whole file): a pure function that takes no lock and
+ * trusts nothing, so a damaged or hostile file can only give wrong figures
+ * for its own container, never wedge or crash the reader. each (may be
+ * NULL) is called for every used slot below the high mark that the bytes
+ * cover. 0, or -1 when the bytes are not a ready region of this layout
+ * version. */
 int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
                  void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx);
 

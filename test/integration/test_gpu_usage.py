@@ -106,3 +106,52 @@ def test_a_hostile_region_file_cannot_hurt_the_scrape(gpumem, api, workdir):
     finally:
         holder.kill()
         holder.wait()
+
+
+def pidfds(pid):
+    """The process descriptors (pidfd_open) the agent holds."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)) == "anon_inode:[pidfd]"
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def test_processes_are_read_once_and_forgotten_when_they_exit(gpumem, api, workdir):
+    """The agent reads /proc once per GPU process and keeps a pidfd to know when it exits
+    (docs/metrics.md): names stay right scrape after scrape, and every descriptor goes back
+    once the processes are gone, whatever their number."""
+    p, k = start(gpumem)
+    uuid = p.inventory.gpus[1].uuid
+    create(api, make_pod("infer", containers=[("main", 4)], idx=1, ns="ml"))
+    k.admit("ml", "infer")
+    region_dir = os.path.join(iso_dir(workdir), "containers", uid_of(api, "infer", "ml") + "_0")
+    holder = charge(region_dir, uuid, 4 * GIB, "init alloc 256m hold")
+    strangers = [subprocess.Popen(["sleep", "60"]) for _ in range(40)]
+    try:
+        scrape(p)
+        assert pidfds(p.pid) == 0
+        p.control("process 1 %d 256 10 1" % holder.pid,
+                  *["process 1 %d 1 1 1" % s.pid for s in strangers])
+        me = owner("ml", "infer", "main", uuid)
+        for _ in range(3):
+            _, s = scrape(p)
+            assert value(s, "gpupool_process_gpu_memory_used_bytes", pid=holder.pid,
+                         **me) == 256 * MIB
+            for st in strangers:
+                assert value(s, "gpupool_process_gpu_memory_used_bytes", pid=st.pid,
+                             **owner("", "", "", uuid)) == MIB
+        assert pidfds(p.pid) == 41  # the processes are held, not read again
+        for proc in [holder] + strangers:
+            proc.kill()
+            proc.wait()
+        p.control("process 1 %d gone" % holder.pid,
+                  *["process 1 %d gone" % s.pid for s in strangers])
+        scrape(p)
+        assert pidfds(p.pid) == 0
+    finally:
+        for proc in [holder] + strangers:
+            proc.kill()
+            proc.wait()

@@ -21,20 +21,36 @@
  * does not exist, i.e. the plugin runs on the host) and named in the spec
  * by their host path (--driver-root) and their path inside the container.
  *
- * The write is atomic (a temporary file in the same directory, renamed),
- * so a runtime never reads half a spec. */
+ * The spec is put together by the vendor-neutral builder (cdi_spec.h)
+ * from container edits; cdi_node_edits() and cdi_device_edits() give those
+ * edits to any other spec writer (a DRA driver's per-claim specs). The
+ * write is atomic (a temporary file in the same directory, renamed), so a
+ * runtime never reads half a spec. */
 #ifndef GP_CDI_H
 #define GP_CDI_H
 
 #include <stddef.h>
 
+#include "cdi_spec.h"
 #include "compiler.h"
 #include "config.h"
+#include "container_edits.h"
 #include "gpu.h"
 #include "resource.h"
 
-#define CDI_SPEC_VERSION "0.5.0"
 #define CDI_SPEC_FILE "k8s.device-plugin.nvidia.com-gpu.json"
+
+/* The edits every GPU container of this node needs, added to out: the
+ * control nodes, the driver's libraries and binaries (read-only mounts)
+ * and the nvidia-ctk hooks, as described above (not the spec's
+ * NVIDIA_VISIBLE_DEVICES=void). -1 + err when out of memory. */
+GP_MUST_USE int cdi_node_edits(const struct gp_config *cfg, const struct gpu_inventory *inv,
+                               struct container_edits *out, char *err, size_t errlen);
+
+/* The device nodes of one device (resource_device_nodes(), host paths
+ * under the dev root), added to out. -1 when out of memory. */
+GP_MUST_USE int cdi_device_edits(const struct gp_config *cfg, const struct gpu_inventory *inv,
+                                 const struct resource_device *d, struct container_edits *out);
 
 /* Returns 0, or -1 with err naming the path and the reason. */
 int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,

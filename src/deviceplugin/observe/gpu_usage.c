@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cuda_region.h"
@@ -100,8 +103,10 @@ static void name_owner(struct owner *o, const struct usage_names *names)
     }
 }
 
-/* Reads one region file of directory dfd into buf; 0 with *v, -1 when it
- * is absent, not a regular file, or not a region. */
+/* Reads one region file of directory dfd into buf (len bytes, the whole
+ * file's size): its header first, then only the slots below its high mark
+ * (one small pread for most containers instead of the whole 40 KiB file).
+ * 0 with *v, -1 when it is absent, not a regular file, or not a region. */
 static int read_region(int dfd, const char *name, unsigned char *buf, size_t len,
                        struct cudareg_view *v, struct slot_ctx *sc)
 {
@@ -110,13 +115,21 @@ static int read_region(int dfd, const char *name, unsigned char *buf, size_t len
     if (fd < 0)
         return -1;
     struct stat st;
+    size_t need = 0;
     ssize_t got = -1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == len)
-        got = pread(fd, buf, len, 0);
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == len &&
+        len >= CUDAREG_PEEK_FIRST)
+        got = pread(fd, buf, CUDAREG_PEEK_FIRST, 0);
+    if (got == CUDAREG_PEEK_FIRST)
+        need = cudareg_peek_size(buf, (size_t)got);
+    if (need > (size_t)got && need <= len &&
+        pread(fd, buf + got, need - (size_t)got, got) != (ssize_t)(need - (size_t)got))
+        need = 0;
     close(fd);
-    if (got != (ssize_t)len)
+    if (need == 0)
         return -1;
-    return cudareg_peek(buf, len, v, on_slot, sc);
+    /* A mark below the first read: what was read covers it. */
+    return cudareg_peek(buf, need, v, on_slot, sc);
 }
 
 static void scan_regions(struct scan *s, const char *isolation_dir, const struct gpu_inventory *inv,
@@ -345,29 +358,128 @@ static size_t slot_in_pod(const struct scan *s, const char *uid, size_t gpu, int
     return found;
 }
 
-static void name_process(const struct scan *s, uint32_t own_ns, unsigned pid, size_t gpu,
-                         const struct usage_names *names, char *ns, char *pod, char *ctr)
+/* ---- known processes ---------------------------------------------------------
+ * What /proc says of a GPU process does not change while it lives: its pid
+ * namespace, its pid there, its pod. Reading it costs three /proc files
+ * (status is formatted by the kernel on every read), the dearest part of a
+ * scrape, so it is read once per process: a pidfd taken before the reads
+ * pins the identity (a pid reused after an exit gets a new entry, since
+ * the old pidfd turned readable at the exit) and one poll(2) per scrape
+ * finds those that ended. At most MAX_KNOWN entries (one descriptor each)
+ * and a quarter of the descriptor limit; past that, processes are read
+ * every scrape as before. */
+#define MAX_KNOWN 512
+
+struct usage_known {
+    unsigned pid;
+    int pidfd;
+    bool inner;     /* inner_pid answered */
+    uint32_t pidns; /* 0: unknown */
+    int32_t nspid;
+    bool in_pod; /* uid holds the pod UID from its cgroup */
+    char uid[40];
+};
+
+void usage_state_reset(struct usage_state *st)
+{
+    for (size_t i = 0; i < st->n_known; i++)
+        close(st->known[i].pidfd);
+    free(st->known);
+    memset(st, 0, sizeof *st);
+}
+
+/* Drops the entries whose process has exited (their pidfd is readable). */
+static void forget_exited(struct usage_state *st)
+{
+    if (st->n_known == 0)
+        return;
+    struct pollfd *p = calloc(st->n_known, sizeof *p);
+    if (p == NULL)
+        return; /* kept one more scrape */
+    for (size_t i = 0; i < st->n_known; i++)
+        p[i] = (struct pollfd){.fd = st->known[i].pidfd, .events = POLLIN};
+    if (poll(p, st->n_known, 0) > 0) {
+        size_t k = 0;
+        for (size_t i = 0; i < st->n_known; i++) {
+            if (p[i].revents != 0) {
+                close(st->known[i].pidfd);
+                continue;
+            }
+            st->known[k++] = st->known[i];
+        }
+        st->n_known = k;
+    }
+    free(p);
+}
+
+static const struct usage_known *find_known(const struct usage_state *st, unsigned pid)
+{
+    for (size_t i = 0; i < st->n_known; i++)
+        if (st->known[i].pid == pid)
+            return &st->known[i];
+    return NULL;
+}
+
+/* What /proc says of pid into *k; remembered when a pidfd pins it and
+ * there is room. The reads come after pidfd_open, and the pidfd is
+ * polled after them: an exit in between leaves the answer unremembered. */
+static void learn_process(struct usage_state *st, uint32_t own_ns, size_t room, unsigned pid,
+                          struct usage_known *k)
+{
+    *k = (struct usage_known){.pid = pid, .pidfd = -1};
+    int fd = st->n_known < room ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+    k->inner = inner_pid(pid, own_ns, &k->pidns, &k->nspid) == 0;
+    k->in_pod = cgroup_pod_uid(pid, k->uid, sizeof k->uid) == 0;
+    if (fd < 0)
+        return;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 0) != 0 || !k->inner) {
+        close(fd); /* gone already, or /proc refused: asked again next scrape */
+        return;
+    }
+    if (st->n_known == st->cap_known) {
+        size_t c = st->cap_known ? st->cap_known * 2 : 32;
+        struct usage_known *v = realloc(st->known, c * sizeof *v);
+        if (v == NULL) {
+            close(fd);
+            return;
+        }
+        st->known = v;
+        st->cap_known = c;
+    }
+    k->pidfd = fd;
+    st->known[st->n_known++] = *k;
+}
+
+static void name_process(const struct scan *s, struct usage_state *st, uint32_t own_ns, size_t room,
+                         unsigned pid, size_t gpu, const struct usage_names *names, char *ns,
+                         char *pod, char *ctr)
 {
     ns[0] = pod[0] = ctr[0] = '\0';
-    uint32_t pidns = 0;
-    int32_t nspid = 0;
-    bool inner = inner_pid(pid, own_ns, &pidns, &nspid) == 0;
+    struct usage_known k;
+    const struct usage_known *seen = find_known(st, pid);
+    if (seen != NULL)
+        k = *seen;
+    else
+        learn_process(st, own_ns, room, pid, &k);
+    bool inner = k.inner;
+    uint32_t pidns = k.pidns;
+    int32_t nspid = k.nspid;
     /* The exact key: (pid namespace, pid in it), whatever the GPU. */
     for (size_t i = 0; inner && pidns != 0 && i < s->n_slots; i++)
         if (s->slots[i].pidns == pidns && s->slots[i].pid == nspid) {
             copy_owner(&s->owners[s->slots[i].owner], ns, pod, ctr);
             return;
         }
-    char uid[64];
-    if (cgroup_pod_uid(pid, uid, sizeof uid) != 0)
+    if (!k.in_pod)
         return; /* no pod's process */
-    size_t slot = inner && pidns == 0 ? slot_in_pod(s, uid, gpu, nspid) : SIZE_MAX;
+    size_t slot = inner && pidns == 0 ? slot_in_pod(s, k.uid, gpu, nspid) : SIZE_MAX;
     if (slot != SIZE_MAX) {
         copy_owner(&s->owners[s->slots[slot].owner], ns, pod, ctr);
         return;
     }
     if (names != NULL && names->name != NULL &&
-        !names->name(names->ctx, uid, -1, ns, NAME_LEN, pod, NAME_LEN, ctr, NAME_LEN))
+        !names->name(names->ctx, k.uid, -1, ns, NAME_LEN, pod, NAME_LEN, ctr, NAME_LEN))
         ns[0] = pod[0] = ctr[0] = '\0';
 }
 
@@ -465,9 +577,15 @@ static void render_processes(struct buf *f, struct usage_state *st, const struct
         total += per[g].n;
     char(*lab)[3][NAME_LEN] = total > 0 ? calloc(total, sizeof *lab) : NULL;
     uint32_t own_ns = pidns_of("/proc/self/ns/pid");
+    forget_exited(st);
+    struct rlimit nofile;
+    size_t room = MAX_KNOWN;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur / 4 < room)
+        room = (size_t)(nofile.rlim_cur / 4);
     for (size_t g = 0, k = 0; lab != NULL && g < n; g++)
         for (size_t i = 0; i < per[g].n; i++, k++)
-            name_process(s, own_ns, per[g].rows[i].pid, g, names, lab[k][0], lab[k][1], lab[k][2]);
+            name_process(s, st, own_ns, room, per[g].rows[i].pid, g, names, lab[k][0], lab[k][1],
+                         lab[k][2]);
     for (int m = 0; m < 3; m++) {
         prom_header(f, fam[m], "gauge", help[m]);
         for (size_t g = 0, k = 0; lab != NULL && g < n; g++)

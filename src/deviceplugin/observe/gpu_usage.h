@@ -37,11 +37,21 @@ struct usage_names {
 };
 
 /* Per GPU: the newest process sample seen (microseconds), so each scrape
- * asks NVML for the samples since the previous one. */
+ * asks NVML for the samples since the previous one. And the processes
+ * already looked up in /proc, each held by a pidfd (pidfd_open(2)) that
+ * says when it exits, so a scrape reads /proc only for processes it has not
+ * seen (gpu_usage.c, "known processes"). Zeroed
+ * memory is an empty state; usage_state_reset gives back what it holds. */
 #define USAGE_MAX_GPUS 64
+struct usage_known;
 struct usage_state {
     unsigned long long last_seen_us[USAGE_MAX_GPUS];
+    struct usage_known *known;
+    size_t n_known, cap_known;
 };
+
+/* Closes the pidfds and frees the table; the state is empty after. */
+void usage_state_reset(struct usage_state *st);
 
 /* Writes the gpupool_container_gpu_* and gpupool_process_gpu_* families
  * (headers always, samples for what was found). isolation_dir NULL or "":

@@ -495,7 +495,7 @@ void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gp
     free(m->isolation_dir);
     m->isolation_dir = NULL;
     m->names = (struct usage_names){0};
-    memset(&m->usage, 0, sizeof m->usage);
+    usage_state_reset(&m->usage);
     pthread_mutex_unlock(&m->attach_lock);
 }
 
@@ -618,6 +618,7 @@ void metrics_stop(struct plugin_metrics *m)
     podresources_close(m->pr_client);
     free(m->pr_socket);
     free(m->isolation_dir);
+    usage_state_reset(&m->usage);
     pthread_mutex_destroy(&m->pr_lock);
     pthread_mutex_destroy(&m->slots_lock);
     pthread_mutex_destroy(&m->xid_lock);
