@@ -198,7 +198,8 @@ static int answer_prepare(struct dra_plugin *p, const PrepareRequest *req, bool 
             if (copy == NULL || devs == NULL)
                 goto out;
             *copy = *e;
-            memcpy(devs, e->devices, e->device_count * sizeof *devs);
+            if (e->device_count > 0) /* a claim with no device of ours has none */
+                memcpy(devs, e->devices, e->device_count * sizeof *devs);
             copy->devices = devs;
             if (fill_devices(&a, one, copy, v1) != 0)
                 goto out;
