@@ -83,12 +83,13 @@ class DraPlugin:
     """One gpupool-dra-plugin process with its kubelet root, CDI root and isolation dir."""
 
     def __init__(self, root, workdir, api_url, inventory=INVENTORY, args=(), isolation=True,
-                 name="dra"):
+                 name="dra", driver=DRIVER):
         self.root = root
+        self.driver = driver
         self.kubelet_root = os.path.join(root, "kubelet")
         self.cdi_root = os.path.join(root, "cdi")
         self.isolation_dir = os.path.join(root, "isolation")
-        self.state_dir = os.path.join(self.kubelet_root, "plugins", DRIVER)
+        self.state_dir = os.path.join(self.kubelet_root, "plugins", driver)
         self.log_path = os.path.join(workdir, name + ".log")
         self.inventory = Inventory(inventory)
         lib = os.path.join(workdir, "libgpupool-cuda.so")
@@ -116,7 +117,7 @@ class DraPlugin:
 
     @property
     def registration(self):
-        return os.path.join(self.kubelet_root, "plugins_registry", DRIVER + "-reg.sock")
+        return os.path.join(self.kubelet_root, "plugins_registry", self.driver + "-reg.sock")
 
     @property
     def endpoint(self):
@@ -192,7 +193,7 @@ class DraPlugin:
 
     # -- what the runtime reads -------------------------------------------------------------
     def spec_path(self, uid):
-        return os.path.join(self.cdi_root, "k8s.%s-claim_%s.json" % (DRIVER, uid))
+        return os.path.join(self.cdi_root, "k8s.%s-claim_%s.json" % (self.driver, uid))
 
     def spec(self, uid):
         with open(self.spec_path(uid)) as f:
@@ -637,6 +638,21 @@ def test_removed_socket_is_served_again(dra):
         assert time.monotonic() < deadline, p.log()
         time.sleep(0.05)
     assert p.get_info().name == DRIVER
+
+
+def test_driver_name_nvidia_serves_nvidias_claims(dra, api):
+    """--driver-name gpu.nvidia.com: the sockets, the CDI kind and the results taken are
+    NVIDIA's driver's, so claims written for it work unchanged."""
+    p = dra(args=("--driver-name", "gpu.nvidia.com"), driver="gpu.nvidia.com")
+    assert p.registration.endswith("/plugins_registry/gpu.nvidia.com-reg.sock")
+    assert p.get_info().name == "gpu.nvidia.com"
+    theirs, ours = put(api, claim("nv", [result("gpu-0", driver="gpu.nvidia.com")]),
+                       claim("gp", [result("gpu-1")]))
+    resp = p.prepare([theirs, ours])
+    ut, uo = theirs["metadata"]["uid"], ours["metadata"]["uid"]
+    assert devices_of(resp, ut) == [("gpu-0", ["k8s.gpu.nvidia.com/claim=%s-gpu-0" % ut])]
+    assert p.spec(ut)["kind"] == "k8s.gpu.nvidia.com/claim"
+    assert devices_of(resp, uo) == []      # not this driver's: nothing to prepare
 
 
 def test_missing_node_name_is_a_clear_error(api, tmp_path):

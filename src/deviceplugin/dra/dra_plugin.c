@@ -64,6 +64,10 @@ static const struct rpc_method REG_METHODS[REG_METHOD_COUNT] = {
 };
 
 #define HEALTH_MESSAGE_LEN 256
+/* The kubelet gives each call 45 s. Claims still waiting when a request has
+ * run this long are answered with an error instead of being prepared after
+ * the kubelet stopped listening (it asks again for what is missing). */
+#define REQUEST_BUDGET_MS 40000
 
 struct device_health {
     bool healthy;
@@ -146,6 +150,7 @@ static int answer_prepare(struct dra_plugin *p, const PrepareRequest *req, bool 
     PrepareResponse resp =
         K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
     int rc = -1;
+    int64_t started = clock_now_ms();
     resp.claims = arena_calloc(&a, req->n_claims ? req->n_claims : 1, sizeof *resp.claims);
     if (resp.claims == NULL)
         goto out;
@@ -171,8 +176,16 @@ static int answer_prepare(struct dra_plugin *p, const PrepareRequest *req, bool 
             goto out;
         const struct dra_claim_entry *e = NULL;
         char err[GP_ERR_LEN];
-        if (dra_prepare_claim(p->o.preparer, c->namespace_, c->name, c->uid, &e, err, sizeof err) !=
-            0) {
+        if (clock_now_ms() - started > REQUEST_BUDGET_MS) {
+            snprintf(err, sizeof err,
+                     "not prepared: the request ran out of time (%d s) on earlier claims; the "
+                     "kubelet asks again",
+                     REQUEST_BUDGET_MS / 1000);
+            one->error = arena_strdup(&a, err);
+            if (one->error == NULL)
+                goto out;
+        } else if (dra_prepare_claim(p->o.preparer, c->namespace_, c->name, c->uid, &e, err,
+                                     sizeof err) != 0) {
             log_error("NodePrepareResources: claim %s/%s (%s): %s", c->namespace_, c->name, c->uid,
                       err);
             one->error = arena_strdup(&a, err);
@@ -185,7 +198,8 @@ static int answer_prepare(struct dra_plugin *p, const PrepareRequest *req, bool 
             if (copy == NULL || devs == NULL)
                 goto out;
             *copy = *e;
-            memcpy(devs, e->devices, e->device_count * sizeof *devs);
+            if (e->device_count > 0) /* a claim with no device of ours has none */
+                memcpy(devs, e->devices, e->device_count * sizeof *devs);
             copy->devices = devs;
             if (fill_devices(&a, one, copy, v1) != 0)
                 goto out;
