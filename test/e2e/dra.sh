@@ -78,6 +78,10 @@ PLUGIN_DIR=$KUBELET_ROOT/plugins/$DRIVER
 REG_SOCK=$KUBELET_ROOT/plugins_registry/$DRIVER-reg.sock
 CHECKPOINT=$PLUGIN_DIR/checkpoint.json
 OUT=$E2E_LOGS/dra
+GATE=$E2E_STATE/gate     # dra-crash's init container waits for $GATE/open
+# The CDI hooks' program: no NVIDIA Container Toolkit on this machine, and the
+# fake driver needs no symlinks or ld cache; /bin/true runs as the hook.
+NVIDIA_CTK=${DRA_NVIDIA_CTK:-/bin/true}
 CLASS_WHOLE=gpu.gpupool.io
 CLASS_MEM=gpu-mem.gpupool.io
 CLASS_MIG=mig.gpupool.io
@@ -89,7 +93,7 @@ DOWN_DONE=0
 teardown() {
   ((DOWN_DONE)) && return 0
   DOWN_DONE=1
-  [[ -n $WATCH_PID ]] && kill "$WATCH_PID" 2>/dev/null && wait "$WATCH_PID" 2>/dev/null
+  stop_slice_watch
   if [[ ${E2E_KEEP_UP:-0} == 1 ]]; then
     e2e_log "E2E_KEEP_UP=1: cluster left running (KUBECONFIG=$KUBECONFIG); stop it with test/e2e/k136/down.sh"
     return 0
@@ -124,7 +128,8 @@ start_plugin() {
   PLUGIN_LOG=$E2E_LOGS/dra-plugin-$PLUGIN_N-$1.log
   local args=(--driver-name "$DRIVER" --node-name "$NODE_NAME" --kubeconfig "$KUBECONFIG"
     --kubelet-root-dir "$KUBELET_ROOT" --cdi-root "$CDI_ROOT"
-    --isolation-dir "$ISO_DIR" --isolation-library "$BUILD/lib/libgpupool-cuda.so")
+    --isolation-dir "$ISO_DIR" --isolation-library "$BUILD/lib/libgpupool-cuda.so"
+    --dev-root "$DEV_ROOT" --nvidia-ctk-path "$NVIDIA_CTK")
   # shellcheck disable=SC2206
   args+=(${DRA_PLUGIN_ARGS:-})
   printf '  $ gpupool-dra-plugin %s   (inventory %s, log: %s)\n' "${args[*]}" "$(basename "$INVENTORY")" "$PLUGIN_LOG"
@@ -157,18 +162,26 @@ plugin_alive() { [[ -n $PLUGIN_PID ]] && alive "$PLUGIN_PID"; }
 SLICE_EVENTS=$OUT/slice-events.txt
 start_slice_watch() {
   : >"$SLICE_EVENTS"
-  # No --request-timeout: the watch lasts the run (kc's 20 s would end it).
-  (
+  # Its own session, so stop_slice_watch ends the loop and its kubectl
+  # together. No --request-timeout: the watch lasts the run.
+  setsid bash -c '
     while :; do
-      "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" get resourceslices --watch-only --output-watch-events \
-        -o jsonpath='{.type} {.object.metadata.name} {.object.spec.driver} {.object.spec.pool.generation}{"\n"}' 2>/dev/null |
+      "$1" --kubeconfig "$2" get resourceslices --watch-only --output-watch-events \
+        -o jsonpath="{.type} {.object.metadata.name} {.object.spec.driver} {.object.spec.pool.generation}{\"\n\"}" |
         while read -r ev name drv gen; do
-          [[ $drv == "$DRIVER" ]] && echo "$EPOCHREALTIME $ev $name $gen"
+          [[ $drv == "$3" ]] && echo "$EPOCHREALTIME $ev $name $gen"
         done
       sleep 0.2
-    done
-  ) >>"$SLICE_EVENTS" &
+    done' slice-watch "$K8S_BIN/kubectl" "$KUBECONFIG" "$DRIVER" >>"$SLICE_EVENTS" 2>/dev/null </dev/null &
   WATCH_PID=$!
+  echo "$WATCH_PID" >"$(pidfile slice-watch)"   # k136/down.sh ends it too
+}
+stop_slice_watch() {
+  [[ -n $WATCH_PID ]] || return 0
+  kill -- -"$WATCH_PID" 2>/dev/null
+  wait "$WATCH_PID" 2>/dev/null
+  rm -f "$(pidfile slice-watch)"
+  WATCH_PID=
 }
 # first_event_after T TYPE  -- the stamp of the first TYPE event after T ("" if none)
 first_event_after() { awk -v t="$1" -v ty="$2" '$1 > t && $2 == ty {print $1; exit}' "$SLICE_EVENTS"; }
@@ -208,20 +221,18 @@ spec:
 EOF
   [[ -z ${4:-} ]] || printf '        capacity:\n          requests:\n            memory: %s\n' "$4"
 }
-# probe_script SHARE_BYTES  -- the container's script: what it was given, then
-# the probe, which holds its memory until TERM.
-probe_script() {
-  cat <<EOF
-      trap 'exit 0' TERM
-      env | grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_DEVICE_MEMORY[A-Z_]*)=' | sort
-      echo PROBE
-      gpupool-cudaprobe init info total alloc $(($1 - MIB)) alloc 1m alloc 1m free info hold 2>&1 &
-      wait \$!
-EOF
+# probe_cmd SHARE_BYTES  -- the container's command: the probe itself, no
+# shell in between (what a shell does to the plugin's variables is checked
+# on its own, shell_keeps_limit): total, the share to the byte, 1 MiB past it,
+# 1 MiB freed, then it holds share - 1 MiB until it is killed.
+probe_cmd() {
+  printf '[gpupool-cudaprobe, init, info, total, alloc, "%s", alloc, 1m, alloc, 1m, free, info, hold]' "$(($1 - MIB))"
 }
-# pod_yaml NAME CLAIM UUID SCRIPT [INIT_GATE]  -- one container "c" holding CLAIM
-# (as "gpu") running SCRIPT; INIT_GATE=1 adds an init container that waits for
-# $OUT/gate/open on the host (the claim is prepared before it runs).
+# An idle container (probed with kubectl exec).
+IDLE_CMD="[sh, -c, \"trap 'exit 0' TERM; echo holding; while :; do sleep 1 & wait \$!; done\"]"
+# pod_yaml NAME CLAIM UUID COMMAND [INIT_GATE]  -- one container "c" holding CLAIM
+# (as "gpu") running COMMAND (a YAML flow list); INIT_GATE=1 adds an init container that waits for
+# $GATE/open on the host (the claim is prepared before it runs).
 pod_yaml() {
   cat <<EOF
 ---
@@ -242,7 +253,7 @@ EOF
     cat <<EOF
   volumes:
   - name: gate
-    hostPath: {path: $OUT/gate, type: Directory}
+    hostPath: {path: $GATE, type: Directory}
   initContainers:
   - name: gate
     image: $BUSYBOX_IMAGE
@@ -259,11 +270,7 @@ EOF
     resources:
       claims: [{name: gpu}]
     env: [{name: FAKECUDA_DEVICES, value: "$3=16g"}]
-    command:
-    - sh
-    - -c
-    - |
-$4
+    command: $4
 EOF
 }
 pod_log() { kc logs "$1" ${2:+-c "$2"} 2>/dev/null; }
@@ -277,7 +284,7 @@ probe_expected() {  # probe_expected SHARE TOTAL
 }
 probe_ok() {  # probe_ok POD SHARE  -- the probe's lines are exactly these (total = the share)
   local got
-  got=$(pod_log "$1" | sed '1,/^PROBE$/d')
+  got=$(pod_log "$1")
   [[ $got == "$(probe_expected "$2" "$2")" ]] && return 0
   diff <(probe_expected "$2" "$2") <(printf '%s\n' "$got") | sed 's/^/      expected<  >got: /'
   return 1
@@ -286,10 +293,30 @@ probe_ok() {  # probe_ok POD SHARE  -- the probe's lines are exactly these (tota
 # holder's use: free = 1 MiB, which it gets, and is refused the next MiB.
 second_ok() {
   local out want
-  out=$(kc exec "$1" -c "$2" -- sh -c 'gpupool-cudaprobe init info alloc 1m alloc 1m 2>&1' 2>&1)
+  out=$(kc exec "$1" -c "$2" -- gpupool-cudaprobe init info alloc 1m alloc 1m 2>&1)
   printf '%s\n' "$out" | sed 's/^/      /'
   want=$(printf '%s\n' "init CUDA_SUCCESS" "info CUDA_SUCCESS free=$MIB total=$3" "alloc CUDA_SUCCESS" "alloc CUDA_ERROR_OUT_OF_MEMORY")
   [[ $out == "$want" ]]
+}
+# devs_are POD CONTAINER NAME...  -- the GPU device nodes in the container
+# (/dev/nvidia<N>; nvidiactl aside) are exactly NAME...
+devs_are() {
+  local got want
+  got=$(kc exec "$1" -c "$2" -- ls /dev 2>/dev/null | grep -x 'nvidia[0-9]*' | sort | tr '\n' ' ')
+  want=$(printf '%s\n' "${@:3}" | sort | tr '\n' ' ')
+  [[ $got == "$want" ]] && return 0
+  echo "      device nodes: got '$got', expected '$want'"
+  return 1
+}
+# shell_keeps_limit POD SHARE  -- a probe started by the image's POSIX shell
+# (busybox sh, as entrypoint scripts are) still reads total = the share. The
+# plugin's variables must survive a shell: busybox sh and dash drop names
+# that are not shell identifiers (a '-' in it) from the environment they pass on.
+shell_keeps_limit() {
+  local out
+  out=$(kc exec "$1" -c c -- sh -c 'env | grep ^CUDA_DEVICE_MEMORY | sort; gpupool-cudaprobe init info 2>&1' 2>&1)
+  printf '%s\n' "$out" | sed 's/^/      /'
+  grep -qx "info CUDA_SUCCESS free=[0-9]* total=$2" <<<"$out"
 }
 claim_uid() { kc get resourceclaim "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null; }
 claim_allocated() { [[ -n $(kc get resourceclaim "$1" -o jsonpath='{.status.allocation.devices.results[0].device}' 2>/dev/null) ]]; }
@@ -359,21 +386,24 @@ t=$SECONDS
 "$E2E_DIR/images.sh" cudaprobe "$BUILD" || { fail "images.sh cudaprobe (the glibc probe image)"; exit 1; }
 T_UP=$((SECONDS - t))
 T_SCEN0=$SECONDS
-mkdir -p "$OUT/gate"
+mkdir -p "$GATE"
 
-# The fake NVML's GPUs have no device nodes, and a CDI spec naming
-# /dev/nvidia<minor> makes containerd stat it: stand-ins with /dev/null's
-# numbers, made only where no node exists, listed for k136/down.sh.
+# The fake NVML's GPUs have no device nodes, and the plugin's CDI specs name
+# /dev/nvidia<minor> and /dev/nvidiactl (containerd stats every device node): stand-ins with
+# /dev/null's numbers under a --dev-root of the suite's own, so the host's
+# /dev is never touched.
+DEV_ROOT=$E2E_STATE/dev-root
 fake_dev_nodes() {
   local m
+  mkdir -p "$DEV_ROOT/dev"
   for m in $(/usr/bin/python3 -c 'import json,sys; [print(g["minor"]) for g in json.load(open(sys.argv[1]))["gpus"]]' "$INVENTORY"); do
-    [[ -e /dev/nvidia$m ]] && continue
-    mknod -m 666 "/dev/nvidia$m" c 1 3 || return 1
-    echo "/dev/nvidia$m" >>"$K136_FAKE_DEVS"
+    mknod -m 666 "$DEV_ROOT/dev/nvidia$m" c 1 3 || return 1
   done
+  # The one control node every GPU container gets (the others only where the host has them).
+  mknod -m 666 "$DEV_ROOT/dev/nvidiactl" c 1 3
 }
-fake_dev_nodes || { fail "mknod /dev/nvidia<minor> stand-ins"; exit 1; }
-echo "  fake device nodes: $(tr '\n' ' ' <"$K136_FAKE_DEVS" 2>/dev/null)"
+fake_dev_nodes || { fail "mknod $DEV_ROOT/dev/nvidia<minor> stand-ins"; exit 1; }
+echo "  fake device nodes: $(ls "$DEV_ROOT/dev" | tr '\n' ' ')"
 
 # =============================================================================
 section "1. registration, ResourceSlice, DeviceClasses"
@@ -386,10 +416,13 @@ if [[ -n $t_slice ]]; then
   T_SLICE_MS=$(ms_between "$PLUGIN_T0" "$t_slice")
   e2e_log "ResourceSlice visible ${T_SLICE_MS} ms after the plugin's start (watch event)"
 fi
-reg_seen() { [[ -S $REG_SOCK ]] && grep -q "$DRIVER" "$E2E_LOGS/kubelet.log" && grep -qiE "register.*plugin.*$DRIVER|$DRIVER.*regist" "$E2E_LOGS/kubelet.log"; }
-wait_for 30 "the kubelet registered $DRIVER" reg_seen
-grep -iE "$DRIVER" "$E2E_LOGS/kubelet.log" | grep -iE 'regist' | tail -n 2 | cut -c1-220 | sed 's/^/  kubelet.log: /'
+# The kubelet's DRA registration handler says it connected to the driver's socket.
+reg_lines() { grep -F "driverName=\"$DRIVER\"" "$E2E_LOGS/kubelet.log" 2>/dev/null | grep -F 'connected=true'; }
+reg_seen() { [[ -S $REG_SOCK ]] && reg_lines | grep -q .; }
+wait_for 30 "the kubelet connected to $DRIVER" reg_seen
+reg_lines | tail -n 1 | cut -c1-240 | sed 's/^/  kubelet.log: /'
 check "plugin is running" plugin_alive
+check "the kubelet registered the driver (kubelet log: Connection changed ... connected=true)" reg_seen
 check "registration socket $REG_SOCK" test -S "$REG_SOCK"
 check "DRA socket under $PLUGIN_DIR" bash -c "compgen -G '$PLUGIN_DIR/*.sock' >/dev/null"
 check "one ResourceSlice of $DRIVER for node $NODE_NAME" slice_count_is 1
@@ -473,21 +506,13 @@ f=$OUT/shares.yaml
   claim_yaml share-b "$CLASS_MEM" "${UUIDS[0]}" 8Gi
   claim_yaml duo "$CLASS_MEM" "${UUIDS[1]}" 6Gi
   claim_yaml whole "$CLASS_WHOLE" "${UUIDS[2]}"
-  pod_yaml dra-a share-a "${UUIDS[0]}" "$(probe_script $((4 * GIB)))"
-  pod_yaml dra-b share-b "${UUIDS[0]}" "$(probe_script $((8 * GIB)))"
+  pod_yaml dra-a share-a "${UUIDS[0]}" "$(probe_cmd $((4 * GIB)))"
+  pod_yaml dra-b share-b "${UUIDS[0]}" "$(probe_cmd $((8 * GIB)))"
   # Whole GPU: the fake device's 16 GiB, no limit below it.
-  pod_yaml dra-whole whole "${UUIDS[2]}" "      trap 'exit 0' TERM
-      env | grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_DEVICE_MEMORY[A-Z_]*)=' | sort
-      echo PROBE
-      gpupool-cudaprobe init info alloc 15g alloc 1g alloc 1m info hold 2>&1 &
-      wait \$!"
+  pod_yaml dra-whole whole "${UUIDS[2]}" "[gpupool-cudaprobe, init, info, alloc, 15g, alloc, 1g, alloc, 1m, info, hold]"
 } >"$f"
 # Two containers, one claim: c1 holds 6 GiB - 1 MiB, c2 idles (probed by exec).
-pod_yaml dra-duo duo "${UUIDS[1]}" "      trap 'exit 0' TERM
-      env | grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_DEVICE_MEMORY[A-Z_]*)=' | sort
-      echo PROBE
-      gpupool-cudaprobe init alloc $((6 * GIB - MIB)) hold 2>&1 &
-      wait \$!" >>"$f"
+pod_yaml dra-duo duo "${UUIDS[1]}" "[gpupool-cudaprobe, init, alloc, \"$((6 * GIB - MIB))\", hold]" >>"$f"
 cat >>"$f" <<EOF
   - name: c2
     image: $CUDAPROBE_IMAGE
@@ -495,7 +520,7 @@ cat >>"$f" <<EOF
     resources:
       claims: [{name: gpu}]
     env: [{name: FAKECUDA_DEVICES, value: "${UUIDS[1]}=16g"}]
-    command: [sh, -c, "trap 'exit 0' TERM; env | grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_DEVICE_MEMORY[A-Z_]*)=' | sort; echo holding; while :; do sleep 1 & wait \$!; done"]
+    command: $IDLE_CMD
 EOF
 echo "  $ kubectl apply -f $f   (4 claims, 4 pods)"
 kapply "$f"
@@ -519,16 +544,21 @@ for p in dra-a dra-b; do
     test "$(claim_device "$c")/$(bytes "$(claim_consumed "$c")")" = "gpu-0/${SHARE[$p]}"
   check "$p: the probe reads total = $((SHARE[$p] / GIB)) GiB (device 16 GiB), gets it to the byte, CUDA_ERROR_OUT_OF_MEMORY 1 MiB past it" \
     probe_ok "$p" "${SHARE[$p]}"
+  check "$p: the container has gpu-0's device node /dev/nvidia0 (and no other GPU's)" devs_are "$p" c nvidia0
+  echo "    \$ kubectl exec $p -- sh -c 'env | grep ^CUDA_DEVICE_MEMORY; gpupool-cudaprobe init info'"
+  check "$p: a probe started by a POSIX shell (busybox sh) also reads total = $((SHARE[$p] / GIB)) GiB" shell_keeps_limit "$p" "${SHARE[$p]}"
   u=$(claim_uid "$c")
   check "$p: one CDI spec and one region directory for claim $c" one_prepared "$u"
 done
 check "dra-duo: two containers of one pod Running on one claim" duo_up
+duo_devs() { devs_are dra-duo c nvidia1 && devs_are dra-duo c2 nvidia1; }
+check "dra-duo: both containers have gpu-1's /dev/nvidia1" duo_devs
 echo "    \$ kubectl exec dra-duo -c c2 -- gpupool-cudaprobe init info alloc 1m alloc 1m   (while c holds 6 GiB - 1 MiB)"
 check "dra-duo: c2 sees c's use (free = 1 MiB of the 6 GiB claim), gets it, is refused the next: one limit across both containers" \
   second_ok dra-duo c2 $((6 * GIB))
 whole_ok() {
   local got want
-  got=$(pod_log dra-whole | sed '1,/^PROBE$/d')
+  got=$(pod_log dra-whole)
   want=$(printf '%s\n' "init CUDA_SUCCESS" "info CUDA_SUCCESS free=$GPU_BYTES total=$GPU_BYTES" \
     "alloc CUDA_SUCCESS" "alloc CUDA_SUCCESS" "alloc CUDA_ERROR_OUT_OF_MEMORY" "info CUDA_SUCCESS free=0 total=$GPU_BYTES" "holding")
   [[ $got == "$want" ]] && return 0
@@ -536,13 +566,15 @@ whole_ok() {
   return 1
 }
 check "dra-whole: whole-GPU claim on gpu-2, the probe gets all 16 GiB, no limit" whole_ok
-check "dra-whole: no CUDA_DEVICE_MEMORY_LIMIT* in its environment" bash -c "! $K8S_BIN/kubectl --kubeconfig $KUBECONFIG logs dra-whole | grep -q '^CUDA_DEVICE_MEMORY_LIMIT'"
+check "dra-whole: the container has gpu-2's /dev/nvidia2" devs_are dra-whole c nvidia2
+no_limit_env() { ! kc exec dra-whole -c c -- env 2>/dev/null | grep -q '^CUDA_DEVICE_MEMORY_LIMIT'; }
+check "dra-whole: no CUDA_DEVICE_MEMORY_LIMIT* in its environment" no_limit_env
 
 # A third share that does not fit next to 4 + 8 GiB.
 f=$OUT/share-c.yaml
 {
   claim_yaml share-c "$CLASS_MEM" "${UUIDS[0]}" 8Gi
-  pod_yaml dra-c share-c "${UUIDS[0]}" "$(probe_script $((8 * GIB)))"
+  pod_yaml dra-c share-c "${UUIDS[0]}" "$(probe_cmd $((8 * GIB)))"
 } >"$f"
 echo "  $ kubectl apply -f $f   (8 GiB more on gpu-0: 4 + 8 + 8 > 16)"
 kapply "$f"
@@ -574,7 +606,7 @@ spec:
     imagePullPolicy: IfNotPresent
     resources:
       limits: {nvidia.com/gpu: 1}
-    command: [sh, -c, "trap 'exit 0' TERM; env | grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_DEVICE_MEMORY[A-Z_]*)=' | sort; echo holding; while :; do sleep 1 & wait \$!; done"]
+    command: $IDLE_CMD
 EOF
 echo "  $ kubectl apply -f $f   (limits nvidia.com/gpu: 1, no claim)"
 kapply "$f"
@@ -585,7 +617,7 @@ kshow logs dra-ext
 check "dra-ext (nvidia.com/gpu: 1) Running" pod_phase_is dra-ext Running
 ext_on_gpu3() { local c; c=$(ext_claim) && [[ -n $c && $(claim_device "$c") == gpu-3 ]]; }
 check "dra-ext: served by a claim the scheduler made ($(ext_claim)), on gpu-3" ext_on_gpu3
-check "dra-ext: NVIDIA_VISIBLE_DEVICES = gpu-3's UUID" pod_log_has dra-ext "^NVIDIA_VISIBLE_DEVICES=${UUIDS[3]}\$"
+check "dra-ext: the container has gpu-3's device node /dev/nvidia3 (and no other GPU's)" devs_are dra-ext c nvidia3
 
 # dra-a deleted: the resourceclaim controller takes it out of share-a's
 # reservedFor and deallocates the claim; share-c fits now.
@@ -605,10 +637,11 @@ section "3. plugin killed between prepare and container start, kubelet restarted
 f=$OUT/crash.yaml
 {
   claim_yaml crash "$CLASS_MEM" "${UUIDS[1]}" 4Gi
-  pod_yaml dra-crash crash "${UUIDS[1]}" "$(probe_script $((4 * GIB)))" 1
+  pod_yaml dra-crash crash "${UUIDS[1]}" "$(probe_cmd $((4 * GIB)))" 1
 } >"$f"
-rm -f "$OUT/gate/open"
-echo "  $ kubectl apply -f $f   (an init container waits for $OUT/gate/open: the claim is prepared, the container not started)"
+mkdir -p "$GATE"
+rm -f "$GATE/open"
+echo "  $ kubectl apply -f $f   (an init container waits for $GATE/open: the claim is prepared, the container not started)"
 kapply "$f"
 crash_prepared() { local u; u=$(claim_uid crash) && [[ -n $u && -n $(cdi_specs_of "$u") ]]; }
 wait_for 60 "claim crash prepared (its CDI spec written)" crash_prepared
@@ -630,7 +663,7 @@ start_plugin after-crash
 wait_for 30 "ResourceSlice published again" slice_count_is 1
 t_slice=$(first_event_after "$PLUGIN_T0" ADDED)
 [[ -n $t_slice ]] && e2e_log "ResourceSlice visible $(ms_between "$PLUGIN_T0" "$t_slice") ms after the plugin's restart"
-touch "$OUT/gate/open"
+touch "$GATE/open"
 wait_for 90 "dra-crash Running, its probe holding" running_and_holding dra-crash || show_not_running dra-crash
 pod_log dra-crash | sed 's/^/      /'
 check "dra-crash Running after the plugin's crash and the kubelet's restart" pod_phase_is dra-crash Running

@@ -17,6 +17,11 @@ k136_find_cache 2>/dev/null && k136_bins
 for f in "$E2E_RUN"/pids/plugin*.pid; do
   [[ -f $f ]] && stop_pid "$(basename "$f" .pid)" 10
 done
+# dra.sh's ResourceSlice watch: a session of its own (loop + kubectl).
+if [[ -f $(pidfile slice-watch) ]]; then
+  kill -- -"$(cat "$(pidfile slice-watch)")" 2>/dev/null
+  rm -f "$(pidfile slice-watch)"
+fi
 stop_pid kube-controller-manager 10
 stop_pid kubelet 15
 stop_pid kube-scheduler 10
@@ -81,15 +86,7 @@ for d in "${CDI_DIRS[@]}"; do
   done
 done
 
-# 8. The stand-in device nodes of the fake GPUs (only those the suite made,
-#    and only while they still have /dev/null's numbers).
-if [[ -f $K136_FAKE_DEVS ]]; then
-  while read -r d; do
-    [[ -c $d && $(stat -c %t:%T "$d") == 1:3 ]] && rm -f "$d"
-  done <"$K136_FAKE_DEVS"
-fi
-
-# 9. Files: state, run dir (sockets, pid files), the kubelet root we made.
+# 8. Files: state, run dir (sockets, pid files), the kubelet root we made.
 rm -rf "$E2E_STATE" "$E2E_RUN"
 if [[ -f $KUBELET_ROOT/.gpupool-e2e ]]; then
   rm -rf "$KUBELET_ROOT"

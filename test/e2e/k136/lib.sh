@@ -46,8 +46,6 @@ CNI_BRIDGE=gpuk136
 POD_SUBNET=10.89.0.0/24
 # CDI spec directories containerd 2 reads (its defaults, named in its config).
 CDI_DIRS=(/etc/cdi /var/run/cdi)
-# Device nodes dra.sh made for the fake GPUs (one path a line); down.sh removes them.
-K136_FAKE_DEVS=$E2E_STATE/fake-dev-nodes
 
 # k136_bins  -- sets K8S_BIN and K136_EXTRA_BIN from K136_CACHE, puts the
 # extra binaries first on the PATH (containerd finds its shim there).
