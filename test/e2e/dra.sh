@@ -669,6 +669,9 @@ pod_log dra-crash | sed 's/^/      /'
 check "dra-crash Running after the plugin's crash and the kubelet's restart" pod_phase_is dra-crash Running
 check "dra-crash: the probe reads total = 4 GiB, CUDA_ERROR_OUT_OF_MEMORY 1 MiB past it" probe_ok dra-crash $((4 * GIB))
 check "claim crash prepared once: one CDI spec, one region directory" one_prepared "$CRASH_UID"
+prepared_lines() { cat "$E2E_LOGS"/dra-plugin-*.log 2>/dev/null | grep -c "Prepared claim .*($1)"; }
+echo "    the plugins' logs: $(prepared_lines "$CRASH_UID") 'Prepared claim ... ($CRASH_UID)' line(s)"
+check "claim crash prepared once across the killed and the new plugin (their logs)" test "$(prepared_lines "$CRASH_UID")" = 1
 CIDS_AFTER=$(for p in dra-b dra-c dra-whole dra-duo dra-ext; do echo "$p $(cid_of "$p")"; done)
 echo "$CIDS_AFTER" | sed 's/^/    /'
 check "the other pods: same containers, no restart" test "$CIDS_BEFORE" = "$CIDS_AFTER"
