@@ -655,6 +655,31 @@ def test_driver_name_nvidia_serves_nvidias_claims(dra, api):
     assert devices_of(resp, uo) == []      # not this driver's: nothing to prepare
 
 
+def test_mig_devices_are_prepared_by_their_uuid(dra, api):
+    """A GPU in MIG mode is its MIG devices (gpu-<i>-mig-<gi>-<ci>), as the slices publish it;
+    a share of one is limited by the MIG device's UUID; the whole GPU is no device."""
+    p = dra(inventory="2gpu-mig-single.json")
+    mig = p.inventory.gpus[0].mig[0]
+    name = "gpu-0-mig-%d-%d" % (mig.gi, mig.ci)
+    share, whole = put(api, claim("mig", [result(name, "2Gi")]), claim("gpu", [result("gpu-0")]))
+    resp = p.prepare([share, whole])
+    us, uw = share["metadata"]["uid"], whole["metadata"]["uid"]
+    assert resp.claims[us].error == ""
+    assert env_of(p.spec(us)) == {
+        "CUDA_DEVICE_MEMORY_LIMIT_" + mig.uuid: str(2 * GIB),
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + mig.uuid: "/run/gpupool-cuda/claims/%s/region" % us}
+    nodes = [n["path"] for n in p.spec(us)["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert nodes[0] == "/dev/nvidia%d" % p.inventory.gpus[0].minor
+    assert 'device "gpu-0" of pool node1 is not a device of this node' in resp.claims[uw].error
+    pb, pbg = STUBS["health"]
+    with p.channel(p.endpoint) as ch:
+        stream = pbg.DRAResourceHealthStub(ch).NodeWatchResources(pb.NodeWatchResourcesRequest(),
+                                                                   timeout=scaled(5))
+        names = [d.device.device_name for d in next(stream).devices]
+        stream.cancel()
+    assert name in names and "gpu-0" not in names
+
+
 def test_missing_node_name_is_a_clear_error(api, tmp_path):
     proc = subprocess.run(WRAPPER + [DRA_BIN, "--kubelet-root-dir", str(tmp_path)],
                           env={"LD_LIBRARY_PATH": FAKENVML_DIR, "PATH": os.environ["PATH"]},

@@ -19,23 +19,24 @@ int dra_devices_build(const struct gpu_inventory *inv, struct dra_device_table *
 {
     size_t n = 0;
     for (size_t i = 0; i < inv->count; i++)
-        n += 1 + (inv->gpus[i].mig_enabled ? inv->gpus[i].mig_count : 0);
+        n += inv->gpus[i].mig_enabled ? inv->gpus[i].mig_count : 1;
     t->count = 0;
     t->devices = n ? calloc(n, sizeof *t->devices) : NULL;
     if (n > 0 && t->devices == NULL)
         return gp_errf(err, errlen, "out of memory");
     for (size_t i = 0; i < inv->count; i++) {
         const struct gpu_device *g = &inv->gpus[i];
-        struct dra_node_device *d = &t->devices[t->count++];
-        snprintf(d->name, sizeof d->name, "gpu-%u", g->index);
-        snprintf(d->uuid, sizeof d->uuid, "%s", g->uuid);
-        d->memory = g->memory_bytes;
-        d->gpu = i;
-        d->mig = -1;
-        d->lost = g->lost;
-        add_node(d, "/dev/nvidia%d", g->minor);
-        if (!g->mig_enabled)
+        if (!g->mig_enabled) {
+            struct dra_node_device *d = &t->devices[t->count++];
+            snprintf(d->name, sizeof d->name, "gpu-%u", g->index);
+            snprintf(d->uuid, sizeof d->uuid, "%s", g->uuid);
+            d->memory = g->memory_bytes;
+            d->gpu = i;
+            d->mig = -1;
+            d->lost = g->lost;
+            add_node(d, "/dev/nvidia%d", g->minor);
             continue;
+        }
         for (size_t k = 0; k < g->mig_count; k++) {
             const struct mig_device *m = &g->migs[k];
             struct dra_node_device *md = &t->devices[t->count++];

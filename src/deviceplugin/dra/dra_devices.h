@@ -2,10 +2,12 @@
  * prepared container needs of each.
  *
  * Device names follow the driver contract (docs/dra.md, poolapi_names.h):
- * "gpu-<index>" per GPU, "gpu-<index>-mig-<gi>-<ci>" per MIG device (GPU
- * instance and compute instance IDs). The ResourceSlices publish the same
- * names; a claim's allocation result names one of them. Lost GPUs are
- * listed (their claims fail to prepare with a clear error).
+ * "gpu-<index>" per GPU with MIG off, "gpu-<index>-mig-<gi>-<ci>" per MIG
+ * device of a GPU with MIG on (GPU instance and compute instance IDs; the
+ * whole GPU is then no device: its memory is the MIG devices'). The
+ * ResourceSlices publish the same devices; a claim's allocation result
+ * names one of them. Lost GPUs are listed (their claims fail to prepare
+ * with a clear error).
  *
  * Pure: built once from the inventory, read-only afterwards (any thread). */
 #ifndef GP_DRA_DEVICES_H
@@ -38,8 +40,8 @@ struct dra_device_table {
     struct dra_node_device *devices; /* owned */
 };
 
-/* One entry per GPU, then per MIG device of a MIG-enabled GPU. -1 + err
- * when out of memory. */
+/* In inventory order: a GPU, or the MIG devices of a GPU with MIG on.
+ * -1 + err when out of memory. */
 GP_MUST_USE int dra_devices_build(const struct gpu_inventory *inv, struct dra_device_table *t,
                                   char *err, size_t errlen);
 void dra_devices_free(struct dra_device_table *t);

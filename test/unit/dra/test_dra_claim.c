@@ -29,8 +29,8 @@ static int setup(void **state)
     struct world *w = calloc(1, sizeof *w);
     if (w == NULL)
         return -1;
-    fixture_inventory(&w->inv, 2, 0); /* two 40 GiB GPUs */
-    fixture_mig(&w->inv, 1, 2, "3g.20gb");
+    fixture_inventory(&w->inv, 3, 0); /* three 40 GiB GPUs, the third in MIG mode */
+    fixture_mig(&w->inv, 2, 2, "3g.20gb");
     char err[256];
     if (dra_devices_build(&w->inv, &w->t, err, sizeof err) != 0)
         return -1;
@@ -50,19 +50,25 @@ static int teardown(void **state)
 static void test_device_names(void **state)
 {
     struct world *w = *state;
+    /* GPUs 0 and 1 whole; GPU 2 in MIG mode: its two MIG devices, not the GPU */
     assert_int_equal(w->t.count, 4);
     assert_string_equal(w->t.devices[0].name, "gpu-0");
     assert_string_equal(w->t.devices[0].nodes[0], "/dev/nvidia0");
     assert_int_equal(w->t.devices[0].node_count, 1);
-    assert_string_equal(w->t.devices[1].name, "gpu-1");
-    char want[64];
-    const struct mig_device *m = &w->inv.gpus[1].migs[0];
-    snprintf(want, sizeof want, "gpu-1-mig-%u-%u", m->gpu_instance_id, m->compute_instance_id);
-    assert_string_equal(w->t.devices[2].name, want);
-    assert_string_equal(w->t.devices[2].uuid, m->uuid);
-    assert_true(w->t.devices[2].memory == m->memory_bytes);
-    assert_string_equal(w->t.devices[2].nodes[0], "/dev/nvidia1");
+    assert_int_equal(w->t.devices[0].mig, -1);
+    for (size_t k = 0; k < 2; k++) {
+        char want[64];
+        const struct mig_device *m = &w->inv.gpus[2].migs[k];
+        snprintf(want, sizeof want, "gpu-2-mig-%u-%u", m->gpu_instance_id, m->compute_instance_id);
+        const struct dra_node_device *d = &w->t.devices[2 + k];
+        assert_string_equal(d->name, want);
+        assert_string_equal(d->uuid, m->uuid);
+        assert_true(d->memory == m->memory_bytes);
+        assert_int_equal(d->mig, (int)k);
+        assert_string_equal(d->nodes[0], "/dev/nvidia2");
+    }
     assert_non_null(dra_devices_find(&w->t, "gpu-1"));
+    assert_null(dra_devices_find(&w->t, "gpu-2"));
     assert_null(dra_devices_find(&w->t, "gpu-9"));
 }
 
