@@ -21,6 +21,7 @@
 #include "dra_devices.h"
 #include "dra_plugin.h"
 #include "dra_prepare.h"
+#include "dra_slices.h"
 #include "errmsg.h"
 #include "gpu.h"
 #include "isolation.h"
@@ -191,6 +192,7 @@ struct daemon {
     bool have_preparer;
     struct rpc_runtime *rpc;
     struct dra_plugin *plugin;
+    struct dra_slices *slices;
 };
 
 /* ---- the claim source: the API server -------------------------------------------- */
@@ -221,21 +223,31 @@ static int get_claim(void *ctx, const char *ns, const char *name, json_t **out, 
 
 /* ---- ResourceSlices ------------------------------------------------------------------ */
 
-/* The hook of the ResourceSlice publisher (dra_slices, issue 24): it
- * publishes d->devices for d->cfg.node_name under d->cfg.driver_name with
- * d->cfg.consumable_capacity. Until it is wired, slices come from nowhere
- * and the scheduler cannot place claims on this node: said once. */
-static int start_slices(struct daemon *d)
+/* The ResourceSlice publisher (dra_slices.h) over this node's inventory:
+ * it writes the pool and keeps it true (a kubelet restart deletes it). */
+static int start_slices(struct daemon *d, char *err, size_t errlen)
 {
-    log_warn("ResourceSlice publishing is not part of this build: %zu devices of driver %s on "
-             "node %s are not published",
-             d->devices.count, d->cfg.driver_name, d->cfg.node_name);
-    return 0;
+    static const enum dra_consumable mode[] = {
+        [CAPACITY_AUTO] = DRA_CONSUMABLE_AUTO,
+        [CAPACITY_ON] = DRA_CONSUMABLE_ON,
+        [CAPACITY_OFF] = DRA_CONSUMABLE_OFF,
+    };
+    const struct dra_slices_options so = {
+        .client = d->kube,
+        .driver = d->cfg.driver_name,
+        .node = d->cfg.node_name,
+        .consumable = mode[d->cfg.consumable_capacity],
+    };
+    return dra_slices_start(&so, &d->inv, NULL, &d->slices, err, errlen);
 }
 
+/* Leaves the slices in place: a restarted plugin takes them over. */
 static void stop_slices(struct daemon *d)
 {
-    (void)d;
+    char err[GP_ERR_LEN];
+    if (dra_slices_stop(d->slices, false, err, sizeof err) != 0)
+        log_warn("stopping the ResourceSlice publisher: %s", err);
+    d->slices = NULL;
 }
 
 /* ---- setup ------------------------------------------------------------------------------ */
@@ -338,7 +350,7 @@ static int setup(struct daemon *d, char *err, size_t errlen)
     };
     if (dra_plugin_start(d->rpc, &po, &d->plugin, err, errlen) != 0)
         return -1;
-    return start_slices(d);
+    return start_slices(d, err, errlen);
 }
 
 static void teardown(struct daemon *d)
