@@ -10,7 +10,8 @@
 #                 plain and the sanitized programs, a subset under valgrind, and the
 #                 arm64 cross build smoke-tested under qemu-user (make cross)
 #   make valgrind-test   the integration subset with the plugin under valgrind
-#   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
+#   make e2e      real kubelet + kube-scheduler end-to-end suites (root): the device plugin
+#                 and extender on Kubernetes 1.20, then the DRA driver on 1.36 (e2e-dra)
 #   make e2e-dra  the DRA driver's suite alone, on a Kubernetes 1.36 cluster (root;
 #                 K136_TARBALL: the shared 1.36.2 tarball or an official server tarball,
 #                 docs/e2e.md)
@@ -172,8 +173,11 @@ test: unit-test asan-test integration-test asan-integration-test valgrind-test c
 fuzz: deps
 	@FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(abspath $(FUZZ_BUILD)) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# The 1.20 suite (device plugin, extender), then the DRA suite on 1.36: both
+# always run (one cluster at a time: they share the well-known ports).
 e2e: build
-	@test/e2e/run.sh $(abspath $(BUILD))
+	@rc=0; test/e2e/run.sh $(abspath $(BUILD)) || rc=1; \
+	  test/e2e/dra.sh $(abspath $(BUILD)) || rc=1; exit $$rc
 
 e2e-dra: build
 	@test/e2e/dra.sh $(abspath $(BUILD))

@@ -34,8 +34,9 @@
 # every component: /var/tmp/gpupool-e2e-k136/logs/<run>/.
 #
 # Environment: DRA_PLUGIN_BIN, DRA_DRIVER (default gpu.gpupool.io),
-# DRA_PLUGIN_ARGS (extra plugin flags), FAKENVML_DIR, E2E_KEEP_UP=1 (leave
-# the cluster running).
+# DRA_PLUGIN_ARGS (extra plugin flags), DRA_NVIDIA_CTK (the CDI hooks'
+# program, default /bin/true), FAKENVML_DIR, E2E_SKIP_DEPS=1 (skip
+# install-deps), E2E_KEEP_UP=1 (leave the cluster running).
 set -uo pipefail
 
 E2E_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -366,6 +367,9 @@ cid_of() { kc get pod "$1" -o jsonpath='{range .status.containerStatuses[*]}{.co
 section "setup: Kubernetes 1.36 binaries, images, the build under test"
 t=$SECONDS
 mkdir -p "$OUT"
+if [[ ${E2E_SKIP_DEPS:-0} != 1 ]]; then   # runc, CNI plugins, busybox, openssl (present: 0.1 s)
+  "$REPO_ROOT/scripts/install-deps.sh" --e2e || { fail "install-deps.sh --e2e"; exit 1; }
+fi
 k136_unpack || { fail "unpack the Kubernetes tarball"; exit 1; }
 "$E2E_DIR/images.sh" build || { fail "images.sh build"; exit 1; }
 echo "plugin:     $DRA_PLUGIN_BIN (driver $DRIVER)"
