@@ -724,5 +724,123 @@ check "no claim CDI spec at all in $CDI_ROOT" bash -c "[[ -z \"$(cdi_claim_specs
 check "$ISO_DIR/claims empty" bash -c "[[ -z \$(ls -A '$ISO_DIR/claims' 2>/dev/null) ]]"
 stop_plugin
 check "plugin exits 0 on SIGTERM" test "$PLUGIN_RC" = 0
+# =============================================================================
+section "5. deployed: kubectl apply -k deploy/overlays/dra"
+# The overlay as shipped, through a test overlay that adds only what this
+# cluster lacks: the fake NVML as the driver root and its inventory, the
+# stand-in device nodes, /bin/true as the CDI hooks' program, a state
+# directory of the suite's own for the isolation files, and -- no kube-proxy
+# here -- host network with the API server's loopback address for the
+# in-cluster configuration. RBAC, ServiceAccount, DeviceClasses as shipped
+# (the API server authorizes with Node,RBAC).
+DEP_DIR=$E2E_STATE/deploy
+DEP_SEL=app.kubernetes.io/name=gpupool-dra-plugin
+DEP_ISO=$E2E_STATE/isolation-ds
+SHIPPED_TAR=${DRA_IMAGE_TAR:-$BUILD/images/gpupool-device-plugin.oci.tar}
+SHIPPED_REF=$(sed -n 's/^ *image: *//p' "$REPO_ROOT/deploy/dra/dra-plugin.yaml" | head -n1)
+mkdir -p "$DEP_DIR/kustomize" "$DEP_DIR/nvml" "$DEP_ISO"
+cp "$INVENTORY" "$DEP_DIR/nvml/inventory.json"
+touch "$DEP_DIR/nvml/fake-nvml-control"
+dep_images=""
+if [[ -f $SHIPPED_TAR ]]; then
+  # make image's device plugin image (the 1.20 suite's deploy.sh builds it
+  # in `make e2e`): the one the DaemonSet names, with the DRA plugin in it.
+  printf '  $ ctr -n k8s.io images import %s\n' "$SHIPPED_TAR"
+  ctr_ images import "$SHIPPED_TAR" 2>&1 | sed 's/^/    /'
+  ref=$(cat "${SHIPPED_TAR%.oci.tar}.ref" 2>/dev/null)
+  if [[ -n $ref && $ref != "$SHIPPED_REF" ]]; then
+    dep_images=$'images:\n- name: '"${SHIPPED_REF%:*}"$'\n  newName: '"${ref%:*}"$'\n  newTag: '"${ref##*:}"
+  fi
+  echo "  image: $SHIPPED_TAR (${ref:-$SHIPPED_REF})"
+else
+  "$E2E_DIR/images.sh" draplugin "$BUILD" || fail "images.sh draplugin"
+  dep_images=$'images:\n- name: '"${SHIPPED_REF%:*}"$'\n  newName: '"${DRAPLUGIN_IMAGE%:*}"$'\n  newTag: '"${DRAPLUGIN_IMAGE##*:}"
+  echo "  image: no $SHIPPED_TAR (make image): the stand-in $DRAPLUGIN_IMAGE, the build's gpupool-dra-plugin and libgpupool-cuda at the image's paths"
+fi
+cat >"$DEP_DIR/kustomize/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$DEP_DIR/kustomize" "$REPO_ROOT/deploy/overlays/dra")
+$dep_images
+patches:
+- path: e2e.yaml
+EOF
+cat >"$DEP_DIR/kustomize/e2e.yaml" <<EOF
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: gpupool-dra-plugin, namespace: kube-system}
+spec:
+  template:
+    spec:
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      containers:
+      - name: gpupool-dra-plugin
+        env:
+        - {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}
+        - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
+        - {name: NVIDIA_DRIVER_ROOT, value: $FAKENVML_DIR/root}
+        - {name: NVIDIA_DEV_ROOT, value: $DEV_ROOT}
+        - {name: NVIDIA_CTK_PATH, value: $NVIDIA_CTK}
+        - {name: GP_ISOLATION_DIR, value: $DEP_ISO}
+        - {name: FAKE_NVML_INVENTORY, value: /e2e/inventory.json}
+        - {name: FAKE_NVML_CONTROL, value: /e2e/fake-nvml-control}
+        volumeMounts:
+        - {name: fakenvml, mountPath: $FAKENVML_DIR, readOnly: true}
+        - {name: devroot, mountPath: $DEV_ROOT, readOnly: true}
+        - {name: isolation, mountPath: $DEP_ISO}
+        - {name: e2e, mountPath: /e2e}
+      volumes:
+      - {name: fakenvml, hostPath: {path: $FAKENVML_DIR, type: Directory}}
+      - {name: devroot, hostPath: {path: $DEV_ROOT, type: Directory}}
+      - {name: isolation, hostPath: {path: $DEP_ISO, type: Directory}}
+      - {name: e2e, hostPath: {path: $DEP_DIR/nvml, type: Directory}}
+EOF
+echo "  $ cat $DEP_DIR/kustomize/kustomization.yaml"
+sed 's/^/    /' "$DEP_DIR/kustomize/kustomization.yaml"
+printf '  $ kubectl apply -k %s   (resources: deploy/overlays/dra)\n' "$DEP_DIR/kustomize"
+kc apply -k "$DEP_DIR/kustomize" 2>&1 | sed 's/^/    /'
+check "kubectl apply -k of deploy/overlays/dra (through the test overlay) succeeds" test "${PIPESTATUS[0]}" = 0
+ds_pod() {
+  kc -n kube-system get pods -l "$DEP_SEL" -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' 2>/dev/null | head -n1
+}
+t_reg=$(reg_lines | grep -c .)
+ds_registered() { (($(reg_lines | grep -c .) > t_reg)); }
+wait_for 90 "the DaemonSet's plugin pod Running and registered" ds_registered || {
+  kshow -n kube-system get pods -l "$DEP_SEL" -o wide
+  kc -n kube-system describe pods -l "$DEP_SEL" 2>&1 | sed -n '/^Events:/,$p' | tail -n 8 | sed 's/^/    /'
+}
+DS_POD=$(ds_pod)
+kshow -n kube-system get pods -l "$DEP_SEL" -o wide
+kc -n kube-system logs "$DS_POD" 2>&1 | tail -n 12 | cut -c1-200 | sed 's/^/    log: /'
+check "the gpupool-dra-plugin DaemonSet pod is Running" test -n "$DS_POD"
+check "the kubelet connected to the DaemonSet's plugin" ds_registered
+wait_for 30 "the node's ResourceSlice (taken over by the DaemonSet's plugin)" slice_count_is 1
+check "one ResourceSlice of $DRIVER for $NODE_NAME" slice_count_is 1
+f=$OUT/deployed.yaml
+{
+  claim_yaml dep-share "$CLASS_MEM" "${UUIDS[0]}" 4Gi
+  pod_yaml dra-dep dep-share "${UUIDS[0]}" "$(probe_cmd $((4 * GIB)))"
+} >"$f"
+echo "  $ kubectl apply -f $f   (a 4 GiB share, prepared by the DaemonSet's plugin)"
+kapply "$f"
+wait_for 60 "dra-dep Running, its probe holding" running_and_holding dra-dep || show_not_running dra-dep
+check "dra-dep (4 GiB claim) Running, prepared by the deployed plugin" pod_phase_is dra-dep Running
+check "dra-dep: the probe reads total = 4 GiB, CUDA_ERROR_OUT_OF_MEMORY 1 MiB past it" probe_ok dra-dep $((4 * GIB))
+no_forbidden() { [[ -n $DS_POD ]] && ! kc -n kube-system logs "$DS_POD" 2>/dev/null | grep -iE ' 403 |forbidden'; }
+check "the deployed plugin's log holds no 403 (its RBAC is enough)" no_forbidden
+DEP_UID=$(claim_uid dep-share)
+kc delete pod dra-dep --wait=false >/dev/null 2>&1
+kc delete resourceclaim dep-share --wait=false >/dev/null 2>&1
+dep_claim_gone() { [[ -z $(kc get resourceclaims -o name 2>/dev/null) ]] && nothing_left_of "$DEP_UID"; }
+wait_for 60 "dep-share unprepared and gone" dep_claim_gone
+check "dep-share: no CDI spec, region directory or checkpoint entry left" nothing_left_of "$DEP_UID"
+printf '  $ kubectl delete -k %s\n' "$DEP_DIR/kustomize"
+kc delete -k "$DEP_DIR/kustomize" --wait=false 2>&1 | sed 's/^/    /'
+ds_gone() { [[ -z $(kc -n kube-system get pods -l "$DEP_SEL" -o name 2>/dev/null) ]]; }
+wait_for 60 "the DaemonSet's pod gone" ds_gone
+check "kubectl delete -k removes the DaemonSet's pod" ds_gone
+
 T_SCEN=$((SECONDS - T_SCEN0))
 # finish (trap) tears the cluster down and prints the summary line last.

@@ -130,7 +130,10 @@ wait_for 90 "kube-apiserver readyz" apiserver_ok ||
 # kubelet does not start a pod until it exists, and only that build's
 # service-ca publisher makes it. Official builds have no such controller.
 kcm_controllers=serviceaccount-controller,root-ca-certificate-publisher-controller,resourceclaim-controller,daemonset-controller,garbage-collector-controller
-if "$K8S_BIN/kube-controller-manager" --help 2>&1 | grep -q service-ca-certificate-publisher-controller; then
+# (The help read whole first: `grep -q` on the pipe would end it early, and
+# pipefail would call the SIGPIPE'd writer a failure.)
+kcm_help=$("$K8S_BIN/kube-controller-manager" --help 2>&1 || true)
+if [[ $kcm_help == *service-ca-certificate-publisher-controller* ]]; then
   kcm_controllers+=,service-ca-certificate-publisher-controller
 fi
 e2e_log "starting kube-controller-manager"
@@ -252,9 +255,10 @@ wait_for 60 "kubelet healthz" kubelet_healthy ||
 sa_ready() {  # the `default` ServiceAccount and the CA ConfigMap(s) pods mount
   kc -n default get serviceaccount default >/dev/null 2>&1 &&
     kc -n default get configmap kube-root-ca.crt >/dev/null 2>&1 || return 1
-  [[ $kcm_controllers != *service-ca* ]] || kc -n default get configmap openshift-service-ca.crt >/dev/null 2>&1
+  [[ $kcm_controllers != *service-ca* ]] ||
+    { kc -n default get configmap openshift-service-ca.crt && kc -n kube-system get configmap openshift-service-ca.crt; } >/dev/null 2>&1
 }
-wait_for 60 "ServiceAccount default/default and ConfigMap kube-root-ca.crt" sa_ready ||
+wait_for 60 "ServiceAccount default/default and the CA ConfigMaps pods mount" sa_ready ||
   e2e_die "no default ServiceAccount; see $E2E_LOGS/kube-controller-manager.log"
 wait_for 90 "node $NODE_NAME Ready" node_ready ||
   e2e_die "node did not become Ready; see $E2E_LOGS/kubelet.log"
