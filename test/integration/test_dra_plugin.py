@@ -620,6 +620,35 @@ def test_health_stream_lists_every_device(dra):
         [(NODE, "gpu-0", pb.HEALTHY), (NODE, "gpu-1", pb.HEALTHY)]
 
 
+def test_xid_makes_the_device_unhealthy_on_the_stream_and_it_recovers(dra):
+    """The device plugin's XID health (observe/health.c, through state/) feeds
+    NodeWatchResources: a critical XID on GPU 1 sends a list with gpu-1 UNHEALTHY (and a
+    message), then gpu-1 HEALTHY again after the recovery probes."""
+    p = dra(args=("--health-probe-interval", "100ms", "--health-recovery-probes", "2"))
+    deadline = time.monotonic() + scaled(5)
+    while "Health checks started" not in p.log():
+        assert time.monotonic() < deadline, p.log()
+        time.sleep(0.02)
+    pb, pbg = STUBS["health"]
+    with p.channel(p.endpoint) as ch:
+        stream = pbg.DRAResourceHealthStub(ch).NodeWatchResources(pb.NodeWatchResourcesRequest(),
+                                                                   timeout=scaled(10))
+        first = next(stream)
+        assert {d.device.device_name: d.health for d in first.devices} == \
+            {"gpu-0": pb.HEALTHY, "gpu-1": pb.HEALTHY}
+        with open(p.control_path, "a") as f:
+            f.write("xid 1 48\n")
+        sick = next(stream)
+        health = {d.device.device_name: d for d in sick.devices}
+        assert health["gpu-1"].health == pb.UNHEALTHY and health["gpu-0"].health == pb.HEALTHY
+        assert "XID" in health["gpu-1"].message
+        assert health["gpu-1"].last_updated_time >= first.devices[1].last_updated_time
+        well = next(stream)
+        assert {d.device.device_name: d.health for d in well.devices} == \
+            {"gpu-0": pb.HEALTHY, "gpu-1": pb.HEALTHY}
+        stream.cancel()
+
+
 def test_sigterm_removes_sockets_and_keeps_prepared_claims(dra, api):
     p = dra()
     c, = put(api, claim("kept", [result("gpu-0", "4Gi")]))
