@@ -522,6 +522,18 @@ def test_shared_claim_without_isolation_is_refused(dra, api):
     nothing_left(p, shared["metadata"]["uid"])
 
 
+def test_uid_that_is_no_path_and_empty_fields_are_refused(dra, api):
+    p = dra()
+    bad = {"metadata": {"namespace": "default", "name": "x", "uid": "../../etc"}}
+    empty = {"metadata": {"namespace": "", "name": "y", "uid": str(uuid.uuid4())}}
+    resp = p.prepare([bad, empty])
+    assert "characters other than [A-Za-z0-9-]" in resp.claims["../../etc"].error
+    assert "namespace is empty" in resp.claims[empty["metadata"]["uid"]].error
+    assert "not usable in a path" in p.unprepare([bad]).claims["../../etc"].error
+    assert os.listdir(p.cdi_root) == [] if os.path.isdir(p.cdi_root) else True
+    assert [r for r in api.requests() if "resourceclaims" in r["path"]] == []
+
+
 def test_garbage_request_is_invalid_argument(dra):
     p = dra()
     with p.channel(p.endpoint) as ch:
