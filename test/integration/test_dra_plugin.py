@@ -661,6 +661,25 @@ def test_xid_makes_the_device_unhealthy_on_the_stream_and_it_recovers(dra):
         stream.cancel()
 
 
+def test_health_list_is_sent_again_before_the_kubelet_ages_it_out(dra):
+    """The kubelet takes a device's health as Unknown when it was not reported within its
+    timeout (30 s by default): the list comes again every 10 s, stamped with its time."""
+    p = dra()
+    pb, pbg = STUBS["health"]
+    with p.channel(p.endpoint) as ch:
+        stream = pbg.DRAResourceHealthStub(ch).NodeWatchResources(pb.NodeWatchResourcesRequest(),
+                                                                   timeout=scaled(20))
+        first = next(stream)
+        t0 = time.monotonic()
+        again = next(stream)
+        waited = time.monotonic() - t0
+        stream.cancel()
+    assert waited < scaled(15)   # within the resend period (10 s) of the plugin's start
+    assert [d.health for d in again.devices] == [pb.HEALTHY, pb.HEALTHY]
+    assert again.devices[0].last_updated_time >= first.devices[0].last_updated_time
+    assert abs(again.devices[0].last_updated_time - time.time()) < scaled(5)
+
+
 def test_sigterm_removes_sockets_and_keeps_prepared_claims(dra, api):
     p = dra()
     c, = put(api, claim("kept", [result("gpu-0", "4Gi")]))

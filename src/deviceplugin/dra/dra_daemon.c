@@ -454,6 +454,7 @@ static void teardown(struct daemon *d)
 
 static int event_loop(struct daemon *d, int signal_fd, int timer_fd)
 {
+    unsigned ticks = 0;
     struct pollfd fds[2] = {{.fd = signal_fd, .events = POLLIN},
                             {.fd = timer_fd, .events = POLLIN}};
     for (;;) {
@@ -479,6 +480,8 @@ static int event_loop(struct daemon *d, int signal_fd, int timer_fd)
                 log_error("cannot serve again: %s", err);
                 return 1;
             }
+            if (++ticks % (DRA_HEALTH_RESEND_S / CHECK_INTERVAL_S) == 0)
+                dra_plugin_refresh_health(d->plugin);
         }
     }
 }
