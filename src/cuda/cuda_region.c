@@ -112,8 +112,16 @@ size_t cudareg_peek_size(const void *head, size_t len)
     return offsetof(struct region_file, slots) + (size_t)high * sizeof(struct slot);
 }
 
+static int byte_held(int fd, unsigned i);
+
 int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
                  void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx)
+{
+    return cudareg_peek_live(bytes, len, -1, out, each, ctx);
+}
+
+int cudareg_peek_live(const void *bytes, size_t len, int fd, struct cudareg_view *out,
+                      void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx)
 {
     memset(out, 0, sizeof *out);
     if (len < offsetof(struct region_file, slots) || len > sizeof(struct region_file))
@@ -139,6 +147,11 @@ int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
         struct slot sl;
         memcpy(&sl, slots + i * sizeof sl, sizeof sl);
         if (sl.state == SLOT_FREE)
+            continue;
+        /* A slot whose liveness lock nobody holds lost its process (killed,
+         * crashed): what it charged is no one's any more, though it stays in
+         * the file until a process of the container reaps it. */
+        if (fd >= 0 && sl.state == SLOT_LOCKED && byte_held(fd, (unsigned)i) == 0)
             continue;
         int64_t used = sl.used > 0 ? sl.used : 0;
         /* Saturate: a forged slot must not wrap the sum negative. */

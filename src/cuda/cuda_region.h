@@ -109,6 +109,14 @@ size_t cudareg_peek_size(const void *head, size_t len);
 int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
                  void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx);
 
+/* cudareg_peek, and when fd (the region file, opened read-only: no lock is
+ * taken, F_OFD_GETLK only asks) is not -1, slots whose liveness lock no
+ * process holds are left out: their process is gone, and its charge waits
+ * for a process of the container to reap it. Slots judged by pid (a kernel
+ * without OFD locks) are counted. */
+int cudareg_peek_live(const void *bytes, size_t len, int fd, struct cudareg_view *out,
+                      void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx);
+
 /* The live slots of this process's pid namespace (the container's
  * processes, as the library charged them), dead ones given back first:
  * up to max copied into out; the number there is returned (may exceed

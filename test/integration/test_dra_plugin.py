@@ -522,6 +522,18 @@ def test_shared_claim_without_isolation_is_refused(dra, api):
     nothing_left(p, shared["metadata"]["uid"])
 
 
+def test_uid_that_is_no_path_and_empty_fields_are_refused(dra, api):
+    p = dra()
+    bad = {"metadata": {"namespace": "default", "name": "x", "uid": "../../etc"}}
+    empty = {"metadata": {"namespace": "", "name": "y", "uid": str(uuid.uuid4())}}
+    resp = p.prepare([bad, empty])
+    assert "characters other than [A-Za-z0-9-]" in resp.claims["../../etc"].error
+    assert "namespace is empty" in resp.claims[empty["metadata"]["uid"]].error
+    assert "not usable in a path" in p.unprepare([bad]).claims["../../etc"].error
+    assert os.listdir(p.cdi_root) == [] if os.path.isdir(p.cdi_root) else True
+    assert [r for r in api.requests() if "resourceclaims" in r["path"]] == []
+
+
 def test_garbage_request_is_invalid_argument(dra):
     p = dra()
     with p.channel(p.endpoint) as ch:
@@ -618,6 +630,54 @@ def test_health_stream_lists_every_device(dra):
         stream.cancel()
     assert [(d.device.pool_name, d.device.device_name, d.health) for d in first.devices] == \
         [(NODE, "gpu-0", pb.HEALTHY), (NODE, "gpu-1", pb.HEALTHY)]
+
+
+def test_xid_makes_the_device_unhealthy_on_the_stream_and_it_recovers(dra):
+    """The device plugin's XID health (observe/health.c, through state/) feeds
+    NodeWatchResources: a critical XID on GPU 1 sends a list with gpu-1 UNHEALTHY (and a
+    message), then gpu-1 HEALTHY again after the recovery probes."""
+    p = dra(args=("--health-probe-interval", "100ms", "--health-recovery-probes", "2"))
+    deadline = time.monotonic() + scaled(5)
+    while "Health checks started" not in p.log():
+        assert time.monotonic() < deadline, p.log()
+        time.sleep(0.02)
+    pb, pbg = STUBS["health"]
+    with p.channel(p.endpoint) as ch:
+        stream = pbg.DRAResourceHealthStub(ch).NodeWatchResources(pb.NodeWatchResourcesRequest(),
+                                                                   timeout=scaled(10))
+        first = next(stream)
+        assert {d.device.device_name: d.health for d in first.devices} == \
+            {"gpu-0": pb.HEALTHY, "gpu-1": pb.HEALTHY}
+        with open(p.control_path, "a") as f:
+            f.write("xid 1 48\n")
+        sick = next(stream)
+        health = {d.device.device_name: d for d in sick.devices}
+        assert health["gpu-1"].health == pb.UNHEALTHY and health["gpu-0"].health == pb.HEALTHY
+        assert "XID" in health["gpu-1"].message
+        assert health["gpu-1"].last_updated_time >= first.devices[1].last_updated_time
+        well = next(stream)
+        assert {d.device.device_name: d.health for d in well.devices} == \
+            {"gpu-0": pb.HEALTHY, "gpu-1": pb.HEALTHY}
+        stream.cancel()
+
+
+def test_health_list_is_sent_again_before_the_kubelet_ages_it_out(dra):
+    """The kubelet takes a device's health as Unknown when it was not reported within its
+    timeout (30 s by default): the list comes again every 10 s, stamped with its time."""
+    p = dra()
+    pb, pbg = STUBS["health"]
+    with p.channel(p.endpoint) as ch:
+        stream = pbg.DRAResourceHealthStub(ch).NodeWatchResources(pb.NodeWatchResourcesRequest(),
+                                                                   timeout=scaled(20))
+        first = next(stream)
+        t0 = time.monotonic()
+        again = next(stream)
+        waited = time.monotonic() - t0
+        stream.cancel()
+    assert waited < scaled(15)   # within the resend period (10 s) of the plugin's start
+    assert [d.health for d in again.devices] == [pb.HEALTHY, pb.HEALTHY]
+    assert again.devices[0].last_updated_time >= first.devices[0].last_updated_time
+    assert abs(again.devices[0].last_updated_time - time.time()) < scaled(5)
 
 
 def test_sigterm_removes_sockets_and_keeps_prepared_claims(dra, api):

@@ -42,7 +42,7 @@ static const char *const binaries[] = {"nvidia-smi", "nvidia-debugdump", "nvidia
 #define MAX_LINKS (sizeof libraries / sizeof libraries[0])
 
 struct driver_scan {
-    const struct gp_config *cfg;
+    const struct cdi_options *opts;
     const char *search_root;      /* where this process sees the driver */
     struct container_edits *out;  /* the mounts go here */
     const char *links[MAX_LINKS]; /* "<file>::<soname path>", arena strings */
@@ -75,11 +75,11 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int add_device_node(struct container_edits *out, const struct gp_config *cfg,
+static int add_device_node(struct container_edits *out, const struct cdi_options *opts,
                            const char *path)
 {
     char host[PATH_LEN];
-    join_root(cfg->nvidia_dev_root, path, host, sizeof host);
+    join_root(opts->dev_root, path, host, sizeof host);
     return container_edits_add_device_node(out, path, host, NULL);
 }
 
@@ -87,7 +87,7 @@ static int add_device_node(struct container_edits *out, const struct gp_config *
 static int add_driver_mount(struct driver_scan *s, const char *rel)
 {
     char host[PATH_LEN];
-    join_root(s->cfg->nvidia_driver_root, rel, host, sizeof host);
+    join_root(s->opts->driver_root, rel, host, sizeof host);
     return container_edits_add_mount(s->out, host, rel, true);
 }
 
@@ -162,7 +162,7 @@ static int add_binaries(struct driver_scan *s)
 static int add_hook(struct driver_scan *s, const char *name, const char *const *extra,
                     size_t n_extra)
 {
-    const char *path = s->cfg->nvidia_ctk_path;
+    const char *path = s->opts->ctk_path;
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     const char *args[3 + 2 * MAX_LINKS];
@@ -178,10 +178,9 @@ static int add_hook(struct driver_scan *s, const char *name, const char *const *
 
 static int add_hooks(struct driver_scan *s, const struct gpu_inventory *inv)
 {
-    unsigned off = s->cfg->cdi_disabled_hooks;
     const char *args[2 * MAX_LINKS];
     size_t n = 0;
-    if (!(off & CDI_HOOK_CREATE_SYMLINKS) && s->link_count > 0) {
+    if (s->opts->hook_create_symlinks && s->link_count > 0) {
         for (size_t i = 0; i < s->link_count; i++) {
             args[n++] = "--link";
             args[n++] = s->links[i];
@@ -189,14 +188,14 @@ static int add_hooks(struct driver_scan *s, const struct gpu_inventory *inv)
         if (add_hook(s, "create-symlinks", args, n) != 0)
             return -1;
     }
-    if (!(off & CDI_HOOK_ENABLE_CUDA_COMPAT) && inv->driver_version[0] != '\0') {
+    if (s->opts->hook_enable_cuda_compat && inv->driver_version[0] != '\0') {
         char arg[128];
         snprintf(arg, sizeof arg, "--host-driver-version=%s", inv->driver_version);
         const char *one[1] = {arg};
         if (add_hook(s, "enable-cuda-compat", one, 1) != 0)
             return -1;
     }
-    if (!(off & CDI_HOOK_UPDATE_LDCACHE) && s->ldcache_dir_count > 0) {
+    if (s->opts->hook_update_ldcache && s->ldcache_dir_count > 0) {
         n = 0;
         for (size_t i = 0; i < s->ldcache_dir_count; i++) {
             args[n++] = "--folder";
@@ -208,28 +207,28 @@ static int add_hooks(struct driver_scan *s, const struct gpu_inventory *inv)
     return 0;
 }
 
-int cdi_node_edits(const struct gp_config *cfg, const struct gpu_inventory *inv,
+int cdi_node_edits(const struct cdi_options *opts, const struct gpu_inventory *inv,
                    struct container_edits *out, char *err, size_t errlen)
 {
     struct driver_scan s = {
-        .cfg = cfg,
-        .search_root = is_dir(cfg->container_driver_root) ? cfg->container_driver_root
-                                                          : cfg->nvidia_driver_root,
+        .opts = opts,
+        .search_root =
+            is_dir(opts->container_driver_root) ? opts->container_driver_root : opts->driver_root,
         .out = out,
     };
     /* nvidiactl always (a spec is written once for the node), the optional
      * control nodes when the host has them. */
-    if (add_device_node(out, cfg, resource_control_nodes[0]) != 0)
+    if (add_device_node(out, opts, resource_control_nodes[0]) != 0)
         goto oom;
     for (size_t i = 1; i < resource_control_node_count; i++) {
         char host[PATH_LEN];
-        join_root(cfg->nvidia_dev_root, resource_control_nodes[i], host, sizeof host);
-        if (exists(host) && add_device_node(out, cfg, resource_control_nodes[i]) != 0)
+        join_root(opts->dev_root, resource_control_nodes[i], host, sizeof host);
+        if (exists(host) && add_device_node(out, opts, resource_control_nodes[i]) != 0)
             goto oom;
     }
     if (add_libraries(&s) != 0 || add_binaries(&s) != 0)
         goto oom;
-    if (cfg->cdi_feature_flags & CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET) {
+    if (opts->persistenced_socket) {
         char seen[PATH_LEN];
         join_root(s.search_root, PERSISTENCED_SOCKET, seen, sizeof seen);
         if (exists(seen) && add_driver_mount(&s, PERSISTENCED_SOCKET) != 0)
@@ -242,19 +241,19 @@ oom:
     return gp_errf(err, errlen, "out of memory building the driver's container edits");
 }
 
-int cdi_device_edits(const struct gp_config *cfg, const struct gpu_inventory *inv,
+int cdi_device_edits(const struct cdi_options *opts, const struct gpu_inventory *inv,
                      const struct resource_device *d, struct container_edits *out)
 {
     char paths[RESOURCE_MAX_DEVICE_NODES][RESOURCE_NODE_LEN];
     size_t count = resource_device_nodes(inv, d, paths);
     for (size_t k = 0; k < count; k++)
-        if (add_device_node(out, cfg, paths[k]) != 0)
+        if (add_device_node(out, opts, paths[k]) != 0)
             return -1;
     return 0;
 }
 
 /* One device per distinct runtime ID, named as Allocate names it. */
-static int spec_devices(struct arena *a, const struct gp_config *cfg,
+static int spec_devices(struct arena *a, const struct cdi_options *opts,
                         const struct gpu_inventory *inv, const struct resource_set *set,
                         struct cdi_spec_device **out, size_t *count)
 {
@@ -268,7 +267,7 @@ static int spec_devices(struct arena *a, const struct gp_config *cfg,
     for (size_t r = 0; r < set->count; r++)
         for (size_t i = 0; i < set->resources[r].device_count; i++) {
             const struct resource_device *d = &set->resources[r].devices[i];
-            const char *id = cfg->device_id_strategy == DEVICE_ID_INDEX ? d->index : d->uuid;
+            const char *id = opts->id_by_index ? d->index : d->uuid;
             bool seen = false;
             for (size_t k = 0; k < n && !seen; k++)
                 seen = strcmp(list[k].name, id) == 0;
@@ -278,7 +277,7 @@ static int spec_devices(struct arena *a, const struct gp_config *cfg,
             if (edits == NULL)
                 return -1;
             container_edits_init(edits, a);
-            if (cdi_device_edits(cfg, inv, d, edits) != 0)
+            if (cdi_device_edits(opts, inv, d, edits) != 0)
                 return -1;
             list[n++] = (struct cdi_spec_device){.name = id, .edits = edits};
         }
@@ -287,7 +286,7 @@ static int spec_devices(struct arena *a, const struct gp_config *cfg,
     return 0;
 }
 
-int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,
+int cdi_write_spec(const struct cdi_options *opts, const struct gpu_inventory *inv,
                    const struct resource_set *set, char *err, size_t errlen)
 {
     struct arena a = ARENA_INIT;
@@ -299,14 +298,14 @@ int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,
     /* A container that names only the spec's devices sees no GPU through
      * the NVIDIA runtime's own variable. */
     if (container_edits_set_env(&common, "NVIDIA_VISIBLE_DEVICES", "void") != 0 ||
-        spec_devices(&a, cfg, inv, set, &devices, &spec.device_count) != 0) {
+        spec_devices(&a, opts, inv, set, &devices, &spec.device_count) != 0) {
         gp_errf(err, errlen, "out of memory building the CDI spec");
         goto out;
     }
     spec.devices = devices;
-    if (cdi_node_edits(cfg, inv, &common, err, errlen) != 0)
+    if (cdi_node_edits(opts, inv, &common, err, errlen) != 0)
         goto out;
-    rc = cdi_spec_write(&spec, cfg->cdi_spec_dir, CDI_SPEC_FILE, err, errlen);
+    rc = cdi_spec_write(&spec, opts->spec_dir, CDI_SPEC_FILE, err, errlen);
 out:
     arena_free(&a);
     return rc;

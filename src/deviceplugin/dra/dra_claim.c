@@ -10,6 +10,8 @@
 #include "poolapi_names.h"
 #include "poolapi_quantity.h"
 
+#define MIB (1ull << 20)
+
 int dra_config_parse(const json_t *parameters, struct dra_gpu_config *out, char *err, size_t errlen)
 {
     *out = (struct dra_gpu_config){0};
@@ -163,7 +165,9 @@ static int resolve_result(const json_t *r, const json_t *configs,
     }
     if (json_is_true(json_object_get(r, "adminAccess")))
         share = dev->memory; /* monitoring sees the device, never limited */
-    d->limit = share < dev->memory ? share : 0;
+    /* The slices' requestPolicy steps in MiB and its default is the memory
+     * rounded down to a MiB: that much is all of it, the whole device. */
+    d->limit = share < (dev->memory & ~(MIB - 1)) ? share : 0;
 
     struct dra_gpu_config cfg;
     if (config_for(configs, scope->driver, d->request, &cfg, err, errlen) != 0)
@@ -174,7 +178,7 @@ static int resolve_result(const json_t *r, const json_t *configs,
                            "device %s: memoryLimit %llu bytes is more than the %llu bytes "
                            "allocated to the claim",
                            name, (unsigned long long)cfg.memory_limit, (unsigned long long)share);
-        d->limit = cfg.memory_limit < dev->memory ? cfg.memory_limit : 0;
+        d->limit = cfg.memory_limit < (dev->memory & ~(MIB - 1)) ? cfg.memory_limit : 0;
     }
     return 0;
 }

@@ -5,7 +5,8 @@
  * node), which device it is and what limit its containers get:
  *
  *   consumedCapacity.memory < the device's memory  -> shared: limit = it
- *   == the device's memory, or absent, adminAccess -> whole device: no limit
+ *   == the device's memory (or its whole MiBs: the
+ *   slices' default), absent, or adminAccess       -> whole device: no limit
  *
  * then applies the claim's opaque configuration for our driver
  * (status.allocation.devices.config[].opaque with driver == ours; class

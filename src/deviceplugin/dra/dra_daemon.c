@@ -24,9 +24,11 @@
 #include "dra_slices.h"
 #include "errmsg.h"
 #include "gpu.h"
+#include "health.h"
 #include "isolation.h"
 #include "kube.h"
 #include "log.h"
+#include "node_state.h"
 #include "nvml.h"
 #include "options.h"
 #include "poolapi_names.h"
@@ -52,6 +54,10 @@ struct dra_config {
     char *container_driver_root;
     char *nvidia_ctk_path;
     int consumable_capacity;
+    int health_recovery_probes;
+    int health_probe_interval_ms;
+    char *disable_healthchecks;
+    char *enable_healthchecks;
     int verbosity;
 };
 
@@ -155,6 +161,28 @@ static const struct option_spec specs[] = {
      .offset = FIELD(consumable_capacity),
      .def = "auto",
      .help = "publish GPUs with allocatable memory shares (KEP-5075): auto asks the API server"},
+    {.flag = "health-recovery-probes",
+     .env = {"GP_HEALTH_RECOVERY_PROBES"},
+     .type = OPT_INT,
+     .offset = FIELD(health_recovery_probes),
+     .def = "3",
+     .help = "consecutive good NVML probes that bring an Unhealthy GPU back; 0 = never (as the "
+             "device plugin)"},
+    {.flag = "health-probe-interval",
+     .env = {"GP_HEALTH_PROBE_INTERVAL"},
+     .type = OPT_DURATION,
+     .offset = FIELD(health_probe_interval_ms),
+     .def = "5s",
+     .min = 1,
+     .help = "time between recovery probes of an Unhealthy GPU (Go duration: 5s, 500ms)"},
+    {.env = {"DP_DISABLE_HEALTHCHECKS"},
+     .type = OPT_STRING,
+     .offset = FIELD(disable_healthchecks),
+     .help = "`all`, `xids` or a comma-separated list of XIDs that do not make a GPU Unhealthy"},
+    {.env = {"DP_ENABLE_HEALTHCHECKS"},
+     .type = OPT_STRING,
+     .offset = FIELD(enable_healthchecks),
+     .help = "`all` or a comma-separated list of XIDs that make a GPU Unhealthy even if ignored"},
     {.flag = "v",
      .env = {"LOG_LEVEL"},
      .type = OPT_INT,
@@ -188,6 +216,9 @@ struct daemon {
     struct arena edits_arena;
     struct container_edits node_edits; /* in edits_arena */
     struct kube_client *kube;
+    struct node_state state; /* per-GPU health: health.c writes, the plugin observes */
+    bool have_state;
+    struct health_monitor *health;
     struct dra_preparer preparer;
     bool have_preparer;
     struct rpc_runtime *rpc;
@@ -250,6 +281,49 @@ static void stop_slices(struct daemon *d)
     d->slices = NULL;
 }
 
+/* ---- health ------------------------------------------------------------------------------ */
+
+/* Every DRA device's health from the GPU state (a GPU's change reaches its
+ * MIG devices and a MIG device's its GPU: node_state.h applies the rule,
+ * so each device simply reads its own record). The plugin sends the health
+ * stream only when some device changed. */
+static void sync_health(struct daemon *d)
+{
+    for (size_t i = 0; i < d->devices.count; i++) {
+        const struct dra_node_device *dev = &d->devices.devices[i];
+        bool healthy = node_state_healthy(&d->state, dev->gpu, dev->mig);
+        const char *why = node_state_gpu_lost(&d->state, dev->gpu)
+                              ? "the GPU is lost (fallen off the bus, or NVML cannot read it)"
+                              : "a critical XID error, or NVML probes failing (the plugin's "
+                                "log has it); it recovers after good probes";
+        dra_plugin_set_health(d->plugin, i, healthy, healthy ? NULL : why);
+    }
+}
+
+/* node_state observer: runs on the health thread, one change at a time. */
+static void on_health_change(void *ctx, const struct node_state_change *change)
+{
+    (void)change;
+    sync_health(ctx);
+}
+
+static int start_health(struct daemon *d, char *err, size_t errlen)
+{
+    if (node_state_add_observer(&d->state, d, on_health_change) != 0)
+        return gp_errf(err, errlen, "cannot observe the GPUs' health: too many observers");
+    sync_health(d); /* lost GPUs are unhealthy from the start */
+    struct gp_config policy = {0};
+    policy.health_recovery_probes = d->cfg.health_recovery_probes;
+    policy.health_probe_interval_ms = d->cfg.health_probe_interval_ms;
+    policy.disable_healthchecks = d->cfg.disable_healthchecks;
+    policy.enable_healthchecks = d->cfg.enable_healthchecks;
+    char why[GP_ERR_LEN];
+    if (health_monitor_start(d->nvml, &d->inv, &d->state, NULL, &policy, &d->health, why,
+                             sizeof why) != 0)
+        log_warn("Failed to start health checks: %s", why);
+    return 0;
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 static int install_isolation(struct daemon *d, char *err, size_t errlen)
@@ -292,8 +366,10 @@ static int setup(struct daemon *d, char *err, size_t errlen)
         gpu_inventory_load(d->nvml, &d->inv, err, errlen) != 0)
         return -1;
     d->have_inventory = true;
-    if (dra_devices_build(&d->inv, &d->devices, err, errlen) != 0)
+    if (dra_devices_build(&d->inv, &d->devices, err, errlen) != 0 ||
+        node_state_init(&d->state, &d->inv, err, errlen) != 0)
         return -1;
+    d->have_state = true;
     for (size_t i = 0; i < d->devices.count; i++)
         log_info("device %s: %s, %llu MiB%s", d->devices.devices[i].name,
                  d->devices.devices[i].uuid,
@@ -317,12 +393,16 @@ static int setup(struct daemon *d, char *err, size_t errlen)
     if (install_isolation(d, err, errlen) != 0)
         return -1;
     /* What every GPU container needs of the driver, found once: the
-     * device plugin's node-wide edits (devices/cdi.h). */
-    struct gp_config driver = {0};
-    driver.nvidia_driver_root = c->driver_root;
-    driver.nvidia_dev_root = c->dev_root[0] ? c->dev_root : c->driver_root;
-    driver.container_driver_root = c->container_driver_root;
-    driver.nvidia_ctk_path = c->nvidia_ctk_path;
+     * device plugin's node-wide edits (devices/cdi.h), every hook on. */
+    const struct cdi_options driver = {
+        .driver_root = c->driver_root,
+        .dev_root = c->dev_root[0] ? c->dev_root : c->driver_root,
+        .container_driver_root = c->container_driver_root,
+        .ctk_path = c->nvidia_ctk_path,
+        .hook_create_symlinks = true,
+        .hook_enable_cuda_compat = true,
+        .hook_update_ldcache = true,
+    };
     container_edits_init(&d->node_edits, &d->edits_arena);
     if (cdi_node_edits(&driver, &d->inv, &d->node_edits, err, errlen) != 0)
         return -1;
@@ -330,7 +410,7 @@ static int setup(struct daemon *d, char *err, size_t errlen)
         .driver = c->driver_name,
         .cdi_root = c->cdi_root,
         .isolation_dir = c->isolation_library[0] ? c->isolation_dir : NULL,
-        .dev_root = driver.nvidia_dev_root,
+        .dev_root = driver.dev_root,
         .node_edits = &d->node_edits,
     };
     const struct dra_claim_source source = {.get = get_claim, .ctx = d};
@@ -348,7 +428,8 @@ static int setup(struct daemon *d, char *err, size_t errlen)
         .devices = &d->devices,
         .preparer = &d->preparer,
     };
-    if (dra_plugin_start(d->rpc, &po, &d->plugin, err, errlen) != 0)
+    if (dra_plugin_start(d->rpc, &po, &d->plugin, err, errlen) != 0 ||
+        start_health(d, err, errlen) != 0)
         return -1;
     return start_slices(d, err, errlen);
 }
@@ -356,6 +437,11 @@ static int setup(struct daemon *d, char *err, size_t errlen)
 static void teardown(struct daemon *d)
 {
     stop_slices(d);
+    /* the monitor writes the state, whose observer feeds the plugin */
+    health_monitor_stop(d->health);
+    d->health = NULL;
+    if (d->have_state)
+        node_state_remove_observer(&d->state, d, on_health_change);
     dra_plugin_stop(d->plugin);
     d->plugin = NULL;
     if (d->rpc != NULL)
@@ -366,6 +452,9 @@ static void teardown(struct daemon *d)
     d->have_preparer = false;
     kube_client_free(d->kube);
     d->kube = NULL;
+    if (d->have_state)
+        node_state_free(&d->state);
+    d->have_state = false;
     dra_devices_free(&d->devices);
     arena_free(&d->edits_arena);
     if (d->have_inventory)
@@ -377,6 +466,7 @@ static void teardown(struct daemon *d)
 
 static int event_loop(struct daemon *d, int signal_fd, int timer_fd)
 {
+    unsigned ticks = 0;
     struct pollfd fds[2] = {{.fd = signal_fd, .events = POLLIN},
                             {.fd = timer_fd, .events = POLLIN}};
     for (;;) {
@@ -402,6 +492,8 @@ static int event_loop(struct daemon *d, int signal_fd, int timer_fd)
                 log_error("cannot serve again: %s", err);
                 return 1;
             }
+            if (++ticks % (DRA_HEALTH_RESEND_S / CHECK_INTERVAL_S) == 0)
+                dra_plugin_refresh_health(d->plugin);
         }
     }
 }

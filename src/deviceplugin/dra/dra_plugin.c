@@ -71,7 +71,6 @@ static const struct rpc_method REG_METHODS[REG_METHOD_COUNT] = {
 
 struct device_health {
     bool healthy;
-    int64_t since; /* Unix seconds of the last change */
     char message[HEALTH_MESSAGE_LEN];
 };
 
@@ -370,6 +369,7 @@ static int health_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
     struct arena a = ARENA_INIT;
     V1alpha1__NodeWatchResourcesResponse resp = V1ALPHA1__NODE_WATCH_RESOURCES_RESPONSE__INIT;
     int rc = -1;
+    int64_t now = clock_wall_ns() / 1000000000;
     pthread_mutex_lock(&p->lock);
     *generation = p->generation;
     resp.devices = arena_calloc(&a, t->count ? t->count : 1, sizeof *resp.devices);
@@ -387,7 +387,10 @@ static int health_snapshot(void *ctx, struct rpc_buf *out, uint64_t *generation)
         h->device = id;
         h->health = p->health[i].healthy ? V1ALPHA1__HEALTH_STATUS__HEALTHY
                                          : V1ALPHA1__HEALTH_STATUS__UNHEALTHY;
-        h->last_updated_time = p->health[i].since;
+        /* the monitor watches all the time: every list is "determined now",
+         * and the kubelet, which ages a device's health out after a
+         * timeout, is sent the list again before that (dra_plugin_refresh_health) */
+        h->last_updated_time = now;
         if (p->health[i].message[0] != '\0') {
             h->message = arena_strdup(&a, p->health[i].message);
             if (h->message == NULL)
@@ -513,10 +516,8 @@ int dra_plugin_start(struct rpc_runtime *rt, const struct dra_plugin_options *o,
         free(p);
         return gp_errf(err, errlen, "out of memory");
     }
-    int64_t now = clock_wall_ns() / 1000000000;
     for (size_t i = 0; i < o->devices->count; i++) {
         p->health[i].healthy = !o->devices->devices[i].lost;
-        p->health[i].since = now;
         if (o->devices->devices[i].lost)
             snprintf(p->health[i].message, HEALTH_MESSAGE_LEN, "the GPU is lost (NVML)");
     }
@@ -580,13 +581,25 @@ void dra_plugin_set_health(struct dra_plugin *p, size_t index, bool healthy, con
     bool changed = h->healthy != healthy;
     if (changed) {
         h->healthy = healthy;
-        h->since = clock_wall_ns() / 1000000000;
         snprintf(h->message, sizeof h->message, "%s", message ? message : "");
         p->generation++;
     }
     pthread_mutex_unlock(&p->lock);
     if (!changed)
         return;
+    pthread_mutex_lock(&p->server_lock);
+    if (p->dra_server != NULL)
+        rpc_server_notify(p->dra_server);
+    pthread_mutex_unlock(&p->server_lock);
+}
+
+void dra_plugin_refresh_health(struct dra_plugin *p)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->generation++;
+    pthread_mutex_unlock(&p->lock);
     pthread_mutex_lock(&p->server_lock);
     if (p->dra_server != NULL)
         rpc_server_notify(p->dra_server);

@@ -58,6 +58,11 @@ int dra_plugin_check_sockets(struct dra_plugin *p, char *err, size_t errlen);
 /* Device `index` of the table is (un)healthy; the health stream sends the
  * new list when it changed. message: why (may be NULL). */
 void dra_plugin_set_health(struct dra_plugin *p, size_t index, bool healthy, const char *message);
+/* Sends the health list again (its times now): the kubelet takes a device
+ * whose health was not reported within its timeout (30 s by default) as
+ * Unknown, so the daemon calls this every DRA_HEALTH_RESEND_S. */
+#define DRA_HEALTH_RESEND_S 10
+void dra_plugin_refresh_health(struct dra_plugin *p);
 /* Stops the servers (parked calls are cancelled), joins the worker, frees. */
 void dra_plugin_stop(struct dra_plugin *p);
 

@@ -387,12 +387,12 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
                         struct plugin_node *node, struct buf *f)
 {
     size_t n = inv->count;
-    struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
+    struct node_gpu_state *state = calloc(n + 1, sizeof *state);
     struct gpu_telemetry *tel = calloc(n + 1, sizeof *tel);
     if (state == NULL || tel == NULL)
         goto out;
-    /* A GPU is healthy when every device carved from it is. */
-    plugin_node_gpu_states(node, state, n);
+    /* A GPU is healthy when it and every MIG device of it is. */
+    node_state_gpus(plugin_node_state(node), state, n);
 
     int64_t start = clock_now_ns();
     bool complete = true;
@@ -447,10 +447,10 @@ out:
 static void render_usage(struct plugin_metrics *m, struct buf *f)
 {
     size_t n = m->inv->count;
-    struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
+    struct node_gpu_state *state = calloc(n + 1, sizeof *state);
     bool *skip = calloc(n + 1, sizeof *skip);
     if (state != NULL && skip != NULL) {
-        plugin_node_gpu_states(m->node, state, n);
+        node_state_gpus(plugin_node_state(m->node), state, n);
         for (size_t i = 0; i < n; i++)
             skip[i] = state[i].lost;
         usage_render(f, &m->usage, m->isolation_dir, m->nvml, m->inv, skip, &m->names);

@@ -219,6 +219,28 @@ static void test_shared_whole_and_ours_only(void **state)
     assert_null(e.devices);
 }
 
+/* A device whose memory is not a whole number of MiB: the slices offer its
+ * whole MiBs as "all of it" (requestPolicy default); a claim consuming that
+ * is the whole device, one MiB less is a share. */
+static void test_whole_mibs_are_the_whole_device(void **state)
+{
+    struct world *w = *state;
+    w->t.devices[0].memory = (16ull << 30) + 12345;
+    struct dra_claim_entry e;
+    char err[512];
+    assert_int_equal(
+        resolve(w, "u-1",
+                CLAIM(RESULT("gpu-0", ",\"consumedCapacity\":{\"memory\":\"16Gi\"}") "," RESULT(
+                          "gpu-0", ",\"consumedCapacity\":{\"memory\":\"16383Mi\"}"),
+                      ""),
+                &e, err, sizeof err),
+        0);
+    assert_true(e.devices[0].limit == 0);
+    assert_true(e.devices[1].limit == 16383ull << 20);
+    free(e.devices);
+    w->t.devices[0].memory = 40ull << 30;
+}
+
 static void test_opaque_config_applies(void **state)
 {
     struct world *w = *state;
@@ -312,6 +334,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_device_names, setup, teardown),
         cmocka_unit_test(test_config),
         cmocka_unit_test_setup_teardown(test_shared_whole_and_ours_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_whole_mibs_are_the_whole_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_opaque_config_applies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test(test_cdi_id),
