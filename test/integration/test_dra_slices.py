@@ -310,10 +310,16 @@ def test_slices_of_an_earlier_run_are_taken_over(api):
     other = {"metadata": {"name": "other"}, "spec": {"driver": "gpu.nvidia.com",
                                                      "nodeName": NODE, "devices": []}}
     api.put_object("resourceslices", other)
+    api.clear_requests()
     d = Driver(api.kubeconfig, "--gpus", "2")
     assert d.ask("wait 10000") == "PUBLISHED 1"
     ours = [s for s in slices(api) if s["spec"]["driver"] == DRV]
-    assert len(ours) == 1 and ours[0]["metadata"]["name"] == first["metadata"]["name"]
+    # One of the two is replaced in place (which one is the LIST's order), the other deleted.
+    assert len(ours) == 1
+    assert ours[0]["metadata"]["name"] in (first["metadata"]["name"], "n1-gpu.gpupool.io-dup")
+    writes = [r["method"] for r in api.requests() if "resourceslices" in r["path"]
+              and r["method"] in ("POST", "PUT", "DELETE")]
+    assert sorted(writes) == ["DELETE", "PUT"], writes
     assert ours[0]["spec"]["pool"]["generation"] == 2
     assert api.store.get("resourceslices", None, "other")     # not ours: untouched
     assert d.stop()[0] == 0
