@@ -134,7 +134,8 @@ enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NO_PERMISSION = 4,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_NOT_FOUND = 6
 };
 /* nvmlDeviceGetComputeRunningProcesses_v2/_v3's element. */
 typedef struct {
@@ -142,6 +143,12 @@ typedef struct {
     unsigned long long usedGpuMemory;
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_t;
+/* nvmlDeviceGetProcessUtilization's element. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
 typedef struct {
     unsigned long long total, free, used;
 } nvmlMemory_t;

@@ -2,7 +2,11 @@
  * and frameworks that size their pools from NVML see the container's share
  * and its use (docs/isolation.md, "The reporting side"). */
 #include "cuda_glibc.h"
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "poolapi_names.h"
 #include "cuda_account.h"
 #include "cuda_real.h"
 
@@ -114,4 +118,114 @@ CUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t de
                                                                  nvmlProcessInfo_t *infos)
 {
     return own_processes(device, count, infos, &real.nvmlDeviceGetComputeRunningProcesses_v2);
+}
+
+/* ---- per-process utilization ------------------------------------------------
+ * The driver's samples name host pids. The node agent writes, into the
+ * container's region directory, which host pids are this container's and
+ * their pids here (POOL_REGION_PID_MAP, refreshed every second). So on a
+ * limited GPU the answer is the driver's samples of those pids, renamed
+ * to the container's pids; a neighbour's sample is never shown. Without a
+ * map (no agent, or a process younger than its last refresh) none of the
+ * samples is known to be ours, and the answer is NOT_FOUND, as the driver
+ * says when it has no sample. */
+struct pid_pair {
+    unsigned host, inner;
+};
+#define MAP_PAIRS (POOL_PID_MAP_MAX / 4) /* "1 1\n" is the shortest line */
+
+/* The map's pairs (at most max) read from the region directory; 0 when
+ * there is none or it is not one. */
+static size_t read_pid_map(struct pid_pair *out, size_t max)
+{
+    char path[sizeof cuda_cfg.prefix + sizeof POOL_REGION_PID_MAP + 1];
+    const char *slash = strrchr(cuda_cfg.prefix, '/');
+    if (slash == NULL)
+        return 0;
+    size_t dlen = (size_t)(slash - cuda_cfg.prefix) + 1;
+    memcpy(path, cuda_cfg.prefix, dlen);
+    memcpy(path + dlen, POOL_REGION_PID_MAP, sizeof POOL_REGION_PID_MAP);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char *text = malloc(POOL_PID_MAP_MAX + 1);
+    ssize_t got = text != NULL ? read(fd, text, POOL_PID_MAP_MAX) : -1;
+    close(fd);
+    size_t n = 0, hlen = strlen(POOL_PID_MAP_HEADER);
+    if (got > (ssize_t)hlen && memcmp(text, POOL_PID_MAP_HEADER, hlen) == 0 && text[hlen] == '\n') {
+        text[got] = '\0';
+        char *p = text + hlen + 1;
+        while (n < max && *p != '\0') {
+            char *end;
+            unsigned long host = strtoul(p, &end, 10);
+            if (end == p || *end != ' ')
+                break;
+            p = end + 1;
+            unsigned long inner = strtoul(p, &end, 10);
+            if (end == p || *end != '\n')
+                break;
+            p = end + 1;
+            out[n++] = (struct pid_pair){(unsigned)host, (unsigned)inner};
+        }
+    }
+    free(text);
+    return n;
+}
+
+CUDA_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                         nvmlProcessUtilizationSample_t *samples,
+                                                         unsigned *count,
+                                                         unsigned long long last_seen)
+{
+    if (!cuda_nvml_ready() || real.nvmlDeviceGetProcessUtilization == NULL)
+        return NVML_ERROR_UNKNOWN;
+    nvmlReturn_t (*pass)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned *,
+                         unsigned long long) = real.nvmlDeviceGetProcessUtilization;
+    nvmlMemory_t m;
+    if (real.nvmlDeviceGetMemoryInfo == NULL || real.nvmlDeviceGetMemoryInfo(device, &m) != 0)
+        return pass(device, samples, count, last_seen);
+    bool refuse;
+    struct cudareg *r = cuda_nvml_region(device, m.total, &refuse);
+    if (refuse)
+        return NVML_ERROR_NO_PERMISSION;
+    if (r == NULL)
+        return pass(device, samples, count, last_seen); /* no limit: the driver's list */
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* The driver's whole list into a buffer of ours, then ours out of it. */
+    unsigned all = 0;
+    nvmlReturn_t rc = pass(device, NULL, &all, last_seen);
+    if (rc != NVML_ERROR_INSUFFICIENT_SIZE && rc != NVML_SUCCESS)
+        return rc; /* NOT_FOUND (no sample) and errors as the driver says */
+    all += 16;     /* room for processes starting between the two calls */
+    nvmlProcessUtilizationSample_t *mine = malloc(all * sizeof *mine);
+    struct pid_pair *map = malloc(MAP_PAIRS * sizeof *map);
+    if (mine == NULL || map == NULL) {
+        free(mine);
+        free(map);
+        return NVML_ERROR_UNKNOWN;
+    }
+    rc = pass(device, mine, &all, last_seen);
+    size_t pairs = rc == NVML_SUCCESS ? read_pid_map(map, MAP_PAIRS) : 0;
+    unsigned n = 0;
+    for (unsigned i = 0; rc == NVML_SUCCESS && i < all; i++)
+        for (size_t k = 0; k < pairs; k++)
+            if (map[k].host == mine[i].pid) {
+                mine[n] = mine[i];
+                mine[n++].pid = map[k].inner;
+                break;
+            }
+    free(map);
+    if (rc == NVML_SUCCESS) {
+        unsigned room = *count;
+        *count = n;
+        if (n == 0)
+            rc = NVML_ERROR_NOT_FOUND;
+        else if (samples == NULL || room < n)
+            rc = NVML_ERROR_INSUFFICIENT_SIZE;
+        else
+            memcpy(samples, mine, n * sizeof *mine);
+    }
+    free(mine);
+    return rc;
 }

@@ -102,6 +102,8 @@ struct cuda_real_api {
                                                             nvmlProcessInfo_t *);
     nvmlReturn_t (*nvmlDeviceGetComputeRunningProcesses_v2)(nvmlDevice_t, unsigned *,
                                                             nvmlProcessInfo_t *);
+    nvmlReturn_t (*nvmlDeviceGetProcessUtilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t *,
+                                                    unsigned *, unsigned long long);
     nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t, char *, unsigned);
     nvmlReturn_t (*nvmlDeviceGetIndex)(nvmlDevice_t, unsigned *);
 };

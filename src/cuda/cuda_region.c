@@ -100,11 +100,31 @@ size_t cudareg_file_size(void)
     return sizeof(struct region_file);
 }
 
+size_t cudareg_peek_size(const void *head, size_t len)
+{
+    struct region_file h;
+    if (len < offsetof(struct region_file, slots))
+        return 0;
+    memcpy(&h, head, offsetof(struct region_file, slots));
+    if (h.magic != REGION_MAGIC || h.version != REGION_VERSION)
+        return 0;
+    uint32_t high = h.high < CUDAREG_SLOTS ? h.high : CUDAREG_SLOTS;
+    return offsetof(struct region_file, slots) + (size_t)high * sizeof(struct slot);
+}
+
+static int byte_held(int fd, unsigned i);
+
 int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
                  void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx)
 {
+    return cudareg_peek_live(bytes, len, -1, out, each, ctx);
+}
+
+int cudareg_peek_live(const void *bytes, size_t len, int fd, struct cudareg_view *out,
+                      void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx)
+{
     memset(out, 0, sizeof *out);
-    if (len != sizeof(struct region_file))
+    if (len < offsetof(struct region_file, slots) || len > sizeof(struct region_file))
         return -1;
     /* A copy, not the live mapping: fields are read with memcpy from the
      * caller's bytes, aligned or not. */
@@ -115,11 +135,23 @@ int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
         head.ready != 1 || head.limit < 0)
         return -1;
     out->limit = head.limit;
+    /* Only slots below the high mark hold bytes (charges sum no others, see
+     * slots_sum), and only those the caller read. A file that lowers its own
+     * mark hides its own use, nothing else's. */
+    size_t have = (len - offsetof(struct region_file, slots)) / sizeof(struct slot);
+    size_t n = head.high < CUDAREG_SLOTS ? head.high : CUDAREG_SLOTS;
+    if (n > have)
+        n = have;
     const unsigned char *slots = (const unsigned char *)bytes + offsetof(struct region_file, slots);
-    for (unsigned i = 0; i < CUDAREG_SLOTS; i++) {
+    for (size_t i = 0; i < n; i++) {
         struct slot sl;
-        memcpy(&sl, slots + (size_t)i * sizeof sl, sizeof sl);
+        memcpy(&sl, slots + i * sizeof sl, sizeof sl);
         if (sl.state == SLOT_FREE)
+            continue;
+        /* A slot whose liveness lock nobody holds lost its process (killed,
+         * crashed): what it charged is no one's any more, though it stays in
+         * the file until a process of the container reaps it. */
+        if (fd >= 0 && sl.state == SLOT_LOCKED && byte_held(fd, (unsigned)i) == 0)
             continue;
         int64_t used = sl.used > 0 ? sl.used : 0;
         /* Saturate: a forged slot must not wrap the sum negative. */

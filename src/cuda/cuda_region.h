@@ -91,13 +91,31 @@ struct cudareg_view {
     unsigned live_slots;
 };
 
-/* Reads a copy of a region file's bytes (len of them): a pure function that
- * takes no lock and trusts nothing, so a damaged or hostile file can only
- * give wrong figures for its own container, never wedge or crash the
- * reader. each (may be NULL) is called for every used slot. 0, or -1 when
- * the bytes are not a ready region of this layout version. */
+/* How many leading bytes of a region file cudareg_peek needs: the header
+ * and the slots below its high mark (the only ones that can hold bytes),
+ * read from the len bytes at head; 0 when they are fewer than the header
+ * or not a region header of this layout version. A reader preads a first
+ * CUDAREG_PEEK_FIRST bytes, then the rest of this size if more. */
+#define CUDAREG_PEEK_FIRST 512
+size_t cudareg_peek_size(const void *head, size_t len);
+
+/* Reads a copy of a region file's leading bytes (len of them, at least the
+ * header, at most the whole file): a pure function that takes no lock and
+ * trusts nothing, so a damaged or hostile file can only give wrong figures
+ * for its own container, never wedge or crash the reader. each (may be
+ * NULL) is called for every used slot below the high mark that the bytes
+ * cover. 0, or -1 when the bytes are not a ready region of this layout
+ * version. */
 int cudareg_peek(const void *bytes, size_t len, struct cudareg_view *out,
                  void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx);
+
+/* cudareg_peek, and when fd (the region file, opened read-only: no lock is
+ * taken, F_OFD_GETLK only asks) is not -1, slots whose liveness lock no
+ * process holds are left out: their process is gone, and its charge waits
+ * for a process of the container to reap it. Slots judged by pid (a kernel
+ * without OFD locks) are counted. */
+int cudareg_peek_live(const void *bytes, size_t len, int fd, struct cudareg_view *out,
+                      void (*each)(void *ctx, const struct cudareg_slot_view *slot), void *ctx);
 
 /* The live slots of this process's pid namespace (the container's
  * processes, as the library charged them), dead ones given back first:

@@ -79,6 +79,7 @@ const struct cuda_hook cuda_hooks[] = {
     HOOK_NVML(nvmlDeviceGetMemoryInfo_v2),
     HOOK_NVML(nvmlDeviceGetComputeRunningProcesses_v3),
     HOOK_NVML(nvmlDeviceGetComputeRunningProcesses_v2),
+    HOOK_NVML(nvmlDeviceGetProcessUtilization),
 };
 /* clang-format on */
 const unsigned cuda_hook_count = sizeof cuda_hooks / sizeof cuda_hooks[0];

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "plugin_metrics.h"
 #include "nodelabels.h"
+#include "pid_map.h"
 #include "nvml.h"
 #include "plugin.h"
 #include "rpc.h"
@@ -67,6 +68,7 @@ struct daemon {
      * (or the daemon) register with the node, and it stops them. */
     struct gpumem_service *gpumem;  /* --resource-mode=gpu-mem; NULL otherwise */
     struct plugin_metrics *metrics; /* --metrics-addr; NULL = off; lives across reloads */
+    struct pid_map *pid_map;        /* limited containers' pid maps; NULL = no isolation */
     struct node_labeler *labeler;   /* --node-labels; NULL = off */
     char socket_dir[PATH_MAX];
     const char *kubelet_socket_name; /* basename inside socket_dir; NULL = no registration */
@@ -377,6 +379,8 @@ static void teardown(struct daemon *d)
     metrics_attach(d->metrics, NULL, NULL, NULL);
     nodelabels_stop(d->labeler);
     d->labeler = NULL;
+    pid_map_stop(d->pid_map);
+    d->pid_map = NULL;
     health_monitor_stop(d->health);
     d->health = NULL;
     stop_servers(d);
@@ -428,6 +432,24 @@ static void log_inventory(const struct gpu_inventory *inv)
     }
 }
 
+/* The configuration, narrowed to what the CDI spec writer reads. */
+static struct cdi_options cdi_options_from(const struct gp_config *cfg)
+{
+    unsigned off = cfg->cdi_disabled_hooks;
+    return (struct cdi_options){
+        .driver_root = cfg->nvidia_driver_root,
+        .dev_root = cfg->nvidia_dev_root,
+        .container_driver_root = cfg->container_driver_root,
+        .ctk_path = cfg->nvidia_ctk_path,
+        .hook_create_symlinks = !(off & CDI_HOOK_CREATE_SYMLINKS),
+        .hook_enable_cuda_compat = !(off & CDI_HOOK_ENABLE_CUDA_COMPAT),
+        .hook_update_ldcache = !(off & CDI_HOOK_UPDATE_LDCACHE),
+        .persistenced_socket = cfg->cdi_feature_flags & CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET,
+        .id_by_index = cfg->device_id_strategy == DEVICE_ID_INDEX,
+        .spec_dir = cfg->cdi_spec_dir,
+    };
+}
+
 enum build_result { BUILD_OK = 0, BUILD_DOES_NOT_APPLY = -1, BUILD_NO_CDI_SPEC = -2 };
 
 /* The resources of inv under cfg, and their CDI spec when a cdi-*
@@ -439,8 +461,9 @@ static enum build_result build_node(const struct gp_config *cfg, const struct gp
 {
     if (plugin_node_init(node, cfg, inv, err, errlen) != 0)
         return BUILD_DOES_NOT_APPLY;
+    struct cdi_options cdi = cdi_options_from(cfg);
     if (config_uses_cdi(cfg) &&
-        cdi_write_spec(cfg, inv, plugin_node_resources(node), err, errlen) != 0) {
+        cdi_write_spec(&cdi, inv, plugin_node_resources(node), err, errlen) != 0) {
         plugin_node_free(node);
         return BUILD_NO_CDI_SPEC;
     }
@@ -502,14 +525,19 @@ static enum setup_result serve(struct daemon *d)
     const struct usage_names names = {d->gpumem, gpumem_service_name_container};
     metrics_set_usage_source(d->metrics, isolation_active(&d->cfg) ? d->cfg.isolation_dir : NULL,
                              d->gpumem != NULL ? &names : NULL);
+    /* Each limited container learns its processes' host pids (for NVML's
+     * process utilization inside it, docs/isolation.md). */
+    if (isolation_active(&d->cfg) &&
+        pid_map_start(d->cfg.isolation_dir, d->nvml, &d->inv, &d->pid_map, err, sizeof err) != 0)
+        log_warn("Containers' NVML process utilization will stay empty: %s", err);
     /* Labels are written on their own thread: the API server never
      * delays the kubelet seeing the devices. */
     if (d->cfg.node_labels && nodelabels_start(&d->cfg, &d->inv, &d->labeler, err, sizeof err) != 0)
         log_error("Cannot write node labels (--node-labels): %s", err);
     /* Health first: an XID between registration and the event set's
      * creation would otherwise be lost. */
-    if (health_monitor_start(d->nvml, &d->inv, &d->node, d->metrics, &d->cfg, &d->health, err,
-                             sizeof err) != 0)
+    if (health_monitor_start(d->nvml, &d->inv, plugin_node_state(&d->node), d->metrics, &d->cfg,
+                             &d->health, err, sizeof err) != 0)
         log_warn("Failed to start health checks: %s", err);
     watch_socket_dir(d);
     if (start_servers(d) != 0)

@@ -67,6 +67,14 @@
 #define POOL_CONTAINER_REGION_DIR "/run/gpupool-cuda"
 /* The POOL_ENV_SHARED_CACHE value the plugin writes. */
 #define POOL_CONTAINER_REGION_PREFIX POOL_CONTAINER_REGION_DIR "/region"
+/* In the container's region directory: the node agent's map of the
+ * container's GPU processes, one "<host pid> <pid in the container>" line
+ * each after the header line; libgpupool-cuda reads it to answer
+ * nvmlDeviceGetProcessUtilization (host pids) with the container's own
+ * processes. At most POOL_PID_MAP_MAX bytes. */
+#define POOL_REGION_PID_MAP "pids"
+#define POOL_PID_MAP_HEADER "gpupool-pids 1"
+#define POOL_PID_MAP_MAX 16384
 /* The most GPUs one container gets a limit for: ordinals 0..63 of
  * POOL_ENV_MEM_LIMIT_PREFIX, and the library's per-process tables. */
 #define POOL_MAX_CONTAINER_GPUS 64

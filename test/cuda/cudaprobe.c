@@ -170,6 +170,7 @@ enum opcode {
     OP_THREADS,
     OP_NVML,
     OP_NVML_PROCS,
+    OP_NVML_UTIL,
     OP_HOLD,
     OP_SLEEP,
     OP_NULL_INFO,
@@ -239,6 +240,7 @@ static const struct op ops[OP_COUNT] = {
     [OP_THREADS] = {"threads", {A_INT, A_SIZE}},
     [OP_NVML] = {"nvml", {A_NONE}},
     [OP_NVML_PROCS] = {"nvml-procs", {A_NONE}},
+    [OP_NVML_UTIL] = {"nvml-util", {A_NONE}},
     [OP_HOLD] = {"hold", {A_NONE}, true},
     [OP_SLEEP] = {"sleep", {A_INT}, true},
     [OP_NULL_INFO] = {"null-info", {A_NONE}},
@@ -296,7 +298,8 @@ static void usage(void)
           "  alloc SIZE | pitch WIDTH HEIGHT | managed SIZE | async SIZE | poolalloc SIZE\n"
           "  create SIZE | array W H | array3d W H D | mipmap W H LEVELS\n"
           "  free | free-all | info | total | fill STEP | fill-free\n"
-          "  loop N SIZE | launch N | threads N SIZE | nvml | nvml-procs | hold | sleep MS\n"
+          "  loop N SIZE | launch N | threads N SIZE | nvml | nvml-procs | nvml-util | hold | "
+          "sleep MS\n"
           "  null-info | null-alloc | procaddr NAME VERSION [FLAGS] | graph-node VERSION\n"
           "  zombie SIZE | exec-self COMMAND... | dlsym-default NAME | ctor-deadlock\n"
           "  legacy-release | count | uuid\n"
@@ -789,6 +792,46 @@ static void cmd_nvml_procs(void)
     }
     say("nvml-procs", CUDA_SUCCESS, "count_rc=%d need=%u n=%u pids=%s used=%s n2=%u", rc0, need, n,
         n ? pids : "-", n ? used : "-", n2);
+}
+
+/* nvmlProcessUtilizationSample_t (nvml.h). */
+struct nvml_util_sample {
+    unsigned pid;
+    unsigned long long ts;
+    unsigned sm, mem, enc, dec;
+};
+
+/* nvmlDeviceGetProcessUtilization on GPU 0 with the driver's sizing
+ * protocol (NULL buffer first): the pids and SM percents it answers. */
+static void cmd_nvml_util(void)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!h) {
+        say("nvml-util", CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "dlopen=failed");
+        return;
+    }
+    typedef int (*util_fn)(void *, struct nvml_util_sample *, unsigned *, unsigned long long);
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*by_index)(unsigned, void **) =
+        (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    util_fn util = (util_fn)dlsym(h, "nvmlDeviceGetProcessUtilization");
+    void *dev = NULL;
+    if (!init || !by_index || !util || init() != 0 || by_index(0, &dev) != 0) {
+        say("nvml-util", CUDA_ERROR_NOT_FOUND, "setup=failed");
+        return;
+    }
+    unsigned need = 0;
+    int rc0 = util(dev, NULL, &need, 0);
+    struct nvml_util_sample s[64];
+    unsigned n = 64;
+    int rc = util(dev, s, &n, 0);
+    char pids[1024] = "";
+    size_t lp = 0;
+    for (unsigned i = 0; rc == 0 && i < n && i < 64; i++)
+        lp += (size_t)snprintf(pids + lp, lp < sizeof pids ? sizeof pids - lp : 0, "%s%u:%u",
+                               i ? "," : "", s[i].pid, s[i].sm);
+    say("nvml-util", CUDA_SUCCESS, "count_rc=%d need=%u rc=%d n=%u samples=%s", rc0, need, rc,
+        rc == 0 ? n : 0, lp ? pids : "-");
 }
 
 static CUresult proc_lookup(const char *name, int version, cuuint64_t flags, void **p, char *status,
@@ -1554,6 +1597,9 @@ static void run(const struct cmd *c)
         return;
     case OP_NVML_PROCS:
         cmd_nvml_procs();
+        return;
+    case OP_NVML_UTIL:
+        cmd_nvml_util();
         return;
     case OP_NVML:
         cmd_nvml();

@@ -101,6 +101,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct cudareg_view v;
     if (cudareg_peek(copy, size, &v, NULL, NULL) == 0 && (v.used < 0 || v.limit < 0))
         abort();
+    /* The agent's two-step read: never asks for more than a file. */
+    if (cudareg_peek_size(copy, size) > cudareg_file_size())
+        abort();
     free(copy);
 
     char err[512];

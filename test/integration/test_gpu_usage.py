@@ -10,10 +10,11 @@ Exposition parsed with prometheus_client's parser.
 
 import os
 import subprocess
+import time
 
 from test_gpumem import api, create, gpumem, make_pod  # noqa: F401
 from test_gpumem_isolation import iso_dir, uid_of
-from test_isolation import FAKECUDA, FAKENVML, PRELOAD, PROBE
+from test_isolation import FAKECUDA, FAKENVML, PRELOAD, PROBE, TIMEOUT_SCALE
 from test_plugin_metrics import ADDR_RE, scrape, value
 
 GIB = 1 << 30
@@ -76,6 +77,10 @@ def test_container_and_process_use_named_through_the_region(gpumem, api, workdir
         holder.kill()
         holder.wait()
         p.control("process 2 %d gone" % holder.pid)
+        # Its slot is still in the file, but no process holds its liveness lock any more:
+        # the agent counts nothing for it, before any process of the container reaps it.
+        _, s = scrape(p)
+        assert value(s, "gpupool_container_gpu_memory_used_bytes", **me) == 0
         charge(region_dir, uuid, 4 * GIB, "init").wait()  # attaching reaps the dead slot
         _, s = scrape(p)
         assert value(s, "gpupool_container_gpu_memory_used_bytes", **me) == 0
@@ -106,3 +111,105 @@ def test_a_hostile_region_file_cannot_hurt_the_scrape(gpumem, api, workdir):
     finally:
         holder.kill()
         holder.wait()
+
+
+def pidfds(pid):
+    """The process descriptors (pidfd_open) the agent holds."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)) == "anon_inode:[pidfd]"
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def test_processes_are_read_once_and_forgotten_when_they_exit(gpumem, api, workdir):
+    """The agent reads /proc once per GPU process and keeps a pidfd to know when it exits
+    (docs/metrics.md): names stay right scrape after scrape, and every descriptor goes back
+    once the processes are gone, whatever their number."""
+    p, k = start(gpumem)
+    uuid = p.inventory.gpus[1].uuid
+    create(api, make_pod("infer", containers=[("main", 4)], idx=1, ns="ml"))
+    k.admit("ml", "infer")
+    region_dir = os.path.join(iso_dir(workdir), "containers", uid_of(api, "infer", "ml") + "_0")
+    holder = charge(region_dir, uuid, 4 * GIB, "init alloc 256m hold")
+    strangers = [subprocess.Popen(["sleep", "60"]) for _ in range(40)]
+    try:
+        scrape(p)
+        assert pidfds(p.pid) == 0
+        p.control("process 1 %d 256 10 1" % holder.pid,
+                  *["process 1 %d 1 1 1" % s.pid for s in strangers])
+        me = owner("ml", "infer", "main", uuid)
+        for _ in range(3):
+            _, s = scrape(p)
+            assert value(s, "gpupool_process_gpu_memory_used_bytes", pid=holder.pid,
+                         **me) == 256 * MIB
+            for st in strangers:
+                assert value(s, "gpupool_process_gpu_memory_used_bytes", pid=st.pid,
+                             **owner("", "", "", uuid)) == MIB
+        assert pidfds(p.pid) == 41  # the processes are held, not read again
+        for proc in [holder] + strangers:
+            proc.kill()
+            proc.wait()
+        p.control("process 1 %d gone" % holder.pid,
+                  *["process 1 %d gone" % s.pid for s in strangers])
+        scrape(p)
+        assert pidfds(p.pid) == 0
+    finally:
+        for proc in [holder] + strangers:
+            proc.kill()
+            proc.wait()
+
+
+def test_agent_maps_a_containers_host_pids_for_nvml_inside_it(gpumem, api, workdir):
+    """The agent writes each limited container's pid map (host pid -> pid in the container)
+    into its region directory within a second of NVML listing the process, without any
+    scrape; inside the container, nvmlDeviceGetProcessUtilization then answers with the
+    container's process under its own pid, not the neighbour on the same GPU."""
+    p, k = gpumem()
+    uuid = p.inventory.gpus[0].uuid
+    create(api, make_pod("nb", containers=[("main", 4)], idx=0, ns="ml"))
+    k.admit("ml", "nb")
+    region_dir = os.path.join(iso_dir(workdir), "containers", uid_of(api, "nb", "ml") + "_0")
+    # The container's process in a pid namespace of its own, as in a container.
+    env = {k2: v for k2, v in os.environ.items()
+           if not k2.startswith(("CUDA_DEVICE_MEMORY", "ALIYUN_COM_GPU_MEM", "FAKECUDA"))}
+    env.update({"LD_LIBRARY_PATH": FAKECUDA + ":" + FAKENVML, "FAKECUDA_DEVICES": uuid + "=16g",
+                "CUDA_DEVICE_MEMORY_SHARED_CACHE": os.path.join(region_dir, "region"),
+                "CUDA_DEVICE_MEMORY_LIMIT": str(4 * GIB), "LD_PRELOAD": PRELOAD,
+                "FAKE_NVML_INVENTORY": p.inventory.path, "FAKE_NVML_CONTROL": p.control_path})
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=0:verify_asan_link_order=0")
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", PROBE, "init",
+                               "alloc", "256m", "hold"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        for _ in range(2):
+            assert "CUDA_SUCCESS" in holder.stdout.readline()
+        with open("/proc/%d/task/%d/children" % (holder.pid, holder.pid)) as f:
+            host = int(f.read().split()[0])   # the probe, pid 1 in its namespace
+        p.control("process 0 %d 256 41 3" % host, "process 0 %d 100 77 1" % stranger.pid)
+        pid_map = os.path.join(region_dir, "pids")
+        deadline = time.time() + 5 * TIMEOUT_SCALE
+        while time.time() < deadline:
+            if os.path.exists(pid_map) and open(pid_map).read() == "gpupool-pids 1\n%d 1\n" % host:
+                break
+            time.sleep(0.05)
+        assert open(pid_map).read() == "gpupool-pids 1\n%d 1\n" % host
+        # In the container's pid namespace, through the library: only its own process.
+        r = subprocess.run(["nsenter", "--target", str(host), "--pid", "--", PROBE, "init",
+                            "nvml-util"], env=env, capture_output=True, text=True, timeout=30)
+        assert "samples=1:41" in r.stdout, (r.stdout, r.stderr)
+        # The process goes: it leaves the map.
+        holder.kill()
+        holder.wait()
+        p.control("process 0 %d gone" % host)
+        deadline = time.time() + 5 * TIMEOUT_SCALE
+        while time.time() < deadline and open(pid_map).read() != "gpupool-pids 1\n":
+            time.sleep(0.05)
+        assert open(pid_map).read() == "gpupool-pids 1\n"
+    finally:
+        for proc in (holder, stranger):
+            proc.kill()
+            proc.wait()

@@ -480,3 +480,33 @@ def test_nvml_process_list_is_the_containers_own(probe, tmp_path):
         for h in (a, b):
             h.kill()
             h.wait()
+
+
+def test_nvml_process_utilization_is_the_containers_own(probe, tmp_path):
+    """nvmlDeviceGetProcessUtilization on a limited GPU answers the samples of the container's
+    own processes, renamed to the pids the container sees, from the node agent's pid map in the
+    region directory; a neighbour's sample is never shown, and without a map there is none
+    (NOT_FOUND, as the driver says when it has no sample). Without the library: the driver's."""
+    inv = {"gpus": [{"uuid": UUID0, "memory_mib": 16384}]}
+    (tmp_path / "inv.json").write_text(json.dumps(inv))
+    control = tmp_path / "nvml-control"
+    # Ours (host pid 424242, pid 7 in the container) and a neighbour's.
+    control.write_text("process 0 424242 1000 37 12\nprocess 0 999999 5000 55 10\n")
+    env = dict(devices=UUID0 + "=16g", FAKE_NVML_INVENTORY=str(tmp_path / "inv.json"),
+               FAKE_NVML_CONTROL=str(control))
+    pid_map = os.path.join(os.path.dirname(probe.prefix), "pids")
+    r = probe.run("init nvml-util", **env)
+    assert r.value("nvml-util", "count_rc") == 6   # NVML_ERROR_NOT_FOUND: no map yet
+    assert r.value("nvml-util", "rc") == 6
+    with open(pid_map, "w") as f:
+        f.write("gpupool-pids 1\n424242 7\n")
+    r = probe.run("init nvml-util", **env)
+    assert r.value("nvml-util", "count_rc") == 7   # NVML_ERROR_INSUFFICIENT_SIZE, as the driver
+    assert r.value("nvml-util", "need") == 1
+    assert r.value("nvml-util", "samples") == "7:37"
+    # A damaged map names nobody; it never shows the neighbour.
+    with open(pid_map, "w") as f:
+        f.write("garbage 424242 7\n999999 8\n")
+    assert probe.run("init nvml-util", **env).value("nvml-util", "rc") == 6
+    r = probe.run("nvml-util", preload=False, **env)
+    assert sorted(r.value("nvml-util", "samples").split(",")) == ["424242:37", "999999:55"]

@@ -1,24 +1,17 @@
 /* cdi.c -- writes the CDI spec of the served devices (cdi.h). */
 #include "cdi.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-#include <jansson.h>
 
 #include "allocate.h"
-#include "buf.h"
+#include "arena.h"
+#include "cdi_spec.h"
 #include "errmsg.h"
-#include "file.h"
-#include "log.h"
 
 #define PATH_LEN 4096
 
@@ -45,13 +38,17 @@ static const char *const binary_dirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbi
 static const char *const binaries[] = {"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"};
 
 #define PERSISTENCED_SOCKET "/run/nvidia-persistenced/socket"
+/* create-symlinks pairs and update-ldcache folders: one per library at most. */
+#define MAX_LINKS (sizeof libraries / sizeof libraries[0])
 
-struct spec_builder {
-    const struct gp_config *cfg;
-    const char *search_root; /* where this process sees the driver */
-    json_t *mounts;          /* common containerEdits.mounts */
-    json_t *links;           /* create-symlinks hook arguments */
-    json_t *ldcache_dirs;    /* update-ldcache folders */
+struct driver_scan {
+    const struct cdi_options *opts;
+    const char *search_root;      /* where this process sees the driver */
+    struct container_edits *out;  /* the mounts go here */
+    const char *links[MAX_LINKS]; /* "<file>::<soname path>", arena strings */
+    size_t link_count;
+    const char *ldcache_dirs[MAX_LINKS];
+    size_t ldcache_dir_count;
 };
 
 /* root + path without a doubled slash; "/" + "/dev/x" = "/dev/x". A path
@@ -78,71 +75,67 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int append(json_t *array, json_t *value)
-{
-    return value == NULL || json_array_append_new(array, value) != 0 ? -1 : 0;
-}
-
-static json_t *device_node(const struct gp_config *cfg, const char *path)
+static int add_device_node(struct container_edits *out, const struct cdi_options *opts,
+                           const char *path)
 {
     char host[PATH_LEN];
-    join_root(cfg->nvidia_dev_root, path, host, sizeof host);
-    return json_pack("{s:s,s:s}", "path", path, "hostPath", host);
+    join_root(opts->dev_root, path, host, sizeof host);
+    return container_edits_add_device_node(out, path, host, NULL);
 }
 
 /* Read-only bind mount of `rel` (a path relative to the driver root). */
-static json_t *driver_mount(const struct spec_builder *b, const char *rel)
+static int add_driver_mount(struct driver_scan *s, const char *rel)
 {
     char host[PATH_LEN];
-    join_root(b->cfg->nvidia_driver_root, rel, host, sizeof host);
-    return json_pack("{s:s,s:s,s:[s,s,s,s]}", "hostPath", host, "containerPath", rel, "options",
-                     "ro", "nosuid", "nodev", "bind");
+    join_root(s->opts->driver_root, rel, host, sizeof host);
+    return container_edits_add_mount(s->out, host, rel, true);
 }
 
 /* dir + "/" + name relative to the driver root, and where this process
  * sees it; false when absent. */
-static bool find_file(const struct spec_builder *b, const char *dir, const char *name, char *rel,
+static bool find_file(const struct driver_scan *s, const char *dir, const char *name, char *rel,
                       size_t rel_len, char *seen, size_t seen_len)
 {
     snprintf(rel, rel_len, "%s/%s", dir, name);
-    join_root(b->search_root, rel, seen, seen_len);
+    join_root(s->search_root, rel, seen, seen_len);
     return exists(seen);
 }
 
 /* A library found by soname: the file it resolves to is mounted, and the
  * soname is recreated as a link to it by the create-symlinks hook (the
- * runtime binds files, not links). */
-static int add_library(struct spec_builder *b, const char *dir, const char *soname)
+ * runtime binds files, not links). 1 found, 0 absent, -1 out of memory. */
+static int add_library(struct driver_scan *s, const char *dir, const char *soname)
 {
     char rel[PATH_LEN], seen[PATH_LEN], real[PATH_MAX];
-    if (!find_file(b, dir, soname, rel, sizeof rel, seen, sizeof seen))
+    if (!find_file(s, dir, soname, rel, sizeof rel, seen, sizeof seen))
         return 0;
     if (realpath(seen, real) == NULL)
         return 0; /* vanished or a dangling link: nothing to mount */
     const char *base = strrchr(real, '/') + 1;
+    struct arena *a = s->out->arena;
     if (strcmp(base, soname) != 0) {
-        char link[PATH_LEN * 2], target[PATH_LEN];
+        char target[PATH_LEN];
         snprintf(target, sizeof target, "%s/%s", dir, base);
-        snprintf(link, sizeof link, "%s::%s", base, rel);
-        if (append(b->mounts, driver_mount(b, target)) != 0 ||
-            append(b->links, json_string("--link")) != 0 ||
-            append(b->links, json_string(link)) != 0)
+        const char *link = arena_printf(a, "%s::%s", base, rel);
+        if (link == NULL || add_driver_mount(s, target) != 0)
             return -1;
-    } else if (append(b->mounts, driver_mount(b, rel)) != 0) {
+        s->links[s->link_count++] = link;
+    } else if (add_driver_mount(s, rel) != 0) {
         return -1;
     }
     /* Each folder once, for update-ldcache. */
-    for (size_t i = 0; i < json_array_size(b->ldcache_dirs); i++)
-        if (strcmp(json_string_value(json_array_get(b->ldcache_dirs, i)), dir) == 0)
+    for (size_t i = 0; i < s->ldcache_dir_count; i++)
+        if (strcmp(s->ldcache_dirs[i], dir) == 0)
             return 1;
-    return append(b->ldcache_dirs, json_string(dir)) == 0 ? 1 : -1;
+    s->ldcache_dirs[s->ldcache_dir_count++] = dir;
+    return 1;
 }
 
-static int add_libraries(struct spec_builder *b)
+static int add_libraries(struct driver_scan *s)
 {
     for (size_t l = 0; l < sizeof libraries / sizeof libraries[0]; l++)
         for (size_t d = 0; d < sizeof library_dirs / sizeof library_dirs[0]; d++) {
-            int rc = add_library(b, library_dirs[d], libraries[l]);
+            int rc = add_library(s, library_dirs[d], libraries[l]);
             if (rc < 0)
                 return -1;
             if (rc > 0)
@@ -151,13 +144,13 @@ static int add_libraries(struct spec_builder *b)
     return 0;
 }
 
-static int add_binaries(struct spec_builder *b)
+static int add_binaries(struct driver_scan *s)
 {
     char rel[PATH_LEN], seen[PATH_LEN];
     for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++)
         for (size_t d = 0; d < sizeof binary_dirs / sizeof binary_dirs[0]; d++)
-            if (find_file(b, binary_dirs[d], binaries[i], rel, sizeof rel, seen, sizeof seen)) {
-                if (append(b->mounts, driver_mount(b, rel)) != 0)
+            if (find_file(s, binary_dirs[d], binaries[i], rel, sizeof rel, seen, sizeof seen)) {
+                if (add_driver_mount(s, rel) != 0)
                     return -1;
                 break;
             }
@@ -166,196 +159,154 @@ static int add_binaries(struct spec_builder *b)
 
 /* The hook command line: nvidia-ctk takes `hook <name>`, the standalone
  * nvidia-cdi-hook takes `<name>` directly. */
-static json_t *hook(const struct gp_config *cfg, const char *name, json_t *extra_args)
+static int add_hook(struct driver_scan *s, const char *name, const char *const *extra,
+                    size_t n_extra)
 {
-    const char *path = cfg->nvidia_ctk_path;
+    const char *path = s->opts->ctk_path;
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
-    json_t *args = json_pack("[s]", base);
-    if (args != NULL && strcmp(base, "nvidia-ctk") == 0)
-        json_array_append_new(args, json_string("hook"));
-    if (args != NULL)
-        json_array_append_new(args, json_string(name));
-    if (args != NULL && extra_args != NULL)
-        json_array_extend(args, extra_args);
-    json_decref(extra_args);
-    if (args == NULL)
-        return NULL;
-    return json_pack("{s:s,s:s,s:o}", "hookName", "createContainer", "path", path, "args", args);
+    const char *args[3 + 2 * MAX_LINKS];
+    size_t n = 0;
+    args[n++] = base;
+    if (strcmp(base, "nvidia-ctk") == 0)
+        args[n++] = "hook";
+    args[n++] = name;
+    for (size_t i = 0; i < n_extra; i++)
+        args[n++] = extra[i];
+    return container_edits_add_hook(s->out, "createContainer", path, args, n);
 }
 
-static json_t *hooks(const struct spec_builder *b, const struct gpu_inventory *inv)
+static int add_hooks(struct driver_scan *s, const struct gpu_inventory *inv)
 {
-    unsigned off = b->cfg->cdi_disabled_hooks;
-    json_t *list = json_array();
-    if (list == NULL)
-        return NULL;
-    int rc = 0;
-    if (!(off & CDI_HOOK_CREATE_SYMLINKS) && json_array_size(b->links) > 0)
-        rc |= append(list, hook(b->cfg, "create-symlinks", json_copy(b->links)));
-    if (!(off & CDI_HOOK_ENABLE_CUDA_COMPAT) && inv->driver_version[0] != '\0') {
+    const char *args[2 * MAX_LINKS];
+    size_t n = 0;
+    if (s->opts->hook_create_symlinks && s->link_count > 0) {
+        for (size_t i = 0; i < s->link_count; i++) {
+            args[n++] = "--link";
+            args[n++] = s->links[i];
+        }
+        if (add_hook(s, "create-symlinks", args, n) != 0)
+            return -1;
+    }
+    if (s->opts->hook_enable_cuda_compat && inv->driver_version[0] != '\0') {
         char arg[128];
         snprintf(arg, sizeof arg, "--host-driver-version=%s", inv->driver_version);
-        rc |= append(list, hook(b->cfg, "enable-cuda-compat", json_pack("[s]", arg)));
+        const char *one[1] = {arg};
+        if (add_hook(s, "enable-cuda-compat", one, 1) != 0)
+            return -1;
     }
-    if (!(off & CDI_HOOK_UPDATE_LDCACHE) && json_array_size(b->ldcache_dirs) > 0) {
-        json_t *args = json_array();
-        for (size_t i = 0; args != NULL && i < json_array_size(b->ldcache_dirs); i++) {
-            json_array_append_new(args, json_string("--folder"));
-            json_array_append(args, json_array_get(b->ldcache_dirs, i));
+    if (s->opts->hook_update_ldcache && s->ldcache_dir_count > 0) {
+        n = 0;
+        for (size_t i = 0; i < s->ldcache_dir_count; i++) {
+            args[n++] = "--folder";
+            args[n++] = s->ldcache_dirs[i];
         }
-        rc |= append(list, hook(b->cfg, "update-ldcache", args));
+        if (add_hook(s, "update-ldcache", args, n) != 0)
+            return -1;
     }
-    if (rc != 0) {
-        json_decref(list);
-        return NULL;
-    }
-    return list;
-}
-
-static json_t *common_edits(struct spec_builder *b, const struct gpu_inventory *inv)
-{
-    const struct gp_config *cfg = b->cfg;
-    json_t *nodes = json_array();
-    /* nvidiactl always (a spec is written once for the node), the optional
-     * control nodes when the host has them. */
-    if (nodes == NULL || append(nodes, device_node(cfg, resource_control_nodes[0])) != 0)
-        goto fail;
-    for (size_t i = 1; i < resource_control_node_count; i++) {
-        char host[PATH_LEN];
-        join_root(cfg->nvidia_dev_root, resource_control_nodes[i], host, sizeof host);
-        if (exists(host) && append(nodes, device_node(cfg, resource_control_nodes[i])) != 0)
-            goto fail;
-    }
-    if (add_libraries(b) != 0 || add_binaries(b) != 0)
-        goto fail;
-    if (cfg->cdi_feature_flags & CDI_FEATURE_INCLUDE_PERSISTENCED_SOCKET) {
-        char seen[PATH_LEN];
-        join_root(b->search_root, PERSISTENCED_SOCKET, seen, sizeof seen);
-        if (exists(seen) && append(b->mounts, driver_mount(b, PERSISTENCED_SOCKET)) != 0)
-            goto fail;
-    }
-    json_t *hook_list = hooks(b, inv);
-    if (hook_list == NULL)
-        goto fail;
-    json_t *edits = json_pack("{s:[s],s:o,s:O}", "env", "NVIDIA_VISIBLE_DEVICES=void",
-                              "deviceNodes", nodes, "mounts", b->mounts);
-    if (edits == NULL || json_array_size(hook_list) == 0) {
-        json_decref(hook_list);
-        return edits;
-    }
-    if (json_object_set_new(edits, "hooks", hook_list) != 0) {
-        json_decref(edits);
-        return NULL;
-    }
-    return edits;
-fail:
-    json_decref(nodes);
-    return NULL;
-}
-
-static json_t *device_edits(const struct gp_config *cfg, const struct gpu_inventory *inv,
-                            const struct resource_device *d)
-{
-    char paths[RESOURCE_MAX_DEVICE_NODES][RESOURCE_NODE_LEN];
-    size_t count = resource_device_nodes(inv, d, paths);
-    json_t *nodes = json_array();
-    if (nodes == NULL)
-        goto fail;
-    for (size_t k = 0; k < count; k++)
-        if (append(nodes, device_node(cfg, paths[k])) != 0)
-            goto fail;
-    return json_pack("{s:{s:o}}", "containerEdits", "deviceNodes", nodes);
-fail:
-    json_decref(nodes);
-    return NULL;
-}
-
-/* One device per distinct runtime ID, named as Allocate names it. */
-static json_t *devices(const struct gp_config *cfg, const struct gpu_inventory *inv,
-                       const struct resource_set *set)
-{
-    json_t *list = json_array();
-    json_t *seen = json_object(); /* names already written */
-    if (list == NULL || seen == NULL)
-        goto fail;
-    for (size_t r = 0; r < set->count; r++)
-        for (size_t i = 0; i < set->resources[r].device_count; i++) {
-            const struct resource_device *d = &set->resources[r].devices[i];
-            const char *id = cfg->device_id_strategy == DEVICE_ID_INDEX ? d->index : d->uuid;
-            if (json_object_get(seen, id) != NULL)
-                continue;
-            json_t *dev = device_edits(cfg, inv, d);
-            if (dev == NULL || json_object_set_new(dev, "name", json_string(id)) != 0 ||
-                json_array_append_new(list, dev) != 0 ||
-                json_object_set_new(seen, id, json_true()) != 0)
-                goto fail;
-        }
-    json_decref(seen);
-    return list;
-fail:
-    json_decref(seen);
-    json_decref(list);
-    return NULL;
-}
-
-/* Replaced whole (file_replace, synced): readers see the old spec or the
- * new one, never a partial file. */
-static int write_atomically(const char *dir, json_t *spec, char *err, size_t errlen)
-{
-    char path[PATH_LEN];
-    snprintf(path, sizeof path, "%s/%s", dir, CDI_SPEC_FILE);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return gp_errf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-    struct buf text = {0};
-    char *json = json_dumps(spec, JSON_INDENT(2));
-    bool ok = json != NULL && buf_str(&text, json) && buf_str(&text, "\n");
-    free(json);
-    if (!ok) {
-        buf_free(&text);
-        return gp_errf(err, errlen, "cannot write %s: out of memory", path);
-    }
-    int rc = file_replace(path, text.data, text.len, 0644, FILE_REPLACE_SYNC);
-    int saved = errno;
-    buf_free(&text);
-    if (rc == FILE_REPLACE_NO_TEMP)
-        return gp_errf(err, errlen, "cannot create a file in %s: %s", dir, strerror(saved));
-    if (rc != 0)
-        return gp_errf(err, errlen, "cannot write %s: %s", path, strerror(saved));
-    log_info("Wrote CDI spec %s", path);
     return 0;
 }
 
-int cdi_write_spec(const struct gp_config *cfg, const struct gpu_inventory *inv,
+int cdi_node_edits(const struct cdi_options *opts, const struct gpu_inventory *inv,
+                   struct container_edits *out, char *err, size_t errlen)
+{
+    struct driver_scan s = {
+        .opts = opts,
+        .search_root =
+            is_dir(opts->container_driver_root) ? opts->container_driver_root : opts->driver_root,
+        .out = out,
+    };
+    /* nvidiactl always (a spec is written once for the node), the optional
+     * control nodes when the host has them. */
+    if (add_device_node(out, opts, resource_control_nodes[0]) != 0)
+        goto oom;
+    for (size_t i = 1; i < resource_control_node_count; i++) {
+        char host[PATH_LEN];
+        join_root(opts->dev_root, resource_control_nodes[i], host, sizeof host);
+        if (exists(host) && add_device_node(out, opts, resource_control_nodes[i]) != 0)
+            goto oom;
+    }
+    if (add_libraries(&s) != 0 || add_binaries(&s) != 0)
+        goto oom;
+    if (opts->persistenced_socket) {
+        char seen[PATH_LEN];
+        join_root(s.search_root, PERSISTENCED_SOCKET, seen, sizeof seen);
+        if (exists(seen) && add_driver_mount(&s, PERSISTENCED_SOCKET) != 0)
+            goto oom;
+    }
+    if (add_hooks(&s, inv) != 0)
+        goto oom;
+    return 0;
+oom:
+    return gp_errf(err, errlen, "out of memory building the driver's container edits");
+}
+
+int cdi_device_edits(const struct cdi_options *opts, const struct gpu_inventory *inv,
+                     const struct resource_device *d, struct container_edits *out)
+{
+    char paths[RESOURCE_MAX_DEVICE_NODES][RESOURCE_NODE_LEN];
+    size_t count = resource_device_nodes(inv, d, paths);
+    for (size_t k = 0; k < count; k++)
+        if (add_device_node(out, opts, paths[k]) != 0)
+            return -1;
+    return 0;
+}
+
+/* One device per distinct runtime ID, named as Allocate names it. */
+static int spec_devices(struct arena *a, const struct cdi_options *opts,
+                        const struct gpu_inventory *inv, const struct resource_set *set,
+                        struct cdi_spec_device **out, size_t *count)
+{
+    size_t total = 0;
+    for (size_t r = 0; r < set->count; r++)
+        total += set->resources[r].device_count;
+    struct cdi_spec_device *list = arena_calloc(a, total ? total : 1, sizeof *list);
+    if (list == NULL)
+        return -1;
+    size_t n = 0;
+    for (size_t r = 0; r < set->count; r++)
+        for (size_t i = 0; i < set->resources[r].device_count; i++) {
+            const struct resource_device *d = &set->resources[r].devices[i];
+            const char *id = opts->id_by_index ? d->index : d->uuid;
+            bool seen = false;
+            for (size_t k = 0; k < n && !seen; k++)
+                seen = strcmp(list[k].name, id) == 0;
+            if (seen)
+                continue;
+            struct container_edits *edits = arena_alloc(a, sizeof *edits);
+            if (edits == NULL)
+                return -1;
+            container_edits_init(edits, a);
+            if (cdi_device_edits(opts, inv, d, edits) != 0)
+                return -1;
+            list[n++] = (struct cdi_spec_device){.name = id, .edits = edits};
+        }
+    *out = list;
+    *count = n;
+    return 0;
+}
+
+int cdi_write_spec(const struct cdi_options *opts, const struct gpu_inventory *inv,
                    const struct resource_set *set, char *err, size_t errlen)
 {
-    struct spec_builder b = {
-        .cfg = cfg,
-        .search_root = is_dir(cfg->container_driver_root) ? cfg->container_driver_root
-                                                          : cfg->nvidia_driver_root,
-        .mounts = json_array(),
-        .links = json_array(),
-        .ldcache_dirs = json_array(),
-    };
-    json_t *spec = NULL, *edits = NULL, *list = NULL;
+    struct arena a = ARENA_INIT;
+    struct container_edits common;
+    struct cdi_spec spec = {.kind = ALLOCATE_CDI_KIND, .common = &common};
+    struct cdi_spec_device *devices = NULL;
     int rc = -1;
-    if (b.mounts == NULL || b.links == NULL || b.ldcache_dirs == NULL)
-        goto out;
-    list = devices(cfg, inv, set);
-    edits = list ? common_edits(&b, inv) : NULL;
-    if (edits != NULL)
-        spec = json_pack("{s:s,s:s,s:O,s:O}", "cdiVersion", CDI_SPEC_VERSION, "kind",
-                         ALLOCATE_CDI_KIND, "devices", list, "containerEdits", edits);
-    if (spec != NULL)
-        rc = write_atomically(cfg->cdi_spec_dir, spec, err, errlen);
-    else
+    container_edits_init(&common, &a);
+    /* A container that names only the spec's devices sees no GPU through
+     * the NVIDIA runtime's own variable. */
+    if (container_edits_set_env(&common, "NVIDIA_VISIBLE_DEVICES", "void") != 0 ||
+        spec_devices(&a, opts, inv, set, &devices, &spec.device_count) != 0) {
         gp_errf(err, errlen, "out of memory building the CDI spec");
+        goto out;
+    }
+    spec.devices = devices;
+    if (cdi_node_edits(opts, inv, &common, err, errlen) != 0)
+        goto out;
+    rc = cdi_spec_write(&spec, opts->spec_dir, CDI_SPEC_FILE, err, errlen);
 out:
-    json_decref(spec);
-    json_decref(edits);
-    json_decref(list);
-    json_decref(b.mounts);
-    json_decref(b.links);
-    json_decref(b.ldcache_dirs);
+    arena_free(&a);
     return rc;
 }

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "allocate.h"
 #include "poolapi_index.h"
 
 #define GPUMEM_SOCKET_NAME "gpupool-aliyun-gpu-mem.sock"
@@ -212,58 +211,33 @@ static long first_unit_of(const struct resource *res, size_t gpu)
     return lo < res->device_count && res->devices[lo].gpu == gpu ? (long)lo : -1;
 }
 
-static int append_env(struct arena *a, V1beta1__ContainerAllocateResponse *out,
-                      V1beta1__ContainerAllocateResponse__EnvsEntry **envs, const char *key,
-                      const char *value)
-{
-    V1beta1__ContainerAllocateResponse__EnvsEntry *e = arena_alloc(a, sizeof *e);
-    if (e == NULL)
-        return -1;
-    v1beta1__container_allocate_response__envs_entry__init(e);
-    e->key = (char *)key;
-    e->value = arena_strdup(a, value);
-    if (e->value == NULL)
-        return -1;
-    envs[out->n_envs++] = e;
-    return 0;
-}
-
-int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
+int gpumem_container_edits(const struct edits_options *opts, enum pool_mem_unit unit,
                            const struct gpu_inventory *inv, const struct resource *res,
                            const struct gpumem_assignment *as, size_t container_units,
-                           V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen)
+                           struct container_edits *out, char *err, size_t errlen)
 {
     size_t positions[POOL_MAX_GPUS];
     for (size_t i = 0; i < as->gpu_count; i++) {
         long p = first_unit_of(res, as->gpus[i]);
         if (p < 0) {
             snprintf(err, errlen, "GPU %u has no %s of memory to share",
-                     inv->gpus[as->gpus[i]].index, gpumem_unit_name(cfg->memory_unit));
+                     inv->gpus[as->gpus[i]].index, gpumem_unit_name(unit));
             return -1;
         }
         positions[i] = (size_t)p;
     }
-    if (allocate_container(a, cfg, inv, res, positions, as->gpu_count, out, err, errlen) != 0)
+    if (allocate_container(opts, inv, res, positions, as->gpu_count, out, err, errlen) != 0)
         return -1;
-    /* allocate_container sized its env array for its own variables. */
-    V1beta1__ContainerAllocateResponse__EnvsEntry **envs =
-        arena_calloc(a, out->n_envs + 4, sizeof *envs);
-    if (envs == NULL)
-        goto oom;
-    if (out->n_envs > 0)
-        memcpy(envs, out->envs, out->n_envs * sizeof *envs);
-    out->envs = envs;
     char pod[24], container[24], dev[24];
     snprintf(pod, sizeof pod, "%llu", as->pod_units);
     snprintf(container, sizeof container, "%zu", container_units);
-    snprintf(dev, sizeof dev, "%llu", gpumem_units(&inv->gpus[as->gpus[0]], cfg->memory_unit));
-    if (append_env(a, out, envs, POOL_ENV_GPU_MEM_IDX, as->idx) != 0 ||
-        append_env(a, out, envs, POOL_ENV_GPU_MEM_POD, pod) != 0 ||
-        append_env(a, out, envs, POOL_ENV_GPU_MEM_CONTAINER, container) != 0 ||
-        append_env(a, out, envs, POOL_ENV_GPU_MEM_DEV, dev) != 0)
-        goto oom;
+    snprintf(dev, sizeof dev, "%llu", gpumem_units(&inv->gpus[as->gpus[0]], unit));
+    if (container_edits_set_env(out, POOL_ENV_GPU_MEM_IDX, as->idx) != 0 ||
+        container_edits_set_env(out, POOL_ENV_GPU_MEM_POD, pod) != 0 ||
+        container_edits_set_env(out, POOL_ENV_GPU_MEM_CONTAINER, container) != 0 ||
+        container_edits_set_env(out, POOL_ENV_GPU_MEM_DEV, dev) != 0) {
+        snprintf(err, errlen, "out of memory building the Allocate response");
+        return -1;
+    }
     return 0;
-oom:
-    snprintf(err, errlen, "out of memory building the Allocate response");
-    return -1;
 }

@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api.pb-c.h"
-#include "arena.h"
+#include "allocate.h"
 #include "config.h"
+#include "container_edits.h"
 #include "gpu.h"
 #include "resource.h"
 #include "compiler.h"
@@ -61,15 +61,14 @@ struct gpumem_assignment {
 GP_MUST_USE int gpumem_parse_idx(const char *idx, const struct gpu_inventory *inv,
                                  struct gpumem_assignment *out, char *err, size_t errlen);
 
-/* One container's reply: what allocate_container() answers for the
- * assigned GPUs (NVIDIA_VISIBLE_DEVICES by --device-id-strategy,
- * volume-mounts, CDI, device specs), plus gpushare's environment
- * ALIYUN_COM_GPU_MEM_IDX, _POD, _CONTAINER (container_units), _DEV. res is
- * the gpu-mem resource built above. Everything lives in the arena. */
-GP_MUST_USE int gpumem_container_reply(struct arena *a, const struct gp_config *cfg,
+/* One container's edits: what allocate_container() gives for the
+ * assigned GPUs (NVIDIA_VISIBLE_DEVICES by id_by_index, volume-mounts,
+ * CDI, device nodes), plus gpushare's environment ALIYUN_COM_GPU_MEM_IDX,
+ * _POD, _CONTAINER (container_units), _DEV (the first GPU's units of
+ * `unit`). res is the gpu-mem resource built above. Adds to out. */
+GP_MUST_USE int gpumem_container_edits(const struct edits_options *opts, enum pool_mem_unit unit,
                                        const struct gpu_inventory *inv, const struct resource *res,
                                        const struct gpumem_assignment *as, size_t container_units,
-                                       V1beta1__ContainerAllocateResponse *out, char *err,
-                                       size_t errlen);
+                                       struct container_edits *out, char *err, size_t errlen);
 
 #endif

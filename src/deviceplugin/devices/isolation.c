@@ -296,36 +296,10 @@ size_t isolation_replica_limits(const struct gpu_inventory *inv, const struct re
     return n;
 }
 
-/* ---- the reply ------------------------------------------------------------------- */
+/* ---- the edits ------------------------------------------------------------------- */
 
-static V1beta1__Mount *new_mount(struct arena *a, const char *host, const char *container,
-                                 bool read_only)
-{
-    V1beta1__Mount *m = arena_alloc(a, sizeof *m);
-    if (m == NULL)
-        return NULL;
-    v1beta1__mount__init(m);
-    m->host_path = arena_strdup(a, host);
-    m->container_path = arena_strdup(a, container);
-    m->read_only = read_only;
-    return m->host_path != NULL && m->container_path != NULL ? m : NULL;
-}
-
-static V1beta1__ContainerAllocateResponse__EnvsEntry *new_env(struct arena *a, const char *key,
-                                                              const char *value)
-{
-    V1beta1__ContainerAllocateResponse__EnvsEntry *e = arena_alloc(a, sizeof *e);
-    if (e == NULL)
-        return NULL;
-    v1beta1__container_allocate_response__envs_entry__init(e);
-    e->key = arena_strdup(a, key);
-    e->value = arena_strdup(a, value);
-    return e->key != NULL && e->value != NULL ? e : NULL;
-}
-
-int isolation_add_to_reply(struct arena *a, const char *dir, const char *host_dir,
-                           const unsigned long long *limits, size_t n,
-                           V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen)
+int isolation_add_edits(const char *dir, const char *host_dir, const unsigned long long *limits,
+                        size_t n, struct container_edits *out, char *err, size_t errlen)
 {
     if (n > POOL_MAX_CONTAINER_GPUS) {
         snprintf(err, errlen, "%zu GPUs in one container: at most %d get a memory limit", n,
@@ -335,33 +309,19 @@ int isolation_add_to_reply(struct arena *a, const char *dir, const char *host_di
     char lib[4096], preload[4096];
     snprintf(lib, sizeof lib, "%s/%s", dir, ISOLATION_LIBRARY_NAME);
     snprintf(preload, sizeof preload, "%s/%s", dir, ISOLATION_PRELOAD_NAME);
-    V1beta1__Mount **mounts = arena_calloc(a, out->n_mounts + 3, sizeof *mounts);
-    V1beta1__ContainerAllocateResponse__EnvsEntry **envs =
-        arena_calloc(a, out->n_envs + n + 1, sizeof *envs);
-    if (mounts == NULL || envs == NULL)
-        goto oom;
-    if (out->n_mounts > 0)
-        memcpy(mounts, out->mounts, out->n_mounts * sizeof *mounts);
-    if (out->n_envs > 0)
-        memcpy(envs, out->envs, out->n_envs * sizeof *envs);
-    size_t nm = out->n_mounts, ne = out->n_envs;
-    if ((mounts[nm++] = new_mount(a, lib, POOL_CONTAINER_LIBRARY, true)) == NULL ||
-        (mounts[nm++] = new_mount(a, preload, POOL_CONTAINER_PRELOAD, true)) == NULL ||
-        (mounts[nm++] = new_mount(a, host_dir, POOL_CONTAINER_REGION_DIR, false)) == NULL)
+    if (container_edits_add_mount(out, lib, POOL_CONTAINER_LIBRARY, true) != 0 ||
+        container_edits_add_mount(out, preload, POOL_CONTAINER_PRELOAD, true) != 0 ||
+        container_edits_add_mount(out, host_dir, POOL_CONTAINER_REGION_DIR, false) != 0)
         goto oom;
     for (size_t i = 0; i < n; i++) {
         char key[64], value[24];
         snprintf(key, sizeof key, POOL_ENV_MEM_LIMIT_PREFIX "%zu", i);
         snprintf(value, sizeof value, "%llu", limits[i]);
-        if ((envs[ne++] = new_env(a, key, value)) == NULL)
+        if (container_edits_set_env(out, key, value) != 0)
             goto oom;
     }
-    if ((envs[ne++] = new_env(a, POOL_ENV_SHARED_CACHE, POOL_CONTAINER_REGION_PREFIX)) == NULL)
+    if (container_edits_set_env(out, POOL_ENV_SHARED_CACHE, POOL_CONTAINER_REGION_PREFIX) != 0)
         goto oom;
-    out->mounts = mounts;
-    out->n_mounts = nm;
-    out->envs = envs;
-    out->n_envs = ne;
     return 0;
 oom:
     snprintf(err, errlen, "out of memory building the container's memory limit");

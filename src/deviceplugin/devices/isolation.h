@@ -3,7 +3,7 @@
  * With --isolation=memory the plugin installs libgpupool-cuda.so and an
  * ld.so.preload file naming it into --isolation-dir at start, creates one
  * region directory per container at Allocate, adds the three mounts and the
- * limit variables of the issue 15 contract to the container's reply, and
+ * limit variables of the issue 15 contract to the container's edits, and
  * removes the directories of containers that are gone. The layout under
  * <dir>: libgpupool-cuda.so, ld.so.preload, containers/<key>. Keys are
  * "<pod-uid>_<n>" in gpu-mem mode (n = the container's Allocate ordinal in
@@ -20,9 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "api.pb-c.h"
-#include "arena.h"
 #include "config.h"
+#include "container_edits.h"
 #include "gpu.h"
 #include "resource.h"
 #include "compiler.h"
@@ -78,17 +77,19 @@ size_t isolation_replica_limits(const struct gpu_inventory *inv, const struct re
                                 const size_t *positions, size_t count, unsigned long long *limits,
                                 size_t max);
 
-/* Appends to the container's reply the three mounts (library and preload
- * file read-only, region directory host_dir read-write, at the
- * POOL_CONTAINER_* paths) and the env CUDA_DEVICE_MEMORY_LIMIT_<i>=limits[i]
- * (decimal bytes; i the GPU's ordinal in the container) for i < n plus
- * CUDA_DEVICE_MEMORY_SHARED_CACHE=POOL_CONTAINER_REGION_PREFIX. Everything
- * lives in the arena; the reply's existing mounts and envs are kept. -1 +
- * err: out of memory or n > POOL_MAX_CONTAINER_GPUS. */
-GP_MUST_USE int isolation_add_to_reply(struct arena *a, const char *dir, const char *host_dir,
-                                       const unsigned long long *limits, size_t n,
-                                       V1beta1__ContainerAllocateResponse *out, char *err,
-                                       size_t errlen);
+/* The edits of a memory limit, added to out: the three mounts (<dir>'s
+ * library and preload file read-only, the region directory host_dir
+ * read-write, at the POOL_CONTAINER_* paths) and the env
+ * CUDA_DEVICE_MEMORY_LIMIT_<i>=limits[i] (decimal bytes; i the GPU's
+ * ordinal in the container) for i < n plus
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE=POOL_CONTAINER_REGION_PREFIX. dir is the
+ * host's --isolation-dir (isolation_install), host_dir a region directory
+ * (isolation_container_dir, or any directory the caller keys its own
+ * way, e.g. one per DRA claim). -1 + err: n > POOL_MAX_CONTAINER_GPUS
+ * (out untouched) or out of memory. */
+GP_MUST_USE int isolation_add_edits(const char *dir, const char *host_dir,
+                                    const unsigned long long *limits, size_t n,
+                                    struct container_edits *out, char *err, size_t errlen);
 
 /* Removes <dir>/containers/<uid>_<n> for every pod UID for which
  * keep(ctx, uid) is false; other names are left alone. Recursive, never

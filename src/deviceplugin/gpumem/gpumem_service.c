@@ -12,7 +12,6 @@
 
 #include <jansson.h>
 
-#include "api.pb-c.h"
 #include "arena.h"
 #include "clock.h"
 #include "gpumem.h"
@@ -258,7 +257,7 @@ static int check_gpus_usable(struct gpumem_service *s, const struct gpumem_assig
 {
     int rc = 0;
     for (size_t i = 0; i < as->gpu_count && rc == 0; i++) {
-        if (!plugin_node_gpu_lost(s->node, as->gpus[i]))
+        if (!node_state_gpu_lost(plugin_node_state(s->node), as->gpus[i]))
             continue;
         const struct gpu_device *g = &s->inv->gpus[as->gpus[i]];
         snprintf(why, whylen,
@@ -311,19 +310,17 @@ static int reply(struct gpumem_service *s, struct alloc_item *it,
 {
     struct arena a = ARENA_INIT;
     int rc = -1;
-    V1beta1__ContainerAllocateResponse *cresp = arena_alloc(&a, sizeof *cresp);
-    if (cresp == NULL) {
-        snprintf(err, errlen, "out of memory");
+    struct container_edits edits;
+    container_edits_init(&edits, &a);
+    if (gpumem_container_edits(plugin_node_edits_options(s->node), s->cfg->memory_unit, s->inv,
+                               plugin_node_resource(s->node, it->resource), as, it->units, &edits,
+                               err, errlen) != 0)
         goto out;
-    }
-    if (gpumem_container_reply(&a, s->cfg, s->inv, plugin_node_resource(s->node, it->resource), as,
-                               it->units, cresp, err, errlen) != 0)
+    if (lim->active && isolation_add_edits(s->cfg->isolation_dir, lim->dir, lim->bytes, lim->n,
+                                           &edits, err, errlen) != 0)
         goto out;
-    if (lim->active && isolation_add_to_reply(&a, s->cfg->isolation_dir, lim->dir, lim->bytes,
-                                              lim->n, cresp, err, errlen) != 0)
-        goto out;
-    /* plugin.c packs the AllocateResponse, as for every other reply. */
-    if (plugin_allocation_reply(it->job, cresp, err, errlen) != 0)
+    /* plugin.c encodes and packs the AllocateResponse, as every other reply. */
+    if (plugin_allocation_reply(it->job, &edits, err, errlen) != 0)
         goto out;
     it->job = NULL;
     rc = 0;
@@ -518,8 +515,8 @@ static char *gpus_annotation(struct gpumem_service *s)
     struct poolapi_gpu *gpus = calloc(s->inv->count ? s->inv->count : 1, sizeof *gpus);
     if (gpus == NULL)
         return NULL;
-    struct plugin_gpu_state states[s->inv->count + 1];
-    plugin_node_gpu_states(s->node, states, s->inv->count);
+    struct node_gpu_state states[s->inv->count + 1];
+    node_state_gpus(plugin_node_state(s->node), states, s->inv->count);
     for (size_t g = 0; g < s->inv->count; g++) {
         const struct gpu_device *gpu = &s->inv->gpus[g];
         gpus[g].index = gpu->index;
@@ -742,8 +739,8 @@ static enum rpc_status service_allocate(void *ctx, struct plugin_allocation *job
     return RPC_DEFERRED;
 }
 
-/* The node's health observer: republish gpupool.io/gpus at once. */
-static void service_health_changed(void *ctx, const struct plugin_health_change *change)
+/* A GPU state observer: republish gpupool.io/gpus at once. */
+static void service_health_changed(void *ctx, const struct node_state_change *change)
 {
     struct gpumem_service *s = ctx;
     (void)change;
@@ -816,7 +813,7 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
         snprintf(err, errlen, "cannot start the gpu-mem threads: %s", strerror(rc));
         goto fail;
     }
-    if (plugin_node_add_health_observer(node, s, service_health_changed) != 0) {
+    if (node_state_add_observer(plugin_node_state(node), s, service_health_changed) != 0) {
         snprintf(err, errlen, "cannot observe device health: too many observers");
         goto fail;
     }
@@ -843,7 +840,7 @@ void gpumem_service_stop(struct gpumem_service *s)
     if (s->allocating)
         plugin_node_set_allocator(s->node, NULL);
     if (s->observing)
-        plugin_node_remove_health_observer(s->node, s, service_health_changed);
+        node_state_remove_observer(plugin_node_state(s->node), s, service_health_changed);
     atomic_store(&s->stopping, true);
     if (s->have_lock) {
         pthread_mutex_lock(&s->lock);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "allocate.h"
 #include "api.pb-c.h"
@@ -33,7 +34,7 @@ static const struct rpc_method METHODS[PLUGIN_METHOD_COUNT] = {
     [PLUGIN_PRE_START_CONTAINER] = {"/v1beta1.DevicePlugin/PreStartContainer", RPC_METHOD_UNARY},
 };
 
-static void notify_servers(void *ctx, const struct plugin_health_change *change);
+static void state_changed(void *ctx, const struct node_state_change *change);
 
 /* ---- setup --------------------------------------------------------------- */
 
@@ -54,16 +55,38 @@ static int build_index(struct plugin_endpoint *ep, const struct resource *res)
     return 0;
 }
 
-/* The node's own health observer comes first: the kubelet hears of a
- * change before anything else does. */
+/* The configuration, narrowed to what the container edits read. */
+static struct edits_options edits_options_from(const struct gp_config *cfg)
+{
+    unsigned list = 0;
+    if (cfg->device_list_strategy & DEVICE_LIST_ENVVAR)
+        list |= EDITS_LIST_ENVVAR;
+    if (cfg->device_list_strategy & DEVICE_LIST_VOLUME_MOUNTS)
+        list |= EDITS_LIST_VOLUME_MOUNTS;
+    if (cfg->device_list_strategy & (DEVICE_LIST_CDI_ANNOTATIONS | DEVICE_LIST_CDI_CRI))
+        list |= EDITS_LIST_CDI;
+    return (struct edits_options){
+        .device_list = list,
+        .id_by_index = cfg->device_id_strategy == DEVICE_ID_INDEX,
+        .gds = cfg->gds_enabled,
+        .mofed = cfg->mofed_enabled,
+        .gdrcopy = cfg->gdrcopy_enabled,
+        .imex_channel = cfg->imex_channel_count > 0,
+        .pass_device_specs = cfg->pass_device_specs,
+        .dev_root = cfg->nvidia_dev_root,
+    };
+}
+
+/* The node observes its GPU state first: the kubelet hears of a change
+ * before anything else does. The state has room for it (the observer list
+ * is empty after init and move), so the registration cannot fail. */
 static void init_locks_and_registrations(struct plugin_node *node)
 {
     pthread_mutex_init(&node->lock, NULL);
     pthread_mutex_init(&node->notify_lock, NULL);
-    pthread_mutex_init(&node->observer_lock, NULL);
     pthread_mutex_init(&node->alloc_lock, NULL);
-    node->health_observers[0] = (struct plugin_health_observer){node, notify_servers};
-    node->health_observer_count = 1;
+    if (node_state_add_observer(&node->state, node, state_changed) != 0)
+        log_error("the GPU state has no room for the node's observer");
     node->allocate_observer_count = 0;
     node->allocator = (struct plugin_allocator){0};
 }
@@ -72,7 +95,6 @@ static void destroy_locks(struct plugin_node *node)
 {
     pthread_mutex_destroy(&node->lock);
     pthread_mutex_destroy(&node->notify_lock);
-    pthread_mutex_destroy(&node->observer_lock);
     pthread_mutex_destroy(&node->alloc_lock);
 }
 
@@ -82,18 +104,20 @@ int plugin_node_init(struct plugin_node *node, const struct gp_config *cfg,
     memset(node, 0, sizeof *node);
     node->cfg = cfg;
     node->inv = inv;
+    node->edits = edits_options_from(cfg);
     int built = cfg->resource_mode == RESOURCE_MODE_GPU_MEM
                     ? gpumem_resource_build(inv, cfg, &node->resources, err, errlen)
                     : resource_set_build(inv, cfg, &node->resources, err, errlen);
     if (built != 0)
         return -1;
     size_t n = node->resources.count;
+    if (node_state_init(&node->state, inv, err, errlen) != 0) {
+        resource_set_free(&node->resources);
+        return -1;
+    }
     node->endpoints = calloc(n ? n : 1, sizeof *node->endpoints);
-    node->gpu_lost = calloc(inv->count ? inv->count : 1, sizeof *node->gpu_lost);
-    if (node->endpoints == NULL || node->gpu_lost == NULL)
+    if (node->endpoints == NULL)
         goto oom;
-    for (size_t g = 0; g < inv->count; g++)
-        node->gpu_lost[g] = inv->gpus[g].lost;
     for (size_t i = 0; i < n; i++) {
         node->endpoints[i].node = node;
         node->endpoints[i].resource = i;
@@ -109,9 +133,8 @@ oom:
         for (size_t i = 0; i < n; i++)
             free(node->endpoints[i].by_id);
     free(node->endpoints);
-    free(node->gpu_lost);
     node->endpoints = NULL;
-    node->gpu_lost = NULL;
+    node_state_free(&node->state);
     resource_set_free(&node->resources);
     return -1;
 }
@@ -123,8 +146,7 @@ void plugin_node_free(struct plugin_node *node)
     for (size_t i = 0; i < node->resources.count; i++)
         free(node->endpoints[i].by_id);
     free(node->endpoints);
-    free(node->gpu_lost);
-    node->gpu_lost = NULL;
+    node_state_free(&node->state);
     resource_set_free(&node->resources);
     destroy_locks(node);
     node->endpoints = NULL;
@@ -135,14 +157,16 @@ void plugin_node_move(struct plugin_node *to, struct plugin_node *from, const st
 {
     /* Mutexes are not copied (POSIX leaves a copy undefined): the new home
      * gets fresh ones, the old ones are destroyed. Nothing is registered
-     * yet but the node's own observer, whose context is the new home. */
+     * yet but the node's own state observer, whose context is the old
+     * home: the move drops it and the new home registers itself. */
     *to = (struct plugin_node){
         .cfg = cfg,
         .inv = inv,
+        .edits = edits_options_from(cfg), /* its strings are cfg's */
         .resources = from->resources,
         .endpoints = from->endpoints,
-        .gpu_lost = from->gpu_lost,
     };
+    node_state_move(&to->state, &from->state);
     for (size_t i = 0; i < to->resources.count; i++)
         to->endpoints[i].node = to;
     init_locks_and_registrations(to);
@@ -204,6 +228,125 @@ static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *type, const ui
     return m;
 }
 
+/* ---- the v1beta1 encoder ------------------------------------------------------------ */
+
+static void random_uuid4(char out[37])
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+        /* Kernel without getrandom: the key only needs to be unique per
+         * reply, which the monotonic clock gives. */
+        int64_t ns = clock_now_ns();
+        memcpy(b, &ns, sizeof ns);
+    }
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+/* The CDI names as NVIDIA's plugin hands them over: one annotation
+ * <prefix>nvidia-device-plugin_<uuid4> = "name,name,..." (cdi-annotations)
+ * and/or the CRI field (cdi-cri). */
+static int encode_cdi(struct arena *a, const struct gp_config *cfg, const struct container_edits *e,
+                      V1beta1__ContainerAllocateResponse *out)
+{
+    if (e->n_cdi_devices == 0)
+        return 0;
+    if (cfg->device_list_strategy & DEVICE_LIST_CDI_ANNOTATIONS) {
+        size_t len = 1;
+        for (size_t i = 0; i < e->n_cdi_devices; i++)
+            len += strlen(e->cdi_devices[i]) + 1;
+        char *value = arena_alloc(a, len);
+        char uuid[37];
+        random_uuid4(uuid);
+        char *key = arena_printf(
+            a, "%snvidia-device-plugin_%s",
+            cfg->cdi_annotation_prefix ? cfg->cdi_annotation_prefix : "cdi.k8s.io/", uuid);
+        V1beta1__ContainerAllocateResponse__AnnotationsEntry *entry = arena_alloc(a, sizeof *entry);
+        out->annotations = arena_calloc(a, 1, sizeof *out->annotations);
+        if (value == NULL || key == NULL || entry == NULL || out->annotations == NULL)
+            return -1;
+        char *p = value;
+        for (size_t i = 0; i < e->n_cdi_devices; i++)
+            p += sprintf(p, "%s%s", i ? "," : "", e->cdi_devices[i]);
+        v1beta1__container_allocate_response__annotations_entry__init(entry);
+        entry->key = key;
+        entry->value = value;
+        out->annotations[out->n_annotations++] = entry;
+    }
+    if (cfg->device_list_strategy & DEVICE_LIST_CDI_CRI) {
+        out->cdi_devices = arena_calloc(a, e->n_cdi_devices, sizeof *out->cdi_devices);
+        if (out->cdi_devices == NULL)
+            return -1;
+        for (size_t i = 0; i < e->n_cdi_devices; i++) {
+            V1beta1__CDIDevice *d = arena_alloc(a, sizeof *d);
+            if (d == NULL)
+                return -1;
+            v1beta1__cdidevice__init(d);
+            d->name = (char *)e->cdi_devices[i];
+            out->cdi_devices[out->n_cdi_devices++] = d;
+        }
+    }
+    return 0;
+}
+
+/* One container's edits as its ContainerAllocateResponse; the strings are
+ * borrowed from the edits (the reply is packed before they go). */
+static int encode_container(struct arena *a, const struct gp_config *cfg,
+                            const struct container_edits *e,
+                            V1beta1__ContainerAllocateResponse *out, char *err, size_t errlen)
+{
+    v1beta1__container_allocate_response__init(out);
+    if (e->n_hooks > 0) {
+        snprintf(err, errlen, "a v1beta1 Allocate reply cannot carry CDI hooks (%zu given)",
+                 e->n_hooks);
+        return -1;
+    }
+    out->envs = arena_calloc(a, e->n_env + 1, sizeof *out->envs);
+    out->mounts = arena_calloc(a, e->n_mounts + 1, sizeof *out->mounts);
+    out->devices = arena_calloc(a, e->n_device_nodes + 1, sizeof *out->devices);
+    if (out->envs == NULL || out->mounts == NULL || out->devices == NULL)
+        goto oom;
+    for (size_t i = 0; i < e->n_env; i++) {
+        V1beta1__ContainerAllocateResponse__EnvsEntry *v = arena_alloc(a, sizeof *v);
+        if (v == NULL)
+            goto oom;
+        v1beta1__container_allocate_response__envs_entry__init(v);
+        v->key = (char *)e->env[i].key;
+        v->value = (char *)e->env[i].value;
+        out->envs[out->n_envs++] = v;
+    }
+    for (size_t i = 0; i < e->n_mounts; i++) {
+        V1beta1__Mount *m = arena_alloc(a, sizeof *m);
+        if (m == NULL)
+            goto oom;
+        v1beta1__mount__init(m);
+        m->container_path = (char *)e->mounts[i].container_path;
+        m->host_path = (char *)e->mounts[i].host_path;
+        m->read_only = e->mounts[i].read_only;
+        out->mounts[out->n_mounts++] = m;
+    }
+    for (size_t i = 0; i < e->n_device_nodes; i++) {
+        V1beta1__DeviceSpec *d = arena_alloc(a, sizeof *d);
+        if (d == NULL)
+            goto oom;
+        v1beta1__device_spec__init(d);
+        d->container_path = (char *)e->device_nodes[i].path;
+        d->host_path = (char *)e->device_nodes[i].host_path;
+        d->permissions =
+            (char *)(e->device_nodes[i].permissions ? e->device_nodes[i].permissions : "rw");
+        out->devices[out->n_devices++] = d;
+    }
+    if (encode_cdi(a, cfg, e, out) != 0)
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory building the Allocate response");
+    return -1;
+}
+
 /* ---- Allocate ------------------------------------------------------------------- */
 
 static enum rpc_status resolve_ids(const struct plugin_endpoint *ep, char **ids, size_t n,
@@ -255,10 +398,9 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
                                       const size_t *positions, size_t n, char *msg, size_t msglen)
 {
     enum rpc_status st = RPC_OK;
-    pthread_mutex_lock(&node->lock);
     for (size_t i = 0; i < n && st == RPC_OK; i++) {
         const struct resource_device *d = &res->devices[positions[i]];
-        if (!node->gpu_lost[d->gpu])
+        if (!node_state_gpu_lost(&node->state, d->gpu))
             continue;
         const struct gpu_device *g = &node->inv->gpus[d->gpu];
         snprintf(msg, msglen,
@@ -267,7 +409,6 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
                  d->id, res->name, g->index, g->uuid);
         st = RPC_FAILED_PRECONDITION;
     }
-    pthread_mutex_unlock(&node->lock);
     return st;
 }
 
@@ -275,10 +416,9 @@ static enum rpc_status check_not_lost(struct plugin_node *node, const struct res
  * directory keyed by its first replica's ID (time-slicing has no pod
  * identity; a replica is held by one container at a time) and a limit per
  * device of memory / replicas x the replicas it holds. */
-static enum rpc_status add_replica_limit(struct arena *a, struct plugin_node *node,
-                                         const struct resource *res, const size_t *positions,
-                                         size_t count, V1beta1__ContainerAllocateResponse *cresp,
-                                         char *msg, size_t msglen)
+static enum rpc_status add_replica_limit(struct plugin_node *node, const struct resource *res,
+                                         const size_t *positions, size_t count,
+                                         struct container_edits *edits, char *msg, size_t msglen)
 {
     if (!res->shared || !isolation_active(node->cfg) ||
         node->cfg->resource_mode != RESOURCE_MODE_GPU || count == 0)
@@ -302,8 +442,7 @@ static enum rpc_status add_replica_limit(struct arena *a, struct plugin_node *no
     }
     size_t n =
         isolation_replica_limits(node->inv, res, positions, count, limits, POOL_MAX_CONTAINER_GPUS);
-    if (isolation_add_to_reply(a, node->cfg->isolation_dir, dir, limits, n, cresp, msg, msglen) !=
-        0)
+    if (isolation_add_edits(node->cfg->isolation_dir, dir, limits, n, edits, msg, msglen) != 0)
         return RPC_RESOURCE_EXHAUSTED;
     log_v(2, "Allocate %s: region directory %s, limit %llu bytes on the first of %zu device(s)",
           res->name, dir, limits[0], n);
@@ -339,12 +478,16 @@ static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t
             st = check_not_lost(node, res, positions, creq->n_devices_ids, msg, msglen);
         if (st != RPC_OK)
             goto out;
-        if (allocate_container(&a, node->cfg, node->inv, res, positions, creq->n_devices_ids, cresp,
+        struct container_edits edits;
+        container_edits_init(&edits, &a);
+        if (allocate_container(&node->edits, node->inv, res, positions, creq->n_devices_ids, &edits,
                                msg, msglen) != 0)
             goto oom;
-        st = add_replica_limit(&a, node, res, positions, creq->n_devices_ids, cresp, msg, msglen);
+        st = add_replica_limit(node, res, positions, creq->n_devices_ids, &edits, msg, msglen);
         if (st != RPC_OK)
             goto out;
+        if (encode_container(&a, node->cfg, &edits, cresp, msg, msglen) != 0)
+            goto oom;
         out.container_responses[out.n_container_responses++] = cresp;
         log_v(1, "Allocate %s: %zu devices for container %zu", res->name, creq->n_devices_ids, c);
     }
@@ -708,22 +851,18 @@ int plugin_node_register_request(struct plugin_node *node, size_t resource, stru
 
 /* ---- health ---------------------------------------------------------------------------- */
 
-/* The node's own health observer: every ListAndWatch stream of a changed
- * resource sends the new snapshot. */
-static void notify_servers(void *ctx, const struct plugin_health_change *change)
+/* The node's GPU state observer: the devices carved from what changed
+ * take the new health (the state's rule: a GPU's change reaches its
+ * replicas and MIG devices, a MIG device's the GPU where it is served
+ * whole), the resources they belong to get a new generation, and every
+ * ListAndWatch stream of such a resource sends the new snapshot. Changes
+ * come one at a time, in order (the state's observer_lock), so applying
+ * the change keeps the devices equal to the state. */
+static void state_changed(void *ctx, const struct node_state_change *change)
 {
     struct plugin_node *node = ctx;
-    pthread_mutex_lock(&node->notify_lock);
-    for (size_t r = 0; r < change->resource_count; r++)
-        if (change->changed[r] && node->endpoints[r].server != NULL)
-            rpc_server_notify(node->endpoints[r].server);
-    pthread_mutex_unlock(&node->notify_lock);
-}
-
-/* gpu == PLUGIN_ALL_GPUS: every device; mig == RESOURCE_NO_MIG: the whole GPU. */
-static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool healthy)
-{
-    size_t count = 0;
+    size_t gpu = change->gpu;
+    int mig = change->mig;
     bool changed[node->resources.count + 1];
     memset(changed, 0, sizeof changed);
 
@@ -732,54 +871,25 @@ static size_t set_health(struct plugin_node *node, size_t gpu, int mig, bool hea
         struct resource *res = &node->resources.resources[r];
         for (size_t i = 0; i < res->device_count; i++) {
             struct resource_device *d = &res->devices[i];
-            /* A MIG event also reaches the GPU where it is served whole. */
-            if (gpu != PLUGIN_ALL_GPUS &&
+            if (gpu != NODE_STATE_ALL_GPUS &&
                 (d->gpu != gpu ||
-                 (mig != RESOURCE_NO_MIG && d->mig != mig && d->mig != RESOURCE_NO_MIG)))
+                 (mig != NODE_STATE_WHOLE_GPU && d->mig != mig && d->mig != RESOURCE_NO_MIG)))
                 continue;
-            if (d->healthy == healthy)
+            if (d->healthy == change->healthy)
                 continue;
-            d->healthy = healthy;
+            d->healthy = change->healthy;
             changed[r] = true;
-            count++;
         }
         if (changed[r])
             node->endpoints[r].generation++;
     }
     pthread_mutex_unlock(&node->lock);
 
-    if (count == 0)
-        return 0;
-    struct plugin_health_change change = {
-        .changed = changed, .resource_count = node->resources.count, .devices = count};
-    pthread_mutex_lock(&node->observer_lock);
-    for (size_t i = 0; i < node->health_observer_count; i++)
-        node->health_observers[i].fn(node->health_observers[i].ctx, &change);
-    pthread_mutex_unlock(&node->observer_lock);
-    return count;
-}
-
-size_t plugin_node_set_gpu_health(struct plugin_node *node, size_t gpu, bool healthy)
-{
-    return set_health(node, gpu, RESOURCE_NO_MIG, healthy);
-}
-
-size_t plugin_node_set_mig_health(struct plugin_node *node, size_t gpu, int mig, bool healthy)
-{
-    return set_health(node, gpu, mig, healthy);
-}
-
-size_t plugin_node_set_all_health(struct plugin_node *node, bool healthy)
-{
-    return set_health(node, PLUGIN_ALL_GPUS, RESOURCE_NO_MIG, healthy);
-}
-
-void plugin_node_set_gpu_lost(struct plugin_node *node, size_t gpu)
-{
-    pthread_mutex_lock(&node->lock);
-    if (gpu < node->inv->count)
-        node->gpu_lost[gpu] = true;
-    pthread_mutex_unlock(&node->lock);
+    pthread_mutex_lock(&node->notify_lock);
+    for (size_t r = 0; r < node->resources.count; r++)
+        if (changed[r] && node->endpoints[r].server != NULL)
+            rpc_server_notify(node->endpoints[r].server);
+    pthread_mutex_unlock(&node->notify_lock);
 }
 
 /* ---- registrations ---------------------------------------------------------------- */
@@ -789,30 +899,6 @@ void plugin_node_set_allocator(struct plugin_node *node, const struct plugin_all
     pthread_mutex_lock(&node->alloc_lock);
     node->allocator = a != NULL ? *a : (struct plugin_allocator){0};
     pthread_mutex_unlock(&node->alloc_lock);
-}
-
-int plugin_node_add_health_observer(struct plugin_node *node, void *ctx, plugin_health_fn fn)
-{
-    int rc = -1;
-    pthread_mutex_lock(&node->observer_lock);
-    if (node->health_observer_count < PLUGIN_MAX_OBSERVERS) {
-        node->health_observers[node->health_observer_count++] =
-            (struct plugin_health_observer){ctx, fn};
-        rc = 0;
-    }
-    pthread_mutex_unlock(&node->observer_lock);
-    return rc;
-}
-
-void plugin_node_remove_health_observer(struct plugin_node *node, void *ctx, plugin_health_fn fn)
-{
-    pthread_mutex_lock(&node->observer_lock);
-    size_t k = 0;
-    for (size_t i = 0; i < node->health_observer_count; i++)
-        if (node->health_observers[i].ctx != ctx || node->health_observers[i].fn != fn)
-            node->health_observers[k++] = node->health_observers[i];
-    node->health_observer_count = k;
-    pthread_mutex_unlock(&node->observer_lock);
 }
 
 int plugin_node_add_allocate_observer(struct plugin_node *node, void *ctx, plugin_allocate_fn fn)
@@ -849,16 +935,23 @@ int plugin_allocation_park(struct plugin_allocation *job)
     return job->deferred != NULL ? 0 : -1;
 }
 
-int plugin_allocation_reply(struct plugin_allocation *job,
-                            const struct V1beta1__ContainerAllocateResponse *cresp, char *err,
-                            size_t errlen)
+int plugin_allocation_reply(struct plugin_allocation *job, const struct container_edits *edits,
+                            char *err, size_t errlen)
 {
+    struct arena a = ARENA_INIT;
+    V1beta1__ContainerAllocateResponse cresp;
+    if (encode_container(&a, job->node->cfg, edits, &cresp, err, errlen) != 0) {
+        arena_free(&a);
+        return -1;
+    }
     V1beta1__AllocateResponse out = V1BETA1__ALLOCATE_RESPONSE__INIT;
-    V1beta1__ContainerAllocateResponse *list[1] = {(V1beta1__ContainerAllocateResponse *)cresp};
+    V1beta1__ContainerAllocateResponse *list[1] = {&cresp};
     out.n_container_responses = 1;
     out.container_responses = list;
     struct rpc_buf buf;
-    if (pack(&out.base, &buf) != 0) {
+    int packed = pack(&out.base, &buf);
+    arena_free(&a);
+    if (packed != 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -877,6 +970,16 @@ void plugin_allocation_fail(struct plugin_allocation *job, enum rpc_status statu
 
 /* ---- locked accessors -------------------------------------------------------------------- */
 
+struct node_state *plugin_node_state(struct plugin_node *node)
+{
+    return &node->state;
+}
+
+const struct edits_options *plugin_node_edits_options(const struct plugin_node *node)
+{
+    return &node->edits;
+}
+
 size_t plugin_node_resource_count(const struct plugin_node *node)
 {
     return node->resources.count;
@@ -890,32 +993,6 @@ const struct resource *plugin_node_resource(const struct plugin_node *node, size
 const struct resource_set *plugin_node_resources(const struct plugin_node *node)
 {
     return &node->resources;
-}
-
-bool plugin_node_gpu_lost(struct plugin_node *node, size_t gpu)
-{
-    pthread_mutex_lock(&node->lock);
-    bool lost = gpu < node->inv->count && node->gpu_lost[gpu];
-    pthread_mutex_unlock(&node->lock);
-    return lost;
-}
-
-void plugin_node_gpu_states(struct plugin_node *node, struct plugin_gpu_state *states, size_t n)
-{
-    if (n > node->inv->count)
-        n = node->inv->count;
-    pthread_mutex_lock(&node->lock);
-    for (size_t g = 0; g < n; g++)
-        states[g] =
-            (struct plugin_gpu_state){.lost = node->gpu_lost[g], .healthy = !node->gpu_lost[g]};
-    /* A GPU is healthy when every device carved from it is. */
-    for (size_t r = 0; r < node->resources.count; r++) {
-        const struct resource *res = &node->resources.resources[r];
-        for (size_t i = 0; i < res->device_count; i++)
-            if (!res->devices[i].healthy && res->devices[i].gpu < n)
-                states[res->devices[i].gpu].healthy = false;
-    }
-    pthread_mutex_unlock(&node->lock);
 }
 
 size_t plugin_node_healthy_devices(struct plugin_node *node, size_t resource)

@@ -8,10 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cuda_region.h"
+#include "poolapi_names.h"
 #include "prom.h"
 
 #define NAME_LEN 256
@@ -100,8 +104,10 @@ static void name_owner(struct owner *o, const struct usage_names *names)
     }
 }
 
-/* Reads one region file of directory dfd into buf; 0 with *v, -1 when it
- * is absent, not a regular file, or not a region. */
+/* Reads one region file of directory dfd into buf (len bytes, the whole
+ * file's size): its header first, then only the slots below its high mark
+ * (one small pread for most containers instead of the whole 40 KiB file).
+ * 0 with *v, -1 when it is absent, not a regular file, or not a region. */
 static int read_region(int dfd, const char *name, unsigned char *buf, size_t len,
                        struct cudareg_view *v, struct slot_ctx *sc)
 {
@@ -110,13 +116,21 @@ static int read_region(int dfd, const char *name, unsigned char *buf, size_t len
     if (fd < 0)
         return -1;
     struct stat st;
+    size_t need = 0;
     ssize_t got = -1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == len)
-        got = pread(fd, buf, len, 0);
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == len &&
+        len >= CUDAREG_PEEK_FIRST)
+        got = pread(fd, buf, CUDAREG_PEEK_FIRST, 0);
+    if (got == CUDAREG_PEEK_FIRST)
+        need = cudareg_peek_size(buf, (size_t)got);
+    if (need > (size_t)got && need <= len &&
+        pread(fd, buf + got, need - (size_t)got, got) != (ssize_t)(need - (size_t)got))
+        need = 0;
+    /* A mark below the first read: what was read covers it. The descriptor
+     * answers whose processes are gone (their slots are not counted). */
+    int rc = need == 0 ? -1 : cudareg_peek_live(buf, need, fd, v, on_slot, sc);
     close(fd);
-    if (got != (ssize_t)len)
-        return -1;
-    return cudareg_peek(buf, len, v, on_slot, sc);
+    return rc;
 }
 
 static void scan_regions(struct scan *s, const char *isolation_dir, const struct gpu_inventory *inv,
@@ -345,36 +359,145 @@ static size_t slot_in_pod(const struct scan *s, const char *uid, size_t gpu, int
     return found;
 }
 
-static void name_process(const struct scan *s, uint32_t own_ns, unsigned pid, size_t gpu,
-                         const struct usage_names *names, char *ns, char *pod, char *ctr)
+/* ---- known processes ---------------------------------------------------------
+ * What /proc says of a GPU process does not change while it lives: its pid
+ * namespace, its pid there, its pod. Reading it costs three /proc files
+ * (status is formatted by the kernel on every read), the dearest part of a
+ * scrape, so it is read once per process: a pidfd taken before the reads
+ * pins the identity (a pid reused after an exit gets a new entry, since
+ * the old pidfd turned readable at the exit) and one poll(2) per scrape
+ * finds those that ended. At most MAX_KNOWN entries (one descriptor each)
+ * and a quarter of the descriptor limit; past that, processes are read
+ * every scrape as before. */
+#define MAX_KNOWN 512
+
+struct usage_known {
+    unsigned pid;
+    int pidfd;
+    bool inner;     /* inner_pid answered */
+    uint32_t pidns; /* 0: unknown */
+    int32_t nspid;
+    bool in_pod; /* uid holds the pod UID from its cgroup */
+    char uid[40];
+};
+
+void usage_state_reset(struct usage_state *st)
+{
+    for (size_t i = 0; i < st->n_known; i++)
+        close(st->known[i].pidfd);
+    free(st->known);
+    memset(st, 0, sizeof *st);
+}
+
+/* Drops the entries whose process has exited (their pidfd is readable). */
+static void forget_exited(struct usage_state *st)
+{
+    if (st->n_known == 0)
+        return;
+    struct pollfd *p = calloc(st->n_known, sizeof *p);
+    if (p == NULL)
+        return; /* kept one more scrape */
+    for (size_t i = 0; i < st->n_known; i++)
+        p[i] = (struct pollfd){.fd = st->known[i].pidfd, .events = POLLIN};
+    if (poll(p, st->n_known, 0) > 0) {
+        size_t k = 0;
+        for (size_t i = 0; i < st->n_known; i++) {
+            if (p[i].revents != 0) {
+                close(st->known[i].pidfd);
+                continue;
+            }
+            st->known[k++] = st->known[i];
+        }
+        st->n_known = k;
+    }
+    free(p);
+}
+
+/* How many processes may be kept: MAX_KNOWN, and a quarter of the
+ * descriptor limit, so other descriptors never run short for them. */
+static size_t known_room(void)
+{
+    struct rlimit nofile;
+    size_t room = MAX_KNOWN;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur / 4 < room)
+        room = (size_t)(nofile.rlim_cur / 4);
+    return room;
+}
+
+static const struct usage_known *find_known(const struct usage_state *st, unsigned pid)
+{
+    for (size_t i = 0; i < st->n_known; i++)
+        if (st->known[i].pid == pid)
+            return &st->known[i];
+    return NULL;
+}
+
+/* What /proc says of pid into *k; remembered when a pidfd pins it and
+ * there is room. The reads come after pidfd_open, and the pidfd is
+ * polled after them: an exit in between leaves the answer unremembered. */
+static void learn_process(struct usage_state *st, uint32_t own_ns, size_t room, unsigned pid,
+                          struct usage_known *k)
+{
+    *k = (struct usage_known){.pid = pid, .pidfd = -1};
+    int fd = st->n_known < room ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+    k->inner = inner_pid(pid, own_ns, &k->pidns, &k->nspid) == 0;
+    k->in_pod = cgroup_pod_uid(pid, k->uid, sizeof k->uid) == 0;
+    if (fd < 0)
+        return;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 0) != 0 || !k->inner) {
+        close(fd); /* gone already, or /proc refused: asked again next scrape */
+        return;
+    }
+    if (st->n_known == st->cap_known) {
+        size_t c = st->cap_known ? st->cap_known * 2 : 32;
+        struct usage_known *v = realloc(st->known, c * sizeof *v);
+        if (v == NULL) {
+            close(fd);
+            return;
+        }
+        st->known = v;
+        st->cap_known = c;
+    }
+    k->pidfd = fd;
+    st->known[st->n_known++] = *k;
+}
+
+static void name_process(const struct scan *s, struct usage_state *st, uint32_t own_ns, size_t room,
+                         unsigned pid, size_t gpu, const struct usage_names *names, char *ns,
+                         char *pod, char *ctr)
 {
     ns[0] = pod[0] = ctr[0] = '\0';
-    uint32_t pidns = 0;
-    int32_t nspid = 0;
-    bool inner = inner_pid(pid, own_ns, &pidns, &nspid) == 0;
+    struct usage_known k;
+    const struct usage_known *seen = find_known(st, pid);
+    if (seen != NULL)
+        k = *seen;
+    else
+        learn_process(st, own_ns, room, pid, &k);
+    bool inner = k.inner;
+    uint32_t pidns = k.pidns;
+    int32_t nspid = k.nspid;
     /* The exact key: (pid namespace, pid in it), whatever the GPU. */
     for (size_t i = 0; inner && pidns != 0 && i < s->n_slots; i++)
         if (s->slots[i].pidns == pidns && s->slots[i].pid == nspid) {
             copy_owner(&s->owners[s->slots[i].owner], ns, pod, ctr);
             return;
         }
-    char uid[64];
-    if (cgroup_pod_uid(pid, uid, sizeof uid) != 0)
+    if (!k.in_pod)
         return; /* no pod's process */
-    size_t slot = inner && pidns == 0 ? slot_in_pod(s, uid, gpu, nspid) : SIZE_MAX;
+    size_t slot = inner && pidns == 0 ? slot_in_pod(s, k.uid, gpu, nspid) : SIZE_MAX;
     if (slot != SIZE_MAX) {
         copy_owner(&s->owners[s->slots[slot].owner], ns, pod, ctr);
         return;
     }
     if (names != NULL && names->name != NULL &&
-        !names->name(names->ctx, uid, -1, ns, NAME_LEN, pod, NAME_LEN, ctr, NAME_LEN))
+        !names->name(names->ctx, k.uid, -1, ns, NAME_LEN, pod, NAME_LEN, ctr, NAME_LEN))
         ns[0] = pod[0] = ctr[0] = '\0';
 }
 
-/* One GPU's processes and, when NVML has them, their utilization since
- * *last_seen (moved to the newest sample). n out; NULL when none. */
-static struct proc_row *gpu_processes(struct nvml *nvml, nvmlDevice_t h,
-                                      unsigned long long *last_seen, size_t *n)
+/* One GPU's compute processes (host pids and memory); n out, NULL when
+ * none or NVML cannot tell. */
+static struct proc_row *running_processes(struct nvml *nvml, nvmlDevice_t h, size_t *n)
 {
     *n = 0;
     unsigned count = FIRST_PROCESSES;
@@ -399,10 +522,21 @@ static struct proc_row *gpu_processes(struct nvml *nvml, nvmlDevice_t h,
         rows[i] = (struct proc_row){.pid = infos[i].pid, .used = infos[i].usedGpuMemory};
     *n = count;
     free(infos);
+    return rows;
+}
+
+/* One GPU's processes and, when NVML has them, their utilization since
+ * *last_seen (moved to the newest sample). n out; NULL when none. */
+static struct proc_row *gpu_processes(struct nvml *nvml, nvmlDevice_t h,
+                                      unsigned long long *last_seen, size_t *n)
+{
+    struct proc_row *rows = running_processes(nvml, h, n);
+    if (rows == NULL)
+        return NULL;
     if (nvml->DeviceGetProcessUtilization == NULL)
         return rows;
     unsigned ns = 0;
-    rc = nvml->DeviceGetProcessUtilization(h, NULL, &ns, *last_seen);
+    nvmlReturn_t rc = nvml->DeviceGetProcessUtilization(h, NULL, &ns, *last_seen);
     nvmlProcessUtilizationSample_t *smp = NULL;
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE && ns > 0 && (smp = calloc(ns, sizeof *smp)) != NULL)
         rc = nvml->DeviceGetProcessUtilization(h, smp, &ns, *last_seen);
@@ -465,9 +599,12 @@ static void render_processes(struct buf *f, struct usage_state *st, const struct
         total += per[g].n;
     char(*lab)[3][NAME_LEN] = total > 0 ? calloc(total, sizeof *lab) : NULL;
     uint32_t own_ns = pidns_of("/proc/self/ns/pid");
+    forget_exited(st);
+    size_t room = known_room();
     for (size_t g = 0, k = 0; lab != NULL && g < n; g++)
         for (size_t i = 0; i < per[g].n; i++, k++)
-            name_process(s, own_ns, per[g].rows[i].pid, g, names, lab[k][0], lab[k][1], lab[k][2]);
+            name_process(s, st, own_ns, room, per[g].rows[i].pid, g, names, lab[k][0], lab[k][1],
+                         lab[k][2]);
     for (int m = 0; m < 3; m++) {
         prom_header(f, fam[m], "gauge", help[m]);
         for (size_t g = 0, k = 0; lab != NULL && g < n; g++)
@@ -495,6 +632,120 @@ void usage_render(struct buf *f, struct usage_state *st, const char *isolation_d
     scan_regions(&s, isolation_dir, inv, names);
     render_regions(f, &s, inv);
     render_processes(f, st, &s, nvml, inv, skip, names);
+    free(s.owners);
+    free(s.regions);
+    free(s.slots);
+}
+
+/* ---- the containers' pid maps -------------------------------------------------- */
+
+struct map_line {
+    size_t owner;
+    unsigned host;
+    int32_t inner;
+};
+
+static int by_owner_then_pid(const void *a, const void *b)
+{
+    const struct map_line *x = a, *y = b;
+    if (x->owner != y->owner)
+        return x->owner < y->owner ? -1 : 1;
+    return x->host < y->host ? -1 : x->host > y->host;
+}
+
+/* Replaces <dir>/<POOL_REGION_PID_MAP> with text unless it already says
+ * that. The directory is the container's (it may plant anything there):
+ * the temporary file is created O_EXCL | O_NOFOLLOW and renamed over the
+ * name, which never follows a symlink; a directory in the way makes the
+ * rename fail, which only costs that container its own map. */
+static void write_map(int dfd, const char *text, size_t len)
+{
+    char old[POOL_PID_MAP_MAX];
+    int fd = openat(dfd, POOL_REGION_PID_MAP, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t got = read(fd, old, sizeof old);
+        close(fd);
+        if (got == (ssize_t)len && memcmp(old, text, len) == 0)
+            return;
+    }
+    static const char tmp[] = "." POOL_REGION_PID_MAP ".agent";
+    (void)unlinkat(dfd, tmp, 0);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    bool ok = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    if (!ok || renameat(dfd, tmp, dfd, POOL_REGION_PID_MAP) != 0)
+        (void)unlinkat(dfd, tmp, 0);
+}
+
+void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, struct nvml *nvml,
+                          const struct gpu_inventory *inv, const bool *skip)
+{
+    struct scan s = {0};
+    scan_regions(&s, isolation_dir, inv, NULL);
+    struct map_line *lines = NULL;
+    size_t n_lines = 0, cap_lines = 0;
+    bool oom = false;
+    uint32_t own_ns = pidns_of("/proc/self/ns/pid");
+    forget_exited(st);
+    size_t room = known_room();
+    size_t gpus = inv->count < USAGE_MAX_GPUS ? inv->count : USAGE_MAX_GPUS;
+    for (size_t g = 0; s.n_slots > 0 && nvml->DeviceGetComputeRunningProcesses != NULL && g < gpus;
+         g++) {
+        nvmlDevice_t h;
+        if ((skip != NULL && skip[g]) ||
+            nvml->DeviceGetHandleByUUID(inv->gpus[g].uuid, &h) != NVML_SUCCESS)
+            continue;
+        size_t n = 0;
+        struct proc_row *rows = running_processes(nvml, h, &n);
+        for (size_t i = 0; i < n && !oom; i++) {
+            struct usage_known k;
+            const struct usage_known *seen = find_known(st, rows[i].pid);
+            if (seen != NULL)
+                k = *seen;
+            else
+                learn_process(st, own_ns, room, rows[i].pid, &k);
+            if (!k.inner || k.pidns == 0)
+                continue;
+            for (size_t j = 0; j < s.n_slots; j++) {
+                if (s.slots[j].pidns != k.pidns || s.slots[j].pid != k.nspid)
+                    continue;
+                struct map_line *l = push((void **)&lines, &n_lines, &cap_lines, sizeof *l, &oom);
+                if (l != NULL)
+                    *l = (struct map_line){s.slots[j].owner, rows[i].pid, k.nspid};
+                break;
+            }
+        }
+        free(rows);
+    }
+    if (lines != NULL)
+        qsort(lines, n_lines, sizeof *lines, by_owner_then_pid);
+    /* Every container with a region gets its map, an empty one too: a
+     * process that left must leave the map. */
+    char path[4096];
+    int cfd = -1;
+    if (!oom && snprintf(path, sizeof path, "%s/containers", isolation_dir) < (int)sizeof path)
+        cfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    for (size_t o = 0, l = 0; cfd >= 0 && o < s.n_owners; o++) {
+        char text[POOL_PID_MAP_MAX];
+        size_t len = (size_t)snprintf(text, sizeof text, "%s\n", POOL_PID_MAP_HEADER);
+        for (; l < n_lines && lines[l].owner == o; l++) {
+            int w = snprintf(text + len, sizeof text - len, "%u %d\n", lines[l].host,
+                             (int)lines[l].inner);
+            if (w < 0 || (size_t)w >= sizeof text - len)
+                continue; /* full: the rest are left out of this container's map */
+            len += (size_t)w;
+        }
+        int dfd = openat(cfd, s.owners[o].key, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd >= 0) {
+            write_map(dfd, text, len);
+            close(dfd);
+        }
+    }
+    if (cfd >= 0)
+        close(cfd);
+    free(lines);
     free(s.owners);
     free(s.regions);
     free(s.slots);

@@ -37,11 +37,21 @@ struct usage_names {
 };
 
 /* Per GPU: the newest process sample seen (microseconds), so each scrape
- * asks NVML for the samples since the previous one. */
+ * asks NVML for the samples since the previous one. And the processes
+ * already looked up in /proc, each held by a pidfd (pidfd_open(2)) that
+ * says when it exits, so a scrape reads /proc only for processes it has not
+ * seen (gpu_usage.c, "known processes"). Zeroed
+ * memory is an empty state; usage_state_reset gives back what it holds. */
 #define USAGE_MAX_GPUS 64
+struct usage_known;
 struct usage_state {
     unsigned long long last_seen_us[USAGE_MAX_GPUS];
+    struct usage_known *known;
+    size_t n_known, cap_known;
 };
+
+/* Closes the pidfds and frees the table; the state is empty after. */
+void usage_state_reset(struct usage_state *st);
 
 /* Writes the gpupool_container_gpu_* and gpupool_process_gpu_* families
  * (headers always, samples for what was found). isolation_dir NULL or "":
@@ -49,5 +59,16 @@ struct usage_state {
 void usage_render(struct buf *f, struct usage_state *st, const char *isolation_dir,
                   struct nvml *nvml, const struct gpu_inventory *inv, const bool *skip,
                   const struct usage_names *names);
+
+/* Writes, for every container with a region under isolation_dir, the map
+ * of its GPU processes' host pids to their pids in the container
+ * (containers/<key>/POOL_REGION_PID_MAP, poolapi_names.h), which lets
+ * libgpupool-cuda answer nvmlDeviceGetProcessUtilization inside the
+ * container with its own processes only. A process is the container's when
+ * its (pid namespace, pid there) pair holds a slot of one of the
+ * container's regions. A file is rewritten only when its text changes;
+ * st is the caller's (the pid map thread's), as for usage_render. */
+void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, struct nvml *nvml,
+                          const struct gpu_inventory *inv, const bool *skip);
 
 #endif

@@ -45,7 +45,7 @@ struct gpu_state {
 struct health_monitor {
     struct nvml *nvml;
     const struct gpu_inventory *inv;
-    struct plugin_node *node;
+    struct node_state *state;       /* what the node's servers advertise */
     struct plugin_metrics *metrics; /* XID counters; NULL = off */
     struct health_policy policy;
     int recovery_probes;
@@ -145,27 +145,28 @@ bool health_xid_is_critical(const struct health_policy *p, unsigned long long xi
 static void mark_gpu(struct health_monitor *m, size_t gpu, int mig, const char *why)
 {
     struct gpu_state *s = &m->gpus[gpu];
-    size_t changed = mig == RESOURCE_NO_MIG ? plugin_node_set_gpu_health(m->node, gpu, false)
-                                            : plugin_node_set_mig_health(m->node, gpu, mig, false);
+    size_t changed = mig == NODE_STATE_WHOLE_GPU
+                         ? node_state_set_gpu_health(m->state, gpu, false)
+                         : node_state_set_mig_health(m->state, gpu, mig, false);
     s->unhealthy = true;
     s->good_probes = 0;
     s->probe_why[0] = '\0';
     if (s->lost)
-        plugin_node_set_gpu_lost(m->node, gpu);
-    log_warn("GPU %u (%s): %s; %zu devices marked Unhealthy%s", m->inv->gpus[gpu].index,
+        node_state_set_gpu_lost(m->state, gpu);
+    log_warn("GPU %u (%s): %s; %zu GPU/MIG devices marked Unhealthy%s", m->inv->gpus[gpu].index,
              m->inv->gpus[gpu].uuid, why, changed,
              s->lost ? " (lost: it will not recover without a restart)" : "");
 }
 
 static void mark_all(struct health_monitor *m, const char *why)
 {
-    size_t changed = plugin_node_set_all_health(m->node, false);
+    size_t changed = node_state_set_all_health(m->state, false);
     for (size_t i = 0; i < m->inv->count; i++) {
         m->gpus[i].unhealthy = true;
         m->gpus[i].good_probes = 0;
         m->gpus[i].probe_why[0] = '\0';
     }
-    log_error("%s; %zu devices marked Unhealthy", why, changed);
+    log_error("%s; %zu GPU/MIG devices marked Unhealthy", why, changed);
 }
 
 /* ---- monitoring state ------------------------------------------------------- */
@@ -187,12 +188,13 @@ static void update_watched(struct health_monitor *m, size_t i)
     s->watched = watched;
     const struct gpu_device *g = &m->inv->gpus[i];
     if (!watched) {
-        size_t changed = plugin_node_set_gpu_health(m->node, i, false);
-        log_v(1, "GPU %u (%s) is not monitored; %zu devices marked Unhealthy", g->index, g->uuid,
-              changed);
+        size_t changed = node_state_set_gpu_health(m->state, i, false);
+        log_v(1, "GPU %u (%s) is not monitored; %zu GPU/MIG devices marked Unhealthy", g->index,
+              g->uuid, changed);
     } else if (!s->unhealthy) {
-        size_t changed = plugin_node_set_gpu_health(m->node, i, true);
-        log_info("GPU %u (%s) is monitored again; %zu devices Healthy", g->index, g->uuid, changed);
+        size_t changed = node_state_set_gpu_health(m->state, i, true);
+        log_info("GPU %u (%s) is monitored again; %zu GPU/MIG devices Healthy", g->index, g->uuid,
+                 changed);
     }
 }
 
@@ -244,7 +246,7 @@ static bool register_gpu(struct health_monitor *m, size_t i, char *why, size_t w
         rc = m->nvml->DeviceGetSupportedEventTypes(s->handle, &supported);
     if (rc == NVML_ERROR_GPU_IS_LOST) {
         s->lost = true;
-        mark_gpu(m, i, RESOURCE_NO_MIG, "lost while setting up health checks");
+        mark_gpu(m, i, NODE_STATE_WHOLE_GPU, "lost while setting up health checks");
         return false;
     }
     if (rc != NVML_SUCCESS) {
@@ -328,14 +330,14 @@ static long gpu_of_handle(const struct health_monitor *m, nvmlDevice_t h)
     return -1;
 }
 
-/* The MIG device an XID is attributed to, or RESOURCE_NO_MIG for the whole
- * GPU. plugin_node_set_mig_health() also marks the GPU where it is served
+/* The MIG device an XID is attributed to, or NODE_STATE_WHOLE_GPU for the whole
+ * GPU. node_state_set_mig_health() also marks the GPU where it is served
  * whole (--mig-strategy none on a MIG-enabled GPU), so the attribution
  * never drops an event. */
 static int mig_of_event(const struct gpu_device *g, const nvmlEventData_t *ev)
 {
     if (!g->mig_enabled || ev->gpuInstanceId == HEALTH_NOT_ATTRIBUTED)
-        return RESOURCE_NO_MIG;
+        return NODE_STATE_WHOLE_GPU;
     for (size_t j = 0; j < g->mig_count; j++) {
         if (g->migs[j].gpu_instance_id != ev->gpuInstanceId)
             continue;
@@ -343,7 +345,7 @@ static int mig_of_event(const struct gpu_device *g, const nvmlEventData_t *ev)
             g->migs[j].compute_instance_id == ev->computeInstanceId)
             return (int)j;
     }
-    return RESOURCE_NO_MIG;
+    return NODE_STATE_WHOLE_GPU;
 }
 
 static void handle_event(struct health_monitor *m, const nvmlEventData_t *ev)
@@ -507,7 +509,7 @@ static void probe_unhealthy(struct health_monitor *m)
         enum probe_result r = probe(m, i, why, sizeof why);
         if (r == PROBE_LOST) {
             s->lost = true;
-            plugin_node_set_gpu_lost(m->node, i);
+            node_state_set_gpu_lost(m->state, i);
             log_warn("GPU %u (%s) is lost: it stays Unhealthy", m->inv->gpus[i].index,
                      m->inv->gpus[i].uuid);
             continue;
@@ -527,9 +529,10 @@ static void probe_unhealthy(struct health_monitor *m)
                      m->inv->gpus[i].index, m->inv->gpus[i].uuid, m->recovery_probes);
             continue;
         }
-        size_t changed = plugin_node_set_gpu_health(m->node, i, true);
-        log_info("GPU %u (%s) answered %d health probes in a row; %zu devices Healthy again",
-                 m->inv->gpus[i].index, m->inv->gpus[i].uuid, m->recovery_probes, changed);
+        size_t changed = node_state_set_gpu_health(m->state, i, true);
+        log_info(
+            "GPU %u (%s) answered %d health probes in a row; %zu GPU/MIG devices Healthy again",
+            m->inv->gpus[i].index, m->inv->gpus[i].uuid, m->recovery_probes, changed);
     }
 }
 
@@ -604,7 +607,7 @@ static void *health_thread(void *arg)
 /* ---- lifecycle ---------------------------------------------------------------- */
 
 int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
-                         struct plugin_node *node, struct plugin_metrics *metrics,
+                         struct node_state *state, struct plugin_metrics *metrics,
                          const struct gp_config *cfg, struct health_monitor **out, char *err,
                          size_t errlen)
 {
@@ -625,7 +628,7 @@ int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
     }
     m->nvml = nvml;
     m->inv = inv;
-    m->node = node;
+    m->state = state;
     m->metrics = metrics;
     m->policy = policy;
     m->recovery_probes = cfg->health_recovery_probes;

@@ -11,7 +11,9 @@
  * pending), and after `recovery_probes` consecutive good answers it is
  * Healthy again. A GPU that fell off the bus (XID 79 or
  * NVML_ERROR_GPU_IS_LOST) stays Unhealthy until the plugin is restarted or
- * reloaded, and Allocate refuses its devices (plugin_node_set_gpu_lost).
+ * reloaded, and Allocate refuses its devices (node_state_set_gpu_lost).
+ * Everything it finds is written to the node's GPU state (node_state.h),
+ * whose observers (the DevicePlugin node, ...) advertise it.
  *
  * Which XIDs count follows NVIDIA's plugin: 13, 31, 43, 45, 68 and 109 are
  * application errors and ignored; DP_DISABLE_HEALTHCHECKS (`all`, `xids`
@@ -26,7 +28,7 @@
 #include "config.h"
 #include "gpu.h"
 #include "nvml.h"
-#include "plugin.h"
+#include "node_state.h"
 #include "compiler.h"
 
 #define HEALTH_MAX_XIDS 64
@@ -57,10 +59,10 @@ struct plugin_metrics;
  * Healthy again once their events flow. A failing nvmlEventSetWait is
  * handled the same way. GPUs the inventory marked lost are Unhealthy and
  * never registered. Returns -1 only when out of memory or when the thread
- * cannot start. nvml, inv, node and metrics (XID counters; NULL = off) are
- * borrowed and must outlive the monitor. */
+ * cannot start. nvml, inv, state and metrics (XID counters; NULL = off)
+ * are borrowed and must outlive the monitor. */
 GP_MUST_USE int health_monitor_start(struct nvml *nvml, const struct gpu_inventory *inv,
-                                     struct plugin_node *node, struct plugin_metrics *metrics,
+                                     struct node_state *state, struct plugin_metrics *metrics,
                                      const struct gp_config *cfg, struct health_monitor **out,
                                      char *err, size_t errlen);
 /* Stops and joins the thread (within one wait timeout), frees. NULL ok. */

@@ -387,12 +387,12 @@ static void render_gpus(struct nvml *nvml, const struct gpu_inventory *inv,
                         struct plugin_node *node, struct buf *f)
 {
     size_t n = inv->count;
-    struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
+    struct node_gpu_state *state = calloc(n + 1, sizeof *state);
     struct gpu_telemetry *tel = calloc(n + 1, sizeof *tel);
     if (state == NULL || tel == NULL)
         goto out;
-    /* A GPU is healthy when every device carved from it is. */
-    plugin_node_gpu_states(node, state, n);
+    /* A GPU is healthy when it and every MIG device of it is. */
+    node_state_gpus(plugin_node_state(node), state, n);
 
     int64_t start = clock_now_ns();
     bool complete = true;
@@ -447,10 +447,10 @@ out:
 static void render_usage(struct plugin_metrics *m, struct buf *f)
 {
     size_t n = m->inv->count;
-    struct plugin_gpu_state *state = calloc(n + 1, sizeof *state);
+    struct node_gpu_state *state = calloc(n + 1, sizeof *state);
     bool *skip = calloc(n + 1, sizeof *skip);
     if (state != NULL && skip != NULL) {
-        plugin_node_gpu_states(m->node, state, n);
+        node_state_gpus(plugin_node_state(m->node), state, n);
         for (size_t i = 0; i < n; i++)
             skip[i] = state[i].lost;
         usage_render(f, &m->usage, m->isolation_dir, m->nvml, m->inv, skip, &m->names);
@@ -495,7 +495,7 @@ void metrics_attach(struct plugin_metrics *m, struct nvml *nvml, const struct gp
     free(m->isolation_dir);
     m->isolation_dir = NULL;
     m->names = (struct usage_names){0};
-    memset(&m->usage, 0, sizeof m->usage);
+    usage_state_reset(&m->usage);
     pthread_mutex_unlock(&m->attach_lock);
 }
 
@@ -618,6 +618,7 @@ void metrics_stop(struct plugin_metrics *m)
     podresources_close(m->pr_client);
     free(m->pr_socket);
     free(m->isolation_dir);
+    usage_state_reset(&m->usage);
     pthread_mutex_destroy(&m->pr_lock);
     pthread_mutex_destroy(&m->slots_lock);
     pthread_mutex_destroy(&m->xid_lock);

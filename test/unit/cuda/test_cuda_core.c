@@ -319,6 +319,45 @@ static void test_region_exact_to_the_byte(void **state)
     cudareg_detach(r);
 }
 
+/* The node agent reads a region's header and the slots below its high mark
+ * only (cudareg_peek_size), and that prefix tells what the whole file does. */
+static void test_region_peek_reads_the_prefix_below_high(void **state)
+{
+    (void)state;
+    char path[256], err[512];
+    region_path(path, sizeof path, "peek");
+    struct cudareg *r = cudareg_attach(path, 1 << 20, err, sizeof err);
+    assert_non_null(r);
+    assert_int_equal(cudareg_reserve(r, 4096), 0);
+    size_t len = cudareg_file_size();
+    unsigned char *file = malloc(len);
+    assert_non_null(file);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, file, len, 0), (ssize_t)len);
+    close(fd);
+    size_t need = cudareg_peek_size(file, CUDAREG_PEEK_FIRST);
+    /* One process charged: the header and one slot, far below the file. */
+    assert_true(need > 0 && need <= CUDAREG_PEEK_FIRST);
+    assert_int_equal(cudareg_peek_size(file, len), need);
+    struct cudareg_view whole, prefix;
+    assert_int_equal(cudareg_peek(file, len, &whole, NULL, NULL), 0);
+    assert_int_equal(cudareg_peek(file, need, &prefix, NULL, NULL), 0);
+    assert_int_equal(prefix.used, 4096);
+    assert_int_equal(prefix.used, whole.used);
+    assert_int_equal(prefix.limit, whole.limit);
+    assert_int_equal(prefix.live_slots, 1);
+    /* Fewer bytes than the header, or more than a file: not a region. */
+    assert_int_equal(cudareg_peek_size(file, 8), 0);
+    assert_int_equal(cudareg_peek(file, 8, &prefix, NULL, NULL), -1);
+    assert_int_equal(cudareg_peek(file, len + 1, &prefix, NULL, NULL), -1);
+    /* A damaged header: not a region, nothing to read. */
+    memset(file, 0xff, 8);
+    assert_int_equal(cudareg_peek_size(file, len), 0);
+    free(file);
+    cudareg_detach(r);
+}
+
 static void test_region_bad_files(void **state)
 {
     (void)state;
@@ -1125,6 +1164,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_config_broken_fails_closed),
         cmocka_unit_test(test_config_visible_devices),
         cmocka_unit_test(test_region_exact_to_the_byte),
+        cmocka_unit_test(test_region_peek_reads_the_prefix_below_high),
         cmocka_unit_test(test_region_bad_files),
         cmocka_unit_test(test_region_dead_processes_reclaimed),
         cmocka_unit_test(test_region_sigkill_storm),

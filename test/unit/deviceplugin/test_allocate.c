@@ -1,4 +1,4 @@
-/* Unit tests: Allocate responses per strategy (allocate.c). */
+/* Unit tests: a container's Allocate edits per strategy (allocate.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +16,8 @@ struct world {
     struct gp_config cfg;
     struct resource_set set;
     struct arena arena;
-    V1beta1__ContainerAllocateResponse out;
+    struct edits_options opts; /* envvar by UUID unless a test says otherwise */
+    struct container_edits out;
 };
 
 static int setup(void **state)
@@ -24,6 +25,8 @@ static int setup(void **state)
     struct world *w = calloc(1, sizeof *w);
     fixture_inventory(&w->inv, 4, 0);
     fixture_config(&w->cfg);
+    w->opts.device_list = EDITS_LIST_ENVVAR;
+    container_edits_init(&w->out, &w->arena);
     *state = w;
     return 0;
 }
@@ -44,17 +47,14 @@ static void allocate(struct world *w, const size_t *positions, size_t n)
     char err[256];
     resource_set_free(&w->set);
     assert_int_equal(resource_set_build(&w->inv, &w->cfg, &w->set, err, sizeof err), 0);
-    assert_int_equal(allocate_container(&w->arena, &w->cfg, &w->inv, &w->set.resources[0],
-                                        positions, n, &w->out, err, sizeof err),
+    assert_int_equal(allocate_container(&w->opts, &w->inv, &w->set.resources[0], positions, n,
+                                        &w->out, err, sizeof err),
                      0);
 }
 
-static const char *env(const V1beta1__ContainerAllocateResponse *o, const char *key)
+static const char *env(const struct container_edits *o, const char *key)
 {
-    for (size_t i = 0; i < o->n_envs; i++)
-        if (strcmp(o->envs[i]->key, key) == 0)
-            return o->envs[i]->value;
-    return NULL;
+    return container_edits_env(o, key);
 }
 
 static void test_envvar_uuid(void **state)
@@ -65,17 +65,16 @@ static void test_envvar_uuid(void **state)
     char want[256];
     snprintf(want, sizeof want, "%s,%s", w->inv.gpus[2].uuid, w->inv.gpus[0].uuid);
     assert_string_equal(env(&w->out, "NVIDIA_VISIBLE_DEVICES"), want);
-    assert_int_equal(w->out.n_envs, 1);
+    assert_int_equal(w->out.n_env, 1);
     assert_int_equal(w->out.n_mounts, 0);
-    assert_int_equal(w->out.n_devices, 0);
-    assert_int_equal(w->out.n_annotations, 0);
+    assert_int_equal(w->out.n_device_nodes, 0);
     assert_int_equal(w->out.n_cdi_devices, 0);
 }
 
 static void test_envvar_index(void **state)
 {
     struct world *w = *state;
-    w->cfg.device_id_strategy = DEVICE_ID_INDEX;
+    w->opts.id_by_index = true;
     size_t pos[] = {1, 3};
     allocate(w, pos, 2);
     assert_string_equal(env(&w->out, "NVIDIA_VISIBLE_DEVICES"), "1,3");
@@ -95,7 +94,7 @@ static void test_replicas_fold_to_one_gpu(void **state)
 static void test_volume_mounts(void **state)
 {
     struct world *w = *state;
-    w->cfg.device_list_strategy = DEVICE_LIST_VOLUME_MOUNTS;
+    w->opts.device_list = EDITS_LIST_VOLUME_MOUNTS;
     size_t pos[] = {0, 1};
     allocate(w, pos, 2);
     assert_string_equal(env(&w->out, "NVIDIA_VISIBLE_DEVICES"),
@@ -103,43 +102,39 @@ static void test_volume_mounts(void **state)
     assert_int_equal(w->out.n_mounts, 2);
     char want[256];
     snprintf(want, sizeof want, "/var/run/nvidia-container-devices/%s", w->inv.gpus[1].uuid);
-    assert_string_equal(w->out.mounts[1]->container_path, want);
-    assert_string_equal(w->out.mounts[1]->host_path, "/dev/null");
-    assert_false(w->out.mounts[1]->read_only);
+    assert_string_equal(w->out.mounts[1].container_path, want);
+    assert_string_equal(w->out.mounts[1].host_path, "/dev/null");
+    assert_false(w->out.mounts[1].read_only);
 }
 
-static void test_cdi_annotations_and_cri(void **state)
+/* CDI only: the names, nothing else (how they travel is the encoder's). */
+static void test_cdi_names_only(void **state)
 {
     struct world *w = *state;
-    w->cfg.device_list_strategy = DEVICE_LIST_CDI_ANNOTATIONS | DEVICE_LIST_CDI_CRI;
-    w->cfg.pass_device_specs = 1;
+    w->opts.device_list = EDITS_LIST_CDI;
+    w->opts.pass_device_specs = true;
     size_t pos[] = {3};
     allocate(w, pos, 1);
-    assert_int_equal(w->out.n_envs, 0); /* CDI only: no env, no device specs */
-    assert_int_equal(w->out.n_devices, 0);
-    assert_int_equal(w->out.n_annotations, 1);
-    const char *key = w->out.annotations[0]->key;
-    assert_int_equal(strncmp(key, "cdi.k8s.io/nvidia-device-plugin_", 32), 0);
-    assert_int_equal(strlen(key), 32 + 36);
+    assert_int_equal(w->out.n_env, 0); /* no env, no device nodes */
+    assert_int_equal(w->out.n_device_nodes, 0);
     char want[256];
     snprintf(want, sizeof want, "k8s.device-plugin.nvidia.com/gpu=%s", w->inv.gpus[3].uuid);
-    assert_string_equal(w->out.annotations[0]->value, want);
     assert_int_equal(w->out.n_cdi_devices, 1);
-    assert_string_equal(w->out.cdi_devices[0]->name, want);
+    assert_string_equal(w->out.cdi_devices[0], want);
 }
 
 static void test_gds_mofed(void **state)
 {
     struct world *w = *state;
-    w->cfg.gds_enabled = 1;
-    w->cfg.mofed_enabled = 1;
-    w->cfg.device_list_strategy = DEVICE_LIST_ENVVAR | DEVICE_LIST_CDI_CRI;
+    w->opts.gds = true;
+    w->opts.mofed = true;
+    w->opts.device_list = EDITS_LIST_ENVVAR | EDITS_LIST_CDI;
     size_t pos[] = {0};
     allocate(w, pos, 1);
     assert_string_equal(env(&w->out, "NVIDIA_GDS"), "enabled");
     assert_string_equal(env(&w->out, "NVIDIA_MOFED"), "enabled");
     assert_int_equal(w->out.n_cdi_devices, 3);
-    assert_string_equal(w->out.cdi_devices[1]->name, "k8s.device-plugin.nvidia.com/gds=all");
+    assert_string_equal(w->out.cdi_devices[1], "k8s.device-plugin.nvidia.com/gds=all");
 }
 
 static void test_pass_device_specs(void **state)
@@ -154,15 +149,15 @@ static void test_pass_device_specs(void **state)
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fclose(f);
-    w->cfg.nvidia_dev_root = root;
-    w->cfg.pass_device_specs = 1;
+    w->opts.dev_root = root;
+    w->opts.pass_device_specs = true;
     size_t pos[] = {2};
     allocate(w, pos, 1);
-    assert_int_equal(w->out.n_devices, 2); /* nvidiactl exists, uvm etc. do not */
-    assert_string_equal(w->out.devices[0]->container_path, "/dev/nvidiactl");
-    assert_string_equal(w->out.devices[0]->host_path, path);
-    assert_string_equal(w->out.devices[1]->container_path, "/dev/nvidia2");
-    assert_string_equal(w->out.devices[1]->permissions, "rw");
+    assert_int_equal(w->out.n_device_nodes, 2); /* nvidiactl exists, uvm etc. do not */
+    assert_string_equal(w->out.device_nodes[0].path, "/dev/nvidiactl");
+    assert_string_equal(w->out.device_nodes[0].host_path, path);
+    assert_string_equal(w->out.device_nodes[1].path, "/dev/nvidia2");
+    assert_string_equal(w->out.device_nodes[1].permissions, "rw");
     unlink(path);
     snprintf(path, sizeof path, "%s/dev", root);
     rmdir(path);
@@ -174,21 +169,21 @@ static void test_mig_device_specs(void **state)
     struct world *w = *state;
     fixture_mig(&w->inv, 0, 2, "3g.20gb");
     w->cfg.mig_strategy = MIG_STRATEGY_MIXED;
-    w->cfg.pass_device_specs = 1;
-    w->cfg.nvidia_dev_root = "/nonexistent-root";
+    w->opts.pass_device_specs = true;
+    w->opts.dev_root = "/nonexistent-root";
     char err[256];
     assert_int_equal(resource_set_build(&w->inv, &w->cfg, &w->set, err, sizeof err), 0);
     const struct resource *mig = &w->set.resources[1];
     assert_string_equal(mig->name, "nvidia.com/mig-3g.20gb");
     size_t pos[] = {1};
-    assert_int_equal(
-        allocate_container(&w->arena, &w->cfg, &w->inv, mig, pos, 1, &w->out, err, sizeof err), 0);
+    assert_int_equal(allocate_container(&w->opts, &w->inv, mig, pos, 1, &w->out, err, sizeof err),
+                     0);
     assert_string_equal(env(&w->out, "NVIDIA_VISIBLE_DEVICES"), w->inv.gpus[0].migs[1].uuid);
-    assert_int_equal(w->out.n_devices, 3);
-    assert_string_equal(w->out.devices[0]->container_path, "/dev/nvidia0");
-    assert_string_equal(w->out.devices[0]->host_path, "/nonexistent-root/dev/nvidia0");
-    assert_string_equal(w->out.devices[1]->container_path, "/dev/nvidia-caps/nvidia-cap101");
-    assert_string_equal(w->out.devices[2]->container_path, "/dev/nvidia-caps/nvidia-cap201");
+    assert_int_equal(w->out.n_device_nodes, 3);
+    assert_string_equal(w->out.device_nodes[0].path, "/dev/nvidia0");
+    assert_string_equal(w->out.device_nodes[0].host_path, "/nonexistent-root/dev/nvidia0");
+    assert_string_equal(w->out.device_nodes[1].path, "/dev/nvidia-caps/nvidia-cap101");
+    assert_string_equal(w->out.device_nodes[2].path, "/dev/nvidia-caps/nvidia-cap201");
 }
 
 int main(void)
@@ -198,7 +193,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_envvar_index, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replicas_fold_to_one_gpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_volume_mounts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cdi_annotations_and_cri, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cdi_names_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gds_mofed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pass_device_specs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mig_device_specs, setup, teardown),

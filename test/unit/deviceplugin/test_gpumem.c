@@ -50,7 +50,8 @@ static void test_snapshot_size_is_exact(void **state)
         assert_int_equal(plugin_node_init(&node, &cfg, &inv, err, sizeof err), 0);
         assert_int_equal(node.resources.resources[0].device_count, 3 + 6 + 9 + 12);
         assert_string_equal(node.resources.resources[0].name, "aliyun.com/gpu-mem");
-        plugin_node_set_all_health(&node, false); /* the longest health string */
+        /* the longest health string */
+        assert_int_equal(node_state_set_all_health(plugin_node_state(&node), false), inv.count);
         struct rpc_handlers h = plugin_node_handlers(&node, 0);
         struct rpc_buf buf;
         uint64_t gen;
@@ -130,15 +131,7 @@ static void test_parse_idx(void **state)
     fixture_inventory_free(&inv);
 }
 
-static const char *env_of(const V1beta1__ContainerAllocateResponse *r, const char *key)
-{
-    for (size_t i = 0; i < r->n_envs; i++)
-        if (strcmp(r->envs[i]->key, key) == 0)
-            return r->envs[i]->value;
-    return NULL;
-}
-
-static void test_container_reply(void **state)
+static void test_container_edits(void **state)
 {
     (void)state;
     struct gpu_inventory inv;
@@ -146,29 +139,41 @@ static void test_container_reply(void **state)
     struct resource_set set;
     struct gpumem_assignment as;
     struct arena a = ARENA_INIT;
-    V1beta1__ContainerAllocateResponse out;
+    struct container_edits out;
+    struct edits_options opts = {.device_list = EDITS_LIST_ENVVAR};
     char err[256];
     fixture_inventory(&inv, 4, 0);
     gpumem_config(&cfg, POOL_UNIT_GIB);
     assert_int_equal(gpumem_resource_build(&inv, &cfg, &set, err, sizeof err), 0);
     assert_int_equal(gpumem_parse_idx("1,3", &inv, &as, err, sizeof err), 0);
     as.pod_units = 8;
-    assert_int_equal(
-        gpumem_container_reply(&a, &cfg, &inv, &set.resources[0], &as, 3, &out, err, sizeof err),
-        0);
+    container_edits_init(&out, &a);
+    assert_int_equal(gpumem_container_edits(&opts, cfg.memory_unit, &inv, &set.resources[0], &as, 3,
+                                            &out, err, sizeof err),
+                     0);
     char want[256];
     snprintf(want, sizeof want, "%s,%s", inv.gpus[1].uuid, inv.gpus[3].uuid);
-    assert_string_equal(env_of(&out, "NVIDIA_VISIBLE_DEVICES"), want);
-    assert_string_equal(env_of(&out, "ALIYUN_COM_GPU_MEM_IDX"), "1,3");
-    assert_string_equal(env_of(&out, "ALIYUN_COM_GPU_MEM_POD"), "8");
-    assert_string_equal(env_of(&out, "ALIYUN_COM_GPU_MEM_CONTAINER"), "3");
-    assert_string_equal(env_of(&out, "ALIYUN_COM_GPU_MEM_DEV"), "40");
+    assert_string_equal(container_edits_env(&out, "NVIDIA_VISIBLE_DEVICES"), want);
+    assert_string_equal(container_edits_env(&out, "ALIYUN_COM_GPU_MEM_IDX"), "1,3");
+    assert_string_equal(container_edits_env(&out, "ALIYUN_COM_GPU_MEM_POD"), "8");
+    assert_string_equal(container_edits_env(&out, "ALIYUN_COM_GPU_MEM_CONTAINER"), "3");
+    assert_string_equal(container_edits_env(&out, "ALIYUN_COM_GPU_MEM_DEV"), "40");
     arena_free(&a);
-    cfg.device_id_strategy = DEVICE_ID_INDEX;
-    assert_int_equal(
-        gpumem_container_reply(&a, &cfg, &inv, &set.resources[0], &as, 3, &out, err, sizeof err),
-        0);
-    assert_string_equal(env_of(&out, "NVIDIA_VISIBLE_DEVICES"), "1,3");
+    opts.id_by_index = true;
+    container_edits_init(&out, &a);
+    assert_int_equal(gpumem_container_edits(&opts, cfg.memory_unit, &inv, &set.resources[0], &as, 3,
+                                            &out, err, sizeof err),
+                     0);
+    assert_string_equal(container_edits_env(&out, "NVIDIA_VISIBLE_DEVICES"), "1,3");
+    /* MiB units: _DEV counts the first GPU's MiB. */
+    arena_free(&a);
+    container_edits_init(&out, &a);
+    assert_int_equal(gpumem_container_edits(&opts, POOL_UNIT_MIB, &inv, &set.resources[0], &as, 3,
+                                            &out, err, sizeof err),
+                     0);
+    char dev[32];
+    snprintf(dev, sizeof dev, "%llu", inv.gpus[1].memory_bytes >> 20);
+    assert_string_equal(container_edits_env(&out, "ALIYUN_COM_GPU_MEM_DEV"), dev);
     arena_free(&a);
     resource_set_free(&set);
     fixture_inventory_free(&inv);
@@ -607,7 +612,7 @@ int main(void)
         cmocka_unit_test(test_unit_ids_and_mib_limit),
         cmocka_unit_test(test_whole_gpu_features_refused),
         cmocka_unit_test(test_parse_idx),
-        cmocka_unit_test(test_container_reply),
+        cmocka_unit_test(test_container_edits),
         cmocka_unit_test(test_identity_equal_pods),
         cmocka_unit_test(test_identity_done_and_repeat),
         cmocka_unit_test(test_identity_container_ordinal),

@@ -96,60 +96,46 @@ static void test_replica_limits(void **state)
     fixture_inventory_free(&inv);
 }
 
-static const char *env_of(const V1beta1__ContainerAllocateResponse *r, const char *key)
-{
-    for (size_t i = 0; i < r->n_envs; i++)
-        if (strcmp(r->envs[i]->key, key) == 0)
-            return r->envs[i]->value;
-    return NULL;
-}
-
-static void test_add_to_reply_keeps_what_was_there(void **state)
+static void test_add_edits_keeps_what_was_there(void **state)
 {
     (void)state;
     struct arena a = ARENA_INIT;
-    V1beta1__ContainerAllocateResponse r = V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT;
-    V1beta1__ContainerAllocateResponse__EnvsEntry e =
-        V1BETA1__CONTAINER_ALLOCATE_RESPONSE__ENVS_ENTRY__INIT;
-    e.key = "NVIDIA_VISIBLE_DEVICES";
-    e.value = "GPU-x";
-    V1beta1__ContainerAllocateResponse__EnvsEntry *envs[] = {&e};
-    V1beta1__Mount m = V1BETA1__MOUNT__INIT;
-    m.container_path = "/var/run/nvidia-container-devices/GPU-x";
-    m.host_path = "/dev/null";
-    V1beta1__Mount *mounts[] = {&m};
-    r.envs = envs;
-    r.n_envs = 1;
-    r.mounts = mounts;
-    r.n_mounts = 1;
+    struct container_edits r;
+    container_edits_init(&r, &a);
+    assert_int_equal(container_edits_set_env(&r, "NVIDIA_VISIBLE_DEVICES", "GPU-x"), 0);
+    assert_int_equal(container_edits_add_mount(&r, "/dev/null",
+                                               "/var/run/nvidia-container-devices/GPU-x", false),
+                     0);
     unsigned long long limits[] = {3ull << 30, 1};
     char err[256];
-    assert_int_equal(isolation_add_to_reply(&a, "/var/lib/gpupool/isolation",
-                                            "/var/lib/gpupool/isolation/containers/u_0", limits, 2,
-                                            &r, err, sizeof err),
+    assert_int_equal(isolation_add_edits("/var/lib/gpupool/isolation",
+                                         "/var/lib/gpupool/isolation/containers/u_0", limits, 2, &r,
+                                         err, sizeof err),
                      0);
     assert_int_equal(r.n_mounts, 4);
-    assert_ptr_equal(r.mounts[0], &m);
-    assert_string_equal(r.mounts[1]->host_path, "/var/lib/gpupool/isolation/libgpupool-cuda.so");
-    assert_string_equal(r.mounts[1]->container_path, "/usr/local/gpupool/libgpupool-cuda.so");
-    assert_true(r.mounts[1]->read_only);
-    assert_string_equal(r.mounts[2]->host_path, "/var/lib/gpupool/isolation/ld.so.preload");
-    assert_string_equal(r.mounts[2]->container_path, "/etc/ld.so.preload");
-    assert_true(r.mounts[2]->read_only);
-    assert_string_equal(r.mounts[3]->host_path, "/var/lib/gpupool/isolation/containers/u_0");
-    assert_string_equal(r.mounts[3]->container_path, "/run/gpupool-cuda");
-    assert_false(r.mounts[3]->read_only);
-    assert_int_equal(r.n_envs, 4);
-    assert_string_equal(env_of(&r, "NVIDIA_VISIBLE_DEVICES"), "GPU-x");
-    assert_string_equal(env_of(&r, "CUDA_DEVICE_MEMORY_LIMIT_0"), "3221225472");
-    assert_string_equal(env_of(&r, "CUDA_DEVICE_MEMORY_LIMIT_1"), "1");
-    assert_string_equal(env_of(&r, "CUDA_DEVICE_MEMORY_SHARED_CACHE"), "/run/gpupool-cuda/region");
-    assert_null(env_of(&r, "CUDA_DEVICE_MEMORY_LIMIT_2"));
+    assert_string_equal(r.mounts[0].container_path, "/var/run/nvidia-container-devices/GPU-x");
+    assert_string_equal(r.mounts[1].host_path, "/var/lib/gpupool/isolation/libgpupool-cuda.so");
+    assert_string_equal(r.mounts[1].container_path, "/usr/local/gpupool/libgpupool-cuda.so");
+    assert_true(r.mounts[1].read_only);
+    assert_string_equal(r.mounts[2].host_path, "/var/lib/gpupool/isolation/ld.so.preload");
+    assert_string_equal(r.mounts[2].container_path, "/etc/ld.so.preload");
+    assert_true(r.mounts[2].read_only);
+    assert_string_equal(r.mounts[3].host_path, "/var/lib/gpupool/isolation/containers/u_0");
+    assert_string_equal(r.mounts[3].container_path, "/run/gpupool-cuda");
+    assert_false(r.mounts[3].read_only);
+    assert_int_equal(r.n_env, 4);
+    assert_string_equal(container_edits_env(&r, "NVIDIA_VISIBLE_DEVICES"), "GPU-x");
+    assert_string_equal(container_edits_env(&r, "CUDA_DEVICE_MEMORY_LIMIT_0"), "3221225472");
+    assert_string_equal(container_edits_env(&r, "CUDA_DEVICE_MEMORY_LIMIT_1"), "1");
+    assert_string_equal(container_edits_env(&r, "CUDA_DEVICE_MEMORY_SHARED_CACHE"),
+                        "/run/gpupool-cuda/region");
+    assert_null(container_edits_env(&r, "CUDA_DEVICE_MEMORY_LIMIT_2"));
     unsigned long long many[POOL_MAX_CONTAINER_GPUS + 1] = {0};
-    assert_int_equal(isolation_add_to_reply(&a, "/d", "/d/c", many, POOL_MAX_CONTAINER_GPUS + 1, &r,
-                                            err, sizeof err),
-                     -1);
+    assert_int_equal(
+        isolation_add_edits("/d", "/d/c", many, POOL_MAX_CONTAINER_GPUS + 1, &r, err, sizeof err),
+        -1);
     assert_non_null(strstr(err, "at most"));
+    assert_int_equal(r.n_mounts, 4); /* untouched by the refusal */
     arena_free(&a);
 }
 
@@ -318,7 +304,7 @@ int main(void)
         cmocka_unit_test(test_replica_key),
         cmocka_unit_test(test_share),
         cmocka_unit_test(test_replica_limits),
-        cmocka_unit_test(test_add_to_reply_keeps_what_was_there),
+        cmocka_unit_test(test_add_edits_keeps_what_was_there),
         cmocka_unit_test(test_install_is_atomic_and_idempotent),
         cmocka_unit_test(test_container_dir_and_prune_without_following_symlinks),
     };

@@ -207,15 +207,16 @@ static void test_snapshot_and_health_fan_out(void **state)
     assert_int_equal(r->devices[15]->topology->nodes[0]->id, 1);
     v1beta1__list_and_watch_response__free_unpacked(r, NULL);
 
-    assert_int_equal(plugin_node_set_gpu_health(&w->node, 1, false), 4);
-    assert_int_equal(plugin_node_set_gpu_health(&w->node, 1, false), 0);
+    /* The GPU's one record changes in the state; its 4 replicas follow. */
+    assert_int_equal(node_state_set_gpu_health(plugin_node_state(&w->node), 1, false), 1);
+    assert_int_equal(node_state_set_gpu_health(plugin_node_state(&w->node), 1, false), 0);
     r = snapshot(w, 0, &g2);
     assert_true(g2 > g1);
     for (size_t i = 0; i < 16; i++)
         assert_string_equal(r->devices[i]->health, i / 4 == 1 ? "Unhealthy" : "Healthy");
     v1beta1__list_and_watch_response__free_unpacked(r, NULL);
 
-    assert_int_equal(plugin_node_set_gpu_health(&w->node, 1, true), 4);
+    assert_int_equal(node_state_set_gpu_health(plugin_node_state(&w->node), 1, true), 1);
     r = snapshot(w, 0, &g3);
     assert_true(g3 > g2);
     assert_string_equal(r->devices[5]->health, "Healthy");

@@ -1,5 +1,5 @@
-/* test_plugin_seams -- plugin_node's interfaces (registrations, observers,
- * the allocator hook, locked accessors) and the transport serving a method
+/* test_plugin_seams -- plugin_node's interfaces (registrations, observers
+ * of its GPU state, the allocator hook, locked accessors) and the transport serving a method
  * table that is not the DevicePlugin's, through real unix sockets. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -56,14 +56,10 @@ struct observer {
     char letter;
 };
 
-static void on_health(void *ctx, const struct plugin_health_change *change)
+static void on_health(void *ctx, const struct node_state_change *change)
 {
     struct observer *o = ctx;
-    size_t resources_changed = 0;
-    for (size_t r = 0; r < change->resource_count; r++)
-        resources_changed += change->changed[r];
-    assert_int_equal(resources_changed, 1);
-    trace_append(o->t, o->letter, change->devices);
+    trace_append(o->t, o->letter, change->changed);
 }
 
 static void on_allocate(void *ctx, const char *resource, double seconds, bool ok)
@@ -115,57 +111,95 @@ static void start(struct world *w)
     assert_int_equal(plugin_node_init(&w->node, &w->cfg, &w->inv, err, sizeof err), 0);
 }
 
+/* Observers of the node's GPU state come after the node's own, in order;
+ * by the time they run the node already advertises the change. */
+struct advertised {
+    struct observer o;
+    struct plugin_node *node;
+    size_t healthy_seen;
+};
+
+static void on_health_check_node(void *ctx, const struct node_state_change *change)
+{
+    struct advertised *a = ctx;
+    a->healthy_seen = plugin_node_healthy_devices(a->node, 0);
+    on_health(&a->o, change);
+}
+
 static void test_health_observers_in_order(void **state)
 {
     struct world *w = *state;
     start(w);
-    struct observer a = {&w->trace, 'a'}, b = {&w->trace, 'b'};
-    assert_int_equal(plugin_node_add_health_observer(&w->node, &a, on_health), 0);
-    assert_int_equal(plugin_node_add_health_observer(&w->node, &b, on_health), 0);
+    struct node_state *s = plugin_node_state(&w->node);
+    struct advertised a = {{&w->trace, 'a'}, &w->node, 0};
+    struct observer b = {&w->trace, 'b'};
+    assert_int_equal(node_state_add_observer(s, &a, on_health_check_node), 0);
+    assert_int_equal(node_state_add_observer(s, &b, on_health), 0);
 
-    assert_int_equal(plugin_node_set_gpu_health(&w->node, 2, false), 1);
+    assert_int_equal(node_state_set_gpu_health(s, 2, false), 1);
     assert_string_equal(w->trace.order, "ab");
     assert_int_equal(w->trace.devices[0], 1);
+    assert_int_equal(a.healthy_seen, 3); /* the node observed first */
     /* No change, no call. */
-    assert_int_equal(plugin_node_set_gpu_health(&w->node, 2, false), 0);
+    assert_int_equal(node_state_set_gpu_health(s, 2, false), 0);
     assert_string_equal(w->trace.order, "ab");
 
-    plugin_node_remove_health_observer(&w->node, &a, on_health);
-    plugin_node_remove_health_observer(&w->node, &a, on_health); /* not registered: no-op */
-    assert_int_equal(plugin_node_set_gpu_health(&w->node, 2, true), 1);
+    node_state_remove_observer(s, &a, on_health_check_node);
+    node_state_remove_observer(s, &a, on_health_check_node); /* not registered: no-op */
+    assert_int_equal(node_state_set_gpu_health(s, 2, true), 1);
     assert_string_equal(w->trace.order, "abb");
+    assert_int_equal(plugin_node_healthy_devices(&w->node, 0), 4);
 
     /* The node's own observer holds one slot. */
-    struct observer more[PLUGIN_MAX_OBSERVERS];
+    struct observer more[NODE_STATE_MAX_OBSERVERS];
     size_t added = 0;
-    for (size_t i = 0; i < PLUGIN_MAX_OBSERVERS; i++)
-        if (plugin_node_add_health_observer(&w->node, &more[i], on_health) == 0)
+    for (size_t i = 0; i < NODE_STATE_MAX_OBSERVERS; i++)
+        if (node_state_add_observer(s, &more[i], on_health) == 0)
             added++;
-    assert_int_equal(added, PLUGIN_MAX_OBSERVERS - 2);
+    assert_int_equal(added, NODE_STATE_MAX_OBSERVERS - 2);
 }
 
 static void test_accessors(void **state)
 {
     struct world *w = *state;
     start(w);
+    struct node_state *s = plugin_node_state(&w->node);
     assert_int_equal(plugin_node_resource_count(&w->node), 1);
     assert_string_equal(plugin_node_resource(&w->node, 0)->name, "nvidia.com/gpu");
     assert_ptr_equal(plugin_node_resources(&w->node)->resources, plugin_node_resource(&w->node, 0));
     assert_int_equal(plugin_node_healthy_devices(&w->node, 0), 4);
 
-    assert_int_equal(plugin_node_set_gpu_health(&w->node, 1, false), 1);
-    plugin_node_set_gpu_lost(&w->node, 3);
-    assert_false(plugin_node_gpu_lost(&w->node, 1));
-    assert_true(plugin_node_gpu_lost(&w->node, 3));
-    assert_false(plugin_node_gpu_lost(&w->node, 99));
+    assert_int_equal(node_state_set_gpu_health(s, 1, false), 1);
+    node_state_set_gpu_lost(s, 3);
+    assert_false(node_state_gpu_lost(s, 1));
+    assert_true(node_state_gpu_lost(s, 3));
+    assert_false(node_state_gpu_lost(s, 99));
     assert_int_equal(plugin_node_healthy_devices(&w->node, 0), 3);
 
-    struct plugin_gpu_state s[4];
-    plugin_node_gpu_states(&w->node, s, 4);
-    assert_true(s[0].healthy && !s[0].lost);
-    assert_true(!s[1].healthy && !s[1].lost);
-    assert_true(s[2].healthy && !s[2].lost);
-    assert_true(!s[3].healthy && s[3].lost); /* lost: never healthy */
+    struct node_gpu_state g[4];
+    node_state_gpus(s, g, 4);
+    assert_true(g[0].healthy && !g[0].lost);
+    assert_true(!g[1].healthy && !g[1].lost);
+    assert_true(g[2].healthy && !g[2].lost);
+    assert_true(!g[3].healthy && g[3].lost); /* lost: never healthy */
+}
+
+/* A MIG device's change reaches that MIG device's resource device and not
+ * its sibling (mixed strategy: only MIG devices are served on GPU 0). */
+static void test_mig_change_reaches_its_device(void **state)
+{
+    struct world *w = *state;
+    fixture_mig(&w->inv, 0, 2, "3g.20gb");
+    w->cfg.mig_strategy = MIG_STRATEGY_MIXED;
+    start(w);
+    const struct resource *mig = plugin_node_resource(&w->node, 1);
+    assert_string_equal(mig->name, "nvidia.com/mig-3g.20gb");
+    assert_int_equal(plugin_node_healthy_devices(&w->node, 1), 2);
+    assert_int_equal(node_state_set_mig_health(plugin_node_state(&w->node), 0, 1, false), 2);
+    assert_int_equal(plugin_node_healthy_devices(&w->node, 1), 1);
+    assert_int_equal(plugin_node_healthy_devices(&w->node, 0), 3); /* GPUs 1-3 */
+    assert_int_equal(node_state_set_gpu_health(plugin_node_state(&w->node), 0, true), 2);
+    assert_int_equal(plugin_node_healthy_devices(&w->node, 1), 2);
 }
 
 static enum rpc_status allocate(struct world *w, size_t n_ids, char **ids, char *msg, size_t msglen)
@@ -303,14 +337,20 @@ static void test_deferred_allocate_is_timed_to_its_answer(void **state)
     usleep(50 * 1000);
     assert_int_equal(w->trace.allocations, 0); /* parked: not observed yet */
 
-    V1beta1__ContainerAllocateResponse cresp = V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT;
-    assert_int_equal(plugin_allocation_reply(fa.held, &cresp, err, sizeof err), 0);
+    struct arena ea = ARENA_INIT;
+    struct container_edits edits;
+    container_edits_init(&edits, &ea);
+    assert_int_equal(container_edits_set_env(&edits, "ALIYUN_COM_GPU_MEM_IDX", "0"), 0);
+    assert_int_equal(plugin_allocation_reply(fa.held, &edits, err, sizeof err), 0);
+    arena_free(&ea); /* encoded and packed: the edits are no longer needed */
     pthread_join(t, NULL);
     assert_int_equal(c.rc, 0);
     V1beta1__AllocateResponse *out =
         v1beta1__allocate_response__unpack(NULL, c.resp.len, c.resp.data);
     assert_non_null(out);
-    assert_int_equal(out->n_container_responses, 1); /* packed by plugin.c */
+    assert_int_equal(out->n_container_responses, 1); /* encoded and packed by plugin.c */
+    assert_int_equal(out->container_responses[0]->n_envs, 1);
+    assert_string_equal(out->container_responses[0]->envs[0]->value, "0");
     v1beta1__allocate_response__free_unpacked(out, NULL);
     free(c.resp.data);
     pthread_mutex_lock(&w->trace.lock);
@@ -421,6 +461,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_health_observers_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accessors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mig_change_reaches_its_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocate_observer_whole_gpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deferred_allocate_is_timed_to_its_answer, setup,
                                         teardown),

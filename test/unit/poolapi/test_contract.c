@@ -1,7 +1,7 @@
 /* test_contract.c -- the container contract end to end: the environment and
- * mounts the device plugin's Allocate reply gives a gpu-mem container
+ * mounts the device plugin's container edits give a gpu-mem container
  * (devices/gpumem.c + devices/isolation.c, as gpumem_service.c chains
- * them) are fed, exactly as NAME=value strings, to the parser that
+ * them; a DRA prepare uses the same isolation edits) are fed, exactly as NAME=value strings, to the parser that
  * libgpupool-cuda runs inside the container (cuda/cuda_config.c). If either
  * side renames a variable, changes the ordinal base, the value format or
  * the region path, a limit below goes missing or changes and this fails. */
@@ -36,8 +36,7 @@ struct reply_case {
 
 /* The reply the plugin builds for one container: gpushare's environment,
  * then the limit (the container's bytes split evenly over its GPUs). */
-static void plugin_reply(struct arena *a, const struct reply_case *c,
-                         V1beta1__ContainerAllocateResponse *out)
+static void plugin_reply(const struct reply_case *c, struct container_edits *out)
 {
     struct gpu_inventory inv;
     struct gp_config cfg;
@@ -54,16 +53,17 @@ static void plugin_reply(struct arena *a, const struct reply_case *c,
         fail_msg("%s", err);
     assert_int_equal(gpumem_parse_idx(c->idx, &inv, &as, err, sizeof err), 0);
     as.pod_units = c->units;
-    assert_int_equal(gpumem_container_reply(a, &cfg, &inv, &set.resources[0], &as, c->units, out,
-                                            err, sizeof err),
+    struct edits_options opts = {.device_list = EDITS_LIST_ENVVAR};
+    assert_int_equal(gpumem_container_edits(&opts, c->unit, &inv, &set.resources[0], &as, c->units,
+                                            out, err, sizeof err),
                      0);
     unsigned long long limits[POOL_MAX_GPUS];
     unsigned long long total = c->units * poolapi_unit_bytes(c->unit);
     for (size_t i = 0; i < as.gpu_count; i++)
         limits[i] = isolation_share(total, as.gpu_count);
-    assert_int_equal(isolation_add_to_reply(a, "/var/lib/gpupool/isolation",
-                                            "/var/lib/gpupool/isolation/containers/uid_0", limits,
-                                            as.gpu_count, out, err, sizeof err),
+    assert_int_equal(isolation_add_edits("/var/lib/gpupool/isolation",
+                                         "/var/lib/gpupool/isolation/containers/uid_0", limits,
+                                         as.gpu_count, out, err, sizeof err),
                      0);
     resource_set_free(&set);
     fixture_inventory_free(&inv);
@@ -71,30 +71,27 @@ static void plugin_reply(struct arena *a, const struct reply_case *c,
 
 /* The reply's env as the container runtime sets it: "KEY=value" strings,
  * then extra (a process's own variables), NULL-terminated, in the arena. */
-static char **container_env(struct arena *a, const V1beta1__ContainerAllocateResponse *r,
-                            const char *extra)
+static char **container_env(struct arena *a, const struct container_edits *r, const char *extra)
 {
-    assert_true(r->n_envs + 2 <= MAX_ENV);
+    assert_true(r->n_env + 2 <= MAX_ENV);
     char **env = arena_calloc(a, MAX_ENV, sizeof *env);
     assert_non_null(env);
     size_t n = 0;
-    for (size_t i = 0; i < r->n_envs; i++) {
-        size_t len = strlen(r->envs[i]->key) + strlen(r->envs[i]->value) + 2;
+    for (size_t i = 0; i < r->n_env; i++) {
+        size_t len = strlen(r->env[i].key) + strlen(r->env[i].value) + 2;
         env[n] = arena_alloc(a, len);
         assert_non_null(env[n]);
-        snprintf(env[n++], len, "%s=%s", r->envs[i]->key, r->envs[i]->value);
+        snprintf(env[n++], len, "%s=%s", r->env[i].key, r->env[i].value);
     }
     if (extra != NULL)
         env[n++] = (char *)extra;
     return env;
 }
 
-static const char *mount_of(const V1beta1__ContainerAllocateResponse *r, const char *container)
+static const char *mount_of(const struct container_edits *r, const char *container)
 {
-    for (size_t i = 0; i < r->n_mounts; i++)
-        if (strcmp(r->mounts[i]->container_path, container) == 0)
-            return r->mounts[i]->host_path;
-    return NULL;
+    const struct container_mount *m = container_edits_mount(r, container);
+    return m != NULL ? m->host_path : NULL;
 }
 
 static void test_reply_to_library(void **state)
@@ -109,8 +106,9 @@ static void test_reply_to_library(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct reply_case *c = &cases[i];
         struct arena a = ARENA_INIT;
-        V1beta1__ContainerAllocateResponse r = V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT;
-        plugin_reply(&a, c, &r);
+        struct container_edits r;
+        container_edits_init(&r, &a);
+        plugin_reply(c, &r);
         size_t gpus = strchr(c->idx, ',') != NULL ? 2 : 1;
 
         struct cudacfg cfg;
@@ -162,9 +160,10 @@ static void test_preload_names_the_mounted_library(void **state)
     assert_int_equal(isolation_install(&cfg, err, sizeof err), 0);
 
     struct arena a = ARENA_INIT;
-    V1beta1__ContainerAllocateResponse r = V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT;
+    struct container_edits r;
+    container_edits_init(&r, &a);
     unsigned long long limit = GiB;
-    assert_int_equal(isolation_add_to_reply(&a, dir, "/x", &limit, 1, &r, err, sizeof err), 0);
+    assert_int_equal(isolation_add_edits(dir, "/x", &limit, 1, &r, err, sizeof err), 0);
     const char *preload_host = mount_of(&r, "/etc/ld.so.preload");
     assert_non_null(preload_host);
     f = fopen(preload_host, "r");
