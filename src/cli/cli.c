@@ -517,7 +517,7 @@ static int read_configmaps(struct reader *r, const char *path, FILE *errout, boo
 /* One of DRA's collections (pool_dra.h), in JSON (the client decodes
  * protobuf for core kinds only). A server without resource.k8s.io/v1 (404:
  * before 1.34, or DRA off) has no DRA to show; one whose RBAC hides it
- * (403) gets a warning, as the ConfigMaps do. */
+ * (403) gets a warning, as the ConfigMaps do; a 401 is the error it is. */
 static int read_dra(struct reader *r, const char *what, const char *path,
                     int (*add)(struct pool *, const json_t *), FILE *errout, bool quiet)
 {
@@ -538,7 +538,8 @@ static int read_dra(struct reader *r, const char *what, const char *path,
         log_v(1, "%s: not served (%s): no DRA", what, r->err.message);
         return 0;
     }
-    if (r->err.http_status == 403 || r->err.http_status == 401) {
+    /* 403 only: a 401 (bad credentials) fails everything else too. */
+    if (r->err.http_status == 403) {
         if (!quiet)
             fprintf(errout, "warning: %s not readable: %s\n", what, r->err.message);
         return 0;
