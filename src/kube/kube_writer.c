@@ -81,9 +81,10 @@ static void maybe_event(struct kube_writer *w, int failing, const struct kube_er
         return;
     char message[1024];
     /* The server keeps 1 KiB of a message: the error's own text is cut to fit. */
-    snprintf(message, sizeof message,
-             "%.200s: %d writes failed in a row, the last: HTTP %d %.63s: %.700s", w->what, failing,
-             kerr->http_status, kerr->reason, kerr->message);
+    snprintf(
+        message, sizeof message,
+        "Cannot write the %.200s: %d attempts failed in a row, the last: HTTP %d %.63s: %.680s",
+        w->what, failing, kerr->http_status, kerr->reason, kerr->message);
     const struct kube_object_ref about = {.api_version = w->about_api_version,
                                           .kind = w->about_kind,
                                           .ns = w->about_ns,
@@ -137,7 +138,7 @@ static void *writer_main(void *arg)
         now = clock_now_ms();
         if (rc == 0) {
             if (w->stats.failing > 0)
-                log_info("%s: written after %d failed attempts", w->what, w->stats.failing);
+                log_info("The %s written after %d failed attempts", w->what, w->stats.failing);
             w->stats.failing = 0;
             w->last_event_ms = 0;
             w->due_ms = 0;
@@ -151,8 +152,9 @@ static void *writer_main(void *arg)
             w->due_ms = now + delay;
             w->pending = true; /* the state is still wrong: try again */
             pthread_mutex_unlock(&w->lock);
-            log_warn("%s: write failed (%d in a row): HTTP %d %s: %s; retrying in %ld ms", w->what,
-                     failing, kerr.http_status, kerr.reason, kerr.message, delay);
+            log_warn(
+                "Cannot write the %s: HTTP %d %s: %s; retrying in %ld ms (%d failures in a row)",
+                w->what, kerr.http_status, kerr.reason, kerr.message, delay, failing);
             maybe_event(w, failing, &kerr);
             pthread_mutex_lock(&w->lock);
         }

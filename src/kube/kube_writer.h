@@ -60,7 +60,7 @@ struct kube_writer;
 typedef int (*kube_writer_fn)(json_t *desired, void *ctx, struct kube_error *err);
 
 struct kube_writer_options {
-    const char *what;               /* for logs and Events: "ResourceSlices of node n1" */
+    const char *what;               /* logs and Events say "Cannot write the <what>: ..." */
     struct kube_retry_policy retry; /* zeros: 200 ms doubling up to 30 s */
     long resync_ms;                 /* 0: attempt only on a set, a kick, or after a failure */
     int event_after;                /* failures in a row before an Event; 0 = 3; < 0: never */

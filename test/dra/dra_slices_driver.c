@@ -5,9 +5,11 @@
  *
  *   dra_slices_driver --kubeconfig P --node N [--driver D] [--gpus N]
  *       [--memory-mib M] [--mig-gpu I] [--lost-gpu I] [--per-slice N]
- *       [--consumable auto|on|off] [--cuda-driver-version 12040]
+ *       [--consumable auto|on|off] [--cuda-driver-version 12040] [--state]
  *   dra_slices_driver --kubeconfig P --node N [--driver D] --remove-and-exit
  *
+ * --state: the health comes from a node_state the publisher follows
+ * (dra_slices_follow); "gpu I 0|1" and "mig I J 0|1" change it.
  * stdin: "unhealthy I" / "healthy I" (dra_slices_health_changed),
  *   "wait MS" (dra_slices_wait_published; prints PUBLISHED 0|1),
  *   "status" (STATUS gen=.. slices=.. devices=.. consumable=0|1 known=0|1
@@ -16,6 +18,7 @@
  * stdout: READY once started, then one answer per line; RESULT OK|ERROR at
  * the end. */
 #include "dra_slices.h"
+#include "node_state.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -70,7 +73,7 @@ int main(int argc, char **argv)
     size_t gpus = 2;
     unsigned long long memory_mib = 16384;
     long mig_gpu = -1, lost_gpu = -1;
-    bool remove_and_exit = false;
+    bool remove_and_exit = false, follow_state = false;
     static const struct option longopts[] = {
         {"kubeconfig", required_argument, NULL, 'k'},
         {"node", required_argument, NULL, 'n'},
@@ -83,6 +86,7 @@ int main(int argc, char **argv)
         {"consumable", required_argument, NULL, 'c'},
         {"cuda-driver-version", required_argument, NULL, 'C'},
         {"remove-and-exit", no_argument, NULL, 'r'},
+        {"state", no_argument, NULL, 's'},
         {0},
     };
     int ch;
@@ -124,6 +128,9 @@ int main(int argc, char **argv)
         case 'r':
             remove_and_exit = true;
             break;
+        case 's':
+            follow_state = true;
+            break;
         default:
             return 64;
         }
@@ -155,13 +162,23 @@ int main(int argc, char **argv)
         kube_client_free(client);
         return 1;
     }
+    struct node_state state = {0};
+    if (follow_state && (node_state_init(&state, &inv, err, sizeof err) != 0 ||
+                         dra_slices_follow(s, &state, err, sizeof err) != 0)) {
+        printf("RESULT ERROR %s\n", err);
+        return 1;
+    }
     printf("READY\n");
     fflush(stdout);
     bool remove = false;
     char line[256];
     while (fgets(line, sizeof line, stdin) != NULL) {
-        long arg = 0;
-        if (sscanf(line, "unhealthy %ld", &arg) == 1 && arg >= 0 && (size_t)arg < gpus) {
+        long arg = 0, arg2 = 0, arg3 = 0;
+        if (sscanf(line, "gpu %ld %ld", &arg, &arg2) == 2) {
+            (void)node_state_set_gpu_health(&state, (size_t)arg, arg2 != 0);
+        } else if (sscanf(line, "mig %ld %ld %ld", &arg, &arg2, &arg3) == 3) {
+            (void)node_state_set_mig_health(&state, (size_t)arg, (int)arg2, arg3 != 0);
+        } else if (sscanf(line, "unhealthy %ld", &arg) == 1 && arg >= 0 && (size_t)arg < gpus) {
             healthy[arg] = false;
             dra_slices_health_changed(s, healthy);
         } else if (sscanf(line, "healthy %ld", &arg) == 1 && arg >= 0 && (size_t)arg < gpus) {
@@ -186,6 +203,7 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     int rc = dra_slices_stop(s, remove, err, sizeof err);
+    node_state_free(&state);
     printf(rc == 0 ? "RESULT OK\n" : "RESULT ERROR %s\n", err);
     free(healthy);
     gpu_inventory_free(&inv);

@@ -55,9 +55,12 @@ class Driver:
                                   stderr=subprocess.PIPE, text=True, env=env)
         self.lines = queue.Queue()
         self.stderr = []
-        threading.Thread(target=self._pump, args=(self.p.stdout, self.lines.put), daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.p.stderr, self.stderr.append),
-                         daemon=True).start()
+        self.pumps = [threading.Thread(target=self._pump, args=(self.p.stdout, self.lines.put),
+                                       daemon=True),
+                      threading.Thread(target=self._pump, args=(self.p.stderr, self.stderr.append),
+                                       daemon=True)]
+        for t in self.pumps:
+            t.start()
         assert self.next_line() == "READY", "".join(self.stderr)
 
     @staticmethod
@@ -87,6 +90,8 @@ class Driver:
     def stop(self, remove=False):
         self.send("stop-remove" if remove else "stop")
         rc = self.p.wait(timeout=30 * SCALE)
+        for t in self.pumps:      # the last lines may still be on their way
+            t.join(timeout=10 * SCALE)
         rest = []
         while not self.lines.empty():
             rest.append(self.lines.get())
@@ -310,10 +315,16 @@ def test_slices_of_an_earlier_run_are_taken_over(api):
     other = {"metadata": {"name": "other"}, "spec": {"driver": "gpu.nvidia.com",
                                                      "nodeName": NODE, "devices": []}}
     api.put_object("resourceslices", other)
+    api.clear_requests()
     d = Driver(api.kubeconfig, "--gpus", "2")
     assert d.ask("wait 10000") == "PUBLISHED 1"
     ours = [s for s in slices(api) if s["spec"]["driver"] == DRV]
-    assert len(ours) == 1 and ours[0]["metadata"]["name"] == first["metadata"]["name"]
+    # One of the two is replaced in place (which one is the LIST's order), the other deleted.
+    assert len(ours) == 1
+    assert ours[0]["metadata"]["name"] in (first["metadata"]["name"], "n1-gpu.gpupool.io-dup")
+    writes = [r["method"] for r in api.requests() if "resourceslices" in r["path"]
+              and r["method"] in ("POST", "PUT", "DELETE")]
+    assert sorted(writes) == ["DELETE", "PUT"], writes
     assert ours[0]["spec"]["pool"]["generation"] == 2
     assert api.store.get("resourceslices", None, "other")     # not ours: untouched
     assert d.stop()[0] == 0
@@ -364,4 +375,23 @@ def test_slice_deleted_right_after_a_write_comes_back(api):
                        "the health change written")[0]
         api.store.delete("resourceslices", None, s["metadata"]["name"])
         wait_until(lambda: slices(api), "the slice back after deletion %d" % i, timeout=5)
+    assert d.stop()[0] == 0
+
+
+def test_following_the_node_state_with_mig_devices_on_their_own(api):
+    """dra_slices_follow: the health comes from state/node_state; a failed MIG instance drops
+    that MIG device only, a failed GPU all of its devices."""
+    d = Driver(api.kubeconfig, "--gpus", "2", "--mig-gpu", "1", "--state")
+    assert d.ask("wait 10000") == "PUBLISHED 1"
+    names = lambda: [x["name"] for x in devices(api)]     # noqa: E731
+    assert names() == ["gpu-0", "gpu-1-mig-7-0", "gpu-1-mig-8-0"]
+    d.send("mig 1 0 0")
+    wait_until(lambda: names() == ["gpu-0", "gpu-1-mig-8-0"], "the failed MIG device gone")
+    d.send("gpu 0 0")
+    wait_until(lambda: names() == ["gpu-1-mig-8-0"], "gpu-0 gone")
+    d.send("gpu 1 0")
+    wait_until(lambda: names() == [], "every device of gpu-1 gone")
+    d.send("gpu 1 1")
+    d.send("gpu 0 1")
+    wait_until(lambda: names() == ["gpu-0", "gpu-1-mig-7-0", "gpu-1-mig-8-0"], "all back")
     assert d.stop()[0] == 0

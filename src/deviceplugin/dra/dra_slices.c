@@ -16,6 +16,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "node_state.h"
 
 #define SLICES_API "/apis/resource.k8s.io/v1/resourceslices"
 #define MIB (1024ULL * 1024ULL)
@@ -184,15 +185,22 @@ static json_t *device_object(const char *name, json_t *attrs, unsigned long long
     return dev;
 }
 
-json_t *dra_slices_devices(const struct gpu_inventory *inv, const bool *healthy, bool consumable,
-                           int cuda_driver_version)
+json_t *dra_slices_devices(const struct gpu_inventory *inv, const bool *healthy,
+                           const bool *mig_healthy, bool consumable, int cuda_driver_version)
 {
     json_t *devices = json_array();
     if (devices == NULL)
         return NULL;
+    size_t mig_pos = 0; /* of the GPU's first MIG device in mig_healthy */
     for (size_t i = 0; i < inv->count; i++) {
         const struct gpu_device *g = &inv->gpus[i];
-        if (g->lost || (healthy != NULL && !healthy[i]))
+        size_t first_mig = mig_pos;
+        mig_pos += g->mig_count;
+        if (g->lost)
+            continue;
+        /* A MIG device with a health of its own answers for itself: one
+         * failed instance does not take its neighbours out. */
+        if ((!g->mig_enabled || mig_healthy == NULL) && healthy != NULL && !healthy[i])
             continue;
         char name[64];
         if (!g->mig_enabled) {
@@ -211,6 +219,8 @@ json_t *dra_slices_devices(const struct gpu_inventory *inv, const bool *healthy,
         }
         for (size_t j = 0; j < g->mig_count; j++) {
             const struct mig_device *m = &g->migs[j];
+            if (mig_healthy != NULL && !mig_healthy[first_mig + j])
+                continue;
             json_t *attrs = json_object();
             if (attrs == NULL)
                 goto oom;
@@ -249,9 +259,12 @@ struct dra_slices {
 
     pthread_mutex_t lock; /* the fields below up to the writer's own */
     pthread_cond_t listed_cond;
-    bool *healthy;  /* inv->count */
-    int consumable; /* CONSUMABLE_*: the server's answer (AUTO) or the option */
-    json_t *mirror; /* name -> slice: the reflector's view plus our own writes */
+    bool *healthy;            /* inv->count */
+    bool *mig_healthy;        /* one per MIG device, inventory order; NULL: the GPU's health */
+    size_t mig_total;         /* MIG devices in the inventory */
+    struct node_state *state; /* followed (dra_slices_follow), borrowed; NULL: none */
+    int consumable;           /* CONSUMABLE_*: the server's answer (AUTO) or the option */
+    json_t *mirror;           /* name -> slice: the reflector's view plus our own writes */
     /* Names the watch saw deleted. A write's answer can arrive after the
      * watch's DELETED event for the object it wrote (the kubelet deleting
      * right after our write): without this, it would put the deleted slice
@@ -282,7 +295,8 @@ static bool consumable_now(const struct dra_slices *s)
 /* The desired devices for the current health and consumable mode. */
 static json_t *desired_locked(struct dra_slices *s)
 {
-    return dra_slices_devices(s->inv, s->healthy, consumable_now(s), s->cuda_driver_version);
+    return dra_slices_devices(s->inv, s->healthy, s->mig_healthy, consumable_now(s),
+                              s->cuda_driver_version);
 }
 
 /* resourceVersions are opaque, but every apiserver (and the fake) uses
@@ -646,6 +660,7 @@ static void slices_free(struct dra_slices *s)
     json_decref(s->written_devices);
     free(s->node_uid);
     free(s->healthy);
+    free(s->mig_healthy);
     free(s->driver);
     free(s->node);
     free(s->list_path);
@@ -719,8 +734,10 @@ int dra_slices_start(const struct dra_slices_options *opt, const struct gpu_inve
         slices_free(s);
         return -1;
     }
-    for (size_t i = 0; i < inv->count; i++)
+    for (size_t i = 0; i < inv->count; i++) {
         s->healthy[i] = healthy == NULL || healthy[i];
+        s->mig_total += inv->gpus[i].mig_count;
+    }
     json_t *desired = desired_locked(s); /* no other thread yet */
     char what[300];
     snprintf(what, sizeof what, "ResourceSlices of node %.250s", s->node);
@@ -756,19 +773,90 @@ int dra_slices_start(const struct dra_slices_options *opt, const struct gpu_inve
     return 0;
 }
 
-void dra_slices_health_changed(struct dra_slices *s, const bool *healthy)
+/* Rebuilds the desired devices after the health arrays changed (lock held). */
+static void publish_health_locked(struct dra_slices *s)
 {
-    pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < s->inv->count; i++)
-        s->healthy[i] = healthy == NULL || healthy[i];
     json_t *desired = desired_locked(s);
-    pthread_mutex_unlock(&s->lock);
     if (desired == NULL) {
         log_error("ResourceSlices of node %s: out of memory building the devices", s->node);
         return;
     }
     kube_writer_set(s->writer, desired); /* an unchanged pool costs one comparison */
 }
+
+void dra_slices_health_changed(struct dra_slices *s, const bool *healthy)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->inv->count; i++)
+        s->healthy[i] = healthy == NULL || healthy[i];
+    free(s->mig_healthy); /* the caller speaks for whole GPUs */
+    s->mig_healthy = NULL;
+    publish_health_locked(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Copies the followed state's health (lock held). */
+static void read_state_locked(struct dra_slices *s)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->inv->count; i++) {
+        const struct gpu_device *g = &s->inv->gpus[i];
+        s->healthy[i] = !node_state_gpu_lost(s->state, i) &&
+                        node_state_healthy(s->state, i, NODE_STATE_WHOLE_GPU);
+        for (size_t j = 0; j < g->mig_count; j++, k++)
+            s->mig_healthy[k] = node_state_healthy(s->state, i, (int)j);
+    }
+}
+
+/* node_state observer: any change, re-read everything (a handful of bools). */
+static void on_state_change(void *ctx, const struct node_state_change *change)
+{
+    struct dra_slices *s = ctx;
+    (void)change;
+    pthread_mutex_lock(&s->lock);
+    if (s->state != NULL && s->mig_healthy != NULL) {
+        read_state_locked(s);
+        publish_health_locked(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+int dra_slices_follow(struct dra_slices *s, struct node_state *state, char *err, size_t errlen)
+{
+    bool *mig = calloc(s->mig_total > 0 ? s->mig_total : 1, sizeof *mig);
+    if (mig == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    pthread_mutex_lock(&s->lock);
+    free(s->mig_healthy);
+    s->mig_healthy = mig;
+    s->state = state;
+    read_state_locked(s);
+    publish_health_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (node_state_add_observer(state, s, on_state_change) != 0) {
+        pthread_mutex_lock(&s->lock);
+        s->state = NULL;
+        pthread_mutex_unlock(&s->lock);
+        snprintf(err, errlen, "cannot observe the GPUs' health: too many observers");
+        return -1;
+    }
+    /* A change between the read above and the registration: read again. */
+    on_state_change(s, NULL);
+    return 0;
+}
+
+static void unfollow(struct dra_slices *s)
+{
+    pthread_mutex_lock(&s->lock);
+    struct node_state *state = s->state;
+    s->state = NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (state != NULL)
+        node_state_remove_observer(state, s, on_state_change);
+}
+
 
 bool dra_slices_wait_published(struct dra_slices *s, long timeout_ms)
 {
@@ -786,6 +874,7 @@ int dra_slices_stop(struct dra_slices *s, bool remove, char *err, size_t errlen)
 {
     if (s == NULL)
         return 0;
+    unfollow(s); /* no observer call from here on */
     kube_cancel_fire(s->cancel);
     if (s->reflector_started)
         pthread_join(s->reflector, NULL);

@@ -90,10 +90,15 @@ struct dra_slices_options {
 };
 
 /* The devices (spec.devices, a JSON array) of the pool for this inventory
- * and health (healthy: inv->count entries, NULL = all healthy). Pure; NULL
- * when out of memory. */
+ * and health: healthy has inv->count entries (NULL = all healthy);
+ * mig_healthy one per MIG device in inventory order (gpus[0].migs...,
+ * gpus[1].migs...), or NULL. With mig_healthy, a MIG device is published
+ * when it is healthy, whatever its GPU's entry says (one failed instance
+ * does not take its neighbours out); without, when its GPU is. Lost GPUs
+ * are never published. Pure; NULL when out of memory. */
 GP_MUST_USE json_t *dra_slices_devices(const struct gpu_inventory *inv, const bool *healthy,
-                                       bool consumable, int cuda_driver_version);
+                                       const bool *mig_healthy, bool consumable,
+                                       int cuda_driver_version);
 
 struct dra_slices;
 
@@ -106,8 +111,18 @@ GP_MUST_USE int dra_slices_start(const struct dra_slices_options *opt,
                                  struct dra_slices **out, char *err, size_t errlen);
 
 /* The GPUs' health changed (inv->count entries, copied): the pool is
- * rewritten at once when the set of healthy GPUs differs. */
+ * rewritten at once when the set of healthy GPUs differs. Stops following
+ * a node_state (below): the caller speaks for whole GPUs from here on. */
 void dra_slices_health_changed(struct dra_slices *s, const bool *healthy);
+
+struct node_state;
+/* Follows the node's per-GPU state (state/node_state.h) instead: reads it
+ * now and on every change (an observer of it), with each MIG device's own
+ * health, and rewrites the pool. The state must outlive the publisher (or
+ * dra_slices_stop, which unregisters, must come first). -1 + err when out
+ * of memory or the state has no room for another observer. */
+GP_MUST_USE int dra_slices_follow(struct dra_slices *s, struct node_state *state, char *err,
+                                  size_t errlen);
 
 /* Waits until the server holds the desired pool (or timeout_ms passes);
  * true when it does. */
