@@ -254,8 +254,9 @@ static int get_claim(void *ctx, const char *ns, const char *name, json_t **out, 
 
 /* ---- ResourceSlices ------------------------------------------------------------------ */
 
-/* The ResourceSlice publisher (dra_slices.h) over this node's inventory:
- * it writes the pool and keeps it true (a kubelet restart deletes it). */
+/* The ResourceSlice publisher (dra_slices.h) over this node's inventory and
+ * GPU state: it writes the pool and keeps it true (a kubelet restart
+ * deletes it, a health change rewrites it). */
 static int start_slices(struct daemon *d, char *err, size_t errlen)
 {
     static const enum dra_consumable mode[] = {
@@ -269,7 +270,11 @@ static int start_slices(struct daemon *d, char *err, size_t errlen)
         .node = d->cfg.node_name,
         .consumable = mode[d->cfg.consumable_capacity],
     };
-    return dra_slices_start(&so, &d->inv, NULL, &d->slices, err, errlen);
+    /* Health as the slices show it: an unhealthy GPU leaves the pool. */
+    if (dra_slices_start(&so, &d->inv, NULL, &d->slices, err, errlen) != 0 ||
+        dra_slices_follow(d->slices, &d->state, err, errlen) != 0)
+        return -1;
+    return 0;
 }
 
 /* Leaves the slices in place: a restarted plugin takes them over. */
