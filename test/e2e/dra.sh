@@ -8,7 +8,8 @@
 #
 #   1  the plugin registers with the kubelet and publishes its ResourceSlice
 #      (time from the plugin's start to the slice, measured); the
-#      DeviceClasses of deploy/ applied
+#      DeviceClasses of deploy/ applied; an XID takes its GPU out of the
+#      slice, recovery brings it back
 #   2  claims of 4 GiB and 8 GiB on one GPU both Running; in each container
 #      the probe reads total = its share, gets it to the byte and
 #      CUDA_ERROR_OUT_OF_MEMORY one MiB past it; a third claim of 8 GiB stays
@@ -23,6 +24,8 @@
 #      the slice back within 1 s of the kubelet deleting it
 #   4  every pod and claim deleted: no CDI spec, region directory or
 #      checkpoint entry left; the plugin exits 0 on SIGTERM
+#   5  deploy/overlays/dra applied with kubectl apply -k: the DaemonSet's
+#      plugin takes over and prepares a share; delete -k removes it
 #
 #   test/e2e/dra.sh BUILD_DIR        (what `make e2e-dra` runs; root only)
 #
@@ -112,7 +115,7 @@ finish() {
     printf '  - %s\n' "${E2E_FAILURES[@]}"
     echo "Logs of every component (kubelet, kube-apiserver, kube-scheduler, containerd, etcd, plugin): $E2E_LOGS"
   fi
-  echo "figures: ResourceSlice ${T_SLICE_MS:-?} ms after the plugin's start; after a kubelet restart, back ${T_REPUB_MS:-?} ms after the kubelet deleted it"
+  echo "figures: ResourceSlice ${T_SLICE_MS:-?} ms after the plugin's start; rewritten ${T_HEALTH_MS:-?} ms after an XID; after a kubelet restart, back ${T_REPUB_MS:-?} ms after the kubelet deleted it"
   echo "timings: setup ${T_SETUP:-?}s, up ${T_UP:-?}s, scenarios ${T_SCEN:-?}s, down ${T_DOWN:-?}s, total $((SECONDS - T_START))s"
   echo "$E2E_PASSED passed, $E2E_FAILED failed"
   ((E2E_FAILED == 0))
@@ -130,7 +133,8 @@ start_plugin() {
   local args=(--driver-name "$DRIVER" --node-name "$NODE_NAME" --kubeconfig "$KUBECONFIG"
     --kubelet-root-dir "$KUBELET_ROOT" --cdi-root "$CDI_ROOT"
     --isolation-dir "$ISO_DIR" --isolation-library "$BUILD/lib/libgpupool-cuda.so"
-    --dev-root "$DEV_ROOT" --nvidia-ctk-path "$NVIDIA_CTK")
+    --dev-root "$DEV_ROOT" --nvidia-ctk-path "$NVIDIA_CTK"
+    --health-probe-interval 1s --health-recovery-probes 2)
   # shellcheck disable=SC2206
   args+=(${DRA_PLUGIN_ARGS:-})
   printf '  $ gpupool-dra-plugin %s   (inventory %s, log: %s)\n' "${args[*]}" "$(basename "$INVENTORY")" "$PLUGIN_LOG"
@@ -497,6 +501,24 @@ for c in "$CLASS_WHOLE" "$CLASS_MEM" "$CLASS_MIG"; do
 done
 ext_name() { kc get deviceclass "$CLASS_WHOLE" -o jsonpath='{.spec.extendedResourceName}' 2>/dev/null; }
 check "DeviceClass $CLASS_WHOLE: extendedResourceName nvidia.com/gpu (kept by the API server)" test "$(ext_name)" = nvidia.com/gpu
+
+# =============================================================================
+section "1b. health: an XID on GPU 3 takes gpu-3 out of the slice; recovery brings it back"
+slice_devices() { kc get resourceslice "$(our_slices | head -n1)" -o jsonpath='{.spec.devices[*].name}' 2>/dev/null; }
+without_gpu3() { [[ -n $(slice_devices) && " $(slice_devices) " != *" gpu-3 "* ]]; }
+with_gpu3() { [[ " $(slice_devices) " == *" gpu-3 "* ]]; }
+echo "  \$ echo 'xid 3 48' >> \$FAKE_NVML_CONTROL   (recovery after 2 good probes, 1 s apart)"
+t_xid=$EPOCHREALTIME
+echo "xid 3 48" >>"$CONTROL"
+wait_for 15 "gpu-3 gone from the slice" without_gpu3
+t_mod=$(first_event_after "$t_xid" MODIFIED)
+[[ -n $t_mod ]] && T_HEALTH_MS=$(ms_between "$t_xid" "$t_mod") &&
+  e2e_log "slice rewritten ${T_HEALTH_MS} ms after the XID was written (the fake NVML's event, the plugin, the API server)"
+echo "    devices: $(slice_devices)"
+check "after XID 48 on GPU 3: the slice offers gpu-0, gpu-1, gpu-2 only" without_gpu3
+wait_for 30 "gpu-3 back in the slice" with_gpu3
+echo "    devices: $(slice_devices)"
+check "after recovery: gpu-3 back in the slice" with_gpu3
 
 # =============================================================================
 section "2. shares on one GPU, a claim that does not fit, a shared claim, a whole GPU, nvidia.com/gpu: 1"

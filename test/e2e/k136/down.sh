@@ -78,11 +78,12 @@ for ctl in /sys/fs/cgroup/*/; do
   find "${ctl}kubepods" -depth -type d -exec rmdir {} + 2>/dev/null || true
 done
 
-# 7. CDI specs of claims a plugin left (kind k8s.<driver>/claim; the suite
-#    counts those as leaks before it gets here).
+# 7. CDI specs of claims the suite's plugin left (kind k8s.<driver>/claim,
+#    our driver's only; the suite counts those as leaks before it gets here).
+kind="k8s.${DRA_DRIVER:-gpu.gpupool.io}/claim"
 for d in "${CDI_DIRS[@]}"; do
   for f in "$d"/*; do
-    [[ -f $f ]] && grep -q '"kind": *"k8s\.[^"]*/claim"' "$f" 2>/dev/null && rm -f "$f"
+    [[ -f $f ]] && grep -qF "\"$kind\"" "$f" 2>/dev/null && rm -f "$f"
   done
 done
 
