@@ -57,7 +57,7 @@ CUresult cuda_refuse_broken(void)
     return CUDA_ERROR_NOT_PERMITTED;
 }
 
-static void uuid_text(const CUuuid *u, char *out, size_t len)
+void cuda_uuid_text(const CUuuid *u, char *out, size_t len)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
     snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -113,7 +113,7 @@ int cuda_device_state(CUdevice dev)
         snprintf(err, sizeof err, "cannot read the UUID of CUDA device %d", dev);
         st = DEV_FAILED;
     } else {
-        uuid_text(&u, uuid, sizeof uuid);
+        cuda_uuid_text(&u, uuid, sizeof uuid);
         if (limit > (int64_t)total)
             limit = (int64_t)total;
         dev_reg[dev] = region_for(uuid, limit, err, sizeof err);
