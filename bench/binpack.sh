@@ -10,6 +10,7 @@
 #                  multigpu20 and gpuspec10 lists are upstream's: a trace whose
 #                  file is missing gets a "not in GP_OPENB_DIR" row)
 #   GP_SEEDS       seed range   (default 42..51)
+#   GP_SIM_ARGS    more gpupool-sim flags, e.g. "--gpu-cores skew" (default none)
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,8 @@ if [ ! -r "$NODES" ]; then
 fi
 
 mean_of() { # policy pods-file -> mean alloc %
-    "$SIM" --nodes "$NODES" --pods "$2" --policy "$1" --seeds "$SEEDS" -o json |
+    # shellcheck disable=SC2086 # GP_SIM_ARGS is split into flags on purpose
+    "$SIM" --nodes "$NODES" --pods "$2" --policy "$1" --seeds "$SEEDS" ${GP_SIM_ARGS:-} -o json |
         sed -n 's/.*"mean_alloc_pct": *\([0-9.]*\).*/\1/p'
 }
 

@@ -7,10 +7,15 @@
  * GPU and a CPU-only pod, for each policy. Prints ns per score and the time
  * of one 5,000-node pass (CPU time of this process), plus a checksum of the
  * scores and chosen GPUs so that two builds of the engine can be compared
- * for identical results.
+ * for identical results. The GPUs also carry cores (100 each, booked in
+ * proportion to their memory); the first cases ask none, as before cores
+ * existed, and the `+cores` cases score pods against a workload model
+ * whose shares all ask cores (cores = units / 10, as gpupool-sim counts
+ * them), the share pod asking cores too.
  *
  *   placement_bench [PASSES]      (default 20 passes over the 5,000 nodes) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +51,7 @@ static uint64_t random_below(uint64_t *state, uint64_t bound)
 
 /* 64 shapes: 44 shares of distinct sizes, whole 1/2/4/8, CPU-only ones,
  * and model-limited shares and whole GPUs, each observed a few times. */
-static int build_model(struct placement_ctx *ctx, uint64_t *rng)
+static int build_model(struct placement_ctx *ctx, uint64_t *rng, bool with_cores)
 {
     static const char *const models[] = {"G2", "T4", "V100"};
     int ids[3];
@@ -60,6 +65,7 @@ static int build_model(struct placement_ctx *ctx, uint64_t *rng)
         if (shape < 44) {
             req.gpu_count = 1;
             req.units = 20 + shape * 22;
+            req.cores = with_cores ? (uint32_t)(req.units / 10) : 0;
         } else if (shape < 48) {
             req.gpu_count = 1u << (shape - 44);
             req.whole = true;
@@ -71,6 +77,7 @@ static int build_model(struct placement_ctx *ctx, uint64_t *rng)
             req.gpu_count = 1;
             req.whole = shape % 2 == 0;
             req.units = req.whole ? BENCH_UNITS : 100 + shape * 10;
+            req.cores = with_cores && !req.whole ? (uint32_t)(req.units / 10) : 0;
             req.models = UINT64_C(1) << ids[shape % 3];
         }
         uint32_t times = 1 + (uint32_t)random_below(rng, 20);
@@ -98,6 +105,8 @@ static void build_nodes(struct placement_node *nodes, uint64_t *rng)
             n->gpu_used[g] = kind == 0   ? 0
                              : kind == 1 ? BENCH_UNITS
                                          : random_below(rng, BENCH_UNITS);
+            n->cores_total[g] = 100;
+            n->cores_used[g] = (uint32_t)(n->gpu_used[g] / 10);
         }
     }
 }
@@ -127,7 +136,7 @@ static void run_case(const struct placement_ctx *ctx, enum placement_policy poli
     }
     double seconds = cpu_seconds() - start;
     double per_score_ns = seconds * 1e9 / ((double)passes * BENCH_NODES);
-    printf("%-8s %-10s %8.0f ns/score %8.3f ms/5000 nodes  (%zu feasible, checksum %.9g)\n",
+    printf("%-8s %-15s %8.0f ns/score %8.3f ms/5000 nodes  (%zu feasible, checksum %.9g)\n",
            placement_policy_name(policy), bc->name, per_score_ns, per_score_ns * BENCH_NODES / 1e6,
            feasible, checksum);
 }
@@ -140,11 +149,15 @@ int main(int argc, char **argv)
         return 2;
     }
     uint64_t rng = UINT64_C(0x9e3779b97f4a7c15);
+    uint64_t rng_cores = rng; /* the same shapes, with cores */
     struct placement_ctx *ctx = malloc(sizeof(*ctx));
+    struct placement_ctx *ctx_cores = malloc(sizeof(*ctx_cores));
     struct placement_node *nodes = malloc(BENCH_NODES * sizeof(*nodes));
-    if (!ctx || !nodes || build_model(ctx, &rng) < 0) {
+    if (!ctx || !ctx_cores || !nodes || build_model(ctx, &rng, false) < 0 ||
+        build_model(ctx_cores, &rng_cores, true) < 0) {
         fprintf(stderr, "placement_bench: setup failed\n");
         free(ctx);
+        free(ctx_cores);
         free(nodes);
         return 1;
     }
@@ -155,13 +168,23 @@ int main(int argc, char **argv)
         {"whole-2", {.cpu = 16000, .memory = 32768, .gpu_count = 2, .whole = true, .units = 1000}},
         {"cpu-only", {.cpu = 16000, .memory = 32768}},
     };
+    const struct bench_case cases_cores[] = {
+        {"share-470+cores",
+         {.cpu = 8000, .memory = 16384, .gpu_count = 1, .units = 470, .cores = 47}},
+        {"whole-1+cores",
+         {.cpu = 8000, .memory = 16384, .gpu_count = 1, .whole = true, .units = 1000}},
+    };
     printf("%u shapes, %d nodes x %d GPUs, %d passes\n", ctx->class_count, BENCH_NODES, BENCH_GPUS,
            passes);
     const enum placement_policy policies[] = {PLACEMENT_GPUPOOL, PLACEMENT_BINPACK};
     for (size_t p = 0; p < sizeof(policies) / sizeof(policies[0]); p++)
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
             run_case(ctx, policies[p], nodes, &cases[c], passes);
+    for (size_t p = 0; p < sizeof(policies) / sizeof(policies[0]); p++)
+        for (size_t c = 0; c < sizeof(cases_cores) / sizeof(cases_cores[0]); c++)
+            run_case(ctx_cores, policies[p], nodes, &cases_cores[c], passes);
     free(ctx);
+    free(ctx_cores);
     free(nodes);
     return 0;
 }

@@ -12,6 +12,9 @@
 #   extender_filter_bench  the extender's filter/prioritize at 5,000 nodes (in-process)
 #   isolation_bench.sh  libgpupool-cuda: alloc+free and launch cost, 256
 #                    processes starting at once, region size (fake libcuda)
+#   throttle_bench.py  libgpupool-cuda's compute limit: achieved shares per
+#                    split on the fake driver's simulated device, priority,
+#                    launch cost without and with a limit
 #   binpack.sh       gpupool-sim on the four openb traces, seeds 42..51
 #   extender_bench.sh, inspect_bench.sh  against a real kube-apiserver with
 #                    1,000 and 5,000 nodes, when the Kubernetes binaries are
@@ -59,6 +62,11 @@ echo
 echo "## GPU-memory limits in the container (isolation_bench.sh, fake libcuda)"
 echo
 "$SRC/bench/isolation_bench.sh" "$BUILD" || failed="$failed isolation_bench"
+
+echo
+echo "## Compute limits in the container (throttle_bench.py, simulated device)"
+echo
+"$PYTHON" "$SRC/bench/throttle_bench.py" "$BUILD" || failed="$failed throttle_bench"
 
 echo
 echo "## ListAndWatch snapshot encode (snapshot_bench, in-process)"

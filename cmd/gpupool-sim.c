@@ -1,7 +1,8 @@
 /* gpupool-sim -- replays an openb GPU trace through the placement engine.
  *
  *   gpupool-sim --nodes NODES.csv --pods PODS.csv [--policy P]
- *               [--seed N | --seeds A..B] [--demand PCT] [--jobs N] [-o text|json]
+ *               [--seed N | --seeds A..B] [--demand PCT] [--jobs N]
+ *               [--gpu-cores milli|off|skew] [-o text|json]
  *
  * The options are src/sim/sim_options.c's; a user error (bad flag, missing
  * file) is one "gpupool-sim: ..." line on stderr: exit 2 for the command
@@ -37,6 +38,7 @@ int main(int argc, char **argv, char **envp)
     if (sim_load_nodes(&trace, opt.nodes_path, err, sizeof err) < 0 ||
         sim_load_pods(&trace, opt.pods_path, err, sizeof err) < 0)
         goto out;
+    sim_trace_set_cores(&trace, (enum sim_cores)opt.cores);
     results = calloc(count, sizeof *results);
     if (results == NULL) {
         snprintf(err, sizeof err, "out of memory");

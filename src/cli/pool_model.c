@@ -143,6 +143,7 @@ static int node_gpus_from_annotation(struct pool *pool, struct pool_node *n, con
     for (size_t i = 0; n->gpus && i < count; i++) {
         struct pool_gpu *gpu = &n->gpus[i];
         gpu->total = (int64_t)gpus[i].memory; /* a JSON integer: <= INT64_MAX */
+        gpu->cores_total = gpus[i].cores;     /* 100 when the annotation has none */
         gpu->model = gpus[i].has_model ? arena_strdup(&pool->arena, gpus[i].model) : NULL;
         gpu->unhealthy = !gpus[i].healthy;
         if (gpus[i].has_model && !gpu->model)
@@ -172,8 +173,10 @@ static int node_gpus(struct pool *pool, struct pool_node *n, const json_t *annot
     n->gpus = arena_calloc(&pool->arena, (size_t)count, sizeof *n->gpus);
     if (!n->gpus)
         return -1;
-    for (int64_t i = 0; i < count; i++)
+    for (int64_t i = 0; i < count; i++) {
         n->gpus[i].total = n->mem_total / count;
+        n->gpus[i].cores_total = POOL_GPU_CORES_PER_GPU;
+    }
     n->ngpus = (int)count;
     return 0;
 }
@@ -384,6 +387,15 @@ static int64_t pod_gpu_mem(const json_t *spec)
     return total > INT64_MAX ? INT64_MAX : (int64_t)total;
 }
 
+/* The pod's gpupool.io/gpu-cores by the same rule; 0 when it does not read. */
+static int64_t pod_gpu_cores(const json_t *spec)
+{
+    uint64_t total;
+    if (poolapi_pod_demand(spec, POOL_RES_GPU_CORES, 1, &total, NULL, 0) != 0)
+        return 0;
+    return total > INT64_MAX ? INT64_MAX : (int64_t)total;
+}
+
 static struct pool_resource *node_resource(struct pool *pool, struct pool_node *n, const char *name)
 {
     for (size_t i = 0; i < n->nresources; i++)
@@ -502,7 +514,8 @@ static int parts_from_index(struct pool *pool, const struct pool_node *n, struct
 
 static int add_share(struct pool *pool, struct pool_node *n, const struct pool_pod *pod)
 {
-    struct pool_share s = {.ns = pod->ns, .name = pod->name, .amount = pod->gpu_mem};
+    struct pool_share s = {
+        .ns = pod->ns, .name = pod->name, .amount = pod->gpu_mem, .cores = pod->gpu_cores};
     bool oom = false;
     if (!(pod->allocation && parts_from_allocation(pool, n, &s, pod->allocation, &oom)) && !oom &&
         pod->index && parts_from_index(pool, n, &s, pod->index) != 0)
@@ -515,6 +528,7 @@ static int add_share(struct pool *pool, struct pool_node *n, const struct pool_p
     }
     for (int i = 0; i < s.nparts; i++) {
         n->gpus[s.gpu[i]].allocated += s.part[i];
+        n->gpus[s.gpu[i]].cores_booked += s.cores;
         n->gpus[s.gpu[i]].shares++;
     }
     if (pool->pod_namespace && strcmp(pool->pod_namespace, pod->ns) != 0)
@@ -579,6 +593,7 @@ static int pod_record(struct arena *arena, const json_t *pod, struct pool_pod *o
         .name = arena_copy(arena, name ? name : "", &oom),
         .node = arena_copy(arena, node, &oom),
         .gpu_mem = mem > 0 ? mem : 0,
+        .gpu_cores = mem > 0 ? pod_gpu_cores(spec) : 0,
         .allocation = mem > 0
                           ? arena_copy(arena, jstr(annotations, POOL_ANN_GPUSHARE_ALLOCATION), &oom)
                           : NULL,

@@ -49,9 +49,11 @@
 #define POOL_MODEL_MAX_GPUS 1024
 
 struct pool_gpu {
-    int64_t total;     /* memory, in the node's unit */
-    int64_t allocated; /* sum of the shares charged to it */
-    const char *model; /* NULL when unknown */
+    int64_t total;        /* memory, in the node's unit */
+    int64_t allocated;    /* sum of the shares charged to it */
+    int64_t cores_total;  /* gpupool.io/gpu-cores it offers (100 unless gpupool.io/gpus says) */
+    int64_t cores_booked; /* sum of the gpu-cores of the shares charged to it */
+    const char *model;    /* NULL when unknown */
     bool unhealthy;
     unsigned shares; /* pods charged to it */
 };
@@ -60,6 +62,7 @@ struct pool_gpu {
 struct pool_share {
     const char *ns, *name;
     int64_t amount; /* the pod's aliyun.com/gpu-mem (effective request) */
+    int64_t cores;  /* its gpupool.io/gpu-cores, on each of its GPUs */
     int nparts;     /* 0: pending (no usable index) */
     int *gpu;       /* nparts GPU indices */
     int64_t *part;  /* nparts amounts, summing to amount */
@@ -136,6 +139,7 @@ struct pool_pod_request {
 struct pool_pod {
     const char *ns, *name, *node;
     int64_t gpu_mem;                /* effective aliyun.com/gpu-mem request (poolapi_demand.h) */
+    int64_t gpu_cores;              /* effective gpupool.io/gpu-cores request, on each GPU */
     const char *allocation, *index; /* the two gpushare annotations, NULL when absent */
     struct pool_pod_request *requests;
     size_t nrequests;

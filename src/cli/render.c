@@ -294,11 +294,19 @@ static void node_details(struct tabwriter *tw, const struct pool_node *n)
         tabwriter_printf(tw, "\n");
     }
     if (n->ngpus) {
-        tabwriter_printf(tw, "\nGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\tPODS\tHEALTH\n");
+        /* Cores only where some pod books them: the table stays gpushare's
+         * shape for memory-only pools. */
+        bool cores = false;
+        for (int g = 0; g < n->ngpus; g++)
+            cores |= n->gpus[g].cores_booked > 0;
+        tabwriter_printf(tw, "\nGPU\tMODEL\tMEMORY(ALLOCATED/TOTAL)\t%sPODS\tHEALTH\n",
+                         cores ? "CORES(BOOKED/TOTAL)\t" : "");
         for (int g = 0; g < n->ngpus; g++) {
             const struct pool_gpu *gpu = &n->gpus[g];
             tabwriter_printf(tw, "%d\t%s\t", g, gpu->model ? tabwriter_safe(tw, gpu->model) : "-");
             memory_cell(tw, gpu->allocated, gpu->total, node_unit(n));
+            if (cores)
+                tabwriter_printf(tw, "\t%" PRId64 "/%" PRId64, gpu->cores_booked, gpu->cores_total);
             tabwriter_printf(tw, "\t%u\t%s\n", gpu->shares,
                              gpu->unhealthy ? "Unhealthy" : "Healthy");
         }

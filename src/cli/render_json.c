@@ -7,6 +7,7 @@
  *    "nodes": [{"name", "address", "unit",
  *               "memory": {"allocated", "total", "pending"},
  *               "gpus": [{"index", "model"|null, "healthy", "memory": {"allocated", "total"},
+ *                         "cores": {"booked", "total"} (gpupool.io/gpu-cores),
  *                         "pods": [{"namespace", "name", "memory"}]}],
  *               "pending": [{"namespace", "name", "memory"}],
  *               "resources": [{"name", "requested", "allocatable",
@@ -48,9 +49,11 @@ static json_t *gpu_json(const struct pool_node *n, int g, bool *failed)
             if (s->gpu[p] == g)
                 push(pods, pod_ref(s->ns, s->name, "memory", s->part[p]), failed);
     }
-    return json_pack("{s:i, s:s?, s:b, s:{s:I, s:I}, s:o*}", "index", g, "model", gpu->model,
-                     "healthy", !gpu->unhealthy, "memory", "allocated", (json_int_t)gpu->allocated,
-                     "total", (json_int_t)gpu->total, "pods", pods);
+    return json_pack("{s:i, s:s?, s:b, s:{s:I, s:I}, s:{s:I, s:I}, s:o*}", "index", g, "model",
+                     gpu->model, "healthy", !gpu->unhealthy, "memory", "allocated",
+                     (json_int_t)gpu->allocated, "total", (json_int_t)gpu->total, "cores", "booked",
+                     (json_int_t)gpu->cores_booked, "total", (json_int_t)gpu->cores_total, "pods",
+                     pods);
 }
 
 static json_t *resource_json(const struct pool_resource *r, bool *failed)

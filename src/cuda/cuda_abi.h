@@ -134,8 +134,7 @@ enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NO_PERMISSION = 4,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_NOT_FOUND = 6
+    NVML_ERROR_INSUFFICIENT_SIZE = 7
 };
 /* nvmlDeviceGetComputeRunningProcesses_v2/_v3's element. */
 typedef struct {
@@ -143,12 +142,6 @@ typedef struct {
     unsigned long long usedGpuMemory;
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_t;
-/* nvmlDeviceGetProcessUtilization's element. */
-typedef struct {
-    unsigned int pid;
-    unsigned long long timeStamp;
-    unsigned int smUtil, memUtil, encUtil, decUtil;
-} nvmlProcessUtilizationSample_t;
 typedef struct {
     unsigned long long total, free, used;
 } nvmlMemory_t;
@@ -157,5 +150,27 @@ typedef struct {
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
+/* nvmlDeviceGetProcessUtilization's element: percent of the time since the
+ * previous sample that one process's kernels ran (timeStamp: CPU time in
+ * microseconds). */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+enum { NVML_ERROR_NOT_FOUND = 6 };
+
+/* ---- launches ---- */
+typedef struct CUfunc_st *CUfunction;
+/* cuLaunchKernelEx's description (CUDA 11.8, cudaVersion 11060): only
+ * hStream is read. */
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
 
 #endif

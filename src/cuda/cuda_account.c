@@ -57,7 +57,7 @@ CUresult cuda_refuse_broken(void)
     return CUDA_ERROR_NOT_PERMITTED;
 }
 
-static void uuid_text(const CUuuid *u, char *out, size_t len)
+void cuda_uuid_text(const CUuuid *u, char *out, size_t len)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
     snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -115,7 +115,7 @@ int cuda_device_state(CUdevice dev)
             st = DEV_FAILED;
             goto decided;
         }
-        uuid_text(&u, uuid, sizeof uuid);
+        cuda_uuid_text(&u, uuid, sizeof uuid);
         int64_t named = cudacfg_uuid_limit(&cuda_cfg, uuid);
         if (named >= 0)
             limit = named;

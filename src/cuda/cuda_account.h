@@ -37,6 +37,9 @@ int cuda_device_state(CUdevice dev);
 /* The region of a limited device (cuda_device_state() == DEV_LIMITED). */
 struct cudareg *cuda_device_region(CUdevice dev);
 
+/* A CUDA UUID as NVML and the region names write it: "GPU-xxxxxxxx-...". */
+void cuda_uuid_text(const CUuuid *u, char *out, size_t len);
+
 /* The device of the calling thread's current context (and the context in
  * *ctx when not NULL); -1 without one. */
 CUdevice cuda_current_device(CUcontext *ctx);

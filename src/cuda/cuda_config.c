@@ -143,6 +143,17 @@ static void broken(struct cudacfg *cfg, const char *name, const char *value, con
     snprintf(cfg->why, sizeof cfg->why, "%s=\"%.64s\" is not %s", name, value, want);
 }
 
+/* A percent as HAMi-core takes it: decimal 0..100. */
+static int parse_percent(const char *s, int *out)
+{
+    int64_t v;
+    if (s == NULL || strpbrk(s, "kKmMgGtTiIbB") != NULL || cudacfg_parse_size(s, &v) != 0 ||
+        v > 100)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
 static bool is_var(const char *e, size_t n, const char *name)
 {
     return n == strlen(name) && memcmp(e, name, n) == 0;
@@ -154,7 +165,9 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
     cfg->state = CUDACFG_OFF;
     cfg->all = -1;
     for (int i = 0; i < CUDACFG_MAX_DEVICES; i++)
-        cfg->dev[i] = -1;
+        cfg->dev[i] = cfg->sm_dev[i] = -1;
+    cfg->sm_all = cfg->priority = -1;
+    const size_t sm_prefix_len = strlen(POOL_ENV_SM_LIMIT_PREFIX);
     cfg->visible_count = -1;
     snprintf(cfg->prefix, sizeof cfg->prefix, "%s", CUDACFG_DEFAULT_PREFIX);
     const char *share_units = NULL, *share_of = NULL;
@@ -200,6 +213,32 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
                 broken(cfg, name, v, "a usable path");
             else
                 snprintf(u->prefix, sizeof u->prefix, "%s", v);
+        } else if (is_var(e, n, POOL_ENV_SM_LIMIT)) {
+            any = cfg->compute = true;
+            if (parse_percent(v, &cfg->sm_all) != 0)
+                broken(cfg, name, v, "a percent 0..100");
+        } else if (n >= sm_prefix_len && memcmp(e, POOL_ENV_SM_LIMIT_PREFIX, sm_prefix_len) == 0) {
+            any = cfg->compute = true;
+            int i = parse_ordinal(e + sm_prefix_len, n - sm_prefix_len);
+            if (i < 0)
+                broken(cfg, name, v, "for a device ordinal 0..63 (the name must end in one)");
+            else if (parse_percent(v, &cfg->sm_dev[i]) != 0)
+                broken(cfg, name, v, "a percent 0..100");
+        } else if (is_var(e, n, POOL_ENV_TASK_PRIORITY)) {
+            if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+                cfg->priority = v[0] - '0';
+            else {
+                any = true;
+                broken(cfg, name, v, "0 (high) or 1 (normal)");
+            }
+        } else if (is_var(e, n, POOL_ENV_PRIORITY_DIR)) {
+            if (v[0] == '\0' || strlen(v) >= sizeof cfg->priority_dir - 64) {
+                any = true;
+                broken(cfg, name, v, "a usable path");
+            } else {
+                any = cfg->compute = true;
+                snprintf(cfg->priority_dir, sizeof cfg->priority_dir, "%s", v);
+            }
         } else if (is_var(e, n, POOL_ENV_SHARED_CACHE)) {
             if (v[0] == '\0' || strlen(v) >= sizeof cfg->prefix - 64)
                 broken(cfg, name, v, "a usable path");
@@ -288,4 +327,33 @@ int64_t cudacfg_limit(const struct cudacfg *cfg, int ordinal, int64_t device_tot
     if (ordinal >= cfg->visible_count || cfg->visible[ordinal] == CUDACFG_VISIBLE_BY_NAME)
         return smallest_limit(cfg, device_total);
     return cudacfg_container_limit(cfg, cfg->visible[ordinal], device_total);
+}
+
+/* The container ordinal's limit: per-device wins over all-devices. */
+static int container_sm(const struct cudacfg *cfg, int ordinal)
+{
+    int v = cfg->sm_dev[ordinal] >= 0 ? cfg->sm_dev[ordinal] : cfg->sm_all;
+    return v > 0 && v < 100 ? v : 0;
+}
+
+int cudacfg_sm_limit(const struct cudacfg *cfg, int ordinal)
+{
+    if (cfg->state != CUDACFG_ON || ordinal < 0 || ordinal >= CUDACFG_MAX_DEVICES)
+        return 0;
+    if (cfg->visible_count < 0)
+        return container_sm(cfg, ordinal);
+    if (ordinal < cfg->visible_count && cfg->visible[ordinal] != CUDACFG_VISIBLE_BY_NAME)
+        return container_sm(cfg, cfg->visible[ordinal]);
+    int least = 0;
+    for (int i = 0; i < CUDACFG_MAX_DEVICES; i++) {
+        int l = container_sm(cfg, i);
+        if (l > 0 && (least == 0 || l < least))
+            least = l;
+    }
+    return least;
+}
+
+bool cudacfg_high_priority(const struct cudacfg *cfg)
+{
+    return cfg->priority == 0;
 }

@@ -52,6 +52,14 @@ struct cudacfg {
      * visible_count -1 when unset (the two numberings are the same). */
     int visible_count;
     int visible[CUDACFG_MAX_DEVICES];
+    /* Compute (docs/compute.md): CUDA_DEVICE_SM_LIMIT[_<i>] in percent, -1
+     * unset; CUDA_TASK_PRIORITY (-1 unset); GPUPOOL_PRIORITY_DIR ("" unset).
+     * compute: any of them asks the launch path to do something. */
+    int sm_all;
+    int sm_dev[CUDACFG_MAX_DEVICES];
+    int priority;
+    bool compute;
+    char priority_dir[1024];
     char prefix[1024]; /* CUDA_DEVICE_MEMORY_SHARED_CACHE */
     int uuid_count;
     struct cudacfg_uuid by_uuid[CUDACFG_MAX_DEVICES];
@@ -95,5 +103,14 @@ int64_t cudacfg_container_limit(const struct cudacfg *cfg, int ordinal, int64_t 
  * container ordinal gets (conservative; exact when all are equal, as the
  * plugin writes them). */
 int64_t cudacfg_limit(const struct cudacfg *cfg, int ordinal, int64_t device_total);
+
+/* The compute limit of this PROCESS's CUDA ordinal, in percent: 1..99 to
+ * enforce, 0 for none (unset, 0 or 100). CUDA_VISIBLE_DEVICES is undone as
+ * for memory (cudacfg_limit), an entry naming no ordinal getting the
+ * smallest limit of any container ordinal. */
+int cudacfg_sm_limit(const struct cudacfg *cfg, int ordinal);
+
+/* Whether this container is high priority (CUDA_TASK_PRIORITY 0). */
+bool cudacfg_high_priority(const struct cudacfg *cfg);
 
 #endif

@@ -28,6 +28,9 @@ __asm__(".symver pthread_mutexattr_destroy,pthread_mutexattr_destroy@" CUDA_GLIB
 __asm__(".symver pthread_mutexattr_setpshared,pthread_mutexattr_setpshared@" CUDA_GLIBC_BASE);
 __asm__(".symver pthread_mutexattr_setrobust,pthread_mutexattr_setrobust@" CUDA_GLIBC_ROBUST);
 __asm__(".symver pthread_mutex_consistent,pthread_mutex_consistent@" CUDA_GLIBC_ROBUST);
+/* The compute sampler's thread (cuda_compute.c): 2.34 and 2.32 versions. */
+__asm__(".symver pthread_create,pthread_create@" CUDA_GLIBC_BASE);
+__asm__(".symver pthread_sigmask,pthread_sigmask@" CUDA_GLIBC_BASE);
 #endif
 
 #endif

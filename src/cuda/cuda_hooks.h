@@ -4,6 +4,7 @@
  *   cuda_hooks_mem.c    linear memory, arrays, VMM, contexts, reports
  *   cuda_hooks_pool.c   stream-ordered allocation, pools, graph memory
  *   cuda_hooks_nvml.c   NVML's memory figures
+ *   cuda_hooks_launch.c kernel launches (the compute limit, cuda_compute.h)
  *   cuda_intercept.c    dlsym and cuGetProcAddress themselves
  * Not installed, not a public API: the library's only interface is the CUDA
  * driver and NVML ABI it exports. */
@@ -62,6 +63,17 @@ CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 CUresult cuGraphExecDestroy(CUgraphExec);
 CUresult cuDeviceGraphMemTrim(CUdevice);
+
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, unsigned, CUstream, void **);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, unsigned, unsigned, CUstream, void **);
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                      unsigned long long);

@@ -28,6 +28,7 @@
  * stream-ordered calls only enqueue, so the lock is held briefly. */
 #include "cuda_glibc.h"
 #include "cuda_account.h"
+#include "cuda_compute.h"
 #include "cuda_real.h"
 
 #include <pthread.h>
@@ -593,12 +594,14 @@ static CUresult graph_launch(CUresult (*fn)(CUgraphExec, CUstream), CUgraphExec 
 CUDA_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 {
     NEED(cuGraphLaunch);
+    COMPUTE_GATE(s);
     return graph_launch(real.cuGraphLaunch, exec, s);
 }
 
 CUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
     NEED(cuGraphLaunch_ptsz);
+    COMPUTE_GATE(s);
     return graph_launch(real.cuGraphLaunch_ptsz, exec, s);
 }
 

@@ -77,6 +77,8 @@ static int load_driver(bool nvml)
     if (nvml) {
         lookup(h, &real.nvmlDeviceGetUUID, "nvmlDeviceGetUUID");
         lookup(h, &real.nvmlDeviceGetIndex, "nvmlDeviceGetIndex");
+        lookup(h, &real.nvmlInit_v2, "nvmlInit_v2");
+        lookup(h, &real.nvmlDeviceGetHandleByUUID, "nvmlDeviceGetHandleByUUID");
         return 1;
     }
     load_cuda_extras(h);

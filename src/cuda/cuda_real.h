@@ -46,6 +46,17 @@ struct cuda_real_api {
     CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
     CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
     CUresult (*cuGraphLaunch_ptsz)(CUgraphExec, CUstream);
+    /* launches */
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchKernelEx_ptsz)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                          unsigned, unsigned, unsigned, CUstream, void **);
+    CUresult (*cuLaunchCooperativeKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                               unsigned, unsigned, unsigned, CUstream, void **);
     CUresult (*cuGraphExecDestroy)(CUgraphExec);
     CUresult (*cuDeviceGraphMemTrim)(CUdevice);
     /* virtual memory management */
@@ -102,10 +113,12 @@ struct cuda_real_api {
                                                             nvmlProcessInfo_t *);
     nvmlReturn_t (*nvmlDeviceGetComputeRunningProcesses_v2)(nvmlDevice_t, unsigned *,
                                                             nvmlProcessInfo_t *);
-    nvmlReturn_t (*nvmlDeviceGetProcessUtilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t *,
-                                                    unsigned *, unsigned long long);
     nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t, char *, unsigned);
     nvmlReturn_t (*nvmlDeviceGetIndex)(nvmlDevice_t, unsigned *);
+    nvmlReturn_t (*nvmlInit_v2)(void);
+    nvmlReturn_t (*nvmlDeviceGetHandleByUUID)(const char *, nvmlDevice_t *);
+    nvmlReturn_t (*nvmlDeviceGetProcessUtilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t *,
+                                                    unsigned *, unsigned long long);
 };
 
 extern struct cuda_real_api real;

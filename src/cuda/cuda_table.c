@@ -49,6 +49,13 @@ const struct cuda_hook cuda_hooks[] = {
     HOOK_PTSZ(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000),
     HOOK(cuGraphExecDestroy, "cuGraphExecDestroy", 10000),
     HOOK(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040),
+    /* launches: the compute limit (graphs above) */
+    HOOK(cuLaunchKernel, "cuLaunchKernel", 4000),
+    HOOK_PTSZ(cuLaunchKernel_ptsz, "cuLaunchKernel", 4000),
+    HOOK(cuLaunchKernelEx, "cuLaunchKernelEx", 11060),
+    HOOK_PTSZ(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060),
+    HOOK(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000),
+    HOOK_PTSZ(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000),
     /* virtual memory management */
     HOOK(cuMemCreate, "cuMemCreate", 10020),
     HOOK(cuMemRelease, "cuMemRelease", 10020),

@@ -137,6 +137,10 @@ static void charge_apply_locked(struct cache_node *node, const struct charge *c,
             continue;
         pn->gpu_used[g] =
             add ? add_cap(pn->gpu_used[g], c->gpu_units) : sub_floor(pn->gpu_used[g], c->gpu_units);
+        uint32_t cores = pn->cores_used[g];
+        pn->cores_used[g] =
+            add ? (cores > UINT32_MAX - c->gpu_cores ? UINT32_MAX : cores + c->gpu_cores)
+                : (cores > c->gpu_cores ? cores - c->gpu_cores : 0);
     }
 }
 
@@ -187,6 +191,8 @@ int cache_node_upsert(struct cache *cache, const json_t *json, char *err, size_t
     pn->model = model;
     memset(pn->gpu_total, 0, sizeof(pn->gpu_total));
     memcpy(pn->gpu_total, f.gpu_memory, sizeof(f.gpu_memory[0]) * f.gpu_count);
+    memset(pn->cores_total, 0, sizeof(pn->cores_total));
+    memcpy(pn->cores_total, f.gpu_cores, sizeof(f.gpu_cores[0]) * f.gpu_count);
     node->ann_unhealthy = f.unhealthy;
     node_set_unhealthy_locked(node);
     pthread_mutex_unlock(&node->lock);
@@ -429,6 +435,7 @@ static int pod_set_demand(struct cache_pod *pod, const struct pod_facts *f)
     pod->cpu = f->cpu_milli;
     pod->memory = f->memory_bytes;
     pod->gpu_memory = f->gpu_memory;
+    pod->gpu_cores = f->gpu_cores;
     pod->gpu_count = f->gpu_count;
     if (!(f->gpu_model && pod->gpu_model && strcmp(f->gpu_model, pod->gpu_model) == 0)) {
         free(pod->gpu_model);
@@ -441,7 +448,9 @@ static int pod_set_demand(struct cache_pod *pod, const struct pod_facts *f)
 }
 
 /* What the API says a bound pod holds: its requests, and gpushare's
- * annotated GPUs with POD / #GPUs each (rounded up: never under-count). */
+ * annotated GPUs with POD / #GPUs each (rounded up: never under-count) and
+ * its gpu-cores on each: the spec carries the cores, so no annotation is
+ * needed for them. */
 static void charge_of_facts(const struct pod_facts *f, struct charge *c)
 {
     memset(c, 0, sizeof(*c));
@@ -451,6 +460,9 @@ static void charge_of_facts(const struct pod_facts *f, struct charge *c)
         c->gpu_mask = f->assigned.gpu_mask;
         c->gpu_units = f->assigned.pod_memory / f->assigned.gpu_count +
                        (f->assigned.pod_memory % f->assigned.gpu_count != 0);
+        /* A bound pod is a fact even if its cores are not valid: charged as
+         * asked (saturating), so an over-full GPU shows as full. */
+        c->gpu_cores = f->gpu_cores > UINT32_MAX ? UINT32_MAX : (uint32_t)f->gpu_cores;
     }
 }
 
@@ -653,14 +665,19 @@ static void explain(const struct placement_node *pn, const struct placement_requ
         return;
     }
     uint32_t gpus = pn->gpu_count < PLACEMENT_MAX_GPUS ? pn->gpu_count : PLACEMENT_MAX_GPUS;
-    uint32_t usable = 0, sick = 0;
+    uint32_t usable = 0, sick = 0, memory_only = 0, most_cores = 0;
     uint64_t largest = 0, largest_total = 0;
     for (uint32_t g = 0; g < gpus; g++) {
         uint64_t free = placement_gpu_free(pn, g);
+        uint32_t cores = placement_gpu_cores_free(pn, g);
         if (pn->unhealthy & (1u << g))
             sick++;
-        else if (free >= req->units)
+        else if (free >= req->units && cores >= req->cores)
             usable++;
+        else if (free >= req->units)
+            memory_only++;
+        if (!(pn->unhealthy & (1u << g)) && cores > most_cores)
+            most_cores = cores;
         if (free > largest || (free == largest && pn->gpu_total[g] > largest_total)) {
             largest = free;
             largest_total = pn->gpu_total[g];
@@ -669,6 +686,15 @@ static void explain(const struct placement_node *pn, const struct placement_requ
     if (req->gpu_count > gpus - sick) {
         snprintf(out, len, "the pod needs %u GPUs, the node has %u healthy of %u", req->gpu_count,
                  gpus - sick, gpus);
+        return;
+    }
+    if (memory_only > 0 && usable < req->gpu_count) {
+        /* The memory is there; the compute share is what is booked. */
+        snprintf(out, len,
+                 "Insufficient GPU cores in one device: the pod needs %u %s on each of %u "
+                 "GPU(s), %u GPU(s) with its memory free have that many (most free %u of %d)",
+                 req->cores, POOL_RES_GPU_CORES, req->gpu_count, usable, most_cores,
+                 POOL_GPU_CORES_PER_GPU);
         return;
     }
     snprintf(out, len,
@@ -817,6 +843,7 @@ enum cache_assume_result cache_assume(struct cache *cache, const char *uid, cons
                                .cpu_milli = pod->cpu,
                                .memory_bytes = pod->memory,
                                .gpu_memory = pod->gpu_memory,
+                               .gpu_cores = pod->gpu_cores,
                                .gpu_count = pod->gpu_count,
                                .gpu_model = pod->gpu_model};
     struct cache_query q;
@@ -852,7 +879,10 @@ enum cache_assume_result cache_assume(struct cache *cache, const char *uid, cons
                    node_name, why);
         goto out;
     }
-    struct charge c = {.cpu = q.req.cpu, .memory = q.req.memory, .gpu_units = q.req.units};
+    struct charge c = {.cpu = q.req.cpu,
+                       .memory = q.req.memory,
+                       .gpu_units = q.req.units,
+                       .gpu_cores = q.req.cores};
     for (uint32_t k = 0; k < choice.count; k++)
         c.gpu_mask |= 1u << choice.gpu[k];
     charge_apply_locked(node, &c, true);

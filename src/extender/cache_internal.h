@@ -13,6 +13,7 @@
 struct charge {
     uint64_t cpu, memory;
     uint64_t gpu_units; /* on each GPU of gpu_mask */
+    uint32_t gpu_cores; /* on each GPU of gpu_mask (0: a memory-only pod) */
     uint32_t gpu_mask;
 };
 
@@ -48,7 +49,7 @@ struct cache_pod {
     struct cache_node *node;  /* where `charge` is charged; NULL: nothing charged */
     struct charge charge;
     /* The pod's demand, kept for binds (the bind request names only the pod). */
-    uint64_t cpu, memory, gpu_memory;
+    uint64_t cpu, memory, gpu_memory, gpu_cores;
     uint32_t gpu_count;
     char *gpu_model;    /* owned constraint, NULL when none */
     int64_t hold_until; /* POD_UNKNOWN: clock_now_ns() before which nothing is released */

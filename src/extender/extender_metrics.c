@@ -114,6 +114,7 @@ static void counters(struct buf *out, const struct metrics *m)
 
 struct gpu_lines {
     struct buf *out;
+    struct buf cores; /* the cores family, appended after the memory one */
     uint64_t unit_bytes;
 };
 
@@ -128,6 +129,14 @@ static void gpu_line(void *ctx, const struct pool_gpu *gpu)
     buf_add(g->out, "\"} ", 3);
     buf_u64(g->out, gpu->used * g->unit_bytes);
     buf_add(g->out, "\n", 1);
+    static const char cores[] = "gpupool_extender_gpu_cores_allocated{node=\"";
+    buf_add(&g->cores, cores, sizeof(cores) - 1);
+    prom_label_value(&g->cores, gpu->node);
+    buf_add(&g->cores, "\",gpu=\"", 7);
+    buf_u64(&g->cores, gpu->index);
+    buf_add(&g->cores, "\"} ", 3);
+    buf_u64(&g->cores, gpu->cores_used);
+    buf_add(&g->cores, "\n", 1);
 }
 
 static void cache_gauges(struct buf *out, struct cache *cache, const struct pool_totals *t,
@@ -151,6 +160,12 @@ static void cache_gauges(struct buf *out, struct cache *cache, const struct pool
     prom_gauge(out, "gpupool_extender_cluster_gpu_memory_allocated_bytes",
                "GPU memory charged to pods, cluster-wide (assumed binds included).",
                (double)(t->memory_used * unit_bytes));
+    prom_gauge(out, "gpupool_extender_cluster_gpu_cores",
+               "gpupool.io/gpu-cores of every GPU-sharing node (100 per GPU).",
+               (double)t->cores_total);
+    prom_gauge(out, "gpupool_extender_cluster_gpu_cores_allocated",
+               "gpupool.io/gpu-cores booked by pods, cluster-wide (assumed binds included).",
+               (double)t->cores_used);
     prom_gauge(out, "gpupool_extender_fragmentation_ratio",
                "Share of the free memory of healthy GPUs on GPUs with less free than the median "
                "per-GPU pod share (0..1).",
@@ -169,11 +184,24 @@ char *extender_metrics_render(const struct metrics *m, struct cache *cache, uint
     counters(out, m);
     prom_header(out, "gpupool_extender_gpu_memory_allocated_bytes", "gauge",
                 "GPU memory charged to pods on one GPU (assumed binds included).");
-    struct gpu_lines lines = {out, unit_bytes};
+    struct gpu_lines lines = {.out = out, .unit_bytes = unit_bytes};
     struct pool_totals totals;
     int rc = pool_walk(cache, gpu_line, &lines, &totals, err, errlen);
-    if (rc == 0)
+    if (rc == 0) {
+        prom_header(out, "gpupool_extender_gpu_cores_allocated", "gauge",
+                    "gpupool.io/gpu-cores booked by pods on one GPU, percent (assumed binds "
+                    "included).");
+        size_t cores_len;
+        char *cores = buf_take(&lines.cores, &cores_len);
+        if (cores)
+            buf_add(out, cores, cores_len);
+        else
+            out->failed = true; /* out of memory: the answer is refused below */
+        free(cores);
         cache_gauges(out, cache, &totals, unit_bytes);
+    } else {
+        buf_free(&lines.cores);
+    }
     char *body = buf_take(&text, len);
     if (rc < 0 || !body) {
         if (rc == 0)

@@ -6,8 +6,9 @@
  *    "error":"..."}     (error only when a named node is unknown)
  *
  * usedGPU counts what the cache charges, assumed binds included, so the
- * view is what the next filter sees. Each dev also says "healthy" (an
- * addition; gpushare's readers ignore unknown keys).
+ * view is what the next filter sees. Each dev also says "healthy",
+ * "totalCores" and "usedCores" (gpupool.io/gpu-cores booked), and each pod
+ * its "usedCores" (additions; gpushare's readers ignore unknown keys).
  *
  * state_lock is held only to copy what the view needs into a compact
  * snapshot (numbers, and names into one string block); the JSON values --
@@ -24,12 +25,14 @@ struct inspect_node {
     size_t name; /* offset into the string block */
     uint32_t gpu_count, unhealthy;
     uint64_t total[PLACEMENT_MAX_GPUS], used[PLACEMENT_MAX_GPUS];
+    uint32_t cores_total[PLACEMENT_MAX_GPUS], cores_used[PLACEMENT_MAX_GPUS];
 };
 
 struct inspect_pod {
     size_t node;     /* index into nodes */
     size_t name, ns; /* offsets into the string block */
     uint32_t gpu_mask;
+    uint32_t gpu_cores;
     uint64_t gpu_units;
 };
 
@@ -88,6 +91,8 @@ static void snapshot_node(struct inspect_snapshot *s, struct cache_node *node)
     n->unhealthy = pn->unhealthy;
     memcpy(n->total, pn->gpu_total, sizeof(n->total));
     memcpy(n->used, pn->gpu_used, sizeof(n->used));
+    memcpy(n->cores_total, pn->cores_total, sizeof(n->cores_total));
+    memcpy(n->cores_used, pn->cores_used, sizeof(n->cores_used));
     pthread_mutex_unlock(&node->lock);
     node->scratch = (void *)(uintptr_t)++s->node_count;
 }
@@ -105,6 +110,7 @@ static void snapshot_pod(struct inspect_snapshot *s, const struct cache_pod *pod
     p->ns = snapshot_string(s, pod->ns);
     p->gpu_mask = pod->charge.gpu_mask;
     p->gpu_units = pod->charge.gpu_units;
+    p->gpu_cores = pod->charge.gpu_cores;
 }
 
 static void snapshot_take(struct cache *cache, const char *name, struct inspect_snapshot *s)
@@ -147,10 +153,12 @@ static json_t *node_json(const struct inspect_snapshot *s, const struct inspect_
     for (uint32_t g = 0; g < n->gpu_count; g++) {
         total += (json_int_t)n->total[g];
         used += (json_int_t)n->used[g];
-        json_array_append_new(devs,
-                              json_pack("{s:i, s:I, s:I, s:b, s:[]}", "id", (int)g, "totalGPU",
-                                        (json_int_t)n->total[g], "usedGPU", (json_int_t)n->used[g],
-                                        "healthy", !(n->unhealthy & (1u << g)), "pods"));
+        json_array_append_new(devs, json_pack("{s:i, s:I, s:I, s:b, s:I, s:I, s:[]}", "id", (int)g,
+                                              "totalGPU", (json_int_t)n->total[g], "usedGPU",
+                                              (json_int_t)n->used[g], "healthy",
+                                              !(n->unhealthy & (1u << g)), "totalCores",
+                                              (json_int_t)n->cores_total[g], "usedCores",
+                                              (json_int_t)n->cores_used[g], "pods"));
     }
     json_object_set_new(obj, "totalGPU", json_integer(total));
     json_object_set_new(obj, "usedGPU", json_integer(used));
@@ -164,9 +172,10 @@ static void add_pod(const struct inspect_snapshot *s, const struct inspect_pod *
         if (!(p->gpu_mask & (1u << g)) || !dev)
             continue;
         json_array_append_new(json_object_get(dev, "pods"),
-                              json_pack("{s:s, s:s, s:I}", "name", s->strings + p->name,
+                              json_pack("{s:s, s:s, s:I, s:I}", "name", s->strings + p->name,
                                         "namespace", s->strings + p->ns, "usedGPU",
-                                        (json_int_t)p->gpu_units));
+                                        (json_int_t)p->gpu_units, "usedCores",
+                                        (json_int_t)p->gpu_cores));
     }
 }
 

@@ -11,7 +11,7 @@ int objects_pod_request(const struct pod_facts *pod, struct placement_request *r
     req->cpu = pod->cpu_milli;
     req->memory = pod->memory_bytes;
     if (pod->gpu_memory == 0)
-        return 0;
+        return poolapi_gpu_cores_check(pod, err, errlen); /* cores alone: refused */
     if (pod->gpu_count == 0 || pod->gpu_count > PLACEMENT_MAX_GPUS) {
         snprintf(err, errlen, "%s %u is out of range (1..%d)", POOL_RES_GPU_COUNT, pod->gpu_count,
                  PLACEMENT_MAX_GPUS);
@@ -23,7 +23,10 @@ int objects_pod_request(const struct pod_facts *pod, struct placement_request *r
                  pod->gpu_count);
         return -1;
     }
+    if (poolapi_gpu_cores_check(pod, err, errlen) < 0)
+        return -1;
     req->gpu_count = pod->gpu_count;
     req->units = pod->gpu_memory / pod->gpu_count;
+    req->cores = (uint32_t)pod->gpu_cores; /* <= 100: checked above */
     return 0;
 }

@@ -21,8 +21,9 @@ static_assert(POOL_MAX_GPUS == PLACEMENT_MAX_GPUS, "the contract's GPU limit is 
 static_assert(POOL_MODEL_LEN == PLACEMENT_MODEL_LEN, "the contract's model length is placement's");
 
 /* A GPU-memory request as the placement engine sees it: gpu_count GPUs with
- * gpu_memory / gpu_count on each. -1 with a reason when the memory does not
- * divide evenly, or the count is 0 or over PLACEMENT_MAX_GPUS. */
+ * gpu_memory / gpu_count and gpu_cores on each. -1 with a reason when the
+ * memory does not divide evenly, the count is 0 or over PLACEMENT_MAX_GPUS,
+ * or the cores are not valid (poolapi_gpu_cores_check). */
 int objects_pod_request(const struct pod_facts *pod, struct placement_request *req, char *err,
                         size_t errlen) GP_MUST_USE;
 

@@ -49,6 +49,8 @@ static void add_gpu(struct pool_totals *t, const struct pool_gpu *gpu)
     t->memory_used += gpu->used;
     t->gpus_in_use += gpu->used > 0;
     t->gpus_full += gpu->total > 0 && free_units == 0;
+    t->cores_total += gpu->cores_total;
+    t->cores_used += gpu->cores_used;
     if (!gpu->healthy) {
         t->unhealthy_gpus++;
     } else {
@@ -73,7 +75,12 @@ static void walk_node(struct cache_node *node, struct pool_totals *t, pool_gpu_f
     node_copy(node, &pn);
     t->nodes++;
     for (uint32_t g = 0; g < pn.gpu_count && g < PLACEMENT_MAX_GPUS; g++) {
-        struct pool_gpu gpu = {node->name, g, pn.gpu_total[g], pn.gpu_used[g],
+        struct pool_gpu gpu = {node->name,
+                               g,
+                               pn.gpu_total[g],
+                               pn.gpu_used[g],
+                               pn.cores_total[g],
+                               pn.cores_used[g],
                                !(pn.unhealthy & (1u << g))};
         add_gpu(t, &gpu);
         if (gpu_fn)
@@ -134,10 +141,11 @@ static void emit_gpu(void *ctx, const struct pool_gpu *gpu)
     buf_add(out, ",", 1);
     buf_u64(out, gpu->used);
     buf_str(out, gpu->healthy ? ",true,[" : ",false,[");
-    /* the pods follow (emit_node), then "]]" */
+    /* the pods follow (emit_node), then the cores and "]" */
 }
 
-/* One node: {"name":..,"model":..,"gpus":[[total,used,healthy,[[ns,name,amount],..]],..]}.
+/* One node: {"name":..,"model":..,
+ * "gpus":[[total,used,healthy,[[ns,name,amount,cores],..],cores_total,cores_used],..]}.
  * pods[0..npods-1] are this node's GPU pods. */
 static void emit_node(struct cache *cache, struct cache_node *node, const struct placed_pod *pods,
                       size_t npods, struct pool_totals *t, struct buf *out)
@@ -158,7 +166,12 @@ static void emit_node(struct cache *cache, struct cache_node *node, const struct
     buf_str(out, ",\"gpus\":[");
     t->nodes++;
     for (uint32_t g = 0; g < pn.gpu_count && g < PLACEMENT_MAX_GPUS; g++) {
-        struct pool_gpu gpu = {node->name, g, pn.gpu_total[g], pn.gpu_used[g],
+        struct pool_gpu gpu = {node->name,
+                               g,
+                               pn.gpu_total[g],
+                               pn.gpu_used[g],
+                               pn.cores_total[g],
+                               pn.cores_used[g],
                                !(pn.unhealthy & (1u << g))};
         add_gpu(t, &gpu);
         emit_gpu(out, &gpu);
@@ -173,10 +186,16 @@ static void emit_node(struct cache *cache, struct cache_node *node, const struct
             buf_json_string(out, pod->name);
             buf_add(out, ",", 1);
             buf_u64(out, pod->charge.gpu_units);
+            buf_add(out, ",", 1);
+            buf_u64(out, pod->charge.gpu_cores);
             buf_add(out, "]", 1);
             first = false;
         }
-        buf_add(out, "]]", 2);
+        buf_add(out, "],", 2);
+        buf_u64(out, gpu.cores_total);
+        buf_add(out, ",", 1);
+        buf_u64(out, gpu.cores_used);
+        buf_add(out, "]", 1);
     }
     buf_add(out, "]}", 2);
 }
@@ -194,9 +213,10 @@ static void emit_totals(const struct pool_totals *t, struct buf *out)
                (unsigned long long)t->memory_free_fragmented);
     buf_printf(out,
                "\"gpu_pods\":%llu,\"fragmentation_threshold\":%llu,"
-               "\"fragmentation_percent\":%.10g}",
+               "\"fragmentation_percent\":%.10g,\"cores_total\":%llu,\"cores_used\":%llu}",
                (unsigned long long)t->gpu_pods, (unsigned long long)t->threshold,
-               100.0 * t->fragmentation);
+               100.0 * t->fragmentation, (unsigned long long)t->cores_total,
+               (unsigned long long)t->cores_used);
 }
 
 /* Sorted GPU nodes and their GPU pods grouped by node (state_lock held). */

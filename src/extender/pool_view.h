@@ -25,11 +25,12 @@ struct pool_totals {
     uint64_t nodes; /* GPU-sharing nodes present */
     uint64_t gpus, unhealthy_gpus, gpus_in_use, gpus_full;
     uint64_t memory_total, memory_used;
-    uint64_t memory_free;            /* on healthy GPUs */
-    uint64_t memory_free_fragmented; /* of that, on GPUs with less free than `threshold` */
-    uint64_t threshold;              /* median per-GPU share of the charged GPU pods */
-    uint64_t gpu_pods;               /* pods charged on some GPU */
-    double fragmentation;            /* memory_free_fragmented / memory_free, 0..1 */
+    uint64_t memory_free;             /* on healthy GPUs */
+    uint64_t memory_free_fragmented;  /* of that, on GPUs with less free than `threshold` */
+    uint64_t threshold;               /* median per-GPU share of the charged GPU pods */
+    uint64_t gpu_pods;                /* pods charged on some GPU */
+    uint64_t cores_total, cores_used; /* gpupool.io/gpu-cores over all GPUs (100 per GPU) */
+    double fragmentation;             /* memory_free_fragmented / memory_free, 0..1 */
 };
 
 /* One GPU as the walk reports it. */
@@ -37,6 +38,7 @@ struct pool_gpu {
     const char *node; /* valid during the callback */
     uint32_t index;
     uint64_t total, used;
+    uint32_t cores_total, cores_used; /* gpupool.io/gpu-cores */
     bool healthy;
 };
 
@@ -48,15 +50,17 @@ int pool_walk(struct cache *cache, pool_gpu_fn gpu_fn, void *ctx, struct pool_to
 
 /* The text of /ui/pool.json (malloc'ed, NUL-terminated, *len without the
  * NUL; NULL when out of memory). Nodes sorted by name; each GPU is a compact
- * array [total, used, healthy, [[namespace, name, amount], ...]] because at
- * 5,000 nodes x 8 GPUs named keys would triple the size:
+ * array [total, used, healthy, [[namespace, name, amount, cores], ...],
+ * cores_total, cores_used] because at 5,000 nodes x 8 GPUs named keys would
+ * triple the size (cores come last so that readers of the first four
+ * positions are unaffected):
  *   {"unit":"GiB","policy":"gpupool",
  *    "nodes":[{"name":"n1","model":"Tesla-V100-SXM2-16GB",
- *              "gpus":[[16,10,true,[["default","old",10]]],[16,0,true,[]]]}],
+ *              "gpus":[[16,10,true,[["default","old",10,30]],100,30],[16,0,true,[],100,0]]}],
  *    "totals":{"nodes":1,"gpus":2,"unhealthy_gpus":0,"gpus_in_use":1,"gpus_full":0,
  *              "memory_total":32,"memory_used":10,"memory_free":22,
  *              "memory_free_fragmented":6,"gpu_pods":1,"fragmentation_threshold":10,
- *              "fragmentation_percent":27.2727}}
+ *              "fragmentation_percent":27.2727,"cores_total":200,"cores_used":30}}
  * Written as text under state_lock (no JSON values built): about 1 MB and a
  * few ms at 5,000 nodes. */
 GP_MUST_USE char *pool_json(struct cache *cache, const char *unit, size_t *len);

@@ -105,6 +105,13 @@ uint64_t placement_gpu_free(const struct placement_node *node, uint32_t gpu)
     return node->gpu_total[gpu] - node->gpu_used[gpu];
 }
 
+uint32_t placement_gpu_cores_free(const struct placement_node *node, uint32_t gpu)
+{
+    if (!gpu_healthy(node, gpu) || node->cores_used[gpu] >= node->cores_total[gpu])
+        return 0;
+    return node->cores_total[gpu] - node->cores_used[gpu];
+}
+
 /* Left over of a NodeResourcesFit resource; 0 when already over-committed. */
 static uint64_t left_of(uint64_t allocatable, uint64_t requested)
 {
@@ -120,13 +127,54 @@ static bool model_allowed(const struct placement_node *node, uint64_t models)
     return (models >> node->model) & 1;
 }
 
-/* Whether one GPU, with `free` units out of `total`, can give a request
- * of the given shape its share. */
-static bool gpu_usable(uint64_t free, uint64_t total, bool whole, uint64_t units)
+/* What one GPU has, or what a request asks of one GPU: units and cores. */
+struct gpu_amount {
+    uint64_t units;
+    uint32_t cores;
+};
+
+/* Whether one GPU, with `free` out of `total`, can give a request of the
+ * given shape its share: whole, untouched in both dimensions; a share, room
+ * for its units and its cores. */
+static bool gpu_usable(struct gpu_amount free, struct gpu_amount total, bool whole,
+                       struct gpu_amount ask)
 {
+    /* & rather than &&: this runs for every class of every candidate, and
+     * branch-free tests of both dimensions cost less than two branches. */
     if (whole)
-        return total > 0 && free == total;
-    return units > 0 && free >= units;
+        return (total.units > 0) & (free.units == total.units) & (free.cores == total.cores);
+    return (ask.units > 0) & (free.units >= ask.units) & (free.cores >= ask.cores);
+}
+
+static struct gpu_amount node_gpu_free(const struct placement_node *node, uint32_t gpu)
+{
+    return (struct gpu_amount){placement_gpu_free(node, gpu), placement_gpu_cores_free(node, gpu)};
+}
+
+static struct gpu_amount node_gpu_total(const struct placement_node *node, uint32_t gpu)
+{
+    return (struct gpu_amount){node->gpu_total[gpu], node->cores_total[gpu]};
+}
+
+static struct gpu_amount request_ask(const struct placement_request *req)
+{
+    return (struct gpu_amount){req->units, req->cores};
+}
+
+/* gpu_usable() for GPU g (< node_gpus) of a node, read straight from the
+ * node: this runs for every GPU of every node a request is checked on. */
+static bool node_gpu_usable(const struct placement_node *node, uint32_t g,
+                            const struct placement_request *req)
+{
+    if (node->unhealthy & (1u << g))
+        return false;
+    uint64_t total = node->gpu_total[g], used = node->gpu_used[g];
+    uint32_t cores_total = node->cores_total[g], cores_used = node->cores_used[g];
+    if (req->whole)
+        return total > 0 && used == 0 && (cores_used == 0 || cores_total == 0);
+    return req->units > 0 && used < total && total - used >= req->units &&
+           (req->cores == 0 ||
+            (cores_used < cores_total && cores_total - cores_used >= req->cores));
 }
 
 static bool host_fits(const struct placement_node *node, const struct placement_request *req)
@@ -151,8 +199,7 @@ bool placement_fits(const struct placement_node *node, const struct placement_re
         return false;
     uint32_t usable = 0;
     for (uint32_t g = 0; g < node_gpus(node); g++)
-        if (gpu_healthy(node, g) &&
-            gpu_usable(placement_gpu_free(node, g), node->gpu_total[g], req->whole, req->units))
+        if (node_gpu_usable(node, g, req))
             usable++;
     return usable >= req->gpu_count;
 }
@@ -170,10 +217,9 @@ static void choose_by_free(const struct placement_node *node, const struct place
         int best = -1;
         uint64_t best_free = 0;
         for (uint32_t g = 0; g < node_gpus(node); g++) {
-            uint64_t free = placement_gpu_free(node, g);
-            if (taken[g] || !gpu_healthy(node, g) ||
-                !gpu_usable(free, node->gpu_total[g], req->whole, req->units))
+            if (taken[g] || !node_gpu_usable(node, g, req))
                 continue;
+            uint64_t free = placement_gpu_free(node, g);
             if (best < 0 || (most_free ? free > best_free : free < best_free)) {
                 best = (int)g;
                 best_free = free;
@@ -182,6 +228,7 @@ static void choose_by_free(const struct placement_node *node, const struct place
         taken[best] = true; /* placement_fits() guaranteed enough */
         choice->gpu[k] = (uint8_t)best;
         choice->units[k] = req->whole ? node->gpu_total[best] : req->units;
+        choice->cores[k] = req->whole ? node->cores_total[best] : req->cores;
         choice->count++;
     }
 }
@@ -235,20 +282,46 @@ static double fullness_after(const struct placement_node *node, const struct pla
 /* A node's state as the fragmentation measure needs it. */
 struct frag_state {
     uint32_t gpus;
-    uint64_t free[PLACEMENT_MAX_GPUS];  /* 0 for unhealthy GPUs */
-    uint64_t total[PLACEMENT_MAX_GPUS]; /* 0 for unhealthy GPUs */
+    uint64_t free[PLACEMENT_MAX_GPUS];        /* 0 for unhealthy GPUs */
+    uint64_t total[PLACEMENT_MAX_GPUS];       /* 0 for unhealthy GPUs */
+    uint32_t cores_free[PLACEMENT_MAX_GPUS];  /* 0 for unhealthy GPUs */
+    uint32_t cores_total[PLACEMENT_MAX_GPUS]; /* 0 for unhealthy GPUs */
     uint64_t free_sum;
     uint64_t cpu_left, memory_left;
     int32_t model;
 };
+
+static struct gpu_amount st_free(const struct frag_state *st, uint32_t g)
+{
+    return (struct gpu_amount){st->free[g], st->cores_free[g]};
+}
+
+static struct gpu_amount st_total(const struct frag_state *st, uint32_t g)
+{
+    return (struct gpu_amount){st->total[g], st->cores_total[g]};
+}
+
+static struct gpu_amount class_ask(const struct placement_class *c)
+{
+    return (struct gpu_amount){c->units, c->cores};
+}
 
 static void frag_state_of(const struct placement_node *node, struct frag_state *st)
 {
     st->gpus = node_gpus(node);
     st->free_sum = 0;
     for (uint32_t g = 0; g < st->gpus; g++) {
-        st->free[g] = placement_gpu_free(node, g);
-        st->total[g] = gpu_healthy(node, g) ? node->gpu_total[g] : 0;
+        if (node->unhealthy & (1u << g)) {
+            st->free[g] = st->total[g] = 0;
+            st->cores_free[g] = st->cores_total[g] = 0;
+            continue;
+        }
+        uint64_t total = node->gpu_total[g], used = node->gpu_used[g];
+        uint32_t cores_total = node->cores_total[g], cores_used = node->cores_used[g];
+        st->total[g] = total;
+        st->free[g] = used >= total ? 0 : total - used;
+        st->cores_total[g] = cores_total;
+        st->cores_free[g] = cores_used >= cores_total ? 0 : cores_total - cores_used;
         st->free_sum += st->free[g];
     }
     st->cpu_left = left_of(node->cpu_allocatable, node->cpu_requested);
@@ -292,10 +365,14 @@ static bool class_host_ok(const struct placement_class *c, int32_t model, uint64
 
 /* The node's GPU frees in decreasing order with running sums, so that a
  * share class's view is a search instead of a pass over the GPUs: the GPUs
- * with at least `units` free are a prefix of the order. */
+ * with at least `units` free are a prefix of the order. A class that also
+ * asks cores drops, from that prefix, the GPUs short of cores: a pass over
+ * the prefix, skipped when every GPU has the cores (min_cores_free). */
 struct free_order {
     uint32_t count;
     uint64_t free[PLACEMENT_MAX_GPUS];       /* decreasing */
+    uint32_t cores_free[PLACEMENT_MAX_GPUS]; /* of the same GPUs, in the same order */
+    uint32_t min_cores_free;                 /* over all the GPUs */
     uint64_t prefix[PLACEMENT_MAX_GPUS + 1]; /* prefix[k]: sum of the first k */
     struct class_view whole;                 /* the view of any whole-GPU class */
 };
@@ -304,13 +381,19 @@ static void free_order_of(const struct frag_state *st, struct free_order *fo)
 {
     fo->count = st->gpus;
     fo->whole = (struct class_view){0, 0};
+    fo->min_cores_free = UINT32_MAX;
     for (uint32_t g = 0; g < st->gpus; g++) {
         uint64_t f = st->free[g];
         uint32_t k = g;
-        for (; k > 0 && fo->free[k - 1] < f; k--) /* insertion sort: 16 at most */
+        for (; k > 0 && fo->free[k - 1] < f; k--) { /* insertion sort: 16 at most */
             fo->free[k] = fo->free[k - 1];
+            fo->cores_free[k] = fo->cores_free[k - 1];
+        }
         fo->free[k] = f;
-        if (gpu_usable(f, st->total[g], true, 0))
+        fo->cores_free[k] = st->cores_free[g];
+        if (st->cores_free[g] < fo->min_cores_free)
+            fo->min_cores_free = st->cores_free[g];
+        if (gpu_usable(st_free(st, g), st_total(st, g), true, (struct gpu_amount){0, 0}))
             fo->whole.usable++;
         else
             fo->whole.stranded += f;
@@ -320,8 +403,8 @@ static void free_order_of(const struct frag_state *st, struct free_order *fo)
         fo->prefix[k + 1] = fo->prefix[k] + fo->free[k];
 }
 
-/* The view of a share class needing `units` on each GPU. */
-static struct class_view share_view(const struct free_order *fo, uint64_t units)
+/* The view of a share class needing `units` and `cores` on each GPU. */
+static struct class_view share_view(const struct free_order *fo, uint64_t units, uint32_t cores)
 {
     uint32_t lo = 0, hi = fo->count; /* count of GPUs with free >= units */
     if (units == 0)
@@ -333,7 +416,16 @@ static struct class_view share_view(const struct free_order *fo, uint64_t units)
         else
             hi = mid;
     }
-    return (struct class_view){lo, fo->prefix[fo->count] - fo->prefix[lo]};
+    struct class_view v = {lo, fo->prefix[fo->count] - fo->prefix[lo]};
+    if (cores > fo->min_cores_free) {
+        for (uint32_t k = 0; k < lo; k++) {
+            if (fo->cores_free[k] < cores) {
+                v.usable--;
+                v.stranded += fo->free[k];
+            }
+        }
+    }
+    return v;
 }
 
 /* The free units a node cannot sell for lack of CPU or memory: GPU pods
@@ -382,7 +474,7 @@ static double frag_eval_init(const struct placement_ctx *ctx, const struct place
                 ev->view[i] = (struct class_view){0, 0};
                 frag = 0;
             } else {
-                ev->view[i] = c->whole ? fo.whole : share_view(&fo, c->units);
+                ev->view[i] = c->whole ? fo.whole : share_view(&fo, c->units, c->cores);
                 if (ev->view[i].usable >= c->gpu_count)
                     frag = ev->view[i].stranded;
             }
@@ -412,11 +504,11 @@ static double expected_frag(const struct placement_ctx *ctx, const struct frag_e
             for (uint32_t k = 0; c->gpu_count > 0 && k < choice->count; k++) {
                 uint32_t g = choice->gpu[k];
                 uint64_t was = ev->before.free[g], now = st->free[g];
-                if (gpu_usable(was, st->total[g], c->whole, c->units))
+                if (gpu_usable(st_free(&ev->before, g), st_total(st, g), c->whole, class_ask(c)))
                     v.usable--;
                 else
                     v.stranded -= was;
-                if (gpu_usable(now, st->total[g], c->whole, c->units))
+                if (gpu_usable(st_free(st, g), st_total(st, g), c->whole, class_ask(c)))
                     v.usable++;
                 else
                     v.stranded += now;
@@ -438,6 +530,7 @@ static void frag_state_apply(struct frag_state *st, const struct placement_reque
     st->memory_left -= req->memory;
     for (uint32_t k = 0; k < choice->count; k++) {
         st->free[choice->gpu[k]] -= choice->units[k];
+        st->cores_free[choice->gpu[k]] -= choice->cores[k];
         st->free_sum -= choice->units[k];
     }
 }
@@ -463,26 +556,31 @@ static double score_gpupool(const struct placement_ctx *ctx, const struct placem
                GPUPOOL_FIT_WEIGHT * fullness_after(node, req, choice);
     }
 
-    /* One share: try each distinct (free, total) GPU, keep the least growth
-     * of fragmentation, ties to the tighter GPU. */
+    /* One share: try each distinct (free, total) GPU in both dimensions,
+     * keep the least growth of fragmentation, ties to the tighter GPU. */
     double best_score = PLACEMENT_NO_FIT;
     uint64_t best_free = 0;
     after = *before; /* the pod's CPU and memory now, its GPU in the loop */
     after.cpu_left -= req->cpu;
     after.memory_left -= req->memory;
     for (uint32_t g = 0; g < before->gpus; g++) {
-        if (!gpu_usable(before->free[g], before->total[g], false, req->units))
+        if (!gpu_usable(st_free(before, g), st_total(before, g), false, request_ask(req)))
             continue;
         bool seen = false;
         for (uint32_t h = 0; h < g && !seen; h++)
-            seen = before->free[h] == before->free[g] && before->total[h] == before->total[g];
+            seen = before->free[h] == before->free[g] && before->total[h] == before->total[g] &&
+                   before->cores_free[h] == before->cores_free[g] &&
+                   before->cores_total[h] == before->cores_total[g];
         if (seen)
             continue;
-        struct placement_choice one = {.count = 1, .gpu = {(uint8_t)g}, .units = {req->units}};
+        struct placement_choice one = {
+            .count = 1, .gpu = {(uint8_t)g}, .units = {req->units}, .cores = {req->cores}};
         after.free[g] -= req->units;
+        after.cores_free[g] -= req->cores;
         after.free_sum -= req->units;
         double score = frag_before - expected_frag(ctx, &ev, &after, ev.host_ok_after, &one);
         after.free[g] += req->units;
+        after.cores_free[g] += req->cores;
         after.free_sum += req->units;
         if (score > best_score || (score == best_score && before->free[g] < best_free)) {
             best_score = score;
@@ -604,12 +702,14 @@ int placement_commit(struct placement_node *node, const struct placement_request
     for (uint32_t k = 0; k < choice->count; k++) {
         uint32_t g = choice->gpu[k];
         uint64_t free = placement_gpu_free(node, g);
+        uint32_t cores_free = placement_gpu_cores_free(node, g);
         if (!gpu_healthy(node, g)) {
             snprintf(err, errlen, "GPU %u is unhealthy", g);
             return -1;
         }
         if (req->whole) {
-            if (!gpu_usable(free, node->gpu_total[g], true, 0)) {
+            if (!gpu_usable(node_gpu_free(node, g), node_gpu_total(node, g), true,
+                            (struct gpu_amount){0, 0})) {
                 snprintf(err, errlen, "GPU %u is not free for a whole-GPU request", g);
                 return -1;
             }
@@ -617,14 +717,22 @@ int placement_commit(struct placement_node *node, const struct placement_request
             snprintf(err, errlen, "GPU %u: %llu units requested, %llu free", g,
                      (unsigned long long)req->units, (unsigned long long)free);
             return -1;
+        } else if (req->cores > cores_free) {
+            snprintf(err, errlen, "GPU %u: %u cores requested, %u free", g, req->cores, cores_free);
+            return -1;
         }
     }
-    for (uint32_t k = 0; k < choice->count; k++)
-        choice->units[k] = req->whole ? node->gpu_total[choice->gpu[k]] : req->units;
+    for (uint32_t k = 0; k < choice->count; k++) {
+        uint32_t g = choice->gpu[k];
+        choice->units[k] = req->whole ? node->gpu_total[g] : req->units;
+        choice->cores[k] = req->whole ? node->cores_total[g] : req->cores;
+    }
     node->cpu_requested += req->cpu;
     node->memory_requested += req->memory;
-    for (uint32_t k = 0; k < choice->count; k++)
+    for (uint32_t k = 0; k < choice->count; k++) {
         node->gpu_used[choice->gpu[k]] += choice->units[k];
+        node->cores_used[choice->gpu[k]] += choice->cores[k];
+    }
     return 0;
 }
 
@@ -644,11 +752,18 @@ int placement_release(struct placement_node *node, const struct placement_reques
                      (unsigned long long)node->gpu_used[choice->gpu[k]]);
             return -1;
         }
+        if (choice->cores[k] > node->cores_used[choice->gpu[k]]) {
+            snprintf(err, errlen, "GPU %u: release of %u cores, %u in use", choice->gpu[k],
+                     choice->cores[k], node->cores_used[choice->gpu[k]]);
+            return -1;
+        }
     }
     node->cpu_requested -= req->cpu;
     node->memory_requested -= req->memory;
-    for (uint32_t k = 0; k < choice->count; k++)
+    for (uint32_t k = 0; k < choice->count; k++) {
         node->gpu_used[choice->gpu[k]] -= choice->units[k];
+        node->cores_used[choice->gpu[k]] -= choice->cores[k];
+    }
     return 0;
 }
 
@@ -661,28 +776,36 @@ static bool same_kind(const struct placement_class *c, const struct placement_re
 
 void placement_stats_observe(struct placement_ctx *ctx, const struct placement_request *req)
 {
-    uint64_t units = (req->gpu_count == 0 || req->whole) ? 0 : req->units;
+    bool share = req->gpu_count > 0 && !req->whole;
+    uint64_t units = share ? req->units : 0;
+    uint32_t cores = share ? req->cores : 0;
     struct placement_class *hit = NULL;
     for (uint32_t i = 0; i < ctx->class_count && !hit; i++)
-        if (same_kind(&ctx->classes[i], req) && ctx->classes[i].units == units)
+        if (same_kind(&ctx->classes[i], req) && ctx->classes[i].units == units &&
+            ctx->classes[i].cores == cores)
             hit = &ctx->classes[i];
     if (!hit && ctx->class_count < PLACEMENT_MAX_CLASSES) {
         hit = &ctx->classes[ctx->class_count++];
         *hit = (struct placement_class){.gpu_count = req->gpu_count,
                                         .whole = req->whole,
                                         .units = units,
+                                        .cores = cores,
                                         .models = req->models};
     }
     if (!hit) {
-        /* Table full: the closest class of the same kind stands in for it. */
+        /* Table full: the closest class of the same kind stands in for it
+         * (by units, then by cores). */
         uint64_t best_gap = UINT64_MAX;
+        uint32_t best_cores_gap = UINT32_MAX;
         for (uint32_t i = 0; i < ctx->class_count; i++) {
             struct placement_class *c = &ctx->classes[i];
             if (!same_kind(c, req))
                 continue;
             uint64_t gap = c->units > units ? c->units - units : units - c->units;
-            if (gap < best_gap) {
+            uint32_t cores_gap = c->cores > cores ? c->cores - cores : cores - c->cores;
+            if (gap < best_gap || (gap == best_gap && cores_gap < best_cores_gap)) {
                 best_gap = gap;
+                best_cores_gap = cores_gap;
                 hit = c;
             }
         }

@@ -19,6 +19,15 @@
  * whole GPUs (`whole`: each must be untouched and is taken entirely), or, with
  * gpu_count == 0, for CPU and memory only.
  *
+ * Cores. Each GPU also has a second capacity, compute "cores" (percent of
+ * the GPU: 100 each in the extender and the simulator). A share request
+ * may ask `cores` on each of its GPUs beside its units; a GPU gives a share
+ * only when both fit, so the shares on a GPU never add up past its cores.
+ * A request with cores == 0 ignores the dimension (a memory-only pod, best
+ * effort as before); a whole GPU takes all of its cores as well as all of
+ * its units. Parallel arrays rather than a struct per GPU, so that code
+ * that counts only units reads what it read before.
+ *
  * Policies:
  *   binpack  gpushare's best fit: the node and GPUs with the least free units
  *            that still fit.
@@ -64,11 +73,13 @@ struct placement_node {
     uint64_t cpu_requested;   /* sum over pods already on the node */
     uint64_t memory_allocatable;
     uint64_t memory_requested;
-    uint32_t gpu_count;                     /* <= PLACEMENT_MAX_GPUS */
-    int32_t model;                          /* placement_model_id(), or PLACEMENT_MODEL_NONE */
-    uint32_t unhealthy;                     /* bit i: GPU i takes no new pods */
-    uint64_t gpu_total[PLACEMENT_MAX_GPUS]; /* units */
-    uint64_t gpu_used[PLACEMENT_MAX_GPUS];  /* units; used <= total is kept by commit */
+    uint32_t gpu_count;                       /* <= PLACEMENT_MAX_GPUS */
+    int32_t model;                            /* placement_model_id(), or PLACEMENT_MODEL_NONE */
+    uint32_t unhealthy;                       /* bit i: GPU i takes no new pods */
+    uint64_t gpu_total[PLACEMENT_MAX_GPUS];   /* units */
+    uint64_t gpu_used[PLACEMENT_MAX_GPUS];    /* units; used <= total is kept by commit */
+    uint32_t cores_total[PLACEMENT_MAX_GPUS]; /* cores (percent); 0: only cores-free requests fit */
+    uint32_t cores_used[PLACEMENT_MAX_GPUS];  /* cores; used <= total is kept by commit */
 };
 
 struct placement_request {
@@ -79,15 +90,17 @@ struct placement_request {
     uint64_t units;     /* per GPU when !whole; 0 with gpu_count > 0 never fits.
                               * whole: optional size of one GPU, read only by the
                               * workload model (CPU per unit); 0 = unknown */
+    uint32_t cores;     /* per GPU when !whole (0: none asked); whole takes every core */
     uint64_t models;    /* bit m: model id m allowed; 0: any model */
 };
 
-/* The GPUs a placement takes. units[i] is what gpu[i] gives (a whole GPU
- * gives its total), so release() undoes commit() exactly. */
+/* The GPUs a placement takes. units[i] and cores[i] are what gpu[i] gives
+ * (a whole GPU gives its totals), so release() undoes commit() exactly. */
 struct placement_choice {
     uint32_t count;
     uint8_t gpu[PLACEMENT_MAX_GPUS];
     uint64_t units[PLACEMENT_MAX_GPUS];
+    uint32_t cores[PLACEMENT_MAX_GPUS];
 };
 
 /* One pod shape of the online workload model. */
@@ -95,6 +108,7 @@ struct placement_class {
     uint32_t gpu_count;
     bool whole;
     uint64_t units;
+    uint32_t cores;
     uint64_t models;
     double weight;  /* pods observed with this shape */
     double cpu_sum; /* their CPU and memory, summed (for inspection) */
@@ -136,10 +150,12 @@ const char *placement_policy_name(enum placement_policy policy);
 
 /* Free units of GPU i (0 if unhealthy or out of range). */
 uint64_t placement_gpu_free(const struct placement_node *node, uint32_t gpu);
+/* Free cores of GPU i (0 if unhealthy or out of range). */
+uint32_t placement_gpu_cores_free(const struct placement_node *node, uint32_t gpu);
 
 /* Whether req fits on node now: CPU and memory (NodeResourcesFit), model,
- * and gpu_count distinct healthy GPUs each with `units` free (whole: each
- * untouched). */
+ * and gpu_count distinct healthy GPUs each with `units` and `cores` free
+ * (whole: each untouched in both). */
 bool placement_fits(const struct placement_node *node, const struct placement_request *req);
 
 /* Scores node for req under policy: higher is better, comparable across the
@@ -163,24 +179,25 @@ int placement_choose(const struct placement_ctx *ctx, enum placement_policy poli
 void placement_scores_to_priorities(const double *scores, size_t n, int max_priority,
                                     int *priorities);
 
-/* Applies a placement: adds req's CPU/memory and choice's units to node. If
- * anything would exceed allocatable/total, or a GPU index is out of range,
- * repeated or unhealthy, or the model is not allowed, changes nothing and
- * returns -1 with a message in err. On success choice->units is filled in
- * (req->units, or each GPU's total for a whole request): only choice->count
- * and choice->gpu are read. */
+/* Applies a placement: adds req's CPU/memory and choice's units and cores
+ * to node. If anything would exceed allocatable/total, or a GPU index is out
+ * of range, repeated or unhealthy, or the model is not allowed, changes
+ * nothing and returns -1 with a message in err. On success choice->units
+ * and choice->cores are filled in (req's, or each GPU's totals for a whole
+ * request): only choice->count and choice->gpu are read. */
 int placement_commit(struct placement_node *node, const struct placement_request *req,
                      struct placement_choice *choice, char *err, size_t errlen) GP_MUST_USE;
 
-/* Undoes a commit(): subtracts req's CPU/memory and choice's units. If any
- * counter would go below zero, changes nothing and returns -1 with err. */
+/* Undoes a commit(): subtracts req's CPU/memory and choice's units and
+ * cores. If any counter would go below zero, changes nothing and returns -1
+ * with err. */
 int placement_release(struct placement_node *node, const struct placement_request *req,
                       const struct placement_choice *choice, char *err, size_t errlen) GP_MUST_USE;
 
 /* Teaches the online workload model one pod (the sim calls it for every pod
  * before placing it; the extender for every pod it filters). Pods with the
- * same (gpu_count, whole, units, models) form a class; when the table is
- * full a new shape joins the closest class of the same kind. */
+ * same (gpu_count, whole, units, cores, models) form a class; when the
+ * table is full a new shape joins the closest class of the same kind. */
 void placement_stats_observe(struct placement_ctx *ctx, const struct placement_request *req);
 
 #endif

@@ -41,10 +41,10 @@ static const char *string_member(const json_t *obj, const char *key)
 
 /* ---- pods ---------------------------------------------------------------- */
 
-enum pod_resource { R_CPU, R_MEMORY, R_GPU_MEM, R_GPU_COUNT, R_COUNT };
+enum pod_resource { R_CPU, R_MEMORY, R_GPU_MEM, R_GPU_COUNT, R_GPU_CORES, R_COUNT };
 static const char *const resource_names[R_COUNT] = {"cpu", "memory", POOL_RES_GPU_MEM,
-                                                    POOL_RES_GPU_COUNT};
-static const uint64_t resource_scales[R_COUNT] = {1000, 1, 1, 1};
+                                                    POOL_RES_GPU_COUNT, POOL_RES_GPU_CORES};
+static const uint64_t resource_scales[R_COUNT] = {1000, 1, 1, 1, 1};
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
 {
@@ -187,6 +187,7 @@ int poolapi_pod_facts(const json_t *pod, struct pod_facts *out, char *err, size_
     out->cpu_milli = total[R_CPU];
     out->memory_bytes = total[R_MEMORY];
     out->gpu_memory = total[R_GPU_MEM];
+    out->gpu_cores = total[R_GPU_CORES];
     out->gpu_count = total[R_GPU_COUNT] > UINT32_MAX ? UINT32_MAX : (uint32_t)total[R_GPU_COUNT];
     const char *count = json_string_value(json_object_get(annotations, POOL_ANN_POD_GPU_COUNT));
     uint64_t n;
@@ -209,6 +210,27 @@ int poolapi_pod_facts(const json_t *pod, struct pod_facts *out, char *err, size_
     return 0;
 }
 
+int poolapi_gpu_cores_check(const struct pod_facts *pod, char *err, size_t errlen)
+{
+    if (pod->gpu_cores == 0)
+        return 0;
+    if (pod->gpu_cores > POOL_GPU_CORES_PER_GPU) {
+        snprintf(err, errlen,
+                 "%s %llu is more than one GPU: it is a percent of each of the pod's GPUs "
+                 "(1..%d)",
+                 POOL_RES_GPU_CORES, (unsigned long long)pod->gpu_cores, POOL_GPU_CORES_PER_GPU);
+        return -1;
+    }
+    if (pod->gpu_memory == 0) {
+        snprintf(err, errlen,
+                 "%s %llu without %s: cores are booked on the GPUs that gpu-mem places, "
+                 "ask for both",
+                 POOL_RES_GPU_CORES, (unsigned long long)pod->gpu_cores, POOL_RES_GPU_MEM);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- nodes --------------------------------------------------------------- */
 
 /* gpupool.io/gpus through the shared reader (poolapi_gpus.h); the model
@@ -226,6 +248,7 @@ static int node_gpus_annotation(const char *text, struct node_facts *out)
     out->gpu_count = (uint32_t)n;
     for (size_t g = 0; g < n; g++) {
         out->gpu_memory[g] = gpus[g].memory;
+        out->gpu_cores[g] = gpus[g].cores;
         if (!gpus[g].healthy)
             out->unhealthy |= 1u << g;
     }
@@ -279,8 +302,10 @@ int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err, si
                      POOL_MAX_GPUS);
         }
         out->gpu_count = count > POOL_MAX_GPUS ? POOL_MAX_GPUS : (uint32_t)count;
-        for (uint32_t g = 0; g < out->gpu_count; g++)
+        for (uint32_t g = 0; g < out->gpu_count; g++) {
             out->gpu_memory[g] = out->gpu_memory_total / count;
+            out->gpu_cores[g] = POOL_GPU_CORES_PER_GPU;
+        }
     }
     if (!out->model[0]) {
         const char *product =

@@ -47,6 +47,8 @@ struct pod_facts {
     uint64_t cpu_milli;          /* effective request (poolapi_demand.h) + overhead */
     uint64_t memory_bytes;
     uint64_t gpu_memory;   /* aliyun.com/gpu-mem, same rule */
+    uint64_t gpu_cores;    /* gpupool.io/gpu-cores, same rule: percent on EACH of its GPUs
+                            * (poolapi_gpu_cores_check says whether it is valid) */
     uint32_t gpu_count;    /* GPUs to split gpu_memory over; 1 when unset */
     const char *gpu_model; /* borrowed "V100|A100" constraint, NULL when none */
     struct pod_assignment assigned;
@@ -59,6 +61,12 @@ struct pod_facts {
 int poolapi_pod_facts(const json_t *pod, struct pod_facts *out, char *err,
                       size_t errlen) GP_MUST_USE;
 
+/* Whether a pod's gpupool.io/gpu-cores can be scheduled: 0 (none asked), or
+ * 1..100 per GPU beside aliyun.com/gpu-mem (cores are booked on the GPUs
+ * that gpu-mem places; a pod asking cores alone has no GPU to book them
+ * on). 0, or -1 with a sentence for the user in err. */
+int poolapi_gpu_cores_check(const struct pod_facts *pod, char *err, size_t errlen) GP_MUST_USE;
+
 /* Everything the pool needs from a node. */
 struct node_facts {
     const char *name;   /* borrowed */
@@ -67,10 +75,12 @@ struct node_facts {
     uint64_t gpu_memory_total; /* capacity aliyun.com/gpu-mem; 0: not a GPU-sharing node */
     uint32_t gpu_count;        /* GPUs described (<= POOL_MAX_GPUS) */
     uint64_t gpu_memory[POOL_MAX_GPUS];
-    uint32_t unhealthy;         /* bit i: the gpupool.io/gpus annotation says unhealthy */
-    char model[POOL_MODEL_LEN]; /* "" when unknown */
-    bool from_annotation;       /* per-GPU values came from gpupool.io/gpus */
-    char warning[160];          /* non-empty: something was ignored (bad annotation, >16 GPUs) */
+    uint32_t gpu_cores[POOL_MAX_GPUS]; /* percent; POOL_GPU_CORES_PER_GPU unless the
+                                        * gpupool.io/gpus annotation says otherwise */
+    uint32_t unhealthy;                /* bit i: the gpupool.io/gpus annotation says unhealthy */
+    char model[POOL_MODEL_LEN];        /* "" when unknown */
+    bool from_annotation;              /* per-GPU values came from gpupool.io/gpus */
+    char warning[160]; /* non-empty: something was ignored (bad annotation, >16 GPUs) */
 };
 
 /* Reads a node: allocatable CPU and memory, capacity aliyun.com/gpu-mem and

@@ -10,7 +10,7 @@
 static const char *entry_defect(const json_t *gpu, size_t n, const unsigned char *seen)
 {
     json_t *index = json_object_get(gpu, "index"), *mem = json_object_get(gpu, "memory");
-    json_t *healthy = json_object_get(gpu, "healthy");
+    json_t *healthy = json_object_get(gpu, "healthy"), *cores = json_object_get(gpu, "cores");
     json_int_t x = json_integer_value(index);
     if (!json_is_integer(index) || x < 0 || x >= (json_int_t)n || seen[x])
         return "bad or repeated index";
@@ -18,6 +18,9 @@ static const char *entry_defect(const json_t *gpu, size_t n, const unsigned char
         return "memory must be a non-negative integer";
     if (healthy && !json_is_boolean(healthy))
         return "healthy must be a boolean";
+    if (cores && (!json_is_integer(cores) || json_integer_value(cores) < 0 ||
+                  json_integer_value(cores) > POOL_GPU_CORES_PER_GPU))
+        return "cores must be an integer 0..100";
     return NULL;
 }
 
@@ -47,6 +50,9 @@ int poolapi_gpus_parse(const char *text, size_t max_gpus, struct poolapi_gpu **g
         out[x].index = (unsigned)x;
         out[x].memory = (uint64_t)json_integer_value(json_object_get(gpu, "memory"));
         out[x].healthy = !json_is_false(json_object_get(gpu, "healthy"));
+        json_t *cores = json_object_get(gpu, "cores");
+        out[x].has_cores = cores != NULL;
+        out[x].cores = cores ? (uint32_t)json_integer_value(cores) : POOL_GPU_CORES_PER_GPU;
         out[x].has_model = model != NULL;
         snprintf(out[x].model, sizeof out[x].model, "%s", model ? model : "");
     }
@@ -70,11 +76,18 @@ char *poolapi_gpus_format(const struct poolapi_gpu *gpus, size_t n)
     json_t *arr = json_array();
     if (arr == NULL)
         return NULL;
-    for (size_t g = 0; g < n; g++)
-        json_array_append_new(arr,
-                              json_pack("{s:I,s:I,s:s,s:b}", "index", (json_int_t)gpus[g].index,
-                                        "memory", (json_int_t)gpus[g].memory, "model",
-                                        gpus[g].model, "healthy", gpus[g].healthy));
+    for (size_t g = 0; g < n; g++) {
+        json_t *gpu = json_pack("{s:I,s:I,s:s,s:b}", "index", (json_int_t)gpus[g].index, "memory",
+                                (json_int_t)gpus[g].memory, "model", gpus[g].model, "healthy",
+                                gpus[g].healthy);
+        /* An entry short of its cores is dropped, and so reported below. */
+        if (gpu && gpus[g].has_cores &&
+            json_object_set_new(gpu, "cores", json_integer((json_int_t)gpus[g].cores)) < 0) {
+            json_decref(gpu);
+            gpu = NULL;
+        }
+        json_array_append_new(arr, gpu);
+    }
     /* An entry json_pack could not build is missing: report out of memory. */
     char *text = json_array_size(arr) == n ? json_dumps(arr, JSON_COMPACT) : NULL;
     json_decref(arr);

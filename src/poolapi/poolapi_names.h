@@ -18,6 +18,11 @@
     "aliyun.com/gpu-count"                   /* node: its GPUs; pod: GPUs to split gpu-mem over */
 #define POOL_RES_NVIDIA_GPU "nvidia.com/gpu" /* whole GPUs (the NVIDIA-compatible mode) */
 #define POOL_RES_NVIDIA_PREFIX "nvidia.com/" /* every whole-GPU / MIG / replica resource */
+/* Compute share: integer percent of one GPU, asked beside gpu-mem and
+ * given on each of the pod's GPUs (HAMi's nvidia.com/gpucores semantics).
+ * The extender books it per GPU so the shares on a GPU never pass 100. */
+#define POOL_RES_GPU_CORES "gpupool.io/gpu-cores"
+#define POOL_GPU_CORES_PER_GPU 100 /* a whole GPU; a GPU's capacity unless gpupool.io/gpus says */
 
 /* ---- gpushare's pod annotations: written by the extender at bind
  * (ASSIGNED "false"), ASSIGNED set "true" by the device plugin ---- */
@@ -57,9 +62,24 @@
 #define POOL_ENV_MEM_LIMIT_PREFIX POOL_ENV_MEM_LIMIT "_"
 /* The path prefix of the per-GPU shared regions ("<prefix>.<GPU-UUID>"). */
 #define POOL_ENV_SHARED_CACHE "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-/* Reserved for compute limits (HAMi-core's name); nothing writes or reads
- * it yet. */
+/* Compute limits (HAMi-core's names, docs/compute.md): percent of the GPU's
+ * busy time the container may use, for every GPU or for one ordinal (as
+ * the CONTAINER numbers it, like POOL_ENV_MEM_LIMIT_PREFIX). 0 or 100: none.
+ * The plugin writes the container's gpupool.io/gpu-cores in gpu-mem mode. */
 #define POOL_ENV_SM_LIMIT "CUDA_DEVICE_SM_LIMIT"
+#define POOL_ENV_SM_LIMIT_PREFIX POOL_ENV_SM_LIMIT "_"
+/* The container's priority on a shared GPU (HAMi-core's name): 0 high, 1
+ * normal (the default). Normal containers yield to a high one while it
+ * uses the GPU; needs POOL_ENV_PRIORITY_DIR. */
+#define POOL_ENV_TASK_PRIORITY "CUDA_TASK_PRIORITY"
+/* The node-wide directory, shared by every container on the node, with one
+ * file per GPU ("<dir>/<GPU-UUID>") where high-priority containers say they
+ * are busy. The node agent mounts the host's POOL_NODE_PRIORITY_DIR there
+ * read-write, at POOL_CONTAINER_PRIORITY_DIR, in every container that
+ * shares a GPU, and sets this variable to it. Unset: priority is off. */
+#define POOL_ENV_PRIORITY_DIR "GPUPOOL_PRIORITY_DIR"
+#define POOL_CONTAINER_PRIORITY_DIR "/run/gpupool-priority"
+#define POOL_NODE_PRIORITY_DIR "/var/run/gpupool/priority"
 /* Where the plugin's mounts put the library, the preload list naming it,
  * and the container's read-write region directory. */
 #define POOL_CONTAINER_LIBRARY "/usr/local/gpupool/libgpupool-cuda.so"

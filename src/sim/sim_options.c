@@ -11,6 +11,7 @@
 #include "errmsg.h"
 #include "options.h"
 #include "replay.h"
+#include "trace.h"
 
 #ifndef GP_VERSION
 #define GP_VERSION "unknown"
@@ -99,6 +100,13 @@ static const struct option_value policy_values[] = {
     {.name = NULL},
 };
 
+static const struct option_value cores_values[] = {
+    {.name = "milli", .value = SIM_CORES_MILLI},
+    {.name = "off", .value = SIM_CORES_OFF},
+    {.name = "skew", .value = SIM_CORES_SKEW},
+    {.name = NULL},
+};
+
 static const struct option_value output_values[] = {
     {.name = "text", .value = SIM_OUTPUT_TEXT},
     {.name = "json", .value = SIM_OUTPUT_JSON},
@@ -149,6 +157,14 @@ static const struct option_spec specs[] = {
      .min = 1,
      .max = SIM_MAX_JOBS,
      .help = "replays run in parallel threads (the output is in seed order all the same)"},
+    {.flag = "gpu-cores",
+     .type = OPT_ENUM,
+     .offset = FIELD(cores),
+     .def = "milli",
+     .values = cores_values,
+     .help = "the second per-GPU dimension, cores (100 per GPU): milli (a share asks "
+             "ceil(gpu_milli / 10)), off (none: one dimension), or skew (gpu_milli / 10 times a "
+             "factor in [0.5, 1.5) fixed per pod, so cores and units bind apart)"},
     {.flag = "output",
      .alias = {"o"},
      .type = OPT_ENUM,

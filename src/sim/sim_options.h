@@ -28,6 +28,7 @@ struct sim_options {
     int demand_percent;
     int jobs;
     int output; /* enum sim_output */
+    int cores;  /* enum sim_cores (trace.h) */
 };
 
 enum sim_output { SIM_OUTPUT_TEXT, SIM_OUTPUT_JSON };

@@ -48,6 +48,48 @@ uint64_t sim_trace_capacity_milli(const struct sim_trace *trace)
     return sum;
 }
 
+/* Percent of a GPU in milli-GPU, rounded up: a share never asks fewer
+ * cores than its fraction. */
+static uint32_t cores_of_milli(uint64_t milli)
+{
+    uint64_t cores = (milli * SIM_CORES_PER_GPU + SIM_MILLI_PER_GPU - 1) / SIM_MILLI_PER_GPU;
+    return cores > SIM_CORES_PER_GPU ? SIM_CORES_PER_GPU : (uint32_t)cores;
+}
+
+/* A fixed pseudo-random factor in [0.5, 1.5) for pod row i (splitmix64 of
+ * the row, so the same pod has the same factor in every replay). */
+static double skew_factor(size_t i)
+{
+    uint64_t z = (uint64_t)i * UINT64_C(0x9e3779b97f4a7c15) + UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    z ^= z >> 31;
+    return 0.5 + (double)(z >> 11) / 9007199254740992.0; /* 2^53 */
+}
+
+void sim_trace_set_cores(struct sim_trace *trace, enum sim_cores mode)
+{
+    for (size_t i = 0; i < trace->pod_count; i++) {
+        struct placement_request *req = &trace->pods[i].req;
+        if (req->gpu_count == 0 || req->whole) {
+            req->cores = 0;
+            continue;
+        }
+        if (mode == SIM_CORES_OFF) {
+            req->cores = 0;
+        } else if (mode == SIM_CORES_SKEW) {
+            double cores =
+                (double)req->units * skew_factor(i) * SIM_CORES_PER_GPU / SIM_MILLI_PER_GPU;
+            uint64_t rounded = (uint64_t)(cores + 0.5);
+            req->cores = rounded < 1                   ? 1
+                         : rounded > SIM_CORES_PER_GPU ? SIM_CORES_PER_GPU
+                                                       : (uint32_t)rounded;
+        } else {
+            req->cores = cores_of_milli(req->units);
+        }
+    }
+}
+
 /* ---- line reading and splitting ----------------------------------------- */
 
 struct csv_reader {
@@ -197,8 +239,10 @@ static int parse_node(struct csv_reader *r, struct placement_ctx *models,
     node->cpu_allocatable = cpu;
     node->memory_allocatable = memory;
     node->gpu_count = (uint32_t)gpus;
-    for (uint32_t g = 0; g < node->gpu_count; g++)
+    for (uint32_t g = 0; g < node->gpu_count; g++) {
         node->gpu_total[g] = SIM_MILLI_PER_GPU;
+        node->cores_total[g] = SIM_CORES_PER_GPU;
+    }
     node->model = PLACEMENT_MODEL_NONE;
     if (r->fields[4][0] != '\0') {
         node->model = placement_model_id(models, r->fields[4]);
@@ -316,6 +360,7 @@ static int parse_pod(struct csv_reader *r, size_t columns, struct placement_ctx 
         if (gpu_milli == 0)
             return csv_error(r, "gpu_milli is 0 for a GPU pod (num_gpu is 1)");
         req->units = gpu_milli;
+        req->cores = cores_of_milli(gpu_milli);
         pod->demand_milli = gpu_milli;
     } else {
         req->whole = true;

@@ -12,6 +12,16 @@
  * gpu_spec `A|B` allows only those GPU models. GPU demand, the replay's
  * yardstick, is num_gpu * 1000 for whole GPUs and gpu_milli for shares.
  *
+ * Cores, the engine's second per-GPU dimension: every GPU has 100, and a
+ * share asks ceil(gpu_milli / 10) of them -- gpu_milli is the trace's only
+ * GPU quantity and a compute fraction (FGD), so on openb both dimensions
+ * carry it (SIM_CORES_MILLI, what the loaders set). sim_trace_set_cores()
+ * can drop them (SIM_CORES_OFF: the one-dimensional replay) or decouple
+ * them from the units (SIM_CORES_SKEW: each share's cores are its
+ * gpu_milli / 10 times a factor in [0.5, 1.5) fixed per pod row, so that
+ * some pods are short of cores and others of units, as pods whose memory
+ * and compute shares differ are).
+ *
  * The trace owns everything it points to; sim_trace_free() releases it.
  * Errors are reported as `file:line: what`. */
 #ifndef GP_SIM_TRACE_H
@@ -24,6 +34,7 @@
 #include "compiler.h"
 
 #define SIM_MILLI_PER_GPU 1000
+#define SIM_CORES_PER_GPU 100
 
 struct sim_pod {
     struct placement_request req;
@@ -50,5 +61,16 @@ int sim_load_pods(struct sim_trace *trace, const char *path, char *err, size_t e
 
 /* Sum of every node's GPU capacity, milli-GPU. */
 uint64_t sim_trace_capacity_milli(const struct sim_trace *trace);
+
+enum sim_cores {
+    SIM_CORES_MILLI = 0, /* cores = ceil(gpu_milli / 10): the default */
+    SIM_CORES_OFF,       /* no share asks cores */
+    SIM_CORES_SKEW,      /* cores decoupled from units, see above */
+};
+
+/* Sets every share pod's cores by `mode` (whole GPUs take all cores
+ * whatever the mode). Deterministic: the skew factor depends only on the
+ * pod's row. */
+void sim_trace_set_cores(struct sim_trace *trace, enum sim_cores mode);
 
 #endif

@@ -37,6 +37,7 @@
 #include "fakecuda_api.h"
 #include "fakecuda_phys.h"
 #include "fakecuda_size.h"
+#include "fakecuda_timeline.h"
 
 /* FAKECUDA_PROCADDR_DISTINCT's second entry points are one-jump assembly
  * stubs (any signature, arguments untouched): x86-64 and AArch64 only. */
@@ -167,6 +168,10 @@
     XX(cuStreamSynchronize_ptsz)       \
     XX(cuLaunchKernel)                 \
     XX(cuLaunchKernel_ptsz)            \
+    XX(cuLaunchKernelEx)               \
+    XX(cuLaunchKernelEx_ptsz)          \
+    XX(cuLaunchCooperativeKernel)      \
+    XX(cuLaunchCooperativeKernel_ptsz) \
     XX(cuGraphAddKernelNode)           \
     XX(cuGraphAddKernelNode_v2)
 
@@ -296,6 +301,7 @@ static struct {
     bool pool_retain;    /* FAKECUDA_POOL_RETAIN: pools keep freed memory until sync/trim */
     struct fc_obj pools; /* list head: every live or draining pool */
     struct fc_phys phys; /* its file; a slot once initialised (again after a fork) */
+    struct fc_tl tl;     /* FAKECUDA_TIMELINE: the device time shared with other processes */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local struct fc_ctx *tls_ctx;
@@ -540,6 +546,7 @@ __attribute__((constructor)) static void fc_load(void)
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     const char *distinct = getenv("FAKECUDA_PROCADDR_DISTINCT");
     const char *retain = getenv("FAKECUDA_POOL_RETAIN");
+    const char *timeline = getenv("FAKECUDA_TIMELINE");
     if (devs)
         g.broken = parse_devices(devs);
     else {
@@ -556,6 +563,9 @@ __attribute__((constructor)) static void fc_load(void)
     if (!g.broken && retain && strcmp(retain, "0") != 0 && strcmp(retain, "1") != 0)
         g.broken = "FAKECUDA_POOL_RETAIN is neither 0 nor 1";
     g.pool_retain = retain && strcmp(retain, "1") == 0;
+    static char tl_why[600];
+    if (!g.broken && timeline && fc_tl_open(&g.tl, timeline, tl_why, sizeof(tl_why)) != 0)
+        g.broken = tl_why;
 #ifndef FC_HAVE_DISTINCT
     if (!g.broken && g.distinct)
         g.broken = "FAKECUDA_PROCADDR_DISTINCT is not supported on this architecture";
@@ -1715,6 +1725,7 @@ static CUresult stream_sync(enum fc_ep ep, CUstream s)
     pthread_mutex_lock(&g.lock);
     pools_sync();
     pthread_mutex_unlock(&g.lock);
+    fc_tl_sync(&g.tl);
     return CUDA_SUCCESS;
 }
 
@@ -1737,6 +1748,7 @@ static CUresult fc_cuCtxSynchronize(void)
     pthread_mutex_lock(&g.lock);
     pools_sync();
     pthread_mutex_unlock(&g.lock);
+    fc_tl_sync(&g.tl);
     return CUDA_SUCCESS;
 }
 
@@ -2790,7 +2802,18 @@ static CUresult graph_launch(enum fc_ep ep, CUgraphExec hGraphExec, CUstream hSt
         p->gmem = true;
         g.dev[op->dev].gused += op->size;
     }
+    /* The kernel nodes run back to back on the device, as one piece of work
+     * (size: a kernel node's blocks). */
+    uint64_t kernels = 0, ns = 0;
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < exec->nnodes; i++)
+        if (exec->ops[i].type == CU_GRAPH_NODE_TYPE_KERNEL) {
+            kernels++;
+            ns += fc_tl_kernel_ns(&g.tl, exec->ops[i].size);
+        }
+    const char *uuid = g.dev[c->dev].uuid;
     pthread_mutex_unlock(&g.lock);
+    if (rc == CUDA_SUCCESS)
+        fc_tl_launch(&g.tl, uuid, kernels, ns);
     return rc;
 }
 
@@ -2980,14 +3003,36 @@ static CUresult fc_cuGraphDestroy(CUgraph hGraph)
 
 /* --- launches and kernel nodes (stubs) --------------------------------------- */
 
-/* A no-op: benches time the call itself. */
+/* A launch: on a capturing stream, a kernel node of the graph (its blocks
+ * kept as the node's size); else, with FAKECUDA_TIMELINE, the device's time
+ * for one kernel; else nothing (benches time the call itself). */
+static CUresult launch(enum fc_ep ep, CUstream s, unsigned gx, unsigned gy, unsigned gz)
+{
+    CUresult rc = enter(ep, true);
+    struct fc_ctx *c;
+    if (rc != CUDA_SUCCESS || g.tl.f == NULL)
+        return rc; /* without a timeline, the no-op of old: no lock, no lookup */
+    if ((rc = stream_ctx(s, &c)) != CUDA_SUCCESS)
+        return rc;
+    uint64_t blocks = (uint64_t)gx * gy * gz;
+    pthread_mutex_lock(&g.lock);
+    struct fc_obj *graph = capture_of(s);
+    if (graph)
+        rc = graph_add_node(graph, CU_GRAPH_NODE_TYPE_KERNEL, c->dev, 0, blocks);
+    const char *uuid = g.dev[c->dev].uuid;
+    pthread_mutex_unlock(&g.lock);
+    if (!graph)
+        fc_tl_launch(&g.tl, uuid, 1, fc_tl_kernel_ns(&g.tl, blocks));
+    return rc;
+}
+
 static CUresult fc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                   unsigned int gridDimZ, unsigned int blockDimX,
                                   unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream,
                                   void **kernelParams, void **extra)
 {
-    return enter(EP_cuLaunchKernel, true);
+    return launch(EP_cuLaunchKernel, hStream, gridDimX, gridDimY, gridDimZ);
 }
 
 static CUresult fc_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -2996,7 +3041,48 @@ static CUresult fc_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsi
                                        unsigned int sharedMemBytes, CUstream hStream,
                                        void **kernelParams, void **extra)
 {
-    return enter(EP_cuLaunchKernel_ptsz, true);
+    return launch(EP_cuLaunchKernel_ptsz, hStream, gridDimX, gridDimY, gridDimZ);
+}
+
+static CUresult launch_ex(enum fc_ep ep, const CUlaunchConfig *config)
+{
+    CUresult rc = enter(ep, true);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!config)
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(ep, config->hStream, config->gridDimX, config->gridDimY, config->gridDimZ);
+}
+
+static CUresult fc_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                    void **extra)
+{
+    return launch_ex(EP_cuLaunchKernelEx, config);
+}
+
+static CUresult fc_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                         void **kernelParams, void **extra)
+{
+    return launch_ex(EP_cuLaunchKernelEx_ptsz, config);
+}
+
+static CUresult fc_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                             unsigned int gridDimY, unsigned int gridDimZ,
+                                             unsigned int blockDimX, unsigned int blockDimY,
+                                             unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                             CUstream hStream, void **kernelParams)
+{
+    return launch(EP_cuLaunchCooperativeKernel, hStream, gridDimX, gridDimY, gridDimZ);
+}
+
+static CUresult fc_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                                  unsigned int gridDimY, unsigned int gridDimZ,
+                                                  unsigned int blockDimX, unsigned int blockDimY,
+                                                  unsigned int blockDimZ,
+                                                  unsigned int sharedMemBytes, CUstream hStream,
+                                                  void **kernelParams)
+{
+    return launch(EP_cuLaunchCooperativeKernel_ptsz, hStream, gridDimX, gridDimY, gridDimZ);
 }
 
 /* The two ABIs answer with different node values (FAKECUDA_GRAPH_NODE_V1/V2). */
@@ -3144,6 +3230,9 @@ static const struct fc_proc procs[] = {
     {"cuStreamDestroy", 4000, FC_FN(cuStreamDestroy_v2), NULL},
     {"cuStreamSynchronize", 2000, FC_FN(cuStreamSynchronize), FC_FN(cuStreamSynchronize_ptsz)},
     {"cuLaunchKernel", 4000, FC_FN(cuLaunchKernel), FC_FN(cuLaunchKernel_ptsz)},
+    {"cuLaunchKernelEx", 11060, FC_FN(cuLaunchKernelEx), FC_FN(cuLaunchKernelEx_ptsz)},
+    {"cuLaunchCooperativeKernel", 9000, FC_FN(cuLaunchCooperativeKernel),
+     FC_FN(cuLaunchCooperativeKernel_ptsz)},
     {"cuGraphAddKernelNode", 10000, FC_FN(cuGraphAddKernelNode), NULL},
     {"cuGraphAddKernelNode", 12000, FC_FN(cuGraphAddKernelNode_v2), NULL},
 };

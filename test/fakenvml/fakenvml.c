@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fakecuda_timeline.h"
 #include "nvml_abi.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -1409,17 +1410,81 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
     return running_processes("nvmlDeviceGetComputeRunningProcesses", device, count, infos);
 }
 
+/* FAKECUDA_TIMELINE: the fake driver's simulated device, whose per-process
+ * busy time the utilisation samples report (mapped at the first question). */
+static struct fc_tl timeline;
+static int timeline_state; /* 0 not looked at, 1 mapped, -1 none */
+
+static bool timeline_serves(const struct fake_gpu *gpu)
+{
+    if (timeline_state == 0) {
+        const char *path = getenv("FAKECUDA_TIMELINE");
+        char why[600];
+        timeline_state = -1;
+        if (path != NULL && *path != '\0') {
+            if (fc_tl_open(&timeline, path, why, sizeof why) == 0)
+                timeline_state = 1;
+            else
+                fprintf(stderr, "fakenvml: FAKECUDA_TIMELINE: %s\n", why);
+        }
+    }
+    return timeline_state == 1 &&
+           (timeline.f->uuid[0] == '\0' || strcmp(timeline.f->uuid, gpu->uuid) == 0);
+}
+
+/* One sample per process that ran on the timeline after lastSeen (CPU time
+ * in microseconds, as the driver stamps them): smUtil is the percent of the
+ * time since lastSeen (at most a second back) its kernels ran, rounded. */
+static nvmlReturn_t timeline_samples(nvmlProcessUtilizationSample_t *samples, unsigned int *count,
+                                     unsigned long long last_seen)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now_us =
+        (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull;
+    uint64_t now = fc_tl_now();
+    unsigned long long span_us =
+        last_seen != 0 && last_seen < now_us ? now_us - last_seen : 1000000;
+    if (span_us > 1000000)
+        span_us = 1000000;
+    if (span_us == 0)
+        span_us = 1;
+    uint64_t from = now - span_us * 1000ull;
+    unsigned room = *count, n = 0;
+    for (unsigned i = 0; i < FC_TL_PROCS; i++) {
+        const struct fc_tl_proc *p = &timeline.f->procs[i];
+        if (p->pid == 0 || p->tail_ns <= from)
+            continue;
+        uint64_t busy = fc_tl_busy_within(p, from, now);
+        if (n < room && samples != NULL)
+            samples[n] = (nvmlProcessUtilizationSample_t){
+                (unsigned)p->pid,
+                now_us,
+                (unsigned)((busy * 100 + span_us * 500) / (span_us * 1000)),
+                0,
+                0,
+                0};
+        n++;
+    }
+    *count = n;
+    if (samples == NULL || room < n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    return n == 0 ? NVML_ERROR_NOT_FOUND : NVML_SUCCESS;
+}
+
 /* Samples newer than lastSeen: the fake's samples are always "now", so
- * every process with a sample is returned; NULL samples = the count. */
+ * every process with a sample is returned; NULL samples = the count. With
+ * FAKECUDA_TIMELINE, the timeline's processes instead. */
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                                     nvmlProcessUtilizationSample_t *samples,
                                                     unsigned int *count,
                                                     unsigned long long lastSeen)
 {
-    (void)lastSeen;
     lock();
     nvmlReturn_t rc = enter_telemetry("nvmlDeviceGetProcessUtilization", device, count);
-    if (rc == NVML_SUCCESS) {
+    if (rc == NVML_SUCCESS && timeline_serves(device->gpu)) {
+        rc = timeline_samples(samples, count, lastSeen);
+    } else if (rc == NVML_SUCCESS) {
         const struct fake_gpu *gpu = device->gpu;
         unsigned room = *count;
         *count = (unsigned)gpu->process_count;

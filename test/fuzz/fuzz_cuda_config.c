@@ -2,8 +2,9 @@
  * on an environment made of the input's lines ("NAME=value"), then
  * cudacfg_limit() and cudacfg_container_limit() for a few ordinals (with
  * CUDA_VISIBLE_DEVICES, the first must never exceed what the second gives
- * some ordinal), and cudacfg_parse_size() on every
- * line's value. Seeds: corpus/cuda_config/. */
+ * some ordinal), cudacfg_sm_limit() for every ordinal (a percent 1..99 or
+ * 0, nothing unless ON), and cudacfg_parse_size() on every line's value.
+ * Seeds: corpus/cuda_config/. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,6 +55,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (limit > most || (limit == 0 && ordinal >= 0 && !unlimited && cfg.visible_count >= 0))
             abort(); /* a process ordinal gets some container ordinal's limit, or the smallest */
+    }
+    for (int ordinal = -1; ordinal <= CUDACFG_MAX_DEVICES; ordinal++) {
+        int sm = cudacfg_sm_limit(&cfg, ordinal);
+        if (sm < 0 || sm > 99 || (cfg.state != CUDACFG_ON && sm != 0))
+            abort(); /* contract: a percent to enforce, 0 for none */
     }
     for (size_t i = 0; i < n; i++) {
         const char *eq = strchr(env[i], '=');

@@ -272,6 +272,30 @@ def test_details_view_lists_pods(kubeconfig):
     assert split == ["ml", "split", "0,1", "8", "GiB", "(4+4)"]
 
 
+def test_cores_booked_per_gpu(api, kubeconfig):
+    """gpupool.io/gpu-cores: booked on each GPU of the pod beside its memory; the details
+    table gains a CORES column only on a node where some pod books cores."""
+    api.put_object("pods", pod("ml", "fast", "gpu-a", 2, "0", limits={"gpupool.io/gpu-cores": "30"}))
+    api.put_object("pods", pod("ml", "pair", "gpu-b", 4, "0,1",
+                               limits={"gpupool.io/gpu-cores": "20"}))
+    doc = json.loads(run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig).stdout)
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert [g["cores"] for g in nodes["gpu-a"]["gpus"]] == [{"booked": 30, "total": 100},
+                                                            {"booked": 0, "total": 100}]
+    assert [g["cores"]["booked"] for g in nodes["gpu-b"]["gpus"]] == [20, 20]
+    assert [g["cores"]["booked"] for g in nodes["gpu-c"]["gpus"]] == [0]
+    proc = run(GPUPOOL, ["inspect", "gpu-a", "-d"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = [l for l in lines if l.split()[:2] == ["GPU", "MODEL"]][0]
+    assert head.split() == ["GPU", "MODEL", "MEMORY(ALLOCATED/TOTAL)", "CORES(BOOKED/TOTAL)",
+                            "PODS", "HEALTH"]
+    row0 = [l for l in lines if l.startswith("0 ")][0].split()
+    assert row0[5] == "30/100", row0
+    proc = run(GPUPOOL, ["inspect", "gpu-c", "-d"], kubeconfig)
+    assert "CORES" not in proc.stdout
+
+
 def bulk_nodes(api, count):
     template = node("x", "10.1.0.1", 64, 8)
     del template["metadata"]["name"]

@@ -128,7 +128,8 @@ def check_v1(cfg):
     assert ext["urlPrefix"].endswith("/gpupool-scheduler")
     managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
     # kube-scheduler's own fit must keep checking the totals the kubelet admits against.
-    assert managed == {"aliyun.com/gpu-mem": False, "aliyun.com/gpu-count": False}
+    assert managed == {"aliyun.com/gpu-mem": False, "aliyun.com/gpu-count": False,
+                       "gpupool.io/gpu-cores": False}
     # bind makes two API calls of up to 10 s (--api-timeout): the timeout must cover both.
     assert DURATION.match(ext["httpTimeout"]) and ext["httpTimeout"] == "30s"
     return ext

@@ -536,7 +536,9 @@ def test_inspect_matches_gpushare_shape(api, started):
     assert status == 200 and "error" not in view
     n1 = [n for n in view["nodes"] if n["name"] == "n1"][0]
     assert (n1["totalGPU"], n1["usedGPU"]) == (32, 10)
-    assert n1["devs"][0]["pods"] == [{"name": "old", "namespace": "default", "usedGPU": 10}]
+    assert n1["devs"][0]["pods"] == [{"name": "old", "namespace": "default", "usedGPU": 10,
+                                      "usedCores": 0}]
+    assert (n1["devs"][0]["totalCores"], n1["devs"][0]["usedCores"]) == (100, 0)
     assert {n["name"] for n in view["nodes"]} == {"n1", "n2"}
     status, text = ext.request("GET", "/inspect/nope")
     assert status == 404 and json.loads(text)["error"]

@@ -79,6 +79,8 @@ def expected_totals(expected):
         "memory_free": sum(free), "memory_free_fragmented": fragmented,
         "gpu_pods": len(shares), "fragmentation_threshold": threshold,
         "fragmentation_percent": 100.0 * fragmented / sum(free) if sum(free) else 0.0,
+        # no pod here asks gpupool.io/gpu-cores: 100 per GPU, none booked
+        "cores_total": 100 * len(gpus), "cores_used": 0,
     }
 
 
@@ -122,10 +124,11 @@ def as_expected(view):
     """pool.json reduced to the EXPECTED shape."""
     out = {}
     for n in view["nodes"]:
-        # Each GPU (index = position) is [total, used, healthy, [[namespace, name, amount], ...]].
+        # Each GPU (index = position) is [total, used, healthy, [[namespace, name, amount,
+        # cores], ...], cores_total, cores_used]; cores are test_extender_cores.py's.
         out[n["name"]] = (n["model"], [
-            (total, used, healthy, {ns + "/" + name: amount for ns, name, amount in pods})
-            for total, used, healthy, pods in n["gpus"]])
+            (g[0], g[1], g[2], {p[0] + "/" + p[1]: p[2] for p in g[3]})
+            for g in n["gpus"]])
     return out
 
 

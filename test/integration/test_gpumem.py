@@ -137,6 +137,10 @@ def test_units_per_gpu_and_node_publishing(gpumem, api, kubelet):
     assert [g["memory"] for g in gpus] == [16, 16, 40, 40]
     assert gpus[0]["model"] == "Tesla-V100-SXM2-16GB" and gpus[2]["model"] == "NVIDIA-A100-SXM4-40GB"
     assert all(g["healthy"] for g in gpus)
+    # compute shares: 100 per GPU, advertised beside the count and per GPU
+    assert node["status"]["capacity"]["gpupool.io/gpu-cores"] == "400"
+    assert node["status"]["allocatable"]["gpupool.io/gpu-cores"] == "400"
+    assert [g["cores"] for g in gpus] == [100, 100, 100, 100]
 
 
 def test_xid_marks_exactly_that_gpu_and_is_published(gpumem, api, kubelet):
@@ -219,6 +223,22 @@ def test_equal_pods_admitted_against_assume_order(gpumem, api):
     assert envs(ra)["ALIYUN_COM_GPU_MEM_POD"] == "4" and envs(ra)["ALIYUN_COM_GPU_MEM_CONTAINER"] == "4"
     wait_annotation(api, "a", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true")
     wait_annotation(api, "b", "ALIYUN_COM_GPU_MEM_ASSIGNED", "true")
+
+
+def test_gpu_cores_become_the_containers_sm_limit(gpumem, api):
+    """A container asking gpupool.io/gpu-cores gets CUDA_DEVICE_SM_LIMIT = its own request
+    (requests before limits, as the scheduler counts it); one asking none gets no limit."""
+    p, k = gpumem()
+    pod = make_pod("c", containers=[("a", 2), ("b", 2), ("m", 2)], idx=1)
+    res = [c["resources"] for c in pod["spec"]["containers"]]
+    res[0]["limits"]["gpupool.io/gpu-cores"] = "30"
+    res[1]["requests"] = {"gpupool.io/gpu-cores": "25"}
+    res[1]["limits"]["gpupool.io/gpu-cores"] = "25"
+    create(api, pod)
+    results = k.admit("default", "c")
+    got = {name: envs(r).get("CUDA_DEVICE_SM_LIMIT") for name, _, r in results}
+    assert got == {"a": "30", "b": "25", "m": None}, got
+    assert all(envs(r)["ALIYUN_COM_GPU_MEM_IDX"] == "1" for _, _, r in results)
 
 
 def test_many_equal_pods_in_random_admission_order(gpumem, api):

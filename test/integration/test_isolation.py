@@ -143,6 +143,15 @@ def test_no_limit_is_pure_pass_through(probe):
     assert not [f for f in os.listdir(probe.tmp) if f.startswith("region")]
 
 
+def test_a_compute_limit_alone_limits_no_memory(probe):
+    """CUDA_DEVICE_SM_LIMIT without a memory limit (docs/compute.md): the whole GPU's
+    memory, no memory region made."""
+    r = probe.run("init info total fill 1g", limit=None, CUDA_DEVICE_SM_LIMIT=30)
+    assert r.value("info", "total") == 16 * GiB
+    assert r.value("fill", "bytes") == 16 * GiB
+    assert not [f for f in os.listdir(probe.tmp) if f.startswith("region")]
+
+
 @pytest.mark.parametrize("via", VIAS)
 def test_limit_exact_to_the_byte_on_every_way_in(probe, via):
     limit = 4 * GiB + 12345
@@ -280,7 +289,8 @@ def test_get_proc_address_honours_the_callers_version(probe):
                   "procaddr cuMemAllocAsync 12040 2 procaddr cuMemAllocAsync 11000 "
                   "procaddr cuGraphAddKernelNode 11080 procaddr cuGraphAddKernelNode 12000 "
                   "procaddr cuGetProcAddress 12040 procaddr cuGetProcAddress 11080 "
-                  "procaddr cuLaunchKernel 12040 procaddr cuNoSuchThing 12040 "
+                  "procaddr cuStreamSynchronize 12040 procaddr cuNoSuchThing 12040 "
+                  "procaddr cuLaunchKernel 12040 "
                   "graph-node 11080 graph-node 12000")
     pa = [l for l in r.lines if l[0] == "procaddr"]
     lib = lambda l: [t for t in l if t.startswith("lib=")][0]
@@ -297,6 +307,8 @@ def test_get_proc_address_honours_the_callers_version(probe):
     assert lib(pa[7]) == "lib=libgpupool-cuda.so" and sym(pa[7]) == "sym=cuGetProcAddress"
     assert lib(pa[8]) == "lib=libcuda.so.1"  # not ours: untouched, no cost
     assert pa[9][1] == "CUDA_ERROR_NOT_FOUND"
+    # Launches are interposed (the compute limit, docs/compute.md).
+    assert lib(pa[10]) == "lib=libgpupool-cuda.so" and sym(pa[10]) == "sym=cuLaunchKernel"
     ref = probe.run("init graph-node 11080 graph-node 12000", preload=False)
     assert [l for l in r.lines if l[0] == "graph-node"] == \
         [l for l in ref.lines if l[0] == "graph-node"]

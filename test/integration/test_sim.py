@@ -160,6 +160,7 @@ def test_bad_csv(tmp_path, nodes_text, pods_text, where, what):
     (["--demand", "0"], 'invalid value "0" for --demand: want an integer from 1 to 10000'),
     (["--jobs", "65"], 'invalid value "65" for --jobs'),
     (["--bogus"], "unknown flag: --bogus (see --help)"),
+    (["--gpu-cores", "on"], 'invalid value "on" for --gpu-cores: want milli, off or skew'),
     (["extra"], 'unexpected argument "extra"'),
 ])
 def test_bad_flags(trace, args, what):
@@ -182,7 +183,7 @@ def test_missing_inputs_help_and_version(tmp_path):
     r = run_sim("--help")
     assert r.returncode == 0 and r.stdout.startswith("Usage: gpupool-sim [options]")
     for flag in ("--nodes", "--pods", "--policy", "--seed", "--seeds", "--demand", "--jobs",
-                 "--output value, -o value", "--help, -h", "--version"):
+                 "--gpu-cores", "--output value, -o value", "--help, -h", "--version"):
         assert "  " + flag in r.stdout, r.stdout
     assert "environment" not in r.stdout  # it reads no variable
     r = run_sim("-h")
@@ -191,6 +192,20 @@ def test_missing_inputs_help_and_version(tmp_path):
     assert r.returncode == 0
     assert re.fullmatch(r"gpupool-sim version \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}|unknown)\)\n",
                         r.stdout), r.stdout
+
+
+def test_gpu_cores_modes(trace):
+    """Cores that follow gpu_milli (the default) change nothing against one dimension (off),
+    seed by seed; skewed cores replay too (test_sim.c checks they are never over-booked)."""
+    nodes, pods = trace
+    out = {}
+    for mode in ("milli", "off", "skew"):
+        r = run_sim("--nodes", nodes, "--pods", pods, "--seeds", "1..4", "--gpu-cores", mode,
+                    "-o", "json")
+        assert r.returncode == 0, r.stderr
+        out[mode], _ = json_lines(r.stdout)
+    assert out["milli"] == out["off"]
+    assert all(0 < o["alloc_milli"] <= o["capacity_milli"] for o in out["skew"])
 
 
 OPENB = os.path.join(ROOT, "data", "openb")

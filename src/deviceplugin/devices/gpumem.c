@@ -239,5 +239,13 @@ int gpumem_container_edits(const struct edits_options *opts, enum pool_mem_unit 
         snprintf(err, errlen, "out of memory building the Allocate response");
         return -1;
     }
+    /* The compute share the scheduler booked for this container, on each
+     * of its GPUs, for libgpupool-cuda's throttle (HAMi-core's name). */
+    char cores[16];
+    snprintf(cores, sizeof cores, "%u", as->container_cores);
+    if (as->container_cores > 0 && container_edits_set_env(out, POOL_ENV_SM_LIMIT, cores) != 0) {
+        snprintf(err, errlen, "out of memory building the Allocate response");
+        return -1;
+    }
     return 0;
 }

@@ -52,6 +52,7 @@ struct gpumem_assignment {
     size_t gpus[POOL_MAX_GPUS];   /* inventory positions, in annotation order */
     char idx[POOL_MAX_GPUS * 4];  /* ALIYUN_COM_GPU_MEM_IDX as written: "1", "0,1" */
     unsigned long long pod_units; /* ALIYUN_COM_GPU_MEM_POD */
+    unsigned container_cores;     /* the container's gpupool.io/gpu-cores; 0: none asked */
 };
 
 /* Parses ALIYUN_COM_GPU_MEM_IDX ("1" or "0,1": GPU indices; the contract's
@@ -65,7 +66,8 @@ GP_MUST_USE int gpumem_parse_idx(const char *idx, const struct gpu_inventory *in
  * assigned GPUs (NVIDIA_VISIBLE_DEVICES by id_by_index, volume-mounts,
  * CDI, device nodes), plus gpushare's environment ALIYUN_COM_GPU_MEM_IDX,
  * _POD, _CONTAINER (container_units), _DEV (the first GPU's units of
- * `unit`). res is the gpu-mem resource built above. Adds to out. */
+ * `unit`), and CUDA_DEVICE_SM_LIMIT when the container asks gpu-cores.
+ * res is the gpu-mem resource built above. Adds to out. */
 GP_MUST_USE int gpumem_container_edits(const struct edits_options *opts, enum pool_mem_unit unit,
                                        const struct gpu_inventory *inv, const struct resource *res,
                                        const struct gpumem_assignment *as, size_t container_units,

@@ -221,13 +221,10 @@ int isolation_replica_key(const char *device_id, char *out, size_t len)
     return 0;
 }
 
-int isolation_container_dir(const char *dir, const char *key, char *path, size_t pathlen, char *err,
-                            size_t errlen)
+/* Creates the region directory `path` (an existing one is reused) with
+ * mode 0777 whatever the umask. */
+static int make_region_dir(const char *path, char *err, size_t errlen)
 {
-    if (snprintf(path, pathlen, "%s/%s/%s", dir, ISOLATION_CONTAINERS_NAME, key) >= (int)pathlen) {
-        snprintf(err, errlen, "region directory path too long under %s", dir);
-        return -1;
-    }
     struct stat st;
     if (mkdir(path, 0777) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create the container's region directory %s: %s", path,
@@ -249,6 +246,78 @@ int isolation_container_dir(const char *dir, const char *key, char *path, size_t
     if ((st.st_mode & 07777) != 0777 && chmod(path, 0777) != 0) {
         snprintf(err, errlen, "cannot make %s writable for every container user: %s", path,
                  strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int isolation_container_dir(const char *dir, const char *key, char *path, size_t pathlen, char *err,
+                            size_t errlen)
+{
+    if (snprintf(path, pathlen, "%s/%s/%s", dir, ISOLATION_CONTAINERS_NAME, key) >= (int)pathlen) {
+        snprintf(err, errlen, "region directory path too long under %s", dir);
+        return -1;
+    }
+    return make_region_dir(path, err, errlen);
+}
+
+/* A claim UID names one directory entry: [A-Za-z0-9-], not empty. */
+static bool valid_claim_uid(const char *uid)
+{
+    if (uid == NULL || uid[0] == '\0' || strlen(uid) >= ISOLATION_KEY_LEN)
+        return false;
+    for (const char *p = uid; *p != '\0'; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-'))
+            return false;
+    return true;
+}
+
+int isolation_claim_dir(const char *dir, const char *claim_uid, char *path, size_t pathlen,
+                        char *err, size_t errlen)
+{
+    if (!valid_claim_uid(claim_uid)) {
+        snprintf(err, errlen, "claim UID \"%.80s\" cannot name a region directory",
+                 claim_uid ? claim_uid : "");
+        return -1;
+    }
+    char claims[4096];
+    if (snprintf(claims, sizeof claims, "%s/%s", dir, ISOLATION_CLAIMS_NAME) >=
+            (int)sizeof claims ||
+        snprintf(path, pathlen, "%s/%s", claims, claim_uid) >= (int)pathlen) {
+        snprintf(err, errlen, "region directory path too long under %s", dir);
+        return -1;
+    }
+    if (make_dir(claims, 0755, err, errlen) != 0)
+        return -1;
+    return make_region_dir(path, err, errlen);
+}
+
+int isolation_remove_claim_dir(const char *dir, const char *claim_uid, char *err, size_t errlen)
+{
+    if (!valid_claim_uid(claim_uid)) {
+        snprintf(err, errlen, "claim UID \"%.80s\" cannot name a region directory",
+                 claim_uid ? claim_uid : "");
+        return -1;
+    }
+    char claims[4096];
+    if (snprintf(claims, sizeof claims, "%s/%s", dir, ISOLATION_CLAIMS_NAME) >=
+        (int)sizeof claims) {
+        snprintf(err, errlen, "region directory path too long under %s", dir);
+        return -1;
+    }
+    int fd = open(claims, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT)
+        return 0; /* never created: nothing to remove */
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", claims, strerror(errno));
+        return -1;
+    }
+    int rc = isolation_remove_tree(fd, claim_uid);
+    int saved = errno;
+    close(fd);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot remove %s/%s: %s", claims, claim_uid, strerror(saved));
         return -1;
     }
     return 0;

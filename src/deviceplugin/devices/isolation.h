@@ -5,7 +5,8 @@
  * region directory per container at Allocate, adds the three mounts and the
  * limit variables of the issue 15 contract to the container's edits, and
  * removes the directories of containers that are gone. The layout under
- * <dir>: libgpupool-cuda.so, ld.so.preload, containers/<key>. Keys are
+ * <dir>: libgpupool-cuda.so, ld.so.preload, containers/<key>, and
+ * claims/<claim-uid> for a DRA driver's claims. Keys are
  * "<pod-uid>_<n>" in gpu-mem mode (n = the container's Allocate ordinal in
  * its pod) and "ts_<first replica ID, sanitized>" for time-sliced replicas.
  *
@@ -34,6 +35,7 @@
 #define ISOLATION_LIBRARY_NAME "libgpupool-cuda.so"
 #define ISOLATION_PRELOAD_NAME "ld.so.preload"
 #define ISOLATION_CONTAINERS_NAME "containers"
+#define ISOLATION_CLAIMS_NAME "claims"
 #define ISOLATION_KEY_LEN 160
 #define ISOLATION_TS_PREFIX "ts_"
 
@@ -62,6 +64,19 @@ GP_MUST_USE int isolation_replica_key(const char *device_id, char *out, size_t l
  * files there); its host path into path. */
 GP_MUST_USE int isolation_container_dir(const char *dir, const char *key, char *path,
                                         size_t pathlen, char *err, size_t errlen);
+
+/* A DRA claim's region directory: <dir>/claims/<claim_uid> (claims/
+ * created if missing; the claim's directory as isolation_container_dir
+ * makes it: reused, mode 0777, a symlink refused), its host path into
+ * path. Every container of the claim mounts the same one, so the claim's
+ * share is one limit across them. -1 + err when the UID has characters
+ * other than [A-Za-z0-9-] (never a path) or on a file system error. */
+GP_MUST_USE int isolation_claim_dir(const char *dir, const char *claim_uid, char *path,
+                                    size_t pathlen, char *err, size_t errlen);
+/* Removes <dir>/claims/<claim_uid> and everything in it, never following a
+ * symlink; one already gone is not an error. -1 + err otherwise. */
+GP_MUST_USE int isolation_remove_claim_dir(const char *dir, const char *claim_uid, char *err,
+                                           size_t errlen);
 
 /* Limit of each of a container's gpu_count GPUs: bytes split evenly,
  * floor (the contract's rule). 0 when gpu_count is 0. */

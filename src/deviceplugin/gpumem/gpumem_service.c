@@ -151,6 +151,7 @@ struct found_pod {
     unsigned long long pod_units, demand;
     unsigned calls;
     unsigned container; /* the call's Allocate ordinal in the pod */
+    unsigned cores;     /* that container's gpupool.io/gpu-cores */
 };
 
 static void copy_found(const struct gpumem_pod *p, bool repeat, struct found_pod *f)
@@ -230,6 +231,8 @@ static enum find_outcome find_pod(struct gpumem_service *s, struct alloc_item *i
             if (r == IDENTITY_FOUND) {
                 copy_found(dec.pod, dec.repeat, found);
                 found->container = dec.container;
+                if (dec.container < dec.pod->n_containers)
+                    found->cores = dec.pod->containers[dec.container].cores;
             } else
                 snprintf(why, whylen, "%s", dec.why);
         }
@@ -362,6 +365,7 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
         return;
     }
     as.pod_units = f.has_pod_units ? f.pod_units : f.demand;
+    as.container_cores = f.cores;
     struct limit lim;
     if (prepare_limit(s, &f, it->units, &as, &lim, why, sizeof why) != 0) {
         answer_error(it, RPC_INTERNAL, "pod %s/%s: %s", f.ns, f.name, why);
@@ -520,6 +524,8 @@ static char *gpus_annotation(struct gpumem_service *s)
         gpus[g].index = gpu->index;
         gpus[g].memory = gpumem_units(gpu, s->cfg->memory_unit);
         gpus[g].healthy = states[g].healthy;
+        gpus[g].has_cores = true; /* every GPU is whole to the scheduler's cores */
+        gpus[g].cores = POOL_GPU_CORES_PER_GPU;
         model_name(gpu->name, gpus[g].model, sizeof gpus[g].model);
     }
     char *text = poolapi_gpus_format(gpus, s->inv->count);
@@ -529,12 +535,17 @@ static char *gpus_annotation(struct gpumem_service *s)
 
 static int publish_node(struct gpumem_service *s, struct kube_error *kerr_out)
 {
-    char path[512], count[24];
+    char path[512], count[24], cores[24];
     struct kube_error kerr = {0};
     snprintf(count, sizeof count, "%zu", s->inv->count);
+    /* gpupool.io/gpu-cores beside the count, so that kube-scheduler and the
+     * kubelet admit pods asking cores (a node-level extended resource: the
+     * extender books it per GPU). */
+    snprintf(cores, sizeof cores, "%zu", s->inv->count * POOL_GPU_CORES_PER_GPU);
     char *gpus = gpus_annotation(s);
-    json_t *status = json_pack("{s:{s:{s:s},s:{s:s}}}", "status", "capacity", POOL_RES_GPU_COUNT,
-                               count, "allocatable", POOL_RES_GPU_COUNT, count);
+    json_t *status = json_pack("{s:{s:{s:s,s:s},s:{s:s,s:s}}}", "status", "capacity",
+                               POOL_RES_GPU_COUNT, count, POOL_RES_GPU_CORES, cores, "allocatable",
+                               POOL_RES_GPU_COUNT, count, POOL_RES_GPU_CORES, cores);
     json_t *meta =
         gpus ? json_pack("{s:{s:{s:s}}}", "metadata", "annotations", POOL_ANN_NODE_GPUS, gpus)
              : NULL;
@@ -555,8 +566,8 @@ static int publish_node(struct gpumem_service *s, struct kube_error *kerr_out)
                  s->cfg->node_name, POOL_ANN_NODE_GPUS, kerr.message, kerr.http_status);
         goto out;
     }
-    log_info("gpu-mem: published node %s: %s=%s, %s=%s", s->cfg->node_name, POOL_RES_GPU_COUNT,
-             count, POOL_ANN_NODE_GPUS, gpus);
+    log_info("gpu-mem: published node %s: %s=%s, %s=%s, %s=%s", s->cfg->node_name,
+             POOL_RES_GPU_COUNT, count, POOL_RES_GPU_CORES, cores, POOL_ANN_NODE_GPUS, gpus);
     rc = 0;
 out:
     *kerr_out = kerr;

@@ -30,7 +30,8 @@ struct gpumem_container {
     char *name;
     unsigned long long units; /* its limit */
     bool init;
-    bool sidecar; /* an init container with restartPolicy Always */
+    bool sidecar;   /* an init container with restartPolicy Always */
+    unsigned cores; /* its gpupool.io/gpu-cores (0: none; at most 100) */
 };
 
 /* One pod of the watched view (pods with spec.nodeName = this node). */

@@ -75,7 +75,6 @@ static int add_container(void *ctx, const json_t *c, const char *where, bool ini
 {
     struct container_pass *w = ctx;
     struct gpumem_pod *pod = w->pod;
-    (void)where;
     if (init != w->init)
         return 0;
     const json_t *limit = json_object_get(
@@ -96,6 +95,14 @@ static int add_container(void *ctx, const json_t *c, const char *where, bool ini
     }
     if (units == 0)
         return 0;
+    /* Its compute share, by the contract's rule (requests, else limits);
+     * more than one GPU is what the extender refuses, so it is capped. */
+    uint64_t cores;
+    if (poolapi_container_request(c, where, POOL_RES_GPU_CORES, 1, &cores, why, sizeof why) != 0) {
+        free(pod->bad);
+        pod->bad = strdup(why);
+        return 0;
+    }
     struct gpumem_container *grown =
         realloc(pod->containers, (pod->n_containers + 1) * sizeof *grown);
     if (grown == NULL)
@@ -104,6 +111,7 @@ static int add_container(void *ctx, const json_t *c, const char *where, bool ini
     struct gpumem_container *gc = &pod->containers[pod->n_containers];
     gc->name = strdup(name ? name : "");
     gc->units = units;
+    gc->cores = cores > POOL_GPU_CORES_PER_GPU ? POOL_GPU_CORES_PER_GPU : (unsigned)cores;
     gc->init = init;
     gc->sidecar = sidecar;
     if (gc->name == NULL)

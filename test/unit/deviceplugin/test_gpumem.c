@@ -205,10 +205,10 @@ static unsigned w_progress(void *ctx, const char *uid)
     return 0;
 }
 
-static struct gpumem_container ctr_a[] = {{"main", 4, false, false}};
-static struct gpumem_container ctr_init_app[] = {{"init", 2, true, false},
-                                                 {"main", 4, false, false}};
-static struct gpumem_container ctr_init_only[] = {{"init", 3, true, false}};
+static struct gpumem_container ctr_a[] = {{"main", 4, false, false, 0}};
+static struct gpumem_container ctr_init_app[] = {{"init", 2, true, false, 0},
+                                                 {"main", 4, false, false, 0}};
+static struct gpumem_container ctr_init_only[] = {{"init", 3, true, false, 0}};
 
 static struct gpumem_pod *w_add(struct world *w, const char *name, struct gpumem_container *c,
                                 size_t nc)
@@ -305,7 +305,7 @@ static void test_identity_done_and_repeat(void **state)
  * the ledger's count for a fresh call, the first container of the size
  * still lacking devices for a repeat. */
 static struct gpumem_container ctr_three[] = {
-    {"init", 2, true, false}, {"a", 2, false, false}, {"b", 2, false, false}};
+    {"init", 2, true, false, 0}, {"a", 2, false, false, 0}, {"b", 2, false, false, 0}};
 
 static void test_identity_container_ordinal(void **state)
 {
@@ -353,7 +353,7 @@ static void test_identity_init_containers(void **state)
     struct identity_source src2 = {&w2, w_lookup, w_progress};
     w_add(&w2, "io", ctr_init_only, 1);
     w2.progress[0] = 1;
-    w_add(&w2, "eq", (struct gpumem_container[]){{"main", 3, false, false}}, 1);
+    w_add(&w2, "eq", (struct gpumem_container[]){{"main", 3, false, false, 0}}, 1);
     struct pr_pod l2[] = {{.ns = "default", .name = "io", .n_containers = 0},
                           {.ns = "default", .name = "eq", .n_containers = 0}};
     struct pr_list list2 = {2, l2};

@@ -297,6 +297,55 @@ static void test_container_dir_and_prune_without_following_symlinks(void **state
     close(rootfd);
 }
 
+/* A DRA claim's region directory: created under claims/ with 0777, reused,
+ * refused for a UID that is no single name or a symlink in its place, and
+ * removed without following a link the containers planted. */
+static void test_claim_dir(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/gp-iso-claim-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char outside[256], precious[512], path[1024], link[1200], err[1024];
+    snprintf(outside, sizeof outside, "%s/outside", root);
+    assert_int_equal(mkdir(outside, 0755), 0);
+    snprintf(precious, sizeof precious, "%s/precious", outside);
+    write_text(precious, "keep");
+
+    mode_t old = umask(077);
+    assert_int_equal(isolation_claim_dir(root, "0f0e-AB12", path, sizeof path, err, sizeof err), 0);
+    umask(old);
+    char want[512];
+    snprintf(want, sizeof want, "%s/claims/0f0e-AB12", root);
+    assert_string_equal(path, want);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0777);
+    assert_int_equal(isolation_claim_dir(root, "0f0e-AB12", path, sizeof path, err, sizeof err), 0);
+
+    const char *bad[] = {"", "../x", "a/b", "a_b", "."};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(isolation_claim_dir(root, bad[i], path, sizeof path, err, sizeof err), -1);
+        assert_int_equal(isolation_remove_claim_dir(root, bad[i], err, sizeof err), -1);
+    }
+    snprintf(link, sizeof link, "%s/claims/evil", root);
+    assert_int_equal(symlink(outside, link), 0);
+    assert_int_equal(isolation_claim_dir(root, "evil", path, sizeof path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a directory"));
+
+    /* The containers plant a link to the outside; removal unlinks it. */
+    snprintf(link, sizeof link, "%s/claims/0f0e-AB12/escape", root);
+    assert_int_equal(symlink(outside, link), 0);
+    assert_int_equal(isolation_remove_claim_dir(root, "0f0e-AB12", err, sizeof err), 0);
+    assert_int_equal(lstat(want, &st), -1);
+    assert_int_equal(isolation_remove_claim_dir(root, "evil", err, sizeof err), 0);
+    assert_string_equal(read_text(precious), "keep");
+    assert_int_equal(isolation_remove_claim_dir(root, "0f0e-AB12", err, sizeof err), 0); /* gone */
+
+    snprintf(link, sizeof link, "rm -rf %s", root);
+    assert_int_equal(system(link), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_add_edits_keeps_what_was_there),
         cmocka_unit_test(test_install_is_atomic_and_idempotent),
         cmocka_unit_test(test_container_dir_and_prune_without_following_symlinks),
+        cmocka_unit_test(test_claim_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,14 +18,24 @@ static struct placement_node gpu_node(uint32_t gpus, uint64_t per_gpu)
                                .memory_allocatable = 262144,
                                .gpu_count = gpus,
                                .model = PLACEMENT_MODEL_NONE};
-    for (uint32_t g = 0; g < gpus; g++)
+    for (uint32_t g = 0; g < gpus; g++) {
         n.gpu_total[g] = per_gpu;
+        n.cores_total[g] = 100;
+    }
     return n;
 }
+
 
 static struct placement_request share(uint64_t units)
 {
     return (struct placement_request){.cpu = 1000, .memory = 1024, .gpu_count = 1, .units = units};
+}
+
+static struct placement_request share_cores(uint64_t units, uint32_t cores)
+{
+    struct placement_request r = share(units);
+    r.cores = cores;
+    return r;
 }
 
 /* ---- feasibility -------------------------------------------------------- */
@@ -455,6 +465,107 @@ static void test_release_refuses_underflow(void **state)
     assert_int_equal(n.cpu_requested, 1000);
 }
 
+/* ---- cores: the second dimension ----------------------------------------- */
+
+/* Two shares of 60 cores never share a GPU, whatever memory is left, and
+ * every policy agrees; a third one finds no GPU once both are taken. */
+static void test_cores_never_add_past_100(void **state)
+{
+    (void)state;
+    const enum placement_policy policies[] = {PLACEMENT_GPUPOOL, PLACEMENT_BINPACK,
+                                              PLACEMENT_SPREAD};
+    struct placement_ctx ctx;
+    placement_ctx_init(&ctx);
+    struct placement_request r = share_cores(1000, 60);
+    placement_stats_observe(&ctx, &r);
+    for (size_t p = 0; p < 3; p++) {
+        struct placement_node n = gpu_node(2, 16000);
+        struct placement_choice c1, c2, c3;
+        char err[160];
+        assert_int_equal(placement_choose(&ctx, policies[p], &n, &r, &c1), 0);
+        assert_int_equal(c1.cores[0], 60);
+        assert_int_equal(placement_commit(&n, &r, &c1, err, sizeof(err)), 0);
+        assert_int_equal(placement_gpu_cores_free(&n, c1.gpu[0]), 40);
+        assert_int_equal(placement_choose(&ctx, policies[p], &n, &r, &c2), 0);
+        assert_int_not_equal(c2.gpu[0], c1.gpu[0]); /* memory alone would allow the same GPU */
+        assert_int_equal(placement_commit(&n, &r, &c2, err, sizeof(err)), 0);
+        assert_false(placement_fits(&n, &r));
+        assert_int_equal(placement_choose(&ctx, policies[p], &n, &r, &c3), -1);
+        /* a hand-made choice of a GPU short of cores is refused, nothing changes */
+        struct placement_node saved = n;
+        c3 = (struct placement_choice){.count = 1, .gpu = {c1.gpu[0]}};
+        assert_int_equal(placement_commit(&n, &r, &c3, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "60 cores requested, 40 free"));
+        assert_memory_equal(&n, &saved, sizeof(n));
+        /* 40 more cores still fit beside the first */
+        struct placement_request small = share_cores(1000, 40);
+        assert_true(placement_fits(&n, &small));
+        assert_int_equal(placement_release(&n, &r, &c2, err, sizeof(err)), 0);
+        assert_int_equal(placement_release(&n, &r, &c1, err, sizeof(err)), 0);
+        assert_int_equal(n.cores_used[0] + n.cores_used[1], 0);
+    }
+}
+
+/* A pod asking no cores is scheduled on memory alone, even on a GPU whose
+ * cores are all booked; a whole GPU needs both dimensions untouched and
+ * takes every core. */
+static void test_cores_memory_only_and_whole(void **state)
+{
+    (void)state;
+    struct placement_node n = gpu_node(1, 16000);
+    struct placement_choice c = {.count = 1, .gpu = {0}};
+    char err[160];
+    struct placement_request all = share_cores(4000, 100);
+    assert_int_equal(placement_commit(&n, &all, &c, err, sizeof(err)), 0);
+    struct placement_request mem_only = share(8000);
+    assert_true(placement_fits(&n, &mem_only));
+    assert_false(
+        placement_fits(&n, &(struct placement_request){.gpu_count = 1, .units = 1, .cores = 1}));
+    assert_int_equal(placement_release(&n, &all, &c, err, sizeof(err)), 0);
+
+    /* cores booked, memory untouched: not a whole GPU */
+    struct placement_node odd = gpu_node(1, 16000);
+    odd.cores_used[0] = 10;
+    struct placement_request whole = {.gpu_count = 1, .whole = true};
+    assert_false(placement_fits(&odd, &whole));
+    struct placement_node fresh = gpu_node(1, 16000);
+    struct placement_choice w = {.count = 1, .gpu = {0}};
+    assert_int_equal(placement_commit(&fresh, &whole, &w, err, sizeof(err)), 0);
+    assert_int_equal(w.units[0], 16000);
+    assert_int_equal(w.cores[0], 100);
+    assert_int_equal(fresh.cores_used[0], 100);
+    /* a node without core capacity (an old caller) hosts only core-free pods */
+    struct placement_node old = gpu_node(1, 16000);
+    old.cores_total[0] = 0;
+    assert_true(placement_fits(&old, &mem_only));
+    assert_false(placement_fits(&old, &all));
+    assert_true(placement_fits(&old, &whole));
+}
+
+/* gpupool counts a GPU's free memory as lost to a class that cannot get
+ * its cores there. With 4000-unit, 50-core pods in the mix, taking the last
+ * 50 cores of the half-used GPU would leave 4000 units no such pod can use,
+ * so the pod goes to the fresh GPU; with no cores asked, memory alone ties
+ * and the tighter GPU wins. */
+static void test_gpupool_counts_cores_in_fragmentation(void **state)
+{
+    (void)state;
+    struct placement_request with[2] = {share_cores(4000, 50), share(4000)};
+    uint8_t expect[2] = {0, 1};
+    for (int v = 0; v < 2; v++) {
+        struct placement_ctx ctx;
+        placement_ctx_init(&ctx);
+        for (int i = 0; i < 10; i++)
+            placement_stats_observe(&ctx, &with[v]);
+        struct placement_node n = gpu_node(2, 16000);
+        n.gpu_used[1] = 8000;
+        n.cores_used[1] = 50;
+        struct placement_choice c;
+        assert_int_equal(placement_choose(&ctx, PLACEMENT_GPUPOOL, &n, &with[v], &c), 0);
+        assert_int_equal(c.gpu[0], expect[v]);
+    }
+}
+
 /* ---- property test ------------------------------------------------------ */
 
 static uint64_t prop_rng(uint64_t *s)
@@ -479,8 +590,10 @@ static void check_invariants(const struct placement_node *nodes, size_t count)
     for (size_t i = 0; i < count; i++) {
         assert_true(nodes[i].cpu_requested <= nodes[i].cpu_allocatable);
         assert_true(nodes[i].memory_requested <= nodes[i].memory_allocatable);
-        for (uint32_t g = 0; g < nodes[i].gpu_count; g++)
+        for (uint32_t g = 0; g < nodes[i].gpu_count; g++) {
             assert_true(nodes[i].gpu_used[g] <= nodes[i].gpu_total[g]);
+            assert_true(nodes[i].cores_used[g] <= nodes[i].cores_total[g]);
+        }
     }
 }
 
@@ -499,8 +612,10 @@ static void run_property(enum placement_policy policy, uint64_t seed)
         n->gpu_count = (uint32_t)(prop_rng(&s) % (PLACEMENT_MAX_GPUS + 1));
         n->model = placement_model_id(&ctx, models[prop_rng(&s) % 3]);
         n->unhealthy = (uint32_t)(prop_rng(&s) % 8 == 0 ? prop_rng(&s) & 0xffff : 0);
-        for (uint32_t g = 0; g < n->gpu_count; g++)
+        for (uint32_t g = 0; g < n->gpu_count; g++) {
             n->gpu_total[g] = 1 + prop_rng(&s) % 40000; /* heterogeneous */
+            n->cores_total[g] = (uint32_t)(prop_rng(&s) % 3 == 0 ? prop_rng(&s) % 101 : 100);
+        }
     }
     memcpy(initial, nodes, sizeof(nodes));
     static struct placed placed[PROP_STEPS];
@@ -518,6 +633,7 @@ static void run_property(enum placement_policy policy, uint64_t seed)
         } else if (kind < 6) {
             r.gpu_count = 1;
             r.units = prop_rng(&s) % 20000;
+            r.cores = (uint32_t)(prop_rng(&s) % 2 ? prop_rng(&s) % 110 : 0);
         } else if (kind < 8) {
             r.gpu_count = 1 + (uint32_t)(prop_rng(&s) % 4);
             r.whole = true;
@@ -525,6 +641,7 @@ static void run_property(enum placement_policy policy, uint64_t seed)
         } else {
             r.gpu_count = 1 + (uint32_t)(prop_rng(&s) % 3);
             r.units = prop_rng(&s) % 12000;
+            r.cores = (uint32_t)(prop_rng(&s) % 60);
         }
         if (prop_rng(&s) % 4 == 0)
             assert_int_equal(placement_request_allow_model(&ctx, &r, models[prop_rng(&s) % 3]), 0);
@@ -585,6 +702,7 @@ static void run_property(enum placement_policy policy, uint64_t seed)
 struct ref_state {
     uint32_t gpus;
     uint64_t free[PLACEMENT_MAX_GPUS], total[PLACEMENT_MAX_GPUS], free_sum;
+    uint32_t cores_free[PLACEMENT_MAX_GPUS], cores_total[PLACEMENT_MAX_GPUS];
     uint64_t cpu_left, memory_left;
     int32_t model;
 };
@@ -595,6 +713,10 @@ static struct ref_state ref_state_of(const struct placement_node *n)
     for (uint32_t g = 0; g < n->gpu_count; g++) {
         st.free[g] = placement_gpu_free(n, g);
         st.total[g] = (n->unhealthy >> g) & 1 ? 0 : n->gpu_total[g];
+        st.cores_total[g] = (n->unhealthy >> g) & 1 ? 0 : n->cores_total[g];
+        st.cores_free[g] = (n->unhealthy >> g) & 1 || n->cores_used[g] >= n->cores_total[g]
+                               ? 0
+                               : n->cores_total[g] - n->cores_used[g];
         st.free_sum += st.free[g];
     }
     st.cpu_left =
@@ -619,8 +741,10 @@ static double ref_class_frag(const struct placement_class *c, const struct ref_s
     uint32_t usable = 0;
     uint64_t stranded = 0;
     for (uint32_t g = 0; g < st->gpus; g++) {
-        bool fits = c->whole ? st->total[g] > 0 && st->free[g] == st->total[g]
-                             : c->units > 0 && st->free[g] >= c->units;
+        bool fits = c->whole
+                        ? st->total[g] > 0 && st->free[g] == st->total[g] &&
+                              st->cores_free[g] == st->cores_total[g]
+                        : c->units > 0 && st->free[g] >= c->units && st->cores_free[g] >= c->cores;
         if (fits)
             usable++;
         else
@@ -669,6 +793,7 @@ static struct ref_state ref_apply(struct ref_state st, const struct placement_re
     st.memory_left -= r->memory;
     for (uint32_t k = 0; k < c->count; k++) {
         st.free[c->gpu[k]] -= c->units[k];
+        st.cores_free[c->gpu[k]] -= c->cores[k];
         st.free_sum -= c->units[k];
     }
     return st;
@@ -690,9 +815,11 @@ static void check_against_reference(const struct placement_ctx *ctx, const struc
     if (r->gpu_count == 1 && !r->whole) {
         double best = PLACEMENT_NO_FIT;
         for (uint32_t g = 0; g < n->gpu_count; g++) {
-            if (before.free[g] < r->units || before.total[g] == 0)
+            if (before.free[g] < r->units || before.total[g] == 0 ||
+                before.cores_free[g] < r->cores)
                 continue;
-            struct placement_choice one = {.count = 1, .gpu = {(uint8_t)g}, .units = {r->units}};
+            struct placement_choice one = {
+                .count = 1, .gpu = {(uint8_t)g}, .units = {r->units}, .cores = {r->cores}};
             struct ref_state after = ref_apply(before, r, &one);
             double delta = frag_before - ref_frag(ctx, &after);
             if (delta > best)
@@ -723,6 +850,7 @@ static void test_gpupool_matches_reference(void **state)
         if (kind < 4) {
             r.gpu_count = 1;
             r.units = 50 * (prop_rng(&s) % 21); /* 0..1000, zero included */
+            r.cores = (uint32_t)(prop_rng(&s) % 3 ? 10 * (prop_rng(&s) % 11) : 0);
         } else if (kind < 6) {
             r.gpu_count = 1 + (uint32_t)(prop_rng(&s) % 4);
             r.whole = true;
@@ -730,6 +858,7 @@ static void test_gpupool_matches_reference(void **state)
         } else if (kind == 6) {
             r.gpu_count = 2 + (uint32_t)(prop_rng(&s) % 2);
             r.units = 100 * (1 + prop_rng(&s) % 9);
+            r.cores = (uint32_t)(10 * (prop_rng(&s) % 6));
         }
         if (prop_rng(&s) % 5 == 0)
             r.models = UINT64_C(1) << (prop_rng(&s) % 3);
@@ -744,6 +873,10 @@ static void test_gpupool_matches_reference(void **state)
         for (uint32_t g = 0; g < n.gpu_count; g++) {
             uint64_t k = prop_rng(&s) % 4; /* repeated free values are common */
             n.gpu_used[g] = k == 0 ? 0 : k == 1 ? 1000 : 50 * (prop_rng(&s) % 21);
+            /* cores mostly follow memory, sometimes not (memory-only pods) */
+            uint64_t kc = prop_rng(&s) % 4;
+            n.cores_used[g] =
+                kc == 0 ? 0 : (uint32_t)(kc == 1 ? n.gpu_used[g] / 10 : 10 * (prop_rng(&s) % 11));
         }
         check_against_reference(&ctx, &n, &r);
     }
@@ -780,6 +913,9 @@ int main(void)
         cmocka_unit_test(test_class_uses_least_demanding_pod),
         cmocka_unit_test(test_commit_refuses_overcommit),
         cmocka_unit_test(test_release_refuses_underflow),
+        cmocka_unit_test(test_cores_never_add_past_100),
+        cmocka_unit_test(test_cores_memory_only_and_whole),
+        cmocka_unit_test(test_gpupool_counts_cores_in_fragmentation),
         cmocka_unit_test(test_property_never_overcommits),
         cmocka_unit_test(test_gpupool_matches_reference),
     };

@@ -322,6 +322,57 @@ static void test_replay_shares_and_models(void **state)
     sim_trace_free(&t);
 }
 
+/* Cores: 100 per GPU, a share asks ceil(gpu_milli / 10), whole GPUs none
+ * of their own (they take every core); off clears them, skew keeps them
+ * within 1..100 around gpu_milli / 10 and the same on every call. */
+static void test_cores(void **state)
+{
+    (void)state;
+    struct sim_trace t;
+    load_ok(&t, NODE_HEADER "n0,64000,262144,2,T4\n",
+            POD_HEADER "a,1,1,1,455,,LS,Running,0,1,0\n"
+                       "b,1,1,1,1000,,LS,Running,0,1,0\n"
+                       "c,1,1,0,0,,LS,Running,0,1,0\n"
+                       "d,1,1,1,5,,LS,Running,0,1,0\n");
+    assert_int_equal(t.nodes[0].cores_total[0], 100);
+    assert_int_equal(t.nodes[0].cores_total[1], 100);
+    assert_int_equal(t.pods[0].req.cores, 46);
+    assert_int_equal(t.pods[1].req.cores, 0);
+    assert_true(t.pods[1].req.whole);
+    assert_int_equal(t.pods[2].req.cores, 0);
+    assert_int_equal(t.pods[3].req.cores, 1);
+    sim_trace_set_cores(&t, SIM_CORES_OFF);
+    assert_int_equal(t.pods[0].req.cores + t.pods[3].req.cores, 0);
+    sim_trace_set_cores(&t, SIM_CORES_SKEW);
+    uint32_t skewed = t.pods[0].req.cores;
+    assert_true(skewed >= 22 && skewed <= 69); /* 45.5 x [0.5, 1.5) */
+    assert_true(t.pods[3].req.cores >= 1);
+    sim_trace_set_cores(&t, SIM_CORES_SKEW);
+    assert_int_equal(t.pods[0].req.cores, skewed);
+    sim_trace_set_cores(&t, SIM_CORES_MILLI);
+    assert_int_equal(t.pods[0].req.cores, 46);
+    sim_trace_free(&t);
+}
+
+/* With cores that do not follow the units, a replay never books more than
+ * 100 cores on a GPU: two pods of 300 milli whose cores are 60 cannot
+ * share a GPU although their units would. */
+static void test_replay_never_overbooks_cores(void **state)
+{
+    (void)state;
+    struct sim_trace t;
+    load_ok(&t, NODE_HEADER "n0,64000,262144,1,T4\n", POD_HEADER "a,1,1,1,300,,LS,Running,0,1,0\n");
+    t.pods[0].req.cores = 60;
+    struct sim_result r;
+    char err[128];
+    for (int p = 0; p < 3; p++) {
+        assert_int_equal(sim_replay(&t, (enum placement_policy)p, 1, 130, &r, err, sizeof(err)), 0);
+        assert_int_equal(r.alloc_milli, 300); /* one pod: 600 milli of units were free */
+        assert_int_equal(r.failed, r.pods - 1);
+    }
+    sim_trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +386,8 @@ int main(void)
         cmocka_unit_test(test_rng),
         cmocka_unit_test(test_replay_respects_cpu),
         cmocka_unit_test(test_replay_shares_and_models),
+        cmocka_unit_test(test_cores),
+        cmocka_unit_test(test_replay_never_overbooks_cores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
