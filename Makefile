@@ -10,7 +10,11 @@
 #                 plain and the sanitized programs, a subset under valgrind, and the
 #                 arm64 cross build smoke-tested under qemu-user (make cross)
 #   make valgrind-test   the integration subset with the plugin under valgrind
-#   make e2e      real kubelet + kube-scheduler end-to-end suite (root)
+#   make e2e      real kubelet + kube-scheduler end-to-end suites (root): the device plugin
+#                 and extender on Kubernetes 1.20, then the DRA driver on 1.36 (e2e-dra)
+#   make e2e-dra  the DRA driver's suite alone, on a Kubernetes 1.36 cluster (root;
+#                 K136_TARBALL: the shared 1.36.2 tarball or an official server tarball,
+#                 docs/e2e.md)
 #   make image    OCI images of the daemons from Debian packages, no Docker (root; docs/deploy.md)
 #   make bench    footprint and latency benchmarks
 #   make fuzz     the libFuzzer targets (test/fuzz, clang, build-fuzz/), each run for
@@ -116,7 +120,7 @@ VALGRIND_TESTS ?= \
   $(IT)/test_isolation.py::test_threads $(IT)/test_isolation.py::test_unusable_limit_fails_closed
 
 .PHONY: all deps build asan demo test unit-test asan-test integration-test \
-        asan-integration-test valgrind-test e2e image bench clean cross image-index fuzz \
+        asan-integration-test valgrind-test e2e e2e-dra image bench clean cross image-index fuzz \
         gpu-bundle gpu-check
 
 all: build
@@ -169,8 +173,14 @@ test: unit-test asan-test integration-test asan-integration-test valgrind-test c
 fuzz: deps
 	@FUZZ_JOBS=$(FUZZ_JOBS) scripts/fuzz.sh $(abspath $(FUZZ_BUILD)) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# The 1.20 suite (device plugin, extender), then the DRA suite on 1.36: both
+# always run (one cluster at a time: they share the well-known ports).
 e2e: build
-	@test/e2e/run.sh $(abspath $(BUILD))
+	@rc=0; test/e2e/run.sh $(abspath $(BUILD)) || rc=1; \
+	  test/e2e/dra.sh $(abspath $(BUILD)) || rc=1; exit $$rc
+
+e2e-dra: build
+	@test/e2e/dra.sh $(abspath $(BUILD))
 
 image: build
 	@scripts/install-deps.sh --image $(DEPS_FLAGS)

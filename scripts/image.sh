@@ -315,6 +315,15 @@ build_image() {
   mv "$work/stage/usr/bin/$name" "$work/app/usr/bin/$name"
   rmdir --ignore-fail-on-non-empty "$work/stage/usr/bin"
   if [[ $name == gpupool-device-plugin ]]; then
+    # The DRA kubelet plugin ships in the same image (deploy/dra runs
+    # /usr/bin/gpupool-dra-plugin from it). It must need nothing the device
+    # plugin's runtime layer lacks: its Debian packages are a subset.
+    local dra=$BUILD/bin/gpupool-dra-plugin extra
+    [[ -x $dra ]] || die "$dra missing: build it first (make build / cmake --build $BUILD)"
+    extra=$(comm -23 <(packages_of "$dra" | sort -u) <(printf '%s\n' "${pkgs[@]}" | sort -u))
+    [[ -z $extra ]] || die "gpupool-dra-plugin needs packages the device plugin's image lacks: $extra"
+    "$STRIP" --strip-unneeded -o "$work/app/usr/bin/gpupool-dra-plugin" "$dra"
+    chmod 0755 "$work/app/usr/bin/gpupool-dra-plugin"
     # Copied as it is into --isolation-dir at start; libc only, no closure to add.
     install -d "$work/app/usr/lib/gpupool"
     strip --strip-unneeded -o "$work/app/usr/lib/gpupool/libgpupool-cuda.so" "$BUILD/lib/libgpupool-cuda.so"

@@ -5,6 +5,7 @@
 #include "kube.h"
 #include "log.h"
 #include "options.h"
+#include "pool_dra.h"
 #include "pool_model.h"
 #include "render.h"
 #include "usage_extender.h"
@@ -493,6 +494,7 @@ static char *query_path(const char *base, const char *field_selector, const char
  * top pods only the namespace's and selector's pods, top gpus only the
  * selector's nodes. */
 struct scope {
+    bool dra;                  /* read DRA's slices and claims too (inspect) */
     const char *pods_base;     /* "/api/v1/pods" or ".../namespaces/NS/pods" */
     const char *pod_selector;  /* label selector, NULL for all */
     const char *node_selector; /* label selector, NULL for all */
@@ -506,6 +508,53 @@ static int read_configmaps(struct reader *r, const char *path, FILE *errout, boo
         return -1;
     if (!quiet)
         fprintf(errout, "warning: unhealthy-GPU ConfigMaps not readable: %s\n", r->err.message);
+    return 0;
+}
+
+#define DRA_SLICES_PATH "/apis/resource.k8s.io/v1/resourceslices"
+#define DRA_CLAIMS_PATH "/apis/resource.k8s.io/v1/resourceclaims"
+
+/* One of DRA's collections (pool_dra.h), in JSON (the client decodes
+ * protobuf for core kinds only). A server without resource.k8s.io/v1 (404:
+ * before 1.34, or DRA off) has no DRA to show; one whose RBAC hides it
+ * (403) gets a warning, as the ConfigMaps do; a 401 is the error it is. */
+static int read_dra(struct reader *r, const char *what, const char *path,
+                    int (*add)(struct pool *, const json_t *), FILE *errout, bool quiet)
+{
+    r->what = what;
+    r->path = path;
+    r->add = add;
+    enum kube_result res =
+        kube_list(r->client, path, CLI_PAGE_LIMIT, r->flags, on_item, r, NULL, &r->err);
+    if (res == KUBE_OK)
+        return 0;
+    if (res == KUBE_ERROR && strcmp(r->err.reason, "CallbackError") == 0) {
+        out_of_memory(&r->err, what);
+        return -1;
+    }
+    if (res == KUBE_GONE)
+        r->err.http_status = 410; /* run() starts over */
+    if (r->err.http_status == 404) {
+        log_v(1, "%s: not served (%s): no DRA", what, r->err.message);
+        return 0;
+    }
+    /* 403 only: a 401 (bad credentials) fails everything else too. */
+    if (r->err.http_status == 403) {
+        if (!quiet)
+            fprintf(errout, "warning: %s not readable: %s\n", what, r->err.message);
+        return 0;
+    }
+    return -1;
+}
+
+static int read_dra_slices(struct reader *r, const char *path, FILE *errout, bool quiet)
+{
+    if (read_dra(r, "resourceslices", path, pool_add_resourceslice, errout, quiet) != 0)
+        return -1;
+    if (pool_dra_index(r->pool) != 0) {
+        out_of_memory(&r->err, "resourceslices");
+        return -1;
+    }
     return 0;
 }
 
@@ -524,6 +573,17 @@ static int read_node(struct reader *r, const char *node, const struct scope *sco
     free(escaped);
     if (!nodes_path)
         goto oom;
+    char field[300];
+    snprintf(field, sizeof field, "spec.nodeName=%s", node);
+    if (scope->dra) {
+        char *slices_path = query_path(DRA_SLICES_PATH, field, NULL);
+        int drc = slices_path ? read_dra_slices(r, slices_path, errout, quiet) : -1;
+        free(slices_path);
+        if (!slices_path)
+            goto oom;
+        if (drc != 0)
+            goto out;
+    }
     if (kube_get(r->client, nodes_path, &obj, &r->err) != 0)
         goto out;
     int added = pool_add_node(r->pool, obj);
@@ -533,13 +593,14 @@ static int read_node(struct reader *r, const char *node, const struct scope *sco
     char cm_name[300];
     snprintf(cm_name, sizeof cm_name, POOL_CM_UNHEALTHY_PREFIX "%s", node);
     cm_path = selector_path("/api/v1/namespaces/kube-system/configmaps", "metadata.name", cm_name);
-    char field[300];
-    snprintf(field, sizeof field, "spec.nodeName=%s", node);
     pods_path = query_path(scope->pods_base, field, scope->pod_selector);
     if (!cm_path || !pods_path)
         goto oom;
     if (read_configmaps(r, cm_path, errout, quiet) == 0 &&
-        list_into(r, "pods", pods_path, pool_add_pod) == 0)
+        list_into(r, "pods", pods_path, pool_add_pod) == 0 &&
+        (!scope->dra || r->pool->ndra == 0 ||
+         read_dra(r, "resourceclaims", DRA_CLAIMS_PATH, pool_add_resourceclaim, errout, quiet) ==
+             0))
         rc = 0;
     goto out;
 oom:
@@ -575,9 +636,14 @@ static int read_all(struct reader *r, struct kube_client *pods_client, const str
                         .path = pods_path};
     pthread_t thread;
     bool threaded = pods_client != NULL && pthread_create(&thread, NULL, list_in_thread, &pr) == 0;
-    int rc = list_into(r, "nodes", nodes_path, pool_add_node);
+    /* The slices first: a node with DRA devices is a pool node. */
+    int rc = scope->dra ? read_dra_slices(r, DRA_SLICES_PATH, errout, quiet) : 0;
+    if (rc == 0)
+        rc = list_into(r, "nodes", nodes_path, pool_add_node);
     if (rc == 0 && r->pool->nnodes > 0)
         rc = read_configmaps(r, "/api/v1/namespaces/kube-system/configmaps", errout, quiet);
+    if (rc == 0 && r->pool->ndra > 0)
+        rc = read_dra(r, "resourceclaims", DRA_CLAIMS_PATH, pool_add_resourceclaim, errout, quiet);
     if (threaded)
         pthread_join(thread, NULL);
     else if (rc == 0 && r->pool->nnodes > 0)
@@ -736,7 +802,8 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
     struct pool pool;
     const char *ns =
         inv->opt.pod_namespace && inv->opt.pod_namespace[0] ? inv->opt.pod_namespace : NULL;
-    struct scope scope = {.pods_base = "/api/v1/pods"};
+    struct scope scope = {.pods_base = "/api/v1/pods",
+                          .dra = inv->command == CMD_INSPECT && !inv->gpushare};
     char pods_base[512];
     if (inv->command == CMD_TOP_PODS) {
         /* kubectl top's rule: the context's namespace unless -n or -A. */

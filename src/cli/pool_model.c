@@ -1,5 +1,6 @@
 /* pool_model.c -- builds the pool view from API objects (see pool_model.h). */
 #include "pool_model.h"
+#include "pool_dra.h"
 
 #include "poolapi_demand.h"
 #include "poolapi_gpus.h"
@@ -103,7 +104,12 @@ void pool_free(struct pool *pool)
             free(n->resources[r].pods);
         free(n->resources);
         free(n->unhealthy_cm);
+        free(n->dra);
     }
+    for (size_t d = 0; d < pool->ndra; d++)
+        free(pool->dra[d].claims);
+    free(pool->dra);
+    free(pool->dra_nodes);
     free(pool->nodes);
     free(pool->table);
     arena_free(&pool->arena);
@@ -247,7 +253,8 @@ int pool_add_node(struct pool *pool, const json_t *node)
         free(tmp.resources);
         return -1;
     }
-    if (!pool->only_node && tmp.mem_total <= 0 && tmp.nresources == 0)
+    if (!pool->only_node && tmp.mem_total <= 0 && tmp.nresources == 0 &&
+        !pool_dra_has_node(pool, name))
         return 0; /* not a GPU node */
     struct pool_node *n = arena_alloc(&pool->arena, sizeof *n);
     if (!n) {
@@ -708,6 +715,7 @@ void pool_finish(struct pool *pool)
             if (n->unhealthy_cm[u] < n->ngpus)
                 n->gpus[n->unhealthy_cm[u]].unhealthy = true;
     }
+    pool_dra_finish(pool);
 }
 
 enum pool_mem_unit pool_node_unit(const struct pool_node *node)

@@ -83,6 +83,22 @@ struct pool_resource {
     size_t npods, cap;
 };
 
+/* DRA (pool_dra.h): one claim's part of a device. */
+struct pool_dra_claim {
+    const char *ns, *name;
+    int64_t consumed; /* bytes of the device's memory */
+};
+
+/* A device of a ResourceSlice on a node, and the claims allocated on it. */
+struct pool_dra_device {
+    const char *node, *driver, *pool, *name;
+    int64_t memory;                /* capacity memory, bytes; 0 when the device has none */
+    bool shared;                   /* allowMultipleAllocations */
+    int64_t consumed;              /* sum of the claims' parts */
+    struct pool_dra_claim *claims; /* sorted by (namespace, name) after pool_finish() */
+    size_t nclaims, claims_cap;
+};
+
 struct pool_node {
     const char *name;
     const char *address; /* InternalIP, or "unknown" */
@@ -103,6 +119,10 @@ struct pool_node {
      * nodes): nvidia.com/gpu.product, .count, .replicas; NULL / 0 unset. */
     const char *product;
     int64_t label_count, label_replicas;
+    /* DRA devices on the node, sorted by name after pool_finish() (the
+     * devices live in pool->dra). */
+    struct pool_dra_device **dra;
+    size_t ndra;
 };
 
 struct pool {
@@ -115,7 +135,13 @@ struct pool {
     const char *only_node;     /* inspect NODE: that node is in the pool whatever it has */
     const char *pod_namespace; /* -n: pods listed in detail views; NULL = all */
     size_t pods_seen;          /* pods looked at (for --v and the bench) */
-    char warning[256];         /* the first malformed object met, for -v */
+    /* DRA: every ResourceSlice device read (pool_dra.h), and the sorted
+     * names of the nodes that have any (they are pool nodes). */
+    struct pool_dra_device *dra;
+    size_t ndra, dra_cap;
+    const char **dra_nodes;
+    size_t ndra_nodes;
+    char warning[256]; /* the first malformed object met, for -v */
 };
 
 void pool_init(struct pool *pool, const char *only_node, const char *pod_namespace);

@@ -352,12 +352,51 @@ static void node_details(struct tabwriter *tw, const struct pool_node *n)
     }
 }
 
+/* Bytes as kubectl writes a quantity when it is a whole number of Gi or
+ * Mi, else plain bytes. */
+static void bytes_cell(struct tabwriter *tw, int64_t bytes)
+{
+    const int64_t mi = 1024 * 1024, gi = 1024 * mi;
+    if (bytes > 0 && bytes % gi == 0)
+        tabwriter_printf(tw, "%" PRId64 "Gi", bytes / gi);
+    else if (bytes > 0 && bytes % mi == 0)
+        tabwriter_printf(tw, "%" PRId64 "Mi", bytes / mi);
+    else
+        tabwriter_printf(tw, "%" PRId64, bytes);
+}
+
+/* The node's DRA devices: memory consumed by claims, and the claims. */
+static void dra_details(struct tabwriter *tw, const struct pool_node *n)
+{
+    if (n->ndra == 0)
+        return;
+    tabwriter_printf(tw, "\nDRA DEVICE\tDRIVER\tMEMORY(CONSUMED/TOTAL)\tSHARED\tCLAIMS\n");
+    for (size_t i = 0; i < n->ndra; i++) {
+        const struct pool_dra_device *d = n->dra[i];
+        tabwriter_printf(tw, "%s\t%s\t", tabwriter_safe(tw, d->name),
+                         tabwriter_safe(tw, d->driver));
+        bytes_cell(tw, d->consumed);
+        tabwriter_printf(tw, "/");
+        bytes_cell(tw, d->memory);
+        tabwriter_printf(tw, " (%" PRId64 "%%)\t%s\t", pool_percent(d->consumed, d->memory),
+                         d->shared ? "yes" : "no");
+        for (size_t c = 0; c < d->nclaims; c++) {
+            tabwriter_printf(tw, "%s%s/%s=", c ? " " : "", tabwriter_safe(tw, d->claims[c].ns),
+                             tabwriter_safe(tw, d->claims[c].name));
+            bytes_cell(tw, d->claims[c].consumed);
+        }
+        tabwriter_printf(tw, d->nclaims ? "\n" : "-\n");
+    }
+}
+
 int render_details(const struct pool *pool, FILE *out)
 {
     struct tabwriter tw;
     tabwriter_init(&tw, 2);
-    for (size_t i = 0; i < pool->nnodes; i++)
+    for (size_t i = 0; i < pool->nnodes; i++) {
         node_details(&tw, pool->nodes[i]);
+        dra_details(&tw, pool->nodes[i]);
+    }
     struct totals t;
     compute_totals(pool, &t);
     cluster_footer(&tw, &t);

@@ -66,6 +66,26 @@ static json_t *resource_json(const struct pool_resource *r, bool *failed)
                      pods);
 }
 
+/* A DRA device: bytes, its claims with the bytes each consumes. */
+static json_t *dra_json(const struct pool_dra_device *d, bool *failed)
+{
+    json_t *claims = json_array();
+    for (size_t c = 0; claims && c < d->nclaims; c++)
+        push(claims,
+             json_pack("{s:s, s:s, s:I}", "namespace", d->claims[c].ns, "name", d->claims[c].name,
+                       "memoryBytes", (json_int_t)d->claims[c].consumed),
+             failed);
+    json_t *dev = json_pack("{s:s, s:s, s:s, s:I, s:I, s:b}", "name", d->name, "driver", d->driver,
+                            "pool", d->pool, "memoryBytes", (json_int_t)d->memory, "consumedBytes",
+                            (json_int_t)d->consumed, "shared", d->shared);
+    if (!dev) {
+        json_decref(claims);
+        return NULL;
+    }
+    set(dev, "claims", claims, failed);
+    return dev;
+}
+
 static json_t *node_json(const struct pool_node *n, bool *failed)
 {
     int64_t allocated = n->pending;
@@ -94,6 +114,12 @@ static json_t *node_json(const struct pool_node *n, bool *failed)
     set(node, "gpus", gpus, failed);
     set(node, "pending", pending, failed);
     set(node, "resources", resources, failed);
+    if (n->ndra > 0) { /* only on DRA nodes: other nodes' JSON is as it was */
+        json_t *dra = json_array();
+        for (size_t i = 0; dra && i < n->ndra; i++)
+            push(dra, dra_json(n->dra[i], failed), failed);
+        set(node, "dra", dra, failed);
+    }
     return node;
 }
 

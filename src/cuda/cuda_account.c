@@ -76,7 +76,7 @@ static struct cudareg *region_for(const char *uuid, int64_t limit, char *err, si
         return NULL;
     }
     char path[sizeof cuda_cfg.prefix + NVML_DEVICE_UUID_V2_BUFFER_SIZE + 2];
-    snprintf(path, sizeof path, "%s.%s", cuda_cfg.prefix, uuid);
+    snprintf(path, sizeof path, "%s.%s", cudacfg_region_prefix(&cuda_cfg, uuid), uuid);
     struct cudareg *r = cudareg_attach(path, limit, err, errlen);
     if (r != NULL) {
         snprintf(regions[n_regions].uuid, sizeof regions[n_regions].uuid, "%s", uuid);
@@ -107,18 +107,28 @@ int cuda_device_state(CUdevice dev)
         goto out;
     }
     int64_t limit = cudacfg_limit(&cuda_cfg, dev, (int64_t)total);
+    /* A limit named by UUID (the DRA driver's) is exact and wins over the
+     * ordinal forms; without the UUID nothing can be looked up. */
+    if (limit != 0 || cuda_cfg.uuid_count > 0) {
+        if (real.cuDeviceGetUuid == NULL || real.cuDeviceGetUuid(&u, dev) != CUDA_SUCCESS) {
+            snprintf(err, sizeof err, "cannot read the UUID of CUDA device %d", dev);
+            st = DEV_FAILED;
+            goto decided;
+        }
+        cuda_uuid_text(&u, uuid, sizeof uuid);
+        int64_t named = cudacfg_uuid_limit(&cuda_cfg, uuid);
+        if (named >= 0)
+            limit = named;
+    }
     if (limit == 0) {
         st = DEV_FREE;
-    } else if (real.cuDeviceGetUuid == NULL || real.cuDeviceGetUuid(&u, dev) != CUDA_SUCCESS) {
-        snprintf(err, sizeof err, "cannot read the UUID of CUDA device %d", dev);
-        st = DEV_FAILED;
     } else {
-        cuda_uuid_text(&u, uuid, sizeof uuid);
         if (limit > (int64_t)total)
             limit = (int64_t)total;
         dev_reg[dev] = region_for(uuid, limit, err, sizeof err);
         st = dev_reg[dev] != NULL ? DEV_LIMITED : DEV_FAILED;
     }
+decided:
     __atomic_store_n(&dev_state[dev], st, __ATOMIC_RELEASE);
 out:
     pthread_mutex_unlock(&state_lock);
@@ -325,7 +335,9 @@ struct cudareg *cuda_nvml_region(nvmlDevice_t device, unsigned long long total, 
         st = DEV_UNKNOWN; /* ask again next time */
     } else {
         uuid[sizeof uuid - 1] = '\0';
-        int64_t limit = cudacfg_container_limit(&cuda_cfg, (int)index, (int64_t)total);
+        int64_t limit = cudacfg_uuid_limit(&cuda_cfg, uuid);
+        if (limit < 0)
+            limit = cudacfg_container_limit(&cuda_cfg, (int)index, (int64_t)total);
         if (limit > 0) {
             if (limit > (int64_t)total)
                 limit = (int64_t)total;

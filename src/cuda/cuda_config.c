@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* CUDA's own variable, not the contract's: the process's renumbering. */
 #define VAR_VISIBLE "CUDA_VISIBLE_DEVICES"
@@ -98,6 +99,42 @@ static void parse_visible(struct cudacfg *cfg, const char *v)
     }
 }
 
+/* "GPU-<hex and dashes>" or "MIG-<...>" (n bytes): the UUID's hex part
+ * (after the 4-byte tag), or NULL when s is not a UUID. */
+static const char *uuid_hex(const char *s, size_t n)
+{
+    if (n <= 4 || n >= CUDACFG_UUID_LEN || (memcmp(s, "GPU-", 4) != 0 && memcmp(s, "MIG-", 4) != 0))
+        return NULL;
+    for (size_t i = 4; i < n; i++)
+        if (strchr("0123456789abcdefABCDEF-", s[i]) == NULL || s[i] == '\0')
+            return NULL;
+    return s + 4;
+}
+
+static bool same_uuid(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    const char *ha = uuid_hex(a, la), *hb = uuid_hex(b, lb);
+    return ha != NULL && hb != NULL && la == lb && strcasecmp(ha, hb) == 0;
+}
+
+/* The entry of the UUID s[0..n), added when new; NULL when the table is full. */
+static struct cudacfg_uuid *uuid_entry(struct cudacfg *cfg, const char *s, size_t n)
+{
+    char uuid[CUDACFG_UUID_LEN];
+    snprintf(uuid, sizeof uuid, "%.*s", (int)n, s);
+    for (int i = 0; i < cfg->uuid_count; i++)
+        if (same_uuid(cfg->by_uuid[i].uuid, uuid))
+            return &cfg->by_uuid[i];
+    if (cfg->uuid_count == CUDACFG_MAX_DEVICES)
+        return NULL;
+    struct cudacfg_uuid *u = &cfg->by_uuid[cfg->uuid_count++];
+    snprintf(u->uuid, sizeof u->uuid, "%s", uuid);
+    u->limit = -1;
+    u->prefix[0] = '\0';
+    return u;
+}
+
 static void broken(struct cudacfg *cfg, const char *name, const char *value, const char *want)
 {
     if (cfg->state == CUDACFG_BROKEN)
@@ -135,6 +172,7 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
     snprintf(cfg->prefix, sizeof cfg->prefix, "%s", CUDACFG_DEFAULT_PREFIX);
     const char *share_units = NULL, *share_of = NULL;
     const size_t prefix_len = strlen(POOL_ENV_MEM_LIMIT_PREFIX);
+    const size_t cache_len = strlen(POOL_ENV_SHARED_CACHE_PREFIX);
     bool any = false;
     for (; env != NULL && *env != NULL; env++) {
         const char *e = *env, *eq = strchr(e, '=');
@@ -152,11 +190,29 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
             /* The whole family is ours: "_" alone, "_x" or "_64" is a limit
              * someone meant, so it is refused rather than ignored (D14). */
             any = true;
-            int i = parse_ordinal(e + prefix_len, n - prefix_len);
-            if (i < 0)
-                broken(cfg, name, v, "for a device ordinal 0..63 (the name must end in one)");
-            else if (cudacfg_parse_size(v, &cfg->dev[i]) != 0)
+            const char *key = e + prefix_len;
+            size_t kn = n - prefix_len;
+            int i = parse_ordinal(key, kn);
+            struct cudacfg_uuid *u = NULL;
+            if (i < 0 && uuid_hex(key, kn) != NULL && (u = uuid_entry(cfg, key, kn)) == NULL)
+                broken(cfg, name, v, "for at most 64 devices");
+            else if (u != NULL && cudacfg_parse_size(v, &u->limit) != 0)
                 broken(cfg, name, v, WANT_SIZE);
+            else if (i < 0 && u == NULL)
+                broken(cfg, name, v,
+                       "for a device ordinal 0..63 or a GPU-/MIG- UUID (the name must end in one)");
+            else if (i >= 0 && cudacfg_parse_size(v, &cfg->dev[i]) != 0)
+                broken(cfg, name, v, WANT_SIZE);
+        } else if (n > cache_len && memcmp(e, POOL_ENV_SHARED_CACHE_PREFIX, cache_len) == 0) {
+            /* a per-device region prefix: the device's UUID after the "_" */
+            struct cudacfg_uuid *u = NULL;
+            if (uuid_hex(e + cache_len, n - cache_len) == NULL ||
+                (u = uuid_entry(cfg, e + cache_len, n - cache_len)) == NULL)
+                broken(cfg, name, v, "for a GPU-/MIG- UUID (the name must end in one)");
+            else if (v[0] == '\0' || strlen(v) >= sizeof u->prefix - 64)
+                broken(cfg, name, v, "a usable path");
+            else
+                snprintf(u->prefix, sizeof u->prefix, "%s", v);
         } else if (is_var(e, n, POOL_ENV_SM_LIMIT)) {
             any = cfg->compute = true;
             if (parse_percent(v, &cfg->sm_all) != 0)
@@ -214,6 +270,24 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
     }
     if (any && cfg->state != CUDACFG_BROKEN)
         cfg->state = CUDACFG_ON;
+}
+
+int64_t cudacfg_uuid_limit(const struct cudacfg *cfg, const char *uuid)
+{
+    if (cfg->state != CUDACFG_ON || uuid == NULL)
+        return -1;
+    for (int i = 0; i < cfg->uuid_count; i++)
+        if (same_uuid(cfg->by_uuid[i].uuid, uuid))
+            return cfg->by_uuid[i].limit;
+    return -1;
+}
+
+const char *cudacfg_region_prefix(const struct cudacfg *cfg, const char *uuid)
+{
+    for (int i = 0; uuid != NULL && i < cfg->uuid_count; i++)
+        if (same_uuid(cfg->by_uuid[i].uuid, uuid) && cfg->by_uuid[i].prefix[0] != '\0')
+            return cfg->by_uuid[i].prefix;
+    return cfg->prefix;
 }
 
 int64_t cudacfg_container_limit(const struct cudacfg *cfg, int ordinal, int64_t device_total)

@@ -28,6 +28,20 @@ enum cudacfg_state {
     CUDACFG_BROKEN, /* a limit was asked for but cannot be understood: refuse CUDA */
 };
 
+/* A device UUID as a limit variable names it: "GPU-..." / "MIG-..." + NUL
+ * (NVML_DEVICE_UUID_V2_BUFFER_SIZE), and the region prefix of that device. */
+#define CUDACFG_UUID_LEN 96
+#define CUDACFG_UUID_PREFIX_LEN 256
+
+/* CUDA_DEVICE_MEMORY_LIMIT_<UUID> and CUDA_DEVICE_MEMORY_SHARED_CACHE_<UUID>:
+ * the DRA driver's form (a container may hold several claims, whose
+ * devices it numbers in an order nobody knows in advance). */
+struct cudacfg_uuid {
+    char uuid[CUDACFG_UUID_LEN];
+    int64_t limit;                        /* -1 unset (only a prefix was given) */
+    char prefix[CUDACFG_UUID_PREFIX_LEN]; /* "" unset: cudacfg.prefix */
+};
+
 struct cudacfg {
     enum cudacfg_state state;
     int64_t all;                      /* CUDA_DEVICE_MEMORY_LIMIT; -1 unset, 0 none */
@@ -47,7 +61,9 @@ struct cudacfg {
     bool compute;
     char priority_dir[1024];
     char prefix[1024]; /* CUDA_DEVICE_MEMORY_SHARED_CACHE */
-    char why[320];     /* when BROKEN: the one message for stderr */
+    int uuid_count;
+    struct cudacfg_uuid by_uuid[CUDACFG_MAX_DEVICES];
+    char why[320]; /* when BROKEN: the one message for stderr */
 };
 
 /* Parses "1073741824", "1g", "1024m", "1048576k", "2t" (1024-based, either
@@ -61,6 +77,16 @@ int cudacfg_parse_size(const char *s, int64_t *bytes);
  * in an ordinal 0..63, makes the state CUDACFG_BROKEN with the reason in
  * why. */
 void cudacfg_load(struct cudacfg *cfg, char *const *env);
+
+/* The limit of the device with this UUID when a variable names it by UUID
+ * (> 0 bytes, or 0 for an explicit "no limit"), else -1: the ordinal forms
+ * decide. UUIDs match on their hex part, so NVML's "MIG-<hex>" and the
+ * "GPU-<hex>" the library prints from cuDeviceGetUuid are one device. */
+int64_t cudacfg_uuid_limit(const struct cudacfg *cfg, const char *uuid);
+
+/* The region path prefix of the device with this UUID: its
+ * CUDA_DEVICE_MEMORY_SHARED_CACHE_<UUID>, else the container's prefix. */
+const char *cudacfg_region_prefix(const struct cudacfg *cfg, const char *uuid);
 
 /* The limit of the GPU the CONTAINER numbers `ordinal` (the index the limit
  * variables use; NVML's index inside the container), whose memory is

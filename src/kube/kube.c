@@ -722,8 +722,8 @@ int kube_get_until(struct kube_client *client, const char *path, int64_t deadlin
 }
 
 static int call_with_body(struct kube_client *c, const char *method, const char *path,
-                          const char *content_type, const json_t *body, int64_t deadline_ns,
-                          json_t **out, struct kube_error *err)
+                          const char *content_type, const json_t *body, bool idempotent,
+                          int64_t deadline_ns, json_t **out, struct kube_error *err)
 {
     if (out != NULL)
         *out = NULL;
@@ -743,7 +743,7 @@ static int call_with_body(struct kube_client *c, const char *method, const char 
                         .content_type = content_type,
                         .body = text,
                         .body_len = len,
-                        .idempotent = false,
+                        .idempotent = idempotent,
                         .deadline_ns = deadline_ns};
     int rc = call_json(c, &call, out, err);
     free(text);
@@ -761,13 +761,13 @@ int kube_patch(struct kube_client *client, const char *path, enum kube_patch_typ
     if ((unsigned)type > KUBE_PATCH_JSON)
         return kube_fail(err, 0, "InvalidArgument", "PATCH %s: unknown patch type %d", path,
                          (int)type);
-    return call_with_body(client, "PATCH", path, types[type], body, 0, out, err);
+    return call_with_body(client, "PATCH", path, types[type], body, false, 0, out, err);
 }
 
 int kube_post(struct kube_client *client, const char *path, const json_t *body, json_t **out,
               struct kube_error *err)
 {
-    return call_with_body(client, "POST", path, "application/json", body, 0, out, err);
+    return call_with_body(client, "POST", path, "application/json", body, false, 0, out, err);
 }
 
 int kube_put(struct kube_client *client, const char *path, const json_t *body, json_t **out,
@@ -779,7 +779,31 @@ int kube_put(struct kube_client *client, const char *path, const json_t *body, j
 int kube_put_until(struct kube_client *client, const char *path, const json_t *body,
                    int64_t deadline_ns, json_t **out, struct kube_error *err)
 {
-    return call_with_body(client, "PUT", path, "application/json", body, deadline_ns, out, err);
+    return call_with_body(client, "PUT", path, "application/json", body, false, deadline_ns, out,
+                          err);
+}
+
+int kube_delete(struct kube_client *client, const char *path, const char *uid,
+                struct kube_error *err)
+{
+    /* Background: the server answers at once and the garbage collector
+     * removes dependents, as `kubectl delete` does. */
+    json_t *body = json_pack("{s:s, s:s, s:s}", "apiVersion", "v1", "kind", "DeleteOptions",
+                             "propagationPolicy", "Background");
+    if (body != NULL && uid != NULL)
+        json_object_set_new(body, "preconditions", json_pack("{s:s}", "uid", uid));
+    if (body == NULL)
+        return kube_fail(err, 0, "InvalidArgument", "DELETE %s: out of memory", path);
+    /* Idempotent: a repeat of a DELETE the server did act on is answered
+     * 404, which the caller reads as "gone" like the first answer. */
+    int rc = call_with_body(client, "DELETE", path, "application/json", body, true, 0, NULL, err);
+    json_decref(body);
+    return rc;
+}
+
+bool kube_error_not_found(const struct kube_error *err)
+{
+    return err->http_status == 404;
 }
 
 int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, const char *uid,
@@ -799,7 +823,8 @@ int kube_bind_pod(struct kube_client *client, const char *ns, const char *name, 
                          node);
     char path[1024];
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s/binding", ns, name);
-    int rc = call_with_body(client, "POST", path, "application/json", body, deadline_ns, NULL, err);
+    int rc = call_with_body(client, "POST", path, "application/json", body, false, deadline_ns,
+                            NULL, err);
     json_decref(body);
     return rc;
 }

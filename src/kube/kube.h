@@ -1,7 +1,7 @@
 /* kube.h -- a small Kubernetes API client (libcurl + jansson).
  *
  * What every gpupool program needs from the API server and nothing more:
- * GET, paginated LIST, WATCH, PATCH, POST, plus a reflector (list, then watch
+ * GET, paginated LIST, WATCH, PATCH, POST, PUT, DELETE, plus a reflector (list, then watch
  * forever, re-list when the watch is too old) that feeds a caller's cache.
  *
  * Configuration (kube_client_new): a kubeconfig (explicit path, else
@@ -35,8 +35,8 @@
  *
  * Retries (see docs/kube.md): connect failures and 429 (honouring
  * Retry-After) are retried for every verb, since the server did not act on
- * the request; 500/502/503/504 and transfer timeouts only for GET and LIST,
- * never for POST (a retried binding could bind twice) or PATCH. Backoff is
+ * the request; 500/502/503/504 and transfer timeouts only for GET, LIST and
+ * DELETE (a repeated DELETE is answered 404), never for POST (a retried binding could bind twice) or PATCH. Backoff is
  * exponential with jitter, bounded by kube_retry_policy; Retry-After is
  * honoured up to 60 s. A 401 re-reads a token file, or runs an exec
  * credential plugin again, once and retries. */
@@ -263,6 +263,16 @@ int kube_put(struct kube_client *client, const char *path, const json_t *body, j
 int kube_put_until(struct kube_client *client, const char *path, const json_t *body,
                    int64_t deadline_ns, json_t **out, struct kube_error *err) GP_MUST_USE;
 
+/* DELETE path (an object), with DeleteOptions propagationPolicy Background
+ * and, when uid is not NULL, preconditions.uid (the server refuses with 409
+ * when the name now belongs to another object). A 404 is an error with
+ * http_status 404 (kube_error_not_found): for a caller that wants the
+ * object gone it means done. Retried like a GET (see above). */
+int kube_delete(struct kube_client *client, const char *path, const char *uid,
+                struct kube_error *err) GP_MUST_USE;
+/* The object was not there (HTTP 404, reason NotFound). */
+bool kube_error_not_found(const struct kube_error *err);
+
 /* A plain HTTP POST to a URL outside the API server (the extender forwards
  * a bind to its leader replica): body of len bytes as application/json,
  * plus `header` (one "Name: value" line, may be NULL); no credentials, no
@@ -301,6 +311,22 @@ struct kube_pod_event {
  * as a lost note, never as a failed operation. */
 int kube_post_pod_event(struct kube_client *client, const struct kube_pod_event *ev,
                         struct kube_error *err) GP_MUST_USE;
+
+/* The object an Event is about (involvedObject), any kind. */
+struct kube_object_ref {
+    const char *api_version; /* "v1", "resource.k8s.io/v1" */
+    const char *kind;        /* "Node", "Pod", ... */
+    const char *ns;          /* NULL for a cluster-scoped object */
+    const char *name;
+    const char *uid; /* may be NULL */
+};
+
+/* kube_post_pod_event for any object: the Event goes to the object's
+ * namespace, or to "default" for a cluster-scoped one (where `kubectl
+ * describe node` looks). reason, message, component, host as above. */
+int kube_post_event(struct kube_client *client, const struct kube_object_ref *about, bool warning,
+                    const char *reason, const char *message, const char *component,
+                    const char *host, struct kube_error *err) GP_MUST_USE;
 
 /* Cancellation token for watches and reflectors. kube_cancel_fire() is
  * thread-safe and makes a running kube_watch()/kube_reflector_run() that

@@ -108,4 +108,24 @@
 /* A GPU model name, NUL included ("Tesla-V100-SXM2-16GB"). */
 #define POOL_MODEL_LEN 64
 
+/* ---- the DRA kubelet plugin's claim contract (docs/dra.md) ---- */
+/* The default --driver-name; "gpu.nvidia.com" serves claims written for NVIDIA's driver. */
+#define POOL_DRA_DRIVER_DEFAULT "gpu.gpupool.io"
+/* Per-claim CDI specs: kind "k8s.<driver>/claim", devices "<claim-uid>-<device>". */
+#define POOL_DRA_CDI_VENDOR_PREFIX "k8s."
+#define POOL_DRA_CDI_CLASS "claim"
+/* A claim's opaque configuration for our driver (parameters of
+ * devices.config[].opaque): {"apiVersion": ..., "kind": ..., options}. */
+#define POOL_DRA_CONFIG_API_VERSION "gpupool.io/v1alpha1"
+#define POOL_DRA_CONFIG_KIND "GpuConfig"
+/* A DRA container may hold several claims, whose devices it numbers in an
+ * order no plugin knows: the limit and the region path are keyed by the
+ * device's UUID instead of a container ordinal ("CUDA_DEVICE_MEMORY_LIMIT_GPU-8c1e..."
+ * and "CUDA_DEVICE_MEMORY_SHARED_CACHE_GPU-8c1e..."), so two claims' CDI
+ * edits never set the same variable. */
+#define POOL_ENV_SHARED_CACHE_PREFIX POOL_ENV_SHARED_CACHE "_"
+/* Where a claim's region directory appears in its containers:
+ * POOL_CONTAINER_CLAIMS_DIR "/<claim-uid>"; the region prefix is that + "/region". */
+#define POOL_CONTAINER_CLAIMS_DIR POOL_CONTAINER_REGION_DIR "/claims"
+
 #endif

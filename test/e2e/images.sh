@@ -10,6 +10,9 @@
 #                      the glibc probe image ($CUDAPROBE_IMAGE) for the isolation
 #                      checks: build $K8S_CACHE/images/cudaprobe.tar (skipped when
 #                      current) and import it (containerd must run)
+#   images.sh draplugin BUILD_DIR
+#                      $DRAPLUGIN_IMAGE: gpupool-dra-plugin and libgpupool-cuda at
+#                      the device plugin image's paths (dra.sh's apply -k check)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -223,10 +226,107 @@ PY
   ctr_ images ls -q | grep -xF "$CUDAPROBE_IMAGE" | sed 's/^/  image: /'
 }
 
+# A stand-in for the device plugin's image where `make image` has not run
+# (or its image lacks the DRA plugin): gpupool-dra-plugin at
+# /usr/bin/gpupool-dra-plugin and libgpupool-cuda at
+# /usr/lib/gpupool/libgpupool-cuda.so, the image's paths, over the host's
+# loader and the libraries ldd lists; no shell. For dra.sh's apply -k check
+# of deploy/overlays/dra: the manifests, RBAC and the program in a pod.
+draplugin() {
+  local build=$1 bin lib stamp
+  bin=$build/bin/gpupool-dra-plugin
+  lib=$build/lib/libgpupool-cuda.so
+  [[ -f $bin && -f $lib ]] || e2e_die "draplugin image: $bin or $lib missing (build the project)"
+  # What it loads at run time as well (libcurl: the API client dlopens it),
+  # as scripts/image.sh finds it: sonames in the binary, NVIDIA's aside.
+  local -a libs objs=("$bin")
+  local so d arch
+  arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  for so in $(strings -n 6 "$bin" | grep -E '^lib[A-Za-z0-9_+.-]*\.so(\.[0-9]+)+$' | grep -vE '^lib(nvidia|cuda|nvcuvid|nvoptix)' | sort -u); do
+    for d in "/usr/lib/$arch" "/lib/$arch"; do
+      [[ -e $d/$so ]] && { objs+=("$d/$so"); break; }
+    done
+  done
+  mapfile -t libs < <(for so in "${objs[@]:1}"; do echo "$so"; done
+    for so in "${objs[@]}"; do ldd "$so"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $2 ~ /^\(/ {print $1}' | sort -u)
+  ((${#libs[@]} > 0)) || e2e_die "draplugin image: ldd found no libraries for $bin"
+  stamp="$(cat "$bin" "$lib" "${libs[@]}" | sha256sum | cut -c1-16) $DRAPLUGIN_IMAGE v1"
+  mkdir -p "$IMG_DIR"
+  if [[ ! -f $IMG_DIR/draplugin.stamp || "$(cat "$IMG_DIR/draplugin.stamp")" != "$stamp" || ! -f $IMG_DIR/draplugin.tar ]]; then
+    /usr/bin/python3 - "$IMG_DIR/draplugin.tar" "$DRAPLUGIN_IMAGE" "$(dpkg --print-architecture)" "$bin" "$lib" "${libs[@]}" <<'PY'
+import hashlib, io, json, os, sys, tarfile
+
+out, ref, arch, binary, cudalib = sys.argv[1:6]
+libs = sys.argv[6:]
+done = set()
+
+def add(tf, name, kind, data=b"", mode=0o755):
+    if name in done:
+        return
+    done.add(name)
+    ti = tarfile.TarInfo(name)
+    ti.mtime = 0
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = "root"
+    ti.mode = mode
+    if kind == "dir":
+        ti.type = tarfile.DIRTYPE
+        tf.addfile(ti)
+    else:
+        ti.size = len(data)
+        tf.addfile(ti, io.BytesIO(data))
+
+def add_file(tf, name, src, mode=0o755):
+    parts = name.strip("/").split("/")
+    for i in range(1, len(parts)):
+        add(tf, "/".join(parts[:i]), "dir")
+    with open(os.path.realpath(src), "rb") as f:
+        add(tf, "/".join(parts), "file", f.read(), mode=mode)
+
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+    for d in ["etc", "proc", "sys", "dev", "var", "run", "root"]:
+        add(tf, d, "dir")
+    add(tf, "tmp", "dir", mode=0o1777)
+    for lib in libs:
+        add_file(tf, lib, lib)
+    add_file(tf, "usr/bin/gpupool-dra-plugin", binary)
+    add_file(tf, "usr/lib/gpupool/libgpupool-cuda.so", cudalib)
+    add(tf, "etc/passwd", "file", b"root:x:0:0:root:/root:/sbin/nologin\n", mode=0o644)
+    add(tf, "etc/group", "file", b"root:x:0:\n", mode=0o644)
+layer = buf.getvalue()
+diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+config = {
+    "architecture": arch, "os": "linux",
+    "created": "1970-01-01T00:00:00Z",
+    "config": {"Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], "Entrypoint": ["/usr/bin/gpupool-dra-plugin"]},
+    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "gpupool test/e2e/images.sh draplugin"}],
+}
+cj = json.dumps(config, sort_keys=True).encode()
+csum = hashlib.sha256(cj).hexdigest()
+ldir = diff_id.split(":")[1]
+manifest = [{"Config": csum + ".json", "RepoTags": [ref], "Layers": [ldir + "/layer.tar"]}]
+tmp = out + ".tmp"
+with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
+    add(tf, ldir, "dir")
+    add(tf, ldir + "/layer.tar", "file", layer, mode=0o644)
+    add(tf, csum + ".json", "file", cj, mode=0o644)
+    add(tf, "manifest.json", "file", json.dumps(manifest).encode(), mode=0o644)
+os.replace(tmp, out)
+PY
+    echo "$stamp" >"$IMG_DIR/draplugin.stamp"
+    e2e_log "images: built $IMG_DIR/draplugin.tar ($(du -k "$IMG_DIR/draplugin.tar" | cut -f1) KiB)"
+  fi
+  ctr_ images import --platform "linux/$(dpkg --print-architecture)" "$IMG_DIR/draplugin.tar" >/dev/null
+  ctr_ images ls -q | grep -xF "$DRAPLUGIN_IMAGE" | sed 's/^/  image: /'
+}
+
 case "${1:-all}" in
   build) build ;;
   import) do_import ;;
   all) build; do_import ;;
   cudaprobe) [[ $# -eq 2 ]] || e2e_die "usage: $0 cudaprobe BUILD_DIR"; cudaprobe "$2" ;;
-  *) e2e_die "usage: $0 [build|import|cudaprobe BUILD_DIR]" ;;
+  draplugin) [[ $# -eq 2 ]] || e2e_die "usage: $0 draplugin BUILD_DIR"; draplugin "$2" ;;
+  *) e2e_die "usage: $0 [build|import|cudaprobe BUILD_DIR|draplugin BUILD_DIR]" ;;
 esac

@@ -26,6 +26,7 @@ POD_SUBNET=10.88.0.0/24
 BUSYBOX_IMAGE=localhost/gpupool-e2e/busybox:1.35
 PAUSE_IMAGE=localhost/gpupool-e2e/pause:3.2
 CUDAPROBE_IMAGE=localhost/gpupool-e2e/cudaprobe:1
+DRAPLUGIN_IMAGE=localhost/gpupool-e2e/dra-plugin:test
 KUBECONFIG=$E2E_STATE/kubeconfig
 export KUBECONFIG
 

@@ -40,10 +40,11 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import k8s_protobuf  # noqa: E402  (next to this file)
 
-CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "persistentvolumes", "resourceslices", "deviceclasses"}
 KIND_OF = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap",
            "namespaces": "Namespace", "events": "Event", "services": "Service",
-           "secrets": "Secret", "leases": "Lease"}
+           "secrets": "Secret", "leases": "Lease", "resourceslices": "ResourceSlice",
+           "resourceclaims": "ResourceClaim", "deviceclasses": "DeviceClass"}
 RESOURCE_OF_KIND = {v: k for k, v in KIND_OF.items()}
 
 
@@ -398,6 +399,11 @@ class FakeApiServer:
         # not checked. True: as from 1.23 (kubernetes PR 105913), a mismatch
         # is a 409 "Precondition failed".
         self.binding_preconditions = False
+        # Like a 1.36 apiserver (DRAConsumableCapacity beta, on): a
+        # ResourceSlice device keeps allowMultipleAllocations and its
+        # capacities' requestPolicy. False: like a server with the gate off,
+        # which drops both from what it stores, without an error.
+        self.consumable_capacity = True
         self.watchers = set()
         self.connections = 0
         self.stopping = threading.Event()
@@ -521,6 +527,10 @@ def _handler_class(server):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "fake-apiserver/1"
+        # TCP_NODELAY, as kube-apiserver (Go) has: the headers and the body
+        # go out in two writes, and with Nagle on the body waits for the
+        # client's delayed ACK (40 ms on Linux), which timings would measure.
+        disable_nagle_algorithm = True
 
         def setup(self):
             super().setup()
@@ -548,6 +558,10 @@ def _handler_class(server):
                 self._entry["status"], self._entry["content_type"] = code, ctype
 
         def _send_raw(self, code, data, ctype="application/json", extra_headers=None):
+            late = getattr(self, "_late_ms", 0)
+            if late:
+                self._late_ms = 0
+                time.sleep(late / 1000.0)
             self._answering(code, ctype)
             self.send_response(code)
             self.send_header("Content-Type", ctype)
@@ -595,6 +609,7 @@ def _handler_class(server):
             self._status = None
             self._content_type = None
             self._entry = None
+            self._late_ms = 0
             if path.startswith("/_fake/"):
                 return self._control(method, path, query, body)
             is_watch = query.get("watch", [""])[0] in ("1", "true")
@@ -633,6 +648,9 @@ def _handler_class(server):
             """True when the fault answered the request itself."""
             if f.action == "delay":
                 time.sleep(f.delay_ms / 1000.0)
+                return False
+            if f.action == "late_answer":   # served (stored, watchers told), answered later
+                self._late_ms = f.delay_ms
                 return False
             if f.action == "stall":   # never answer; close after delay_ms (or at stop)
                 server.stopping.wait(f.delay_ms / 1000.0 if f.delay_ms else None)
@@ -754,7 +772,7 @@ def _handler_class(server):
                 if method == "GET":
                     return self._list(resource, ns, q, fault)
                 if method == "POST":
-                    obj = self._json(body)
+                    obj = self._admit(resource, self._json(body))
                     if isinstance(obj, dict):
                         obj.setdefault("apiVersion", self._group_version)
                     if resource in CLUSTER_SCOPED:
@@ -769,14 +787,31 @@ def _handler_class(server):
             if method == "GET":
                 return self._send_json(200, store.get(resource, ns, name))
             if method == "DELETE":
+                pre = ((self._json(body) if body else {}) or {}).get("preconditions") or {}
+                if pre.get("uid") and pre["uid"] != store.get(resource, ns, name)["metadata"]["uid"]:
+                    raise ApiError(409, "Conflict", "Precondition failed: UID in precondition: %s, "
+                                   "UID in object meta: %s" % (pre["uid"], store.get(
+                                       resource, ns, name)["metadata"]["uid"]))
                 return self._send_json(200, store.delete(resource, ns, name))
             if method == "PUT":
-                obj = self._json(body)
+                obj = self._admit(resource, self._json(body))
                 expected = (obj.get("metadata") or {}).get("resourceVersion")
                 return self._send_json(200, store.update(resource, ns, name, lambda old: obj, expected))
             if method == "PATCH":
                 return self._patch(resource, ns, name, body)
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+        def _admit(self, resource, obj):
+            """What an apiserver drops from a write: ResourceSlice devices'
+            consumable-capacity fields when that gate is off."""
+            if resource != "resourceslices" or server.consumable_capacity or not isinstance(obj, dict):
+                return obj
+            for dev in (obj.get("spec") or {}).get("devices") or []:
+                dev.pop("allowMultipleAllocations", None)
+                for cap in (dev.get("capacity") or {}).values():
+                    if isinstance(cap, dict):
+                        cap.pop("requestPolicy", None)
+            return obj
 
         def _json(self, body):
             try:
@@ -792,10 +827,10 @@ def _handler_class(server):
                 if not isinstance(patch, dict):
                     raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
                 expected = (patch.get("metadata") or {}).get("resourceVersion")
-                fn = lambda old: merge_patch(old, patch)   # noqa: E731
+                fn = lambda old: self._admit(resource, merge_patch(old, patch))   # noqa: E731
             elif ctype == "application/json-patch+json":
                 expected = None
-                fn = lambda old: json_patch(old, patch)    # noqa: E731
+                fn = lambda old: self._admit(resource, json_patch(old, patch))    # noqa: E731
             else:
                 raise ApiError(415, "UnsupportedMediaType",
                                "the body of the request was in an unknown format - accepted media "
@@ -1057,7 +1092,10 @@ def _handler_class(server):
             if path == "/_fake/config" and method == "POST":
                 if "chunk_bytes" in data:
                     server.chunk_bytes = int(data["chunk_bytes"])
-                return self._send_json(200, {"chunk_bytes": server.chunk_bytes})
+                if "consumable_capacity" in data:
+                    server.consumable_capacity = bool(data["consumable_capacity"])
+                return self._send_json(200, {"chunk_bytes": server.chunk_bytes,
+                                             "consumable_capacity": server.consumable_capacity})
             if path == "/_fake/drop_watches" and method == "POST":
                 return self._send_json(200, {"dropped": server.drop_watches(bool(data.get("clean")))})
             if path == "/_fake/bookmark" and method == "POST":

@@ -314,10 +314,12 @@ def test_watch_cache_lists_in_parallel_and_no_per_node_requests(api, kubeconfig)
     doc = json.loads(proc.stdout)
     assert doc["cluster"]["nodes"] == 1207 and doc["cluster"]["gpus"] == 5 + 1203 * 8
     reqs = api.requests()
+    # (and DRA's ResourceSlices, empty here: no claims are then read)
     assert {r["path"] for r in reqs} == {"/api/v1/nodes", "/api/v1/pods",
-                                         "/api/v1/namespaces/kube-system/configmaps"}
+                                         "/api/v1/namespaces/kube-system/configmaps",
+                                         "/apis/resource.k8s.io/v1/resourceslices"}
     # One answer per collection, from the watch cache (resourceVersion=0).
-    assert len(reqs) == 3
+    assert len(reqs) == 4
     assert all(r["query"].get("resourceVersion") == "0" for r in reqs)
     # The pods on a connection of their own, read beside the nodes.
     conn = {r["path"]: r["conn"] for r in reqs}
@@ -448,8 +450,10 @@ def test_protobuf_and_json_answers_print_the_same(api, kubeconfig, args):
     answers JSON instead gives byte-identical output."""
     as_protobuf = run(GPUPOOL, args, kubeconfig)
     # (-o wide also asks the node agents, through the node proxy: text, not lists)
+    # (DRA's collections are read as JSON: the client decodes protobuf for core kinds only)
     lists = [r for r in api.requests()
-             if r["path"] != "/api/v1/nodes/gpu-b" and "/proxy/" not in r["path"]]
+             if r["path"] != "/api/v1/nodes/gpu-b" and "/proxy/" not in r["path"]
+             and not r["path"].startswith("/apis/resource.k8s.io/")]
     assert lists and all(PROTOBUF in r["headers"]["Accept"] and r["content_type"] == PROTOBUF
                          for r in lists)
     api.clear_requests()
@@ -616,3 +620,88 @@ def test_version_names_the_commit(program, argv):
     if head is not None:
         assert m.group(2) == head, "built at %s, HEAD is %s: rebuild (CMake re-configures)" % (
             m.group(2), head)
+
+
+def dra_objects(api):
+    """A DRA-only node (no extended resource) with two GPUs in a ResourceSlice, two shared
+    claims on gpu-0 and a whole-device claim (no consumedCapacity) on gpu-1."""
+    gib = 1 << 30
+    api.put_object("nodes", node("dra-a", "192.168.0.80"))
+
+    def dev(name):
+        return {"name": name, "allowMultipleAllocations": True,
+                "attributes": {"type": {"string": "gpu"}},
+                "capacity": {"memory": {"value": str(16 * gib)}}}
+    api.put_object("resourceslices", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "dra-a-gpu.gpupool.io-x1"},
+        "spec": {"driver": "gpu.gpupool.io", "nodeName": "dra-a",
+                 "pool": {"name": "dra-a", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [dev("gpu-0"), dev("gpu-1"), dev("gpu-10")]}})
+
+    def claim(ns, name, device, memory=None):
+        result = {"request": "r", "driver": "gpu.gpupool.io", "pool": "dra-a", "device": device}
+        if memory is not None:
+            result["consumedCapacity"] = {"memory": memory}
+        api.put_object("resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": [result]}}}})
+    claim("ml", "train-8g", "gpu-0", "8Gi")
+    claim("default", "infer-4g", "gpu-0", "4Gi")
+    claim("ml", "whole", "gpu-1")
+    claim("ml", "elsewhere", "gpu-9")        # a device no slice lists: ignored
+
+
+def test_inspect_details_show_dra_claims_per_gpu(api, kubeconfig):
+    dra_objects(api)
+    proc = run(GPUPOOL, ["inspect", "dra-a", "-d"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index(next(l for l in lines if l.startswith("DRA DEVICE")))
+    rows = [l.split() for l in lines[start + 1:start + 4]]
+    assert rows[0][:6] == ["gpu-0", "gpu.gpupool.io", "12Gi/16Gi", "(75%)", "yes",
+                           "default/infer-4g=4Gi"]
+    assert rows[0][6] == "ml/train-8g=8Gi"
+    assert rows[1][:6] == ["gpu-1", "gpu.gpupool.io", "16Gi/16Gi", "(100%)", "yes",
+                           "ml/whole=16Gi"]
+    assert rows[2][:6] == ["gpu-10", "gpu.gpupool.io", "0/16Gi", "(0%)", "yes", "-"]
+    # The node's slices are asked by field selector, the claims once.
+    reqs = api.requests()
+    slices = [r for r in reqs if r["path"].endswith("/resourceslices")]
+    assert slices and all(r["query"].get("fieldSelector") == "spec.nodeName=dra-a" for r in slices)
+    assert len([r for r in reqs if r["path"].endswith("/resourceclaims")]) == 1
+
+
+def test_inspect_whole_pool_includes_dra_nodes_beside_device_plugin_ones(api, kubeconfig):
+    dra_objects(api)
+    proc = run(GPUPOOL, ["inspect", "-o", "json"], kubeconfig)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert "gpu-a" in nodes and "whole" in nodes          # device-plugin nodes as before
+    assert "dra" not in nodes["gpu-a"]
+    dra = nodes["dra-a"]["dra"]
+    assert [d["name"] for d in dra] == ["gpu-0", "gpu-1", "gpu-10"]
+    assert dra[0]["consumedBytes"] == 12 << 30 and dra[0]["memoryBytes"] == 16 << 30
+    assert dra[0]["claims"] == [
+        {"namespace": "default", "name": "infer-4g", "memoryBytes": 4 << 30},
+        {"namespace": "ml", "name": "train-8g", "memoryBytes": 8 << 30}]
+    assert dra[1]["claims"] == [{"namespace": "ml", "name": "whole", "memoryBytes": 16 << 30}]
+
+
+def test_inspect_without_dra_api_or_rights(api, kubeconfig):
+    """A 1.20 server (no resource.k8s.io: 404) shows what it showed before; RBAC that hides
+    the slices gets a warning, not a failure."""
+    before = run(GPUPOOL, ["inspect", "-d"], kubeconfig)
+    assert before.returncode == 0 and "DRA DEVICE" not in before.stdout
+    api.add_fault(method="GET", path="resourceslices", status=404, reason="NotFound",
+                  message="the server could not find the requested resource")
+    proc = run(GPUPOOL, ["inspect", "-d"], kubeconfig)
+    assert proc.returncode == 0 and proc.stdout == before.stdout and proc.stderr == ""
+    api.add_fault(method="GET", path="resourceslices", status=403, reason="Forbidden",
+                  message="resourceslices is forbidden", count=-1)
+    proc = run(GPUPOOL, ["inspect", "-d"], kubeconfig)
+    assert proc.returncode == 0 and proc.stdout == before.stdout
+    assert "warning: resourceslices not readable: resourceslices is forbidden" in proc.stderr

@@ -30,7 +30,8 @@ V1BETA1_FILE = os.path.join(DEPLOY, "scheduler", "scheduler-config-v1beta1.yaml"
 POLICY_FILE = os.path.join(DEPLOY, "scheduler", "scheduler-policy-config.json")
 SECOND_FILE = os.path.join(DEPLOY, "overlays", "secondary-scheduler", "gpupool-scheduler-config.yaml")
 TWIN_FILE = os.path.join(ROOT, "test", "e2e", "gpupool-scheduler-v1beta1.yaml")
-OVERLAYS = ["whole-gpu", "time-slicing", "gpu-mem", "gpu-mem-ha", "secondary-scheduler", "gpushare"]
+OVERLAYS = ["whole-gpu", "time-slicing", "gpu-mem", "gpu-mem-ha", "secondary-scheduler", "gpushare",
+            "dra"]
 CLUSTER_IP = "10.96.0.39"
 
 DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
@@ -315,6 +316,63 @@ def test_gpushare_overlay_serves_gpushares_url():
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = sorted(t["matchExpressions"][0]["key"] for t in terms)
     assert keys == ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"]
+
+
+def test_dra_overlay_runs_the_dra_plugin_instead_of_the_device_plugin():
+    docs = build("dra")
+    assert not [d for d in docs if d["metadata"]["name"] == "gpupool-device-plugin"]
+    ds = find(docs, "DaemonSet", "gpupool-dra-plugin")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gpupool-dra-plugin"
+    (c,) = pod["containers"]
+    assert c["command"] == ["/usr/bin/gpupool-dra-plugin"]
+    # The same image as the device plugin (one image, two programs).
+    base = yaml.safe_load(open(os.path.join(DEPLOY, "base", "device-plugin.yaml")))
+    assert c["image"] == base["spec"]["template"]["spec"]["containers"][0]["image"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["DRIVER_NAME"]["value"] == "gpu.gpupool.io"
+    assert env["GP_CONSUMABLE_CAPACITY"]["value"] == "auto"
+    # Every directory the kubelet, the runtime and the containers share is the host's own path.
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    hostpaths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    for path in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi",
+                 "/var/lib/gpupool/isolation"):
+        name = next(n for n, m in mounts.items() if m == path)
+        assert hostpaths[name] == path, name
+    assert env["GP_ISOLATION_DIR"]["value"] == "/var/lib/gpupool/isolation"
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # RBAC: what the plugin calls, nothing more.
+    role = find(docs, "ClusterRole", "gpupool-dra-plugin")
+    rules = {(g, r): sorted(rule["verbs"]) for rule in role["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"]}
+    assert rules == {
+        ("resource.k8s.io", "resourceslices"): sorted(["create", "get", "list", "watch", "update",
+                                                        "delete"]),
+        ("resource.k8s.io", "resourceclaims"): ["get", "list", "watch"],
+        ("", "nodes"): ["get"],
+        ("", "events"): ["create"],
+    }
+    binding = find(docs, "ClusterRoleBinding", "gpupool-dra-plugin")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpupool-dra-plugin",
+                                    "namespace": "kube-system"}]
+
+
+def test_dra_device_classes():
+    docs = build("dra")
+    classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DeviceClass"}
+    assert set(classes) == {"gpu.gpupool.io", "gpu-mem.gpupool.io", "mig.gpupool.io"}
+    for name, dc in classes.items():
+        assert dc["apiVersion"] == "resource.k8s.io/v1"
+        (sel,) = dc["spec"]["selectors"]
+        expr = sel["cel"]["expression"]
+        assert "device.driver == 'gpu.gpupool.io'" in expr
+        want = "mig" if name.startswith("mig") else "gpu"
+        assert "device.attributes['gpu.gpupool.io'].type == '%s'" % want in expr
+    # Plain nvidia.com/gpu pods are served by the whole-GPU class, and only by it.
+    assert classes["gpu.gpupool.io"]["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert "extendedResourceName" not in classes["gpu-mem.gpupool.io"]["spec"]
+    assert "extendedResourceName" not in classes["mig.gpupool.io"]["spec"]
 
 
 def test_examples_are_pods_with_gpu_requests():

@@ -236,6 +236,33 @@ def test_per_device_limits_and_gpushare_share(probe):
     assert r.value("info", "total") == 16 * GiB
 
 
+def test_dra_limits_and_regions_keyed_by_uuid(probe):
+    """The DRA driver's form: each claim's CDI edits name their GPU by UUID (limit and region
+    prefix), so a container holding two claims gets both limits, whatever order its devices
+    come in, and each GPU's region lives in its own claim's directory."""
+    a, b = os.path.join(probe.tmp, "claim-a"), os.path.join(probe.tmp, "claim-b")
+    os.mkdir(a)
+    os.mkdir(b)
+    env = {"CUDA_DEVICE_MEMORY_LIMIT_" + UUID0: "1g",
+           "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + UUID0: a + "/region",
+           "CUDA_DEVICE_MEMORY_LIMIT_" + UUID1: "512m",
+           "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + UUID1: b + "/region"}
+    r = probe.run("init info device 1 info alloc 600m", limit=None, **env)
+    assert r.value("info", "total") == GiB
+    assert r.value("info", "total", 1) == 512 * MiB
+    assert r.codes()[-1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert os.listdir(a) == ["region." + UUID0] and os.listdir(b) == ["region." + UUID1]
+    # the process renumbers its devices: the UUID still finds each limit
+    r = probe.run("init info device 1 info", limit=None, CUDA_VISIBLE_DEVICES="1,0", **env)
+    assert r.value("info", "total") == 512 * MiB
+    assert r.value("info", "total", 1) == GiB
+    # a GPU no variable names (a whole-device claim beside a shared one): no limit
+    one = {k: v for k, v in env.items() if UUID1 in k}
+    r = probe.run("init info device 1 info", limit=None, **one)
+    assert r.value("info", "total") == 16 * GiB
+    assert r.value("info", "total", 1) == 512 * MiB
+
+
 def test_one_region_per_gpu_shared_by_processes(probe):
     holder = probe.spawn("init alloc 3g device 1 alloc 1g hold")
     try:

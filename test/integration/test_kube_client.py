@@ -1058,3 +1058,55 @@ def test_bad_kubeconfig_is_reported(tmp_path):
     out = kubectl(str(kc), "get", "/api/v1/nodes")
     assert out.rc == 1 and out.field("reason") == "Config"
     assert '%s:3: cluster "c" not found in clusters' % kc in out.field("message")
+
+
+def test_delete_sends_delete_options_and_reports_not_found(api):
+    api.put_object("configmaps", {"metadata": {"name": "cm", "namespace": "default"}})
+    uid = api.store.get("configmaps", "default", "cm")["metadata"]["uid"]
+    out = kubectl(api.kubeconfig, "delete", "/api/v1/namespaces/default/configmaps/cm", uid)
+    assert out.rc == 0, out.stdout
+    sent = requests_to(api, "/configmaps/cm", "DELETE")
+    body = json.loads(sent[0]["body"])
+    assert body["kind"] == "DeleteOptions" and body["preconditions"] == {"uid": uid}
+    assert body["propagationPolicy"] == "Background"
+    out = kubectl(api.kubeconfig, "delete", "/api/v1/namespaces/default/configmaps/cm")
+    assert out.rc == 1 and out.field("http") == "404" and out.field("reason") == "NotFound"
+
+
+def test_delete_is_retried_after_a_server_error(api):
+    api.put_object("configmaps", {"metadata": {"name": "cm", "namespace": "default"}})
+    api.add_fault(method="DELETE", path="/configmaps/cm", status=503)
+    out = kubectl(api.kubeconfig, "delete", "/api/v1/namespaces/default/configmaps/cm",
+                  options=["--backoff-ms", "10"])
+    assert out.rc == 0, out.stdout
+    assert len(requests_to(api, "/configmaps/cm", "DELETE")) == 2
+
+
+def test_writer_retries_until_the_write_lands_and_warns_with_an_event(api):
+    api.put_object("configmaps", {"metadata": {"name": "cm", "namespace": "default"}})
+    api.add_fault(method="PATCH", path="/configmaps/cm", status=403, reason="Forbidden",
+                  message="configmaps is forbidden", count=3)
+    out = kubectl(api.kubeconfig, "writer", "/api/v1/namespaces/default/configmaps/cm",
+                  '{"data":{"k":"v"}}', "n1", "10000")
+    assert out.rc == 0, out.stdout + out.stderr
+    assert "WRITER attempts=4 failures=3 events=1 synced=1" in out.lines, out.stdout
+    assert api.store.get("configmaps", "default", "cm")["data"] == {"k": "v"}
+    # One Event per failure streak, about the node, in "default", naming the refusal.
+    events = [e for e in api.store.objects.values() if e.get("kind") == "Event"]
+    assert len(events) == 1, events
+    ev = events[0]
+    assert ev["type"] == "Warning" and ev["reason"] == "TestWriteFailed"
+    assert ev["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    assert ev["metadata"]["namespace"] == "default"
+    assert "configmaps is forbidden" in ev["message"]
+    # The backoff grew: the gaps between the PATCHes are not all the first one.
+    times = [q["time"] for q in requests_to(api, "/configmaps/cm", "PATCH")]
+    assert len(times) == 4
+
+
+def test_writer_that_never_lands_reports_unsynced(api):
+    out = kubectl(api.kubeconfig, "writer", "/api/v1/namespaces/default/configmaps/missing",
+                  '{"data":{"k":"v"}}', "n1", "400")
+    assert out.rc == 1
+    line = next(l for l in out.lines if l.startswith("WRITER "))
+    assert "synced=0" in line and "failures=0" not in line

@@ -12,6 +12,12 @@
  *   kubectl_min [options] patch PATH strategic|merge|json BODY
  *   kubectl_min [options] post PATH BODY
  *   kubectl_min [options] bind NAMESPACE NAME NODE [UID]
+ *   kubectl_min [options] delete PATH [UID]
+ *   kubectl_min [options] writer PATH BODY NODE WAIT_MS
+ *       (a kube_writer whose attempt merge-patches PATH with BODY; its
+ *       Events are about node NODE, after 2 failures; waits WAIT_MS for
+ *       it to be synced, prints WRITER attempts=N failures=N events=N
+ *       synced=0|1)
  *   kubectl_min [options] config                   (prints server and namespace)
  *
  * Options: --kubeconfig P --context C --cluster C --user U --in-cluster --sa-dir D
@@ -27,6 +33,7 @@
  * json_peak is the high-water mark of memory jansson held (counted through
  * json_set_alloc_funcs), the figure the bounded-memory test checks. */
 #include "kube.h"
+#include "kube_writer.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -273,6 +280,51 @@ static int cmd_write(struct kube_client *client, const char *verb, char **args, 
     return report(rc == 0 ? KUBE_OK : KUBE_ERROR, NULL, &err);
 }
 
+struct patch_target {
+    struct kube_client *client;
+    const char *path;
+};
+
+static int patch_attempt(json_t *desired, void *ctx, struct kube_error *err)
+{
+    const struct patch_target *t = ctx;
+    return kube_patch(t->client, t->path, KUBE_PATCH_MERGE, desired, NULL, err);
+}
+
+static int cmd_writer(struct kube_client *client, char **args, int nargs)
+{
+    if (nargs < 5)
+        return 64;
+    json_t *body = parse_arg_json(args[2]);
+    if (body == NULL)
+        return 64;
+    struct patch_target target = {.client = client, .path = args[1]};
+    const struct kube_writer_options wopt = {
+        .what = "test state",
+        .retry = {.initial_backoff_ms = 20, .max_backoff_ms = 100},
+        .event_after = 2,
+        .about = {.api_version = "v1", .kind = "Node", .name = args[3]},
+        .event_reason = "TestWriteFailed",
+        .component = "kubectl_min",
+    };
+    char err[256];
+    struct kube_writer *w =
+        kube_writer_start(client, &wopt, body, patch_attempt, &target, err, sizeof err);
+    json_decref(body);
+    if (w == NULL) {
+        say("RESULT ERROR http=0 reason=Writer message=%s", err);
+        return 1;
+    }
+    bool synced = kube_writer_wait_synced(w, atol(args[4]));
+    struct kube_writer_stats st;
+    kube_writer_stats(w, &st);
+    kube_writer_stop(w);
+    say("WRITER attempts=%llu failures=%llu events=%llu synced=%d", (unsigned long long)st.attempts,
+        (unsigned long long)st.failures, (unsigned long long)st.events, synced ? 1 : 0);
+    struct kube_error none = {0};
+    return report(synced ? KUBE_OK : KUBE_ERROR, NULL, &none);
+}
+
 static int run_command(struct kube_client *client, char **args, int nargs)
 {
     const char *verb = args[0];
@@ -327,6 +379,12 @@ static int run_command(struct kube_client *client, char **args, int nargs)
     }
     if (strcmp(verb, "reflect") == 0)
         return cmd_reflect(client, path, nargs > 2 ? atol(args[2]) : 0);
+    if (strcmp(verb, "delete") == 0) {
+        int rc = kube_delete(client, path, nargs > 2 ? args[2] : NULL, &err);
+        return report(rc == 0 ? KUBE_OK : KUBE_ERROR, NULL, &err);
+    }
+    if (strcmp(verb, "writer") == 0)
+        return cmd_writer(client, args, nargs);
     return cmd_write(client, verb, args + 1, nargs - 1);
 }
 
@@ -409,8 +467,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        fprintf(stderr,
-                "usage: kubectl_min [options] get|list|watch|reflect|patch|post|bind|config ...\n");
+        fprintf(stderr, "usage: kubectl_min [options] "
+                        "get|list|watch|reflect|patch|post|bind|delete|writer|config ...\n");
         return 64;
     }
     char err[1024];

@@ -18,6 +18,7 @@
 #include "gpumem_ledger.h"
 #include "isolation.h"
 #include "kube.h"
+#include "kube_writer.h"
 #include "log.h"
 #include "plugin.h"
 #include "podidentity.h"
@@ -77,9 +78,10 @@ struct gpumem_service {
     atomic_bool stopping;
     struct alloc_item *head, *tail;
     struct assign_task *assigns;
-    bool publish_dirty;
-    long long publish_due_ms;
-    int publish_failures; /* consecutive failed publishes, for the backoff */
+    /* The node's gpu-count capacity and gpupool.io/gpus annotation: state
+     * written until it lands, again every REPUBLISH_MS and on every health
+     * change (kube_writer.h; its own thread). */
+    struct kube_writer *publisher;
 
     pthread_t allocator, writer;
     bool allocator_started, writer_started;
@@ -533,10 +535,13 @@ static char *gpus_annotation(struct gpumem_service *s)
     return text;
 }
 
-static int publish_node(struct gpumem_service *s, struct kube_error *kerr_out)
+/* One publish (kube_writer_fn): the count and cores on the node's status,
+ * the per-GPU annotation on the node. The writer logs failures and retries. */
+static int publish_node(json_t *desired, void *ctx, struct kube_error *kerr)
 {
+    struct gpumem_service *s = ctx;
+    (void)desired; /* read fresh each time: the GPUs' health changes */
     char path[512], count[24], cores[24];
-    struct kube_error kerr = {0};
     snprintf(count, sizeof count, "%zu", s->inv->count);
     /* gpupool.io/gpu-cores beside the count, so that kube-scheduler and the
      * kubelet admit pods asking cores (a node-level extended resource: the
@@ -551,26 +556,20 @@ static int publish_node(struct gpumem_service *s, struct kube_error *kerr_out)
              : NULL;
     int rc = -1;
     if (status == NULL || meta == NULL) {
-        log_error("gpu-mem: out of memory publishing the node");
+        snprintf(kerr->reason, sizeof kerr->reason, "InternalError");
+        snprintf(kerr->message, sizeof kerr->message, "out of memory publishing the node");
         goto out;
     }
     snprintf(path, sizeof path, "/api/v1/nodes/%s/status", s->cfg->node_name);
-    if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, status, NULL, &kerr) != 0) {
-        log_warn("gpu-mem: cannot patch %s of node %s: %s (HTTP %d); retrying", POOL_RES_GPU_COUNT,
-                 s->cfg->node_name, kerr.message, kerr.http_status);
+    if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, status, NULL, kerr) != 0)
         goto out;
-    }
     snprintf(path, sizeof path, "/api/v1/nodes/%s", s->cfg->node_name);
-    if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, meta, NULL, &kerr) != 0) {
-        log_warn("gpu-mem: cannot annotate node %s with %s: %s (HTTP %d); retrying",
-                 s->cfg->node_name, POOL_ANN_NODE_GPUS, kerr.message, kerr.http_status);
+    if (kube_patch(s->kc, path, KUBE_PATCH_STRATEGIC, meta, NULL, kerr) != 0)
         goto out;
-    }
     log_info("gpu-mem: published node %s: %s=%s, %s=%s, %s=%s", s->cfg->node_name,
              POOL_RES_GPU_COUNT, count, POOL_RES_GPU_CORES, cores, POOL_ANN_NODE_GPUS, gpus);
     rc = 0;
 out:
-    *kerr_out = kerr;
     json_decref(status);
     json_decref(meta);
     free(gpus);
@@ -700,31 +699,13 @@ static void *writer_main(void *arg)
     pthread_mutex_lock(&s->lock);
     while (!atomic_load(&s->stopping)) {
         long long now = clock_now_ms();
-        long long next_due = s->publish_due_ms;
-        bool publish = s->publish_due_ms <= now;
-        struct assign_task *t = publish ? NULL : take_due_assign(s, now, &next_due);
-        if (!publish && t == NULL) {
+        long long next_due = now + REPUBLISH_MS; /* a new task wakes us sooner */
+        struct assign_task *t = take_due_assign(s, now, &next_due);
+        if (t == NULL) {
             wait_until(s, next_due);
             continue;
         }
         pthread_mutex_unlock(&s->lock);
-        if (publish) {
-            struct kube_error kerr;
-            int rc = publish_node(s, &kerr);
-            pthread_mutex_lock(&s->lock);
-            if (rc == 0) {
-                s->publish_failures = 0;
-                /* a health change meanwhile set an earlier due time */
-                if (!s->publish_dirty)
-                    s->publish_due_ms = clock_now_ms() + REPUBLISH_MS;
-            } else { /* the node's facts are state: retried until they land */
-                s->publish_due_ms =
-                    clock_now_ms() +
-                    kube_retry_delay_ms(s->kc, &write_retry, ++s->publish_failures, &kerr);
-            }
-            s->publish_dirty = false;
-            continue;
-        }
         t = assign_attempted(s, t, patch_assigned(s, t));
         pthread_mutex_lock(&s->lock);
         if (t != NULL) {
@@ -774,12 +755,7 @@ static void service_health_changed(void *ctx, const struct node_state_change *ch
 {
     struct gpumem_service *s = ctx;
     (void)change;
-    pthread_mutex_lock(&s->lock);
-    s->publish_dirty = true;
-    s->publish_due_ms = clock_now_ms();
-    s->publish_failures = 0;
-    pthread_cond_broadcast(&s->wake);
-    pthread_mutex_unlock(&s->lock);
+    kube_writer_kick(s->publisher);
 }
 
 static int open_api(struct gpumem_service *s, char *err, size_t errlen)
@@ -818,8 +794,6 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
     s->cfg = cfg;
     s->inv = inv;
     s->node = node;
-    s->publish_dirty = true;
-    s->publish_failures = 0;
     clock_cond_init(&s->wake);
     pthread_mutex_init(&s->lock, NULL);
     s->have_lock = true;
@@ -827,6 +801,18 @@ int gpumem_service_start(const struct gp_config *cfg, const struct gpu_inventory
         open_api(s, err, errlen) != 0 ||
         podresources_open(rt, cfg->pod_resources_socket, &s->pr, err, errlen) != 0 ||
         podview_start(s->kc, cfg->node_name, &s->view, err, errlen) != 0)
+        goto fail;
+    char what[300];
+    snprintf(what, sizeof what, "%s capacity and %s annotation of node %.200s", POOL_RES_GPU_COUNT,
+             POOL_ANN_NODE_GPUS, cfg->node_name);
+    const struct kube_writer_options publish_opt = {
+        .what = what,
+        .retry = write_retry,
+        .resync_ms = REPUBLISH_MS,
+        .event_after = -1, /* the log says it; the RBAC has no Event for nodes in mind */
+    };
+    s->publisher = kube_writer_start(s->kc, &publish_opt, NULL, publish_node, s, err, errlen);
+    if (s->publisher == NULL)
         goto fail;
     int rc = pthread_create(&s->allocator, NULL, allocator_main, s);
     if (rc == 0) {
@@ -878,6 +864,7 @@ void gpumem_service_stop(struct gpumem_service *s)
         pthread_join(s->allocator, NULL);
     if (s->writer_started)
         pthread_join(s->writer, NULL);
+    kube_writer_stop(s->publisher);
     for (struct alloc_item *it = s->head, *next; it != NULL; it = next) {
         next = it->next;
         plugin_allocation_fail(it->job, RPC_UNAVAILABLE, "the device plugin is stopping");

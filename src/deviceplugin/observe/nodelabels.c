@@ -1,15 +1,13 @@
 /* nodelabels.c -- GFD-compatible node labels (see nodelabels.h). */
 #include "nodelabels.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "clock.h"
 #include "kube.h"
+#include "kube_writer.h"
 #include "log.h"
 
 #define LABEL_VALUE_MAX 63
@@ -332,26 +330,23 @@ json_t *nodelabels_patch(const json_t *labels, const json_t *node)
     return patch;
 }
 
-/* ---- the writer thread ------------------------------------------------------------- */
+/* ---- the writer ------------------------------------------------------------------- */
 
 struct node_labeler {
-    pthread_t thread;
     struct kube_client *kc;
-    pthread_mutex_t lock; /* stopping */
-    pthread_cond_t wake;
-    bool stopping;
-    json_t *labels;
-    char *path; /* /api/v1/nodes/<node> */
+    struct kube_writer *writer; /* holds the labels as its desired state */
+    char *path;                 /* /api/v1/nodes/<node> */
     char *node;
 };
 
-/* One attempt: read the node (for the keys we own), patch it. */
-static int write_labels(struct node_labeler *l, struct kube_error *kerr)
+/* One attempt (kube_writer_fn): read the node (for the keys we own), patch it. */
+static int write_labels(json_t *labels, void *ctx, struct kube_error *kerr)
 {
+    struct node_labeler *l = ctx;
     json_t *node = NULL;
     if (kube_get(l->kc, l->path, &node, kerr) != 0)
         return -1;
-    json_t *patch = nodelabels_patch(l->labels, node);
+    json_t *patch = nodelabels_patch(labels, node);
     json_decref(node);
     if (patch == NULL) {
         snprintf(kerr->message, sizeof kerr->message, "out of memory");
@@ -359,49 +354,14 @@ static int write_labels(struct node_labeler *l, struct kube_error *kerr)
     }
     int rc = kube_patch(l->kc, l->path, KUBE_PATCH_MERGE, patch, NULL, kerr);
     json_decref(patch);
+    if (rc == 0)
+        log_info("Node labels written to node %s (%zu labels)", l->node, json_object_size(labels));
     return rc;
-}
-
-/* Sleeps ms unless stopped meanwhile; true when stopping. */
-static bool wait_or_stop(struct node_labeler *l, long ms)
-{
-    struct timespec until = clock_deadline(CLOCK_MONOTONIC, ms);
-    pthread_mutex_lock(&l->lock);
-    while (!l->stopping && pthread_cond_timedwait(&l->wake, &l->lock, &until) == 0)
-        ;
-    bool stopping = l->stopping;
-    pthread_mutex_unlock(&l->lock);
-    return stopping;
-}
-
-static void *labeler_main(void *arg)
-{
-    struct node_labeler *l = arg;
-    /* The labels are state: retried until they land, with the client's
-     * jittered backoff and the server's Retry-After (kube.h). */
-    const struct kube_retry_policy policy = {.initial_backoff_ms = RETRY_MIN_MS,
-                                             .max_backoff_ms = RETRY_MAX_MS};
-    for (int failures = 1;; failures++) {
-        struct kube_error kerr = {0};
-        if (write_labels(l, &kerr) == 0) {
-            log_info("Node labels written to node %s (%zu labels)", l->node,
-                     json_object_size(l->labels));
-            return NULL;
-        }
-        long delay = kube_retry_delay_ms(l->kc, &policy, failures, &kerr);
-        log_warn("Cannot write the node labels of %s: HTTP %d %s: %s; retrying in %ld ms", l->node,
-                 kerr.http_status, kerr.reason, kerr.message, delay);
-        if (wait_or_stop(l, delay))
-            return NULL;
-    }
 }
 
 static void labeler_free(struct node_labeler *l)
 {
     kube_client_free(l->kc);
-    pthread_cond_destroy(&l->wake);
-    pthread_mutex_destroy(&l->lock);
-    json_decref(l->labels);
     free(l->path);
     free(l->node);
     free(l);
@@ -420,16 +380,15 @@ int nodelabels_start(const struct gp_config *cfg, const struct gpu_inventory *in
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    pthread_mutex_init(&l->lock, NULL);
-    clock_cond_init(&l->wake);
-    if (nodelabels_build(cfg, inv, &l->labels, err, errlen) != 0) {
+    json_t *labels = NULL;
+    if (nodelabels_build(cfg, inv, &labels, err, errlen) != 0) {
         labeler_free(l);
         return -1;
     }
     struct kube_client_options opt = {
         .kubeconfig = cfg->kubeconfig && cfg->kubeconfig[0] ? cfg->kubeconfig : NULL,
         .timeout_ms = API_TIMEOUT_MS,
-        /* One try per call: our own loop retries, and stays cancellable. */
+        /* One try per call: the writer retries, and stays cancellable. */
         .retry = {.max_attempts = 1},
     };
     char kerr[512];
@@ -451,12 +410,24 @@ int nodelabels_start(const struct gp_config *cfg, const struct gpu_inventory *in
     free(escaped);
     if (l->node == NULL || l->path == NULL) {
         snprintf(err, errlen, "out of memory");
+        json_decref(labels);
         labeler_free(l);
         return -1;
     }
-    int rc = pthread_create(&l->thread, NULL, labeler_main, l);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot start the node label thread: %s", strerror(rc));
+    /* The labels are state: retried until they land, with jittered backoff
+     * and the server's Retry-After (kube_writer.h). No Event: the labels
+     * need only nodes get/patch, and a plugin without `create events`
+     * would log a refusal for each. */
+    char what[300];
+    snprintf(what, sizeof what, "node labels of %.250s", l->node);
+    const struct kube_writer_options wopt = {
+        .what = what,
+        .retry = {.initial_backoff_ms = RETRY_MIN_MS, .max_backoff_ms = RETRY_MAX_MS},
+        .event_after = -1,
+    };
+    l->writer = kube_writer_start(l->kc, &wopt, labels, write_labels, l, err, errlen);
+    json_decref(labels);
+    if (l->writer == NULL) {
         labeler_free(l);
         return -1;
     }
@@ -468,10 +439,6 @@ void nodelabels_stop(struct node_labeler *l)
 {
     if (l == NULL)
         return;
-    pthread_mutex_lock(&l->lock);
-    l->stopping = true;
-    pthread_cond_broadcast(&l->wake);
-    pthread_mutex_unlock(&l->lock);
-    pthread_join(l->thread, NULL);
+    kube_writer_stop(l->writer);
     labeler_free(l);
 }

@@ -204,6 +204,76 @@ static void test_config_broken_fails_closed(void **state)
     assert_int_equal(c.state, CUDACFG_OFF);
 }
 
+/* The DRA driver's form: limits and region prefixes keyed by the device's
+ * UUID (a container holding several claims), winning over the ordinal
+ * forms; NVML's MIG-<hex> and the library's GPU-<hex> are one device. */
+static void test_config_limits_by_uuid(void **state)
+{
+    (void)state;
+    struct cudacfg c;
+    char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_GPU-8c1e0c2a-0000-1111-2222-333344445555=4g",
+                   "CUDA_DEVICE_MEMORY_SHARED_CACHE_GPU-8c1e0c2a-0000-1111-2222-333344445555="
+                   "/run/gpupool-cuda/claims/u1/region",
+                   "CUDA_DEVICE_MEMORY_LIMIT_MIG-0a0b0c0d-1111-2222-3333-444455556666=1024m",
+                   "CUDA_DEVICE_MEMORY_SHARED_CACHE_MIG-0a0b0c0d-1111-2222-3333-444455556666="
+                   "/run/gpupool-cuda/claims/u2/region",
+                   "CUDA_DEVICE_MEMORY_LIMIT_GPU-ffff0000-0000-0000-0000-000000000000=0",
+                   "CUDA_DEVICE_MEMORY_LIMIT_1=2g",
+                   NULL};
+    cudacfg_load(&c, env);
+    assert_int_equal(c.state, CUDACFG_ON);
+    assert_int_equal(c.uuid_count, 3);
+    assert_int_equal(cudacfg_uuid_limit(&c, "GPU-8c1e0c2a-0000-1111-2222-333344445555"), 4 * GiB);
+    assert_int_equal(cudacfg_uuid_limit(&c, "GPU-8C1E0C2A-0000-1111-2222-333344445555"), 4 * GiB);
+    /* the library prints every CUDA UUID as GPU-<hex>: a MIG device matches */
+    assert_int_equal(cudacfg_uuid_limit(&c, "GPU-0a0b0c0d-1111-2222-3333-444455556666"), GiB);
+    assert_int_equal(cudacfg_uuid_limit(&c, "GPU-ffff0000-0000-0000-0000-000000000000"), 0);
+    assert_int_equal(cudacfg_uuid_limit(&c, "GPU-99990000-0000-0000-0000-000000000000"), -1);
+    assert_int_equal(cudacfg_uuid_limit(&c, "GPU-8c1e0c2a"), -1); /* a prefix is not the UUID */
+    assert_string_equal(cudacfg_region_prefix(&c, "GPU-8c1e0c2a-0000-1111-2222-333344445555"),
+                        "/run/gpupool-cuda/claims/u1/region");
+    assert_string_equal(cudacfg_region_prefix(&c, "GPU-0a0b0c0d-1111-2222-3333-444455556666"),
+                        "/run/gpupool-cuda/claims/u2/region");
+    /* a device without a prefix of its own: the container's */
+    assert_string_equal(cudacfg_region_prefix(&c, "GPU-ffff0000-0000-0000-0000-000000000000"),
+                        CUDACFG_DEFAULT_PREFIX);
+    /* the ordinal forms are untouched */
+    assert_int_equal(cudacfg_limit(&c, 1, 16 * GiB), 2 * GiB);
+    assert_int_equal(cudacfg_limit(&c, 0, 16 * GiB), 0);
+
+    /* only a prefix: no limit by UUID, the state stays off */
+    char *prefix_only[] = {"CUDA_DEVICE_MEMORY_SHARED_CACHE_GPU-aa=/x/region", NULL};
+    cudacfg_load(&c, prefix_only);
+    assert_int_equal(c.state, CUDACFG_OFF);
+    assert_int_equal(cudacfg_uuid_limit(&c, "GPU-aa"), -1);
+
+    static const char *const bad[][2] = {
+        {"CUDA_DEVICE_MEMORY_LIMIT_GPU-zz11=1g", "or a GPU-/MIG- UUID"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_GPU-=1g", "or a GPU-/MIG- UUID"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_gpu-1234=1g", "or a GPU-/MIG- UUID"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_GPU-1234=lots", "a size"},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE_x=/a", "for a GPU-/MIG- UUID"},
+        {"CUDA_DEVICE_MEMORY_SHARED_CACHE_GPU-12=", "a usable path"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *one[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", (char *)bad[i][0], NULL};
+        cudacfg_load(&c, one);
+        if (c.state != CUDACFG_BROKEN || strstr(c.why, bad[i][1]) == NULL)
+            fail_msg("%s: state %d, \"%s\"", bad[i][0], (int)c.state, c.why);
+    }
+    /* 65 devices by UUID: refused, never silently dropped */
+    static char many[66][96];
+    char *lots[67];
+    for (int i = 0; i < 65; i++) {
+        snprintf(many[i], sizeof many[i], "CUDA_DEVICE_MEMORY_LIMIT_GPU-%08x=1g", (unsigned)i);
+        lots[i] = many[i];
+    }
+    lots[65] = NULL;
+    cudacfg_load(&c, lots);
+    assert_int_equal(c.state, CUDACFG_BROKEN);
+    assert_non_null(strstr(c.why, "at most 64 devices"));
+}
+
 /* Limits written per container ordinal; a process that sets
  * CUDA_VISIBLE_DEVICES renumbers its devices and must still get the limit
  * of the GPU it uses (D11's CUDA_VISIBLE_DEVICES part). */
@@ -1162,6 +1232,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_config_variables),
         cmocka_unit_test(test_config_broken_fails_closed),
+        cmocka_unit_test(test_config_limits_by_uuid),
         cmocka_unit_test(test_config_visible_devices),
         cmocka_unit_test(test_region_exact_to_the_byte),
         cmocka_unit_test(test_region_peek_reads_the_prefix_below_high),
