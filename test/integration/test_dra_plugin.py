@@ -614,7 +614,8 @@ def test_hundred_shared_claims_leave_nothing(dra, api):
     assert os.listdir(p.cdi_root) == []
     assert os.listdir(os.path.join(p.isolation_dir, "claims")) == []
     assert p.checkpoint()["claims"] == []
-    leftovers = [n for n in os.listdir(p.state_dir) if n not in ("checkpoint.json", "dra.sock")]
+    leftovers = [n for n in os.listdir(p.state_dir)
+                 if n not in ("checkpoint.json", "checkpoint.lock", "dra.sock")]
     assert leftovers == []
 
 
@@ -738,6 +739,19 @@ def test_mig_devices_are_prepared_by_their_uuid(dra, api):
         names = [d.device.device_name for d in next(stream).devices]
         stream.cancel()
     assert name in names and "gpu-0" not in names
+
+
+def test_second_instance_refuses_to_take_the_sockets(dra, api, tmp_path):
+    """A second plugin on the same kubelet root must not take the sockets of a live one (the
+    kubelet would talk to a plugin without the first one's checkpoint)."""
+    p = dra()
+    second = DraPlugin(p.root, str(tmp_path), api.url, name="second")
+    second.start(wait=False)
+    assert second.proc.wait(scaled(10)) == 1
+    second._log.close()
+    # refused at the state directory's lock, before it read or rolled back anything
+    assert "another gpupool-dra-plugin uses this --state-dir" in second.log()
+    assert p.get_info().name == DRIVER        # the first one still serves
 
 
 def test_missing_node_name_is_a_clear_error(api, tmp_path):

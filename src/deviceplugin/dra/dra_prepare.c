@@ -2,10 +2,13 @@
 #include "dra_prepare.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dra_claim.h"
 #include "errmsg.h"
@@ -69,16 +72,31 @@ int dra_preparer_open(struct dra_preparer *p, const char *state_dir,
                       const char *pool, const struct dra_claim_source *source, char *err,
                       size_t errlen)
 {
-    *p =
-        (struct dra_preparer){.edits = *edits, .devices = devices, .pool = pool, .source = *source};
+    *p = (struct dra_preparer){
+        .edits = *edits, .devices = devices, .pool = pool, .source = *source, .lock_fd = -1};
     char path[4200];
     if (make_dirs(state_dir, err, errlen) != 0)
         return -1;
+    snprintf(path, sizeof path, "%s/checkpoint.lock", state_dir);
+    p->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (p->lock_fd < 0)
+        return gp_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (flock(p->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        int saved = errno;
+        close(p->lock_fd);
+        p->lock_fd = -1;
+        if (saved == EWOULDBLOCK)
+            return gp_errf(err, errlen,
+                           "%s is locked: another gpupool-dra-plugin uses this --state-dir", path);
+        return gp_errf(err, errlen, "cannot lock %s: %s", path, strerror(saved));
+    }
     snprintf(path, sizeof path, "%s/%s", state_dir, DRA_CHECKPOINT_FILE);
     char why[GP_ERR_LEN * 2];
     if (dra_checkpoint_load(&p->cp, path, why, sizeof why) != 0) {
-        if (p->cp.path == NULL)
+        if (p->cp.path == NULL) {
+            dra_preparer_close(p);
             return gp_errf(err, errlen, "%s", why);
+        }
         log_error("%s", why);
     }
     /* Interrupted prepares: their devices never reached the kubelet. */
@@ -108,6 +126,9 @@ int dra_preparer_open(struct dra_preparer *p, const char *state_dir,
 void dra_preparer_close(struct dra_preparer *p)
 {
     dra_checkpoint_free(&p->cp);
+    if (p->lock_fd >= 0)
+        close(p->lock_fd); /* and the lock with it */
+    p->lock_fd = -1;
 }
 
 static int copy_id(char *out, size_t len, const char *value, const char *what, char *err,

@@ -41,13 +41,17 @@ struct dra_preparer {
     const struct dra_device_table *devices; /* borrowed */
     const char *pool;                       /* borrowed: the node name */
     struct dra_claim_source source;
-    bool dirty; /* the last write of the record failed: write it again */
+    bool dirty;  /* the last write of the record failed: write it again */
+    int lock_fd; /* <state-dir>/checkpoint.lock, flock'ed for the preparer's life */
 };
 
-/* Loads <state_dir>/checkpoint.json and rolls back interrupted prepares.
+/* Locks <state_dir> (flock on checkpoint.lock: a second plugin on the same
+ * directory is refused before it reads or rolls back anything of the
+ * first's), loads <state_dir>/checkpoint.json and rolls back interrupted
+ * prepares.
  * A refused checkpoint is logged (and kept aside) and the preparer starts
- * empty: returns 0 then. -1 + err only when out of memory or the state
- * directory cannot be created. */
+ * empty: returns 0 then. -1 + err when out of memory, the state directory
+ * cannot be created, or another process holds its lock. */
 GP_MUST_USE int dra_preparer_open(struct dra_preparer *p, const char *state_dir,
                                   const struct dra_edits_options *edits,
                                   const struct dra_device_table *devices, const char *pool,
