@@ -754,6 +754,26 @@ def test_second_instance_refuses_to_take_the_sockets(dra, api, tmp_path):
     assert p.get_info().name == DRIVER        # the first one still serves
 
 
+def test_slices_published_for_the_devices_prepared(dra, api):
+    """The program publishes its devices (dra_slices) for the pool it prepares from: one
+    device per GPU, named as prepare names them, with NVML's CUDA driver version."""
+    p = dra()
+    deadline = time.monotonic() + scaled(5)
+    while True:
+        slices = [o for (r, _, _), o in api.store.objects.items() if r == "resourceslices"]
+        if slices or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert len(slices) == 1, p.log()
+    spec = slices[0]["spec"]
+    assert spec["driver"] == DRIVER and spec["nodeName"] == NODE and spec["pool"]["name"] == NODE
+    names = [d["name"] for d in spec["devices"]]
+    assert names == ["gpu-0", "gpu-1"]
+    attrs = spec["devices"][0]["attributes"]
+    assert attrs["uuid"]["string"] == uuids()[0]
+    assert attrs["cudaDriverVersion"]["version"] == "12.4.0"
+
+
 def test_missing_node_name_is_a_clear_error(api, tmp_path):
     proc = subprocess.run(WRAPPER + [DRA_BIN, "--kubelet-root-dir", str(tmp_path)],
                           env={"LD_LIBRARY_PATH": FAKENVML_DIR, "PATH": os.environ["PATH"]},

@@ -38,7 +38,6 @@
 #define API_TIMEOUT_MS 10000
 #define CHECK_INTERVAL_S 1
 
-enum consumable_capacity { CAPACITY_AUTO, CAPACITY_ON, CAPACITY_OFF };
 
 struct dra_config {
     char *driver_name;
@@ -53,7 +52,7 @@ struct dra_config {
     char *dev_root;
     char *container_driver_root;
     char *nvidia_ctk_path;
-    int consumable_capacity;
+    int consumable_capacity; /* enum dra_consumable (the option engine stores an int) */
     int health_recovery_probes;
     int health_probe_interval_ms;
     char *disable_healthchecks;
@@ -62,9 +61,9 @@ struct dra_config {
 };
 
 static const struct option_value capacity_values[] = {
-    {.name = "auto", .value = CAPACITY_AUTO},
-    {.name = "on", .value = CAPACITY_ON},
-    {.name = "off", .value = CAPACITY_OFF},
+    {.name = "auto", .value = DRA_CONSUMABLE_AUTO},
+    {.name = "on", .value = DRA_CONSUMABLE_ON},
+    {.name = "off", .value = DRA_CONSUMABLE_OFF},
     {.name = NULL},
 };
 
@@ -256,21 +255,23 @@ static int get_claim(void *ctx, const char *ns, const char *name, json_t **out, 
 
 /* The ResourceSlice publisher (dra_slices.h) over this node's inventory and
  * GPU state: it writes the pool and keeps it true (a kubelet restart
- * deletes it, a health change rewrites it). */
+ * deletes it, a health change rewrites it). It follows the same state as
+ * the health stream, so a GPU that turns UNHEALTHY there leaves the pool.
+ * Started after the plugin serves: no slice names a device the kubelet
+ * could not prepare yet. */
 static int start_slices(struct daemon *d, char *err, size_t errlen)
 {
-    static const enum dra_consumable mode[] = {
-        [CAPACITY_AUTO] = DRA_CONSUMABLE_AUTO,
-        [CAPACITY_ON] = DRA_CONSUMABLE_ON,
-        [CAPACITY_OFF] = DRA_CONSUMABLE_OFF,
-    };
+    int cuda = 0; /* 12040 -> cudaDriverVersion "12.4.0"; 0: left out */
+    if (d->nvml->SystemGetCudaDriverVersion == NULL ||
+        d->nvml->SystemGetCudaDriverVersion(&cuda) != NVML_SUCCESS)
+        cuda = 0;
     const struct dra_slices_options so = {
         .client = d->kube,
         .driver = d->cfg.driver_name,
         .node = d->cfg.node_name,
-        .consumable = mode[d->cfg.consumable_capacity],
+        .consumable = (enum dra_consumable)d->cfg.consumable_capacity,
+        .cuda_driver_version = cuda,
     };
-    /* Health as the slices show it: an unhealthy GPU leaves the pool. */
     if (dra_slices_start(&so, &d->inv, NULL, &d->slices, err, errlen) != 0 ||
         dra_slices_follow(d->slices, &d->state, err, errlen) != 0)
         return -1;

@@ -1,13 +1,9 @@
 /* dra_edits.c -- a prepared claim's CDI spec and region directory (see dra_edits.h). */
 #include "dra_edits.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "arena.h"
 #include "cdi_spec.h"
@@ -136,27 +132,6 @@ out:
     return rc;
 }
 
-/* <isolation-dir>/claims/<uid>, 0777 whatever the umask: non-root
- * containers create their region files there. */
-static int make_region_dir(const struct dra_edits_options *o, const char *uid, char *path,
-                           size_t len, char *err, size_t errlen)
-{
-    char parent[PATH_LEN];
-    snprintf(parent, sizeof parent, "%s/" DRA_CLAIMS_DIR, o->isolation_dir);
-    if (snprintf(path, len, "%s/%s", parent, uid) >= (int)len)
-        return gp_errf(err, errlen, "region path of claim %s is too long", uid);
-    if (mkdir(parent, 0755) != 0 && errno != EEXIST)
-        return gp_errf(err, errlen, "cannot create %s: %s", parent, strerror(errno));
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-        return gp_errf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return gp_errf(err, errlen, "%s is not a directory", path);
-    if ((st.st_mode & 07777) != 0777 && chmod(path, 0777) != 0)
-        return gp_errf(err, errlen, "cannot chmod %s: %s", path, strerror(errno));
-    return 0;
-}
-
 int dra_edits_apply(const struct dra_edits_options *o, const struct dra_claim_entry *e,
                     const struct dra_device_table *t, char *err, size_t errlen)
 {
@@ -173,7 +148,10 @@ int dra_edits_apply(const struct dra_edits_options *o, const struct dra_claim_en
                        "claim %s asks for a share of a GPU, but this node enforces no memory "
                        "limits (the plugin runs without --isolation-library)",
                        e->uid);
-    if (limited && make_region_dir(o, e->uid, region, sizeof region, err, errlen) != 0)
+    /* one region directory per claim (devices/isolation.h), whatever
+     * number of containers mount it */
+    if (limited &&
+        isolation_claim_dir(o->isolation_dir, e->uid, region, sizeof region, err, errlen) != 0)
         return -1;
     const char *file = strrchr(path, '/') + 1;
     return write_spec(o, e, t, limited, region, file, err, errlen);
@@ -190,17 +168,5 @@ int dra_edits_remove(const struct dra_edits_options *o, const char *uid, char *e
         return -1;
     if (!isolation_on(o))
         return 0;
-    char parent[PATH_LEN];
-    snprintf(parent, sizeof parent, "%s/" DRA_CLAIMS_DIR, o->isolation_dir);
-    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT
-                   ? 0
-                   : gp_errf(err, errlen, "cannot open %s: %s", parent, strerror(errno));
-    int rc = isolation_remove_tree(fd, uid);
-    int saved = errno;
-    close(fd);
-    if (rc != 0 && saved != ENOENT)
-        return gp_errf(err, errlen, "cannot remove %s/%s: %s", parent, uid, strerror(saved));
-    return 0;
+    return isolation_remove_claim_dir(o->isolation_dir, uid, err, errlen);
 }

@@ -39,7 +39,6 @@
 #include "dra_checkpoint.h"
 #include "dra_devices.h"
 
-#define DRA_CLAIMS_DIR "claims"
 
 struct dra_edits_options {
     const char *driver;
