@@ -3,6 +3,7 @@
 #include "cuda_glibc.h"
 #include "cuda_config.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -99,23 +100,34 @@ static void parse_visible(struct cudacfg *cfg, const char *v)
     }
 }
 
-/* "GPU-<hex and dashes>" or "MIG-<...>" (n bytes): the UUID's hex part
- * (after the 4-byte tag), or NULL when s is not a UUID. */
+/* "GPU-<hex and dashes>" or "MIG-<...>" (n bytes), each '-' possibly
+ * spelled '_' (the form an environment name needs, poolapi_names.h): the
+ * UUID's hex part (after the 4-byte tag), or NULL when s is not a UUID. */
 static const char *uuid_hex(const char *s, size_t n)
 {
-    if (n <= 4 || n >= CUDACFG_UUID_LEN || (memcmp(s, "GPU-", 4) != 0 && memcmp(s, "MIG-", 4) != 0))
+    if (n <= 4 || n >= CUDACFG_UUID_LEN ||
+        (strncmp(s, "GPU", 3) != 0 && strncmp(s, "MIG", 3) != 0) || (s[3] != '-' && s[3] != '_'))
         return NULL;
     for (size_t i = 4; i < n; i++)
-        if (strchr("0123456789abcdefABCDEF-", s[i]) == NULL || s[i] == '\0')
+        if (strchr("0123456789abcdefABCDEF-_", s[i]) == NULL || s[i] == '\0')
             return NULL;
     return s + 4;
 }
 
+/* Same hex, '-' and '_' alike, case aside; the tag is not compared: the
+ * driver formats a MIG device's UUID as "GPU-..." where NVML says "MIG-...". */
 static bool same_uuid(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     const char *ha = uuid_hex(a, la), *hb = uuid_hex(b, lb);
-    return ha != NULL && hb != NULL && la == lb && strcasecmp(ha, hb) == 0;
+    if (ha == NULL || hb == NULL || la != lb)
+        return false;
+    for (; *ha != '\0'; ha++, hb++) {
+        char x = *ha == '_' ? '-' : *ha, y = *hb == '_' ? '-' : *hb;
+        if (tolower((unsigned char)x) != tolower((unsigned char)y))
+            return false;
+    }
+    return true;
 }
 
 /* The entry of the UUID s[0..n), added when new; NULL when the table is full. */

@@ -120,9 +120,13 @@
 #define POOL_DRA_CONFIG_KIND "GpuConfig"
 /* A DRA container may hold several claims, whose devices it numbers in an
  * order no plugin knows: the limit and the region path are keyed by the
- * device's UUID instead of a container ordinal ("CUDA_DEVICE_MEMORY_LIMIT_GPU-8c1e..."
- * and "CUDA_DEVICE_MEMORY_SHARED_CACHE_GPU-8c1e..."), so two claims' CDI
- * edits never set the same variable. */
+ * device's UUID instead of a container ordinal, so two claims' CDI edits
+ * never set the same variable. The UUID is spelled with '_' for each '-'
+ * ("CUDA_DEVICE_MEMORY_LIMIT_GPU_8c1e..._..."): POSIX shells (dash, busybox
+ * sh) drop variables whose names are not [A-Za-z0-9_], so a container whose
+ * entrypoint is a shell script would start its workload without the limit.
+ * The library takes either spelling. */
+#define POOL_ENV_UUID_SEPARATOR '_'
 #define POOL_ENV_SHARED_CACHE_PREFIX POOL_ENV_SHARED_CACHE "_"
 /* Where a claim's region directory appears in its containers:
  * POOL_CONTAINER_CLAIMS_DIR "/<claim-uid>"; the region prefix is that + "/region". */

@@ -42,6 +42,12 @@ INVENTORY = "2gpu-16gb.json"   # two 16 GiB GPUs
 FAKE_LIBRARY = b"\x7fELF not really: libgpupool-cuda.so stand-in for the DRA plugin tests\n"
 
 
+def envname(uuid):
+    """A UUID as the plugin spells it in an environment name: '_' for '-' (a shell drops
+    names with '-'; docs/isolation.md)."""
+    return uuid.replace("-", "_")
+
+
 def _stubs():
     out = tempfile.mkdtemp(prefix="gp-drastubs-")
     atexit.register(shutil.rmtree, out, True)
@@ -320,8 +326,8 @@ def test_shared_claim_gets_limit_library_and_region(dra, api):
     assert [d["name"] for d in spec["devices"]] == ["%s-gpu-0" % uid]
     gpu0 = uuids()[0]
     env = env_of(spec)
-    assert env == {"CUDA_DEVICE_MEMORY_LIMIT_" + gpu0: str(4 * GIB),
-                   "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + gpu0:
+    assert env == {"CUDA_DEVICE_MEMORY_LIMIT_" + envname(gpu0): str(4 * GIB),
+                   "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + envname(gpu0):
                        "/run/gpupool-cuda/claims/%s/region" % uid}
     nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
     assert nodes == ["/dev/nvidia0"]
@@ -402,8 +408,8 @@ def test_two_claims_of_one_container_do_not_collide(dra, api):
     ea, eb = env_of(p.spec(ua)), env_of(p.spec(ub))
     assert not set(ea) & set(eb)
     g0, g1 = uuids()
-    assert ea["CUDA_DEVICE_MEMORY_LIMIT_" + g0] == str(4 * GIB)
-    assert eb["CUDA_DEVICE_MEMORY_LIMIT_" + g1] == str(8 * GIB)
+    assert ea["CUDA_DEVICE_MEMORY_LIMIT_" + envname(g0)] == str(4 * GIB)
+    assert eb["CUDA_DEVICE_MEMORY_LIMIT_" + envname(g1)] == str(8 * GIB)
     ma = {m["containerPath"] for m in p.spec(ua)["containerEdits"]["mounts"]}
     mb = {m["containerPath"] for m in p.spec(ub)["containerEdits"]["mounts"]}
     assert "/run/gpupool-cuda/claims/" + ua in ma and "/run/gpupool-cuda/claims/" + ub in mb
@@ -434,8 +440,8 @@ def test_opaque_config_tightens_the_limit(dra, api):
     resp = p.prepare([shared, whole])
     us, uw = shared["metadata"]["uid"], whole["metadata"]["uid"]
     g0, g1 = uuids()
-    assert env_of(p.spec(us))["CUDA_DEVICE_MEMORY_LIMIT_" + g0] == str(6 * GIB)
-    assert env_of(p.spec(uw))["CUDA_DEVICE_MEMORY_LIMIT_" + g1] == str(10 * GIB)
+    assert env_of(p.spec(us))["CUDA_DEVICE_MEMORY_LIMIT_" + envname(g0)] == str(6 * GIB)
+    assert env_of(p.spec(uw))["CUDA_DEVICE_MEMORY_LIMIT_" + envname(g1)] == str(10 * GIB)
     assert resp.claims[us].error == "" and resp.claims[uw].error == ""
 
 
@@ -727,8 +733,8 @@ def test_mig_devices_are_prepared_by_their_uuid(dra, api):
     us, uw = share["metadata"]["uid"], whole["metadata"]["uid"]
     assert resp.claims[us].error == ""
     assert env_of(p.spec(us)) == {
-        "CUDA_DEVICE_MEMORY_LIMIT_" + mig.uuid: str(2 * GIB),
-        "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + mig.uuid: "/run/gpupool-cuda/claims/%s/region" % us}
+        "CUDA_DEVICE_MEMORY_LIMIT_" + envname(mig.uuid): str(2 * GIB),
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + envname(mig.uuid): "/run/gpupool-cuda/claims/%s/region" % us}
     nodes = [n["path"] for n in p.spec(us)["devices"][0]["containerEdits"]["deviceNodes"]]
     assert nodes[0] == "/dev/nvidia%d" % p.inventory.gpus[0].minor
     assert 'device "gpu-0" of pool node1 is not a device of this node' in resp.claims[uw].error

@@ -236,6 +236,27 @@ def test_per_device_limits_and_gpushare_share(probe):
     assert r.value("info", "total") == 16 * GiB
 
 
+def test_dra_uuid_names_survive_a_shell(probe):
+    """The plugin spells a UUID in a variable's name with '_' for '-' (poolapi_names.h): dash,
+    the /bin/sh of Debian images, drops names with '-' from the environment it passes on, so a
+    workload started by a shell entrypoint would run without its limit. Through sh, the
+    underscore form still limits the GPU; the dashed form does not reach the process."""
+    d = os.path.join(probe.tmp, "claim-sh")
+    os.mkdir(d)
+    under = UUID0.replace("-", "_")
+    env = probe.env(limit=None, **{"CUDA_DEVICE_MEMORY_LIMIT_" + under: "1g",
+                                   "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + under: d + "/region"})
+    cmd = " ".join(shlex.quote(a) for a in probe.argv("init info", wrap=False))
+    p = subprocess.run(["dash", "-c", "exec " + cmd], env=env, capture_output=True, text=True,
+                       timeout=30 * TIMEOUT_SCALE)
+    assert "total=%d" % GiB in p.stdout, (p.stdout, p.stderr)
+    assert os.listdir(d) == ["region." + UUID0]
+    dashed = probe.env(limit=None, **{"CUDA_DEVICE_MEMORY_LIMIT_" + UUID0: "1g"})
+    p = subprocess.run(["dash", "-c", "exec " + cmd], env=dashed, capture_output=True,
+                       text=True, timeout=30 * TIMEOUT_SCALE)
+    assert "total=%d" % (16 * GiB) in p.stdout, (p.stdout, p.stderr)  # dash dropped it
+
+
 def test_dra_limits_and_regions_keyed_by_uuid(probe):
     """The DRA driver's form: each claim's CDI edits name their GPU by UUID (limit and region
     prefix), so a container holding two claims gets both limits, whatever order its devices

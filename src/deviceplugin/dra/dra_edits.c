@@ -39,6 +39,16 @@ static bool isolation_on(const struct dra_edits_options *o)
 }
 
 /* A device node at its path in the container, found under the dev root on the host. */
+/* The UUID as an environment name spells it: '_' for each '-' (shells drop
+ * names with '-', poolapi_names.h). */
+static void env_uuid(const char *uuid, char *out, size_t len)
+{
+    size_t i = 0;
+    for (; uuid[i] != '\0' && i + 1 < len; i++)
+        out[i] = uuid[i] == '-' ? POOL_ENV_UUID_SEPARATOR : uuid[i];
+    out[i] = '\0';
+}
+
 static int add_node(struct container_edits *e, const struct dra_edits_options *o, const char *path)
 {
     char host[PATH_LEN];
@@ -60,12 +70,13 @@ static int device_edits(struct container_edits *e, const struct dra_edits_option
             return -1;
     if (d->limit == 0)
         return 0;
-    char key[160], value[PATH_LEN];
-    snprintf(key, sizeof key, POOL_ENV_MEM_LIMIT_PREFIX "%s", d->uuid);
+    char key[160], value[PATH_LEN], uuid[96];
+    env_uuid(d->uuid, uuid, sizeof uuid);
+    snprintf(key, sizeof key, POOL_ENV_MEM_LIMIT_PREFIX "%s", uuid);
     snprintf(value, sizeof value, "%llu", (unsigned long long)d->limit);
     if (container_edits_set_env(e, key, value) != 0)
         return -1;
-    snprintf(key, sizeof key, POOL_ENV_SHARED_CACHE_PREFIX "%s", d->uuid);
+    snprintf(key, sizeof key, POOL_ENV_SHARED_CACHE_PREFIX "%s", uuid);
     snprintf(value, sizeof value, POOL_CONTAINER_CLAIMS_DIR "/%s/region", uid);
     return container_edits_set_env(e, key, value);
 }
