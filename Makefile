@@ -198,7 +198,7 @@ bench: build
 # The GPU conformance kit: only what it packs is built (the fakes too, for a
 # machine without a GPU). Native only: it runs the machine's ldd.
 GPU_CHECK_TARGETS = gpupool-device-plugin gpupool-cuda gpupool-cudaprobe gpupool-cudaprobe-linked \
-                    gpupool-gpucheck-kubelet fakecuda fakenvml
+                    gpupool-gpucheck-kubelet gpupool-launchprobe fakecuda fakenvml
 GPU_CHECK_ARGS ?=
 gpu-bundle: deps
 	@test "$(ARCH)" = "$(HOST_ARCH)" || { echo "gpu-bundle: native only (ARCH=$(HOST_ARCH))" >&2; exit 1; }

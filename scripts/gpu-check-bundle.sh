@@ -21,7 +21,8 @@ kit=$top/gpupool-gpu-check
 plugin=$build/bin/gpupool-device-plugin
 kubelet=$build/test/gpucheck/gpupool-gpucheck-kubelet
 library=$build/lib/libgpupool-cuda.so
-probes=("$build/test/cuda/gpupool-cudaprobe" "$build/test/cuda/gpupool-cudaprobe-linked")
+probes=("$build/test/cuda/gpupool-cudaprobe" "$build/test/cuda/gpupool-cudaprobe-linked"
+  "$build/test/cuda/gpupool-launchprobe")
 
 for f in "$plugin" "$kubelet" "$library" "${probes[@]}"; do
   [[ -x $f || -f $f ]] || { echo "gpu-check-bundle: $f is not built" >&2; exit 1; }

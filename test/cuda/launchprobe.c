@@ -4,7 +4,7 @@
  * Usage: gpupool-launchprobe [--via dlsym|proc|proc2] [--ptsz]
  *                            [--kind kernel|ex|coop|graph] [--grid N] [--graph-kernels K]
  *                            [--ms T | --count N] [--sync-every N] [--bench N]
- *                            [--then-capture K]
+ *                            [--then-capture K] [--ptx ITERS]
  * Reaches libcuda.so.1 as applications do (dlopen + dlsym, or
  * cuGetProcAddress[_v2] of CUDA 12.4, per-thread-stream variants with
  * --ptsz), makes the primary context of device 0 current and launches:
@@ -18,7 +18,14 @@
  * --bench N: N launches timed, "bench ns_per_launch=<x>" (the fake without
  * FAKECUDA_TIMELINE makes a launch a no-op: what is timed is the path).
  * --then-capture K: afterwards, K cuLaunchKernel captured into a graph from
- * a new stream, timed: "capture ms=<x>". */
+ * a new stream, timed: "capture ms=<x>".
+ * --ptx ITERS: launch a real kernel, for a real driver (the GPU conformance
+ * kit, docs/gpu-check.md): the PTX text below is loaded with cuModuleLoadData
+ * (the driver compiles it for the GPU, so no nvcc is needed where the probe is
+ * built) and every launch spins ITERS dependent FMAs per thread. Without it
+ * the function is NULL, which only the fake accepts.
+ * "done" also says s=<seconds from the first launch to the final
+ * synchronisation>, so launches/s is what the GPU completed. */
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,6 +37,43 @@
 
 typedef CUresult (*proc_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*proc2_fn)(const char *, void **, int, cuuint64_t, void *);
+
+/* gp_spin(float *out, unsigned iters): a dependent FMA chain per thread
+ * (compute-bound, no memory traffic); the result is stored only if it is
+ * FLT_MAX, which it never is, so the JIT cannot drop the loop. */
+static const char spin_ptx[] = ".version 6.0\n"
+                               ".target sm_50\n"
+                               ".address_size 64\n"
+                               ".visible .entry gp_spin(.param .u64 out, .param .u32 iters)\n"
+                               "{\n"
+                               "  .reg .pred %p<3>;\n"
+                               "  .reg .b32 %r<4>;\n"
+                               "  .reg .f32 %f<3>;\n"
+                               "  .reg .b64 %rd<3>;\n"
+                               "  ld.param.u64 %rd1, [out];\n"
+                               "  ld.param.u32 %r1, [iters];\n"
+                               "  mov.u32 %r2, %tid.x;\n"
+                               "  cvt.rn.f32.u32 %f1, %r2;\n"
+                               "  mov.f32 %f2, 0f3F800000;\n"
+                               "  mov.u32 %r3, 0;\n"
+                               "  setp.eq.u32 %p1, %r1, 0;\n"
+                               "  @%p1 bra DONE;\n"
+                               "LOOP:\n"
+                               "  fma.rn.f32 %f2, %f2, 0f3F7FF000, %f1;\n"
+                               "  add.u32 %r3, %r3, 1;\n"
+                               "  setp.lt.u32 %p2, %r3, %r1;\n"
+                               "  @%p2 bra LOOP;\n"
+                               "DONE:\n"
+                               "  setp.neu.f32 %p1, %f2, 0f7F7FFFFF;\n"
+                               "  @%p1 bra END;\n"
+                               "  cvta.to.global.u64 %rd2, %rd1;\n"
+                               "  st.global.f32 [%rd2], %f2;\n"
+                               "END:\n"
+                               "  ret;\n"
+                               "}\n";
+
+/* Not in the fake's header: the fake has no modules (--ptx is for a real driver). */
+typedef struct CUmod_st *CUmodule;
 
 static void *lib;
 static const char *via = "dlsym";
@@ -83,7 +127,7 @@ int main(int argc, char **argv)
 {
     const char *kind = "kernel";
     unsigned grid = 8192, graph_kernels = 4;
-    long ms = -1, count = -1, sync_every = 0, bench = 0, then_capture = 0;
+    long ms = -1, count = -1, sync_every = 0, bench = 0, then_capture = 0, ptx_iters = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--ptsz") == 0) {
@@ -113,6 +157,8 @@ int main(int argc, char **argv)
             bench = strtol(v, NULL, 10);
         else if (strcmp(a, "--then-capture") == 0)
             then_capture = strtol(v, NULL, 10);
+        else if (strcmp(a, "--ptx") == 0)
+            ptx_iters = strtol(v, NULL, 10);
         else {
             fprintf(stderr, "launchprobe: unknown option %s\n", a);
             return 2;
@@ -137,6 +183,22 @@ int main(int argc, char **argv)
          CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void **, void **),
          "cuLaunchKernel");
+    CUfunction fn = NULL;
+    void **params = NULL;
+    CUdeviceptr out = 0;
+    unsigned iters = (unsigned)(ptx_iters > 0 ? ptx_iters : 0);
+    void *spin_args[] = {&out, &iters};
+    if (ptx_iters >= 0) {
+        NEED(load, CUresult(*)(CUmodule *, const void *), "cuModuleLoadData");
+        NEED(get_fn, CUresult(*)(CUfunction *, CUmodule, const char *), "cuModuleGetFunction");
+        NEED(mem_alloc, CUresult(*)(CUdeviceptr *, size_t), "cuMemAlloc_v2");
+        CUmodule mod;
+        if ((rc = load(&mod, spin_ptx)) != CUDA_SUCCESS ||
+            (rc = get_fn(&fn, mod, "gp_spin")) != CUDA_SUCCESS ||
+            (rc = mem_alloc(&out, sizeof(float))) != CUDA_SUCCESS)
+            return fail("module", rc);
+        params = spin_args;
+    }
     CUresult (*launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **) = NULL;
     CUresult (*launch_coop)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             unsigned, CUstream, void **) = NULL;
@@ -160,7 +222,7 @@ int main(int argc, char **argv)
             (rc = begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
             return fail("capture", rc);
         for (unsigned k = 0; k < graph_kernels; k++)
-            if ((rc = launch_kernel(NULL, grid, 1, 1, 256, 1, 1, 0, stream, NULL, NULL)) !=
+            if ((rc = launch_kernel(fn, grid, 1, 1, 256, 1, 1, 0, stream, params, NULL)) !=
                 CUDA_SUCCESS)
                 return fail("captured launch", rc);
         if ((rc = end(stream, &graph)) != CUDA_SUCCESS || (rc = inst(&exec, graph, 0)) != 0)
@@ -187,13 +249,13 @@ int main(int argc, char **argv)
         if (ms > 0 && (done & 15) == 0 && now_s() >= deadline)
             break;
         if (launch_ex != NULL)
-            rc = launch_ex(&cfg, NULL, NULL, NULL);
+            rc = launch_ex(&cfg, fn, params, NULL);
         else if (launch_coop != NULL)
-            rc = launch_coop(NULL, grid, 1, 1, 256, 1, 1, 0, NULL, NULL);
+            rc = launch_coop(fn, grid, 1, 1, 256, 1, 1, 0, NULL, params);
         else if (graph_launch != NULL)
             rc = graph_launch(exec, stream);
         else
-            rc = launch_kernel(NULL, grid, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+            rc = launch_kernel(fn, grid, 1, 1, 256, 1, 1, 0, NULL, params, NULL);
         if (rc != CUDA_SUCCESS)
             return fail("launch", rc);
         if (sync_every > 0 && (done + 1) % sync_every == 0 && (rc = ctx_sync()) != CUDA_SUCCESS)
@@ -202,6 +264,7 @@ int main(int argc, char **argv)
     double t1 = now_s();
     if ((rc = ctx_sync()) != CUDA_SUCCESS)
         return fail("synchronize", rc);
+    double t_synced = now_s();
     if (bench > 0)
         printf("bench ns_per_launch=%.1f\n", (t1 - t0) * 1e9 / (double)bench);
     if (then_capture > 0) {
@@ -215,13 +278,13 @@ int main(int argc, char **argv)
             (rc = begin(cs, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
             return fail("capture", rc);
         for (long k = 0; k < then_capture; k++)
-            if ((rc = launch_kernel(NULL, grid, 1, 1, 256, 1, 1, 0, cs, NULL, NULL)) !=
+            if ((rc = launch_kernel(fn, grid, 1, 1, 256, 1, 1, 0, cs, params, NULL)) !=
                 CUDA_SUCCESS)
                 return fail("captured launch", rc);
         if ((rc = end(cs, &graph)) != CUDA_SUCCESS)
             return fail("end capture", rc);
         printf("capture ms=%.1f\n", (now_s() - c0) * 1e3);
     }
-    printf("done launches=%ld\n", done);
+    printf("done launches=%ld s=%.6f\n", done, t_synced - t0);
     return 0;
 }

@@ -265,6 +265,26 @@ def case_train(steps, warmup):
         loss=float(loss))
 
 
+def case_matmul(seconds):
+    """A 4096 x 4096 fp16 matmul loop for the given seconds (after a warm-up):
+    matmuls per second the GPU completed."""
+    torch = import_torch()
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    for _ in range(10):
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(16):  # a bounded queue, as a training loop's steps are
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+        n += 16
+    s = time.perf_counter() - t0
+    say(ev="matmul", per_s=n / s, n=n, s=s)
+
+
 CASES = {
     "import": (case_import, 0),
     "probe": (case_probe, 0),
@@ -276,6 +296,7 @@ CASES = {
     "async-free": (case_async_free, 1),
     "graphs-async": (case_graphs_async, 2),
     "train": (case_train, 2),
+    "matmul": (case_matmul, 1),
 }
 
 

@@ -19,7 +19,8 @@ from conftest import BUILD, ROOT, scaled
 LIB = os.path.join(BUILD, "lib", "libgpupool-cuda.so")
 NEEDED_BUILT = [os.path.join(BUILD, p) for p in (
     "bin/gpupool-device-plugin", "lib/libgpupool-cuda.so", "test/cuda/gpupool-cudaprobe",
-    "test/cuda/gpupool-cudaprobe-linked", "test/gpucheck/gpupool-gpucheck-kubelet",
+    "test/cuda/gpupool-cudaprobe-linked", "test/cuda/gpupool-launchprobe",
+    "test/gpucheck/gpupool-gpucheck-kubelet",
     "test/fakecuda/libcuda.so.1", "test/fakenvml/libnvidia-ml.so.1")]
 
 pytestmark = pytest.mark.skipif(
@@ -27,9 +28,12 @@ pytestmark = pytest.mark.skipif(
     reason="the kit's programs are not built (make gpu-bundle)")
 
 NON_TORCH = ["driver", "limit-probe", "nvml-view", "shared-8proc", "sigkill-release", "restart",
-             "restart-pidns", "alloc-overhead", "plugin-gpu", "plugin-health", "plugin-gpumem"]
+             "restart-pidns", "alloc-overhead", "plugin-gpu", "plugin-health", "plugin-gpumem",
+             "compute-split", "compute-overhead", "compute-priority"]
 TORCH = ["torch-context", "torch-limit", "torch-8proc", "torch-graphs", "torch-expandable",
-         "torch-async", "torch-graphs-async", "torch-train-step"]
+         "torch-async", "torch-graphs-async", "torch-train-step", "compute-split-torch"]
+# Needs a real driver's MPS control daemon: SKIPs on the fakes.
+REAL_ONLY = ["compute-mps"]
 # Checks that report a defect issue 23 is fixing, until the fix lands.
 LINE = re.compile(r"^(PASS|FAIL|SKIP) ([a-z0-9-]+)( [^ ]+)*$")
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
@@ -95,7 +99,7 @@ def run_kit(kit_dir, tmp, *args):
 
 def test_every_check_without_pytorch_passes_on_the_fakes(kit, tmp_path):
     p, lines, results, detail = run_kit(kit[0], tmp_path)
-    assert list(results) == NON_TORCH + TORCH, p.stdout
+    assert list(results) == NON_TORCH + TORCH + REAL_ONLY, p.stdout
     m = SUMMARY.match(lines[-1])
     assert m, p.stdout
     counted = [sum(1 for s, _ in results.values() if s == w) for w in ("PASS", "FAIL", "SKIP")]
@@ -104,7 +108,7 @@ def test_every_check_without_pytorch_passes_on_the_fakes(kit, tmp_path):
     for name in NON_TORCH:
         status, line = results[name]
         assert status == "PASS", (line, detail)
-    for name in TORCH:
+    for name in TORCH + REAL_ONLY:
         status, line = results[name]
         assert status == "SKIP" and "reason=" in line, line
     # The figures the issue asks for are there.
@@ -115,6 +119,21 @@ def test_every_check_without_pytorch_passes_on_the_fakes(kit, tmp_path):
                      r"GPU-9c1e0a55-6b2f-4e1d-8a3c-2f5b7d9e0c41", results["plugin-gpu"][1])
     assert re.search(r"xid48_to_unhealthy_ms=[\d.]+", results["plugin-health"][1])
     assert "units=16 " in results["plugin-gpumem"][1]
+    # The compute shares as the simulated device measured them, each within
+    # the stated tolerance of its target (what PASS claims, checked here).
+    split = results["compute-split"][1]
+    for name, target in (("split30", 30), ("split70", 70), ("lone30", 30)):
+        m = re.search(r"%s=([\d.]+)%%\(target_%d\)" % (name, target), split)
+        assert m and abs(float(m.group(1)) - target) <= 5, (name, split)
+    assert re.search(r"ratio=[\d.]+\(target_0\.43\) ", split), split
+    assert re.search(r"without_ns=[\d.]+ nolimit_ns=[\d.]+ limit30_ns=[\d.]+ added_nolimit_ns=",
+                     results["compute-overhead"][1])
+    m = re.search(r"alone_us=([\d.]+) beside_us=([\d.]+)\(([\d.]+)%\) "
+                  r"beside_without_priority_us=([\d.]+)", results["compute-priority"][1])
+    assert m and float(m.group(2)) <= 1.10 * float(m.group(1)), results["compute-priority"][1]
+    # Without priorities the same loop waits behind the other: the check can tell.
+    assert float(m.group(4)) > 1.10 * float(m.group(1)), results["compute-priority"][1]
+    assert "MPS" in results["compute-mps"][1]
     # --out: the same verdicts as text and JSON.
     with open(str(tmp_path / "out" / "gpu-check.json")) as f:
         saved = json.load(f)
@@ -129,12 +148,16 @@ def test_a_library_that_does_not_enforce_makes_the_kit_fail(kit, tmp_path):
     """A bogus LD_PRELOAD: the loader skips it with a warning and every
     probe runs on the bare driver, unlimited."""
     p, lines, results, _ = run_kit(kit[0], tmp_path, "--library", str(tmp_path / "nothing.so"),
-                                   "--only", "^(limit-probe|nvml-view|restart|shared-8proc)$")
+                                   "--only", "^(limit-probe|nvml-view|restart|shared-8proc|"
+                                   "compute-split)$")
     assert p.returncode == 1, p.stdout
-    for name in ("limit-probe", "nvml-view", "restart", "shared-8proc"):
+    for name in ("limit-probe", "nvml-view", "restart", "shared-8proc", "compute-split"):
         assert results[name][0] == "FAIL", results[name]
     assert "total=16.00GiB" in results["limit-probe"][1]
-    assert SUMMARY.match(lines[-1]).group(2) == "4"
+    # Nothing throttles: the lone 30 % container gets the whole device.
+    lone = float(re.search(r"lone30=([\d.]+)%", results["compute-split"][1]).group(1))
+    assert lone > 80, results["compute-split"][1]
+    assert SUMMARY.match(lines[-1]).group(2) == "5"
 
 
 def test_no_driver_and_no_fake_is_said_not_guessed(kit, tmp_path):
@@ -168,7 +191,7 @@ def test_bundle_is_self_contained(kit):
                        capture_output=True, text=True, timeout=scaled(30))
     assert p.returncode == 0 and "gpupool" in (p.stdout + p.stderr).lower(), p
     # The library and the probes need only libc (and a sanitized build's runtimes).
-    for rel in ("lib/libgpupool-cuda.so", "bin/gpupool-cudaprobe"):
+    for rel in ("lib/libgpupool-cuda.so", "bin/gpupool-cudaprobe", "bin/gpupool-launchprobe"):
         out = subprocess.run(["objdump", "-p", os.path.join(kit_dir, rel)],
                              capture_output=True, text=True).stdout
         extra = {n for n in re.findall(r"NEEDED\s+(\S+)", out)
