@@ -191,3 +191,20 @@ def test_mig_enabled_gpu_is_a_clear_error(plugin, kubelet, workdir):
                    args=["--mig-strategy", "none"])
     assert p.wait_exit(5) != 0
     assert "has MIG enabled" in p.log()
+
+
+def test_isolation_memory_adds_the_librarys_limit(plugin, kubelet, workdir):
+    """With --isolation=memory the pinned limit that MPS asks for is also held by
+    libgpupool-cuda (docs/mps.md)."""
+    lib = os.path.join(workdir, "libgpupool-cuda.so")
+    with open(lib, "wb") as f:
+        f.write(b"\x7fELF stand-in\n")
+    p = plugin(config=mps_config(os.path.join(workdir, "mps")),
+               args=["--mps-control", fake_control(workdir), "--isolation-dir",
+                     os.path.join(workdir, "iso"), "--isolation-library", lib])
+    u = p.inventory.uuids
+    r = kubelet.allocate(RESOURCE, [u[2] + "::1"])
+    e = envs(r)
+    assert int(e["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (p.inventory.gpus[2].memory_mib << 20) // 4
+    assert e["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
+    assert os.path.isdir(os.path.join(workdir, "iso", "containers", "ts_%s__1" % u[2]))
