@@ -208,3 +208,14 @@ def test_isolation_memory_adds_the_librarys_limit(plugin, kubelet, workdir):
     assert int(e["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (p.inventory.gpus[2].memory_mib << 20) // 4
     assert e["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/gpu/pipe"
     assert os.path.isdir(os.path.join(workdir, "iso", "containers", "ts_%s__1" % u[2]))
+
+
+def test_reload_quits_and_starts_the_daemon_again(plugin, kubelet, workdir):
+    p = mps_plugin(plugin, workdir)
+    p.signal(signal.SIGHUP)
+    wait_for(lambda: len([e for e in told(workdir) if e.get("event") == "start"]) == 2, 10,
+             "a start after the reload")
+    cmds = [e.get("command") for e in told(workdir)]
+    assert "quit" in cmds
+    assert cmds.index("quit") < len(cmds) - 1
+    assert p.alive()

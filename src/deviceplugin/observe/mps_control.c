@@ -33,6 +33,7 @@ struct mps_daemon {
     char commands[4096];    /* the defaults it is told after each start */
     char *env[ENV_MAX + 1]; /* owned strings: pipe, log, visible devices */
     int64_t next_start_ns;  /* 0 = running */
+    bool started;           /* told its defaults at least once: stop sends quit */
     int backoff_ms;
 };
 
@@ -155,6 +156,7 @@ static int start_daemon(const struct mps_control *m, struct mps_daemon *d, char 
     int fd = open(started, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0)
         close(fd);
+    d->started = true;
     log_info("MPS control daemon of %s running (pipe %s/pipe): %s", d->resource, d->dir,
              d->commands);
     return 0;
@@ -353,8 +355,8 @@ void mps_control_stop(struct mps_control *m)
     for (size_t i = 0; i < m->count; i++) {
         struct mps_daemon *d = &m->daemons[i];
         char out[512], started[4200];
-        if (d->env[0] == NULL)
-            continue;
+        if (!d->started)
+            continue; /* never ran: nothing to quit */
         int rc = run_control(m->binary, NULL, d->env, "quit\n", out, sizeof out);
         snprintf(started, sizeof started, "%s/.started", d->dir);
         unlink(started);
