@@ -200,7 +200,7 @@ def test_nvidia_config_files(plugin, kubelet, fname, inventory, want):
 
 def test_mps_root_in_file(plugin, kubelet):
     """flags.mpsRoot is accepted as NVIDIA accepts it; unused without sharing.mps."""
-    plugin(config="version: v1\nflags:\n  mpsRoot: /run/nvidia/mps\n")
+    plugin(config="version: v1\nflags:\n  mpsRoot: /run/nvidia/mps\n").stop()
     plugin(config="version: v1\nflags:\n  mpsRoot: /srv/mps\n")
 
 
