@@ -73,7 +73,8 @@ def test_replicas_advertised_like_time_slicing(plugin, kubelet, workdir):
     p = mps_plugin(plugin, workdir)
     ids = kubelet.endpoint().snapshots[0].ids
     assert sorted(ids) == sorted("%s::%d" % (u, k) for u in p.inventory.uuids for k in range(4))
-    assert '"mps": {' in p.log() and '"failRequestsGreaterThanOne": true' in p.log()
+    p.wait_log('"failRequestsGreaterThanOne": true')  # the config is logged after registering
+    assert '"mps": {' in p.log()
 
 
 def test_allocate_gives_pipe_shm_share_and_pinned_limit(plugin, kubelet, workdir):

@@ -157,8 +157,12 @@ static int start_daemon(const struct mps_control *m, struct mps_daemon *d, char 
     if (fd >= 0)
         close(fd);
     d->started = true;
-    log_info("MPS control daemon of %s running (pipe %s/pipe): %s", d->resource, d->dir,
-             d->commands);
+    char told[sizeof d->commands];
+    snprintf(told, sizeof told, "%s", d->commands);
+    for (char *c = told; *c; c++) /* one log line */
+        *c = *c == '\n' && c[1] != '\0' ? ';' : *c == '\n' ? '\0' : *c;
+    log_info("MPS control daemon of %s running (pipe %s/pipe), told: %s", d->resource, d->dir,
+             told);
     return 0;
 }
 
