@@ -220,3 +220,13 @@ def test_reload_quits_and_starts_the_daemon_again(plugin, kubelet, workdir):
     assert "quit" in cmds
     assert cmds.index("quit") < len(cmds) - 1
     assert p.alive()
+
+
+def test_without_fail_on_init_error_it_idles_advertising_nothing(plugin, kubelet, workdir):
+    p = plugin(config=mps_config(os.path.join(workdir, "mps")), wait=None,
+               args=["--isolation=none", "--fail-on-init-error=false", "--driver-root",
+                     os.path.join(workdir, "nodriver")])
+    p.wait_log("No devices found. Waiting indefinitely.")
+    assert "nvidia-cuda-mps-control not found under the driver root" in p.log()
+    assert p.alive()
+    assert kubelet.registrations == []
