@@ -24,6 +24,7 @@
 #include "health.h"
 #include "isolation.h"
 #include "log.h"
+#include "mps_control.h"
 #include "plugin_metrics.h"
 #include "nodelabels.h"
 #include "pid_map.h"
@@ -68,6 +69,7 @@ struct daemon {
      * (or the daemon) register with the node, and it stops them. */
     struct gpumem_service *gpumem;  /* --resource-mode=gpu-mem; NULL otherwise */
     struct plugin_metrics *metrics; /* --metrics-addr; NULL = off; lives across reloads */
+    struct mps_control *mps;        /* sharing.mps's control daemons; NULL = none */
     struct pid_map *pid_map;        /* limited containers' pid maps; NULL = no isolation */
     struct node_labeler *labeler;   /* --node-labels; NULL = off */
     char socket_dir[PATH_MAX];
@@ -381,6 +383,8 @@ static void teardown(struct daemon *d)
     d->labeler = NULL;
     pid_map_stop(d->pid_map);
     d->pid_map = NULL;
+    mps_control_stop(d->mps); /* after the servers: no Allocate hands out a stopped pipe */
+    d->mps = NULL;
     health_monitor_stop(d->health);
     d->health = NULL;
     stop_servers(d);
@@ -499,6 +503,10 @@ static enum setup_result serve(struct daemon *d)
         log_error("Cannot enforce GPU-memory limits (--isolation=memory): %s", err);
         return SETUP_FATAL;
     }
+    /* MPS before the replicas are advertised: a container given a pipe
+     * must find a daemon behind it (docs/mps.md). */
+    if (mps_control_start(&d->cfg, &d->inv, &d->node, &d->mps, err, sizeof err) != 0)
+        return init_failure(d, "MPS cannot run (sharing.mps)", err);
     if (d->cfg.resource_mode == RESOURCE_MODE_GPU_MEM &&
         gpumem_service_start(&d->cfg, &d->inv, &d->node, d->rpc, &d->gpumem, err, sizeof err) !=
             0) {

@@ -185,13 +185,6 @@ def test_imex_channel_missing_not_required_is_dropped(plugin, kubelet, workdir):
     assert "containers get no IMEX channel" in p.log()
 
 
-def test_mps_root_refused(plugin, kubelet):
-    p = plugin(args=["--mps-root", "/srv/mps"], wait=None)
-    assert p.wait_exit(5) != 0
-    assert "MPS sharing is not supported by gpupool" in p.log()
-    assert kubelet.registrations == []
-
-
 def test_unknown_cdi_feature_flag_refused(plugin, kubelet):
     p = plugin(env={"CDI_FEATURE_FLAGS": "enable-explicit-driver-libraries"}, wait=None)
     assert p.wait_exit(5) != 0

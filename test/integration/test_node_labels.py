@@ -153,3 +153,14 @@ def test_node_labels_need_a_node_name(plugin):
     p = plugin("4gpu.json", args=["--node-labels"], env={"NODE_NAME": ""}, wait=None)
     assert p.wait_exit() != 0
     assert "needs this node's name" in p.log()
+
+
+def test_mps_sharing_strategy(labelled, api, workdir):
+    """sharing.mps labels the resource as NVIDIA's GFD does: sharing-strategy mps."""
+    from test_mps import fake_control, mps_config
+    labelled("4gpu.json", config=mps_config(os.path.join(workdir, "mps")),
+             args=["--isolation=none", "--mps-control", fake_control(workdir)])
+    labels, _ = node_labels(api)
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "mps"
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A10-SHARED"

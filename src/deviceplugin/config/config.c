@@ -291,8 +291,18 @@ static const struct option_spec specs[] = {
      .type = OPT_STRING,
      .offset = FIELD(mps_root),
      .def = "",
-     .help = "the MPS root path on the host; MPS is not supported by gpupool, so a value "
-             "other than NVIDIA Helm's default " CONFIG_HELM_MPS_ROOT " is refused"},
+     .help = "the MPS root path on the host (NVIDIA Helm's is " CONFIG_HELM_MPS_ROOT
+             "): sharing.mps's control daemons keep their pipe and log directories under "
+             "<root>/<resource>/ (docs/mps.md)"},
+    {.flag = "mps-control",
+     .env = {"GP_MPS_CONTROL"},
+     .path = "flags.mpsControl",
+     .flags = IN_FILE,
+     .type = OPT_STRING,
+     .offset = FIELD(mps_control),
+     .def = "",
+     .help = "the nvidia-cuda-mps-control binary that sharing.mps runs; empty = "
+             "<driver-root>/usr/bin/nvidia-cuda-mps-control, else <driver-root>/bin/"},
     {.flag = "shared-devices-allocation-policy",
      .env = {"SHARED_DEVICES_ALLOCATION_POLICY"},
      .path = "flags.plugin.sharedDevicesAllocationPolicy",
@@ -579,16 +589,16 @@ static int finish(struct gp_config *cfg, char *err, size_t errlen)
         return gp_errf(err, errlen,
                        "--device-list-strategy (DEVICE_LIST_STRATEGY): want at "
                        "least one strategy");
-    /* NVIDIA uses mpsRoot only to run MPS, which gpupool refuses: a root
-     * chosen on purpose would be silently unused, so it is an error. NVIDIA's
-     * Helm chart passes its default root to every deployment, MPS or not;
-     * that one value means "unset" here too. */
-    if (cfg->mps_root != NULL && cfg->mps_root[0] != '\0' &&
-        strcmp(cfg->mps_root, CONFIG_HELM_MPS_ROOT) != 0)
+    /* NVIDIA's validateFlags: MPS needs a root and whole GPUs per resource. */
+    if (cfg->sharing_mps && (cfg->mps_root == NULL || cfg->mps_root[0] != '/'))
         return gp_errf(err, errlen,
-                       "invalid value \"%s\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
-                       "sharing is not supported by gpupool; leave the MPS root unset",
-                       cfg->mps_root);
+                       "using MPS requires --mps-root (MPS_ROOT, flags.mpsRoot) to be specified "
+                       "as an absolute host path (NVIDIA Helm's is " CONFIG_HELM_MPS_ROOT ")");
+    if (cfg->sharing_mps && cfg->mig_strategy == MIG_STRATEGY_MIXED)
+        return gp_errf(err, errlen, "using --mig-strategy=mixed with MPS is not supported");
+    if (cfg->sharing_mps && cfg->resource_mode != RESOURCE_MODE_GPU)
+        return gp_errf(err, errlen,
+                       "sharing.mps shares whole GPUs: it needs --resource-mode=gpu, not gpu-mem");
     if (cfg->isolation_dir == NULL || cfg->isolation_dir[0] == '\0') {
         const char *state = cfg->state_dir ? cfg->state_dir : "";
         size_t len = strlen(state) + sizeof "/isolation";

@@ -7,8 +7,8 @@
  * (`resources:`, `sharing:`). Precedence: flag > environment > file >
  * default. Invalid input of any kind is rejected before anything is
  * served, with `file:line: what` for the file and `--flag`/`ENV` naming
- * for the rest. Options gpupool cannot honour (a non-default --mps-root,
- * unknown --cdi-feature-flags / --cdi-disable-hooks words) are refused.
+ * for the rest. Options gpupool cannot honour (unknown --cdi-feature-flags /
+ * --cdi-disable-hooks words) are refused.
  * Owner: struct gp_config is embedded by the caller; config_free() releases
  * what config_load() allocated. Not thread-safe; read-only once loaded. */
 #ifndef GP_CONFIG_H
@@ -25,8 +25,7 @@
 #define CONFIG_NAME_LEN 64 /* resource names: "nvidia.com/" + 52 */
 #define CONFIG_PATTERN_LEN 256
 #define CONFIG_DEVICE_REF_LEN 96
-/* NVIDIA's Helm chart passes this MPS root to every deployment; accepted as
- * "unset" (any other --mps-root is refused: MPS is not supported). */
+/* NVIDIA's Helm chart's MPS root (mps.root). */
 #define CONFIG_HELM_MPS_ROOT "/run/nvidia/mps"
 /* IMEX channel 0, which imex.channelIDs [0] hands to a container. */
 #define CONFIG_IMEX_CHANNEL0_NODE "/dev/nvidia-caps-imex-channels/channel0"
@@ -99,7 +98,8 @@ struct gp_config {
     bool fail_on_init_error;
     char *nvidia_driver_root; /* default "/" */
     char *nvidia_dev_root;    /* default = nvidia_driver_root */
-    char *mps_root;           /* "" or CONFIG_HELM_MPS_ROOT: nothing else is accepted */
+    char *mps_root;           /* host directory of the MPS pipes; required with sharing.mps */
+    char *mps_control;        /* nvidia-cuda-mps-control; "" = found under the driver root */
     bool gds_enabled, mofed_enabled, gdrcopy_enabled;
     bool pass_device_specs;
     unsigned device_list_strategy; /* DEVICE_LIST_* bits, never 0 */
@@ -154,7 +154,9 @@ struct gp_config {
     size_t mig_resource_count;
     struct config_resource_pattern *mig_resources;
 
-    /* sharing.timeSlicing */
+    /* sharing.timeSlicing, or sharing.mps when sharing_mps is set (the
+     * records are the same; the two exclude each other as in NVIDIA's) */
+    bool sharing_mps;
     bool rename_by_default;
     bool fail_requests_greater_than_one;
     /* sharing.timeSlicing.memoryLimit (gpupool extension): each replica gets

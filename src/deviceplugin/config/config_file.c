@@ -420,6 +420,30 @@ static int file_slicing(const struct file_ctx *fc, const struct ycfg_node *v, co
     return 0;
 }
 
+#define BOTH_SHARINGS "sharing.timeSlicing and sharing.mps cannot both be configured"
+
+/* sharing.mps with resources becomes the node's sharing: its replicas are
+ * advertised as time-slicing's are (same records), sharing_mps tells the
+ * node agent to run the control daemons and Allocate to hand out pipes. */
+static int take_mps(const struct file_ctx *fc, const struct ycfg_node *k, struct slicing *s)
+{
+    struct gp_config *c = fc->cfg;
+    if (s->count == 0)
+        return 0;
+    if (c->time_slice_count > 0 && !c->sharing_mps)
+        return ferr(fc, k, "%s", BOTH_SHARINGS);
+    free_slices(c->time_slices, c->time_slice_count);
+    c->time_slices = s->slices;
+    c->time_slice_count = s->count;
+    c->rename_by_default = s->rename_by_default;
+    c->fail_requests_greater_than_one = s->fail_requests_greater_than_one;
+    c->time_slice_memory_limit = false;
+    c->sharing_mps = true;
+    s->slices = NULL;
+    s->count = 0;
+    return 0;
+}
+
 static int file_sharing(const struct file_ctx *fc, const struct ycfg_node *v)
 {
     if (want_mapping(fc, v, "sharing") != 0)
@@ -432,6 +456,8 @@ static int file_sharing(const struct file_ctx *fc, const struct ycfg_node *v)
         int rc;
         if (strcmp(key, "timeSlicing") == 0) {
             struct gp_config *c = fc->cfg;
+            if (c->sharing_mps) /* NVIDIA: the two strategies exclude each other */
+                return ferr(fc, k, "%s", BOTH_SHARINGS);
             s.slices = c->time_slices;
             s.count = c->time_slice_count;
             rc = file_slicing(fc, val, "sharing.timeSlicing", &s);
@@ -441,10 +467,11 @@ static int file_sharing(const struct file_ctx *fc, const struct ycfg_node *v)
             c->fail_requests_greater_than_one = s.fail_requests_greater_than_one;
             c->time_slice_memory_limit = s.memory_limit;
         } else if (strcmp(key, "mps") == 0) {
-            /* Validated like NVIDIA does, then refused if it shares anything. */
+            /* NVIDIA's default for MPS: one replica per container, as a
+             * share of threads and pinned memory is per client. */
+            s.fail_requests_greater_than_one = true;
             rc = file_slicing(fc, val, "sharing.mps", &s);
-            if (rc == 0 && s.count > 0)
-                rc = ferr(fc, k, "MPS sharing is not supported by gpupool");
+            rc = rc == 0 ? take_mps(fc, k, &s) : rc;
             free_slices(s.slices, s.count);
         } else {
             rc = ferr(fc, k, "unknown key \"sharing.%s\"", key);
@@ -534,10 +561,11 @@ int config_file_to_json(json_t *root, const struct gp_config *cfg)
     if (cfg->mig_resource_count > 0)
         json_object_set_new(res, "mig", patterns_json(cfg->mig_resources, cfg->mig_resource_count));
     if (cfg->time_slice_count == 0)
-        return 0; /* NVIDIA's schema needs resources whenever timeSlicing is present */
+        return 0; /* NVIDIA's schema needs resources whenever a sharing is present */
     json_t *ts = json_pack("{s:b,s:b}", "renameByDefault", cfg->rename_by_default,
                            "failRequestsGreaterThanOne", cfg->fail_requests_greater_than_one);
-    if (ts == NULL || json_object_set_new(json_object_get(root, "sharing"), "timeSlicing", ts))
+    if (ts == NULL || json_object_set_new(json_object_get(root, "sharing"),
+                                          cfg->sharing_mps ? "mps" : "timeSlicing", ts))
         return -1;
     /* gpupool's extension, shown only when set: NVIDIA's shape otherwise */
     if (cfg->time_slice_memory_limit && json_object_set_new(ts, "memoryLimit", json_true()) != 0)

@@ -24,7 +24,9 @@ bool isolation_active(const struct gp_config *cfg)
         return false;
     if (cfg->resource_mode == RESOURCE_MODE_GPU_MEM)
         return true;
-    return cfg->time_slice_memory_limit && cfg->time_slice_count > 0;
+    /* MPS replicas: the library holds the memory share that MPS's pinned
+     * limit only asks for (docs/mps.md). */
+    return (cfg->time_slice_memory_limit || cfg->sharing_mps) && cfg->time_slice_count > 0;
 }
 
 /* ---- install ------------------------------------------------------------------ */

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "gpumem.h"
 #include "isolation.h"
+#include "mps_edits.h"
 #include "log.h"
 #include "preferred.h"
 
@@ -486,6 +487,8 @@ static enum rpc_status handle_allocate(struct plugin_endpoint *ep, const uint8_t
         st = add_replica_limit(node, res, positions, creq->n_devices_ids, &edits, msg, msglen);
         if (st != RPC_OK)
             goto out;
+        if (mps_add_edits(node->cfg, node->inv, res, positions, creq->n_devices_ids, &edits) != 0)
+            goto oom;
         if (encode_container(&a, node->cfg, &edits, cresp, msg, msglen) != 0)
             goto oom;
         out.container_responses[out.n_container_responses++] = cresp;

@@ -101,7 +101,10 @@ static int base_labels(json_t *labels, const struct gp_config *cfg, const char *
     int rc = set_str(labels, resource, "product", name);
     rc |= set_num(labels, resource, "count", count);
     rc |= set_num(labels, resource, "replicas", !sharing ? 0 : ts ? ts->replicas : 1);
-    rc |= set_str(labels, resource, "sharing-strategy", ts ? "time-slicing" : "none");
+    rc |= set_str(labels, resource, "sharing-strategy",
+                  ts == NULL         ? "none"
+                  : cfg->sharing_mps ? "mps"
+                                     : "time-slicing");
     return rc;
 }
 

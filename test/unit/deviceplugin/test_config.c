@@ -479,18 +479,11 @@ static void test_refused_options(void **state)
 {
     (void)state;
     struct gp_config cfg;
-    const char *a1[] = {"--mps-root=/mps", NULL};
-    expect_cli_error(a1, NULL,
-                     "invalid value \"/mps\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
-                     "sharing is not supported by gpupool; leave the MPS root unset");
-    const char *e1[] = {"MPS_ROOT=/var/mps", NULL};
-    expect_cli_error(NULL, e1,
-                     "invalid value \"/var/mps\" for --mps-root (MPS_ROOT, flags.mpsRoot): MPS "
-                     "sharing is not supported by gpupool; leave the MPS root unset");
-    /* NVIDIA Helm's default root is what every chart deployment passes. */
-    const char *e2[] = {"MPS_ROOT=" CONFIG_HELM_MPS_ROOT, NULL};
+    /* --mps-root is NVIDIA's: any absolute root is taken (used by sharing.mps). */
+    const char *e2[] = {"MPS_ROOT=/var/mps", NULL};
     load_ok(&cfg, NULL, e2);
-    assert_string_equal(cfg.mps_root, CONFIG_HELM_MPS_ROOT);
+    assert_string_equal(cfg.mps_root, "/var/mps");
+    assert_false(cfg.sharing_mps);
     config_free(&cfg);
 
     const char *a2[] = {"--cdi-feature-flags=include-persistenced-socket,bogus", NULL};
@@ -738,11 +731,19 @@ static void test_nvidia_imex_and_mps(void **state)
     assert_true(cfg.imex_required);
     config_free(&cfg);
 
+    /* NVIDIA's example has no mpsRoot: refused as NVIDIA's validateFlags does. */
     const char *path = config_path("nvidia/mps.yaml");
     const char *args[] = {"--config-file", path, NULL};
-    char want[4200];
-    snprintf(want, sizeof want, "%s:3: MPS sharing is not supported by gpupool", path);
-    expect_cli_error(args, NULL, want);
+    expect_cli_error(args, NULL,
+                     "using MPS requires --mps-root (MPS_ROOT, flags.mpsRoot) to be specified "
+                     "as an absolute host path (NVIDIA Helm's is " CONFIG_HELM_MPS_ROOT ")");
+    const char *with_root[] = {"--config-file", path, "--mps-root", "/run/nvidia/mps", NULL};
+    load_ok(&cfg, with_root, NULL);
+    assert_true(cfg.sharing_mps);
+    assert_true(cfg.fail_requests_greater_than_one); /* MPS's default */
+    assert_int_equal(cfg.time_slice_count, 1);
+    assert_int_equal(cfg.time_slices[0].replicas, 10);
+    config_free(&cfg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -925,7 +926,7 @@ static void test_file_errors_sharing(void **state)
                       "4: invalid value \"\" for resources.gpus[0].pattern: want 1 to 255 "
                       "characters");
     expect_file_error("resources:\n  tpus: []\n", "2: unknown key \"resources.tpus\"");
-    /* MPS is validated like time-slicing before it is refused */
+    /* MPS is validated like time-slicing */
     expect_file_error("sharing:\n  mps:\n    renameByDefault: true\n    resources: []\n",
                       "4: sharing.mps.resources: want a non-empty list of resources, got an "
                       "empty list");
