@@ -164,3 +164,47 @@ pod_phase() { kc get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 pod_phase_is() { [[ "$(pod_phase "$1")" == "$2" ]]; }
 pod_log_has() { kc logs "$1" 2>/dev/null | grep -- "$2" >/dev/null; }
 pod_gone() { ! kc get pod "$1" >/dev/null 2>&1; }
+
+# ---- teardown steps both clusters' down.sh share (CTRD_SOCK, ctr_ of the caller's lib) ----
+# Pod containers: kill tasks, delete containers (and their snapshots).
+down_pod_containers() {
+  local tasks t c
+  [[ -S $CTRD_SOCK ]] && ctr --address "$CTRD_SOCK" version >/dev/null 2>&1 || return 0
+  tasks=$(ctr_ tasks ls -q 2>/dev/null || true)
+  for t in $tasks; do ctr_ tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
+  for t in $tasks; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+      ctr_ tasks delete "$t" >/dev/null 2>&1 && break
+      sleep 0.3
+    done
+  done
+  for c in $(ctr_ containers ls -q 2>/dev/null || true); do
+    ctr_ containers delete "$c" >/dev/null 2>&1 || true
+  done
+}
+# containerd and any shim it left (ours only: their command line names our
+# socket), then the apiserver and etcd.
+down_containerd_apiserver_etcd() {
+  local p
+  stop_pid containerd 15
+  for p in /proc/[0-9]*; do
+    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q "containerd-shim.*-address $CTRD_SOCK"; then
+      kill -KILL "${p#/proc/}" 2>/dev/null || true
+    fi
+  done
+  stop_pid kube-apiserver 15
+  stop_pid etcd 15
+}
+# Every mount at or under a prefix, deepest first (the kubelet bind-mounts
+# its root; pod volumes, netns and rootfs mounts under containerd's dirs).
+umount_under() {
+  local prefix=$1 m ms
+  for _ in 1 2 3; do
+    mapfile -t ms < <(awk -v p="$prefix" '$2 == p || index($2, p "/") == 1 {print $2}' /proc/self/mounts | sort -r)
+    ((${#ms[@]})) || return 0
+    for m in "${ms[@]}"; do
+      m=$(printf '%b' "${m//\\/\\0}")   # \040 etc. as written in /proc/mounts
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+  done
+}

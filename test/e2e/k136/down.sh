@@ -27,44 +27,13 @@ stop_pid kubelet 15
 stop_pid kube-scheduler 10
 
 # 2. Pod containers: kill tasks, delete containers (and their snapshots).
-if [[ -S $CTRD_SOCK ]] && ctr --address "$CTRD_SOCK" version >/dev/null 2>&1; then
-  tasks=$(ctr_ tasks ls -q 2>/dev/null || true)
-  for t in $tasks; do ctr_ tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
-  for t in $tasks; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-      ctr_ tasks delete "$t" >/dev/null 2>&1 && break
-      sleep 0.3
-    done
-  done
-  for c in $(ctr_ containers ls -q 2>/dev/null || true); do
-    ctr_ containers delete "$c" >/dev/null 2>&1 || true
-  done
-fi
+down_pod_containers
 
-# 3. containerd and any shim it left (ours only: they name our socket), then
-#    the apiserver and etcd.
-stop_pid containerd 15
-for p in /proc/[0-9]*; do
-  if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q "containerd-shim.*-address $CTRD_SOCK"; then
-    kill -KILL "${p#/proc/}" 2>/dev/null || true
-  fi
-done
-stop_pid kube-apiserver 15
-stop_pid etcd 15
+# 3. containerd and any shim it left, then the apiserver and etcd.
+down_containerd_apiserver_etcd
 
 # 4. Mounts: kubelet root (it bind-mounts itself), pod volumes, netns and
 #    rootfs mounts under containerd's state/root. Deepest first.
-umount_under() {
-  local prefix=$1 m
-  for _ in 1 2 3; do
-    mapfile -t ms < <(awk -v p="$prefix" '$2 == p || index($2, p "/") == 1 {print $2}' /proc/self/mounts | sort -r)
-    ((${#ms[@]})) || return 0
-    for m in "${ms[@]}"; do
-      m=$(printf '%b' "${m//\\/\\0}")   # \040 etc. as written in /proc/mounts
-      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done
-  done
-}
 umount_under "$KUBELET_ROOT"
 umount_under "$E2E_RUN"
 umount_under "$E2E_STATE"
