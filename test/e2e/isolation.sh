@@ -31,12 +31,15 @@ GI_MIB=1048576
 GI_GIB_BYTES=1073741824
 GI_PODS=(gi-a gi-b)
 declare -A GI_UNITS=([gi-a]=4 [gi-b]=8)
+# Compute shares booked beside the memory (gpupool.io/gpu-cores, issue 25):
+# 30 + 70 on the one GPU both pods share.
+declare -A GI_CORES=([gi-a]=30 [gi-b]=70)
 
 # gi_pod_yaml NAME UNITS  -- one container that prints what it was given, then
 # runs the probe and holds its memory until TERM.
 gi_pod_yaml() {
   local share=$(($2 * GI_GIB_BYTES))
-  sed -e "s/@NAME@/$1/" -e "s/@UNITS@/$2/" -e "s/@IMAGE@/${CUDAPROBE_IMAGE//\//\\/}/" \
+  sed -e "s/@NAME@/$1/" -e "s/@UNITS@/$2/" -e "s/@CORES@/$3/" -e "s/@IMAGE@/${CUDAPROBE_IMAGE//\//\\/}/" \
     -e "s/@NODE@/$NODE_NAME/" -e "s/@FIRST@/$((share - GI_MIB))/" <<'EOF'
 ---
 apiVersion: v1
@@ -53,7 +56,7 @@ spec:
     image: @IMAGE@
     imagePullPolicy: IfNotPresent
     resources:
-      limits: {aliyun.com/gpu-mem: "@UNITS@"}
+      limits: {aliyun.com/gpu-mem: "@UNITS@", gpupool.io/gpu-cores: "@CORES@"}
     command:
     - sh
     - -c
@@ -62,6 +65,7 @@ spec:
       echo "UUID=$NVIDIA_VISIBLE_DEVICES"
       echo "LIMIT=$CUDA_DEVICE_MEMORY_LIMIT_0"
       echo "CACHE=$CUDA_DEVICE_MEMORY_SHARED_CACHE"
+      echo "SM=$CUDA_DEVICE_SM_LIMIT"
       echo PROBE
       FAKECUDA_DEVICES="$NVIDIA_VISIBLE_DEVICES=16g" gpupool-cudaprobe init info total alloc @FIRST@ alloc 1m alloc 1m free info hold 2>&1 &
       wait $!
@@ -152,7 +156,7 @@ if ((gi_ready)); then
     echo "    $p: GPU $(kc get pod "$p" -o jsonpath='{.metadata.annotations.ALIYUN_COM_GPU_MEM_IDX}' 2>/dev/null)"
   done < <(for i in "${!GM_GIB[@]}"; do echo "$i ${GM_GIB[i]}"; done | sort -k2,2nr -k1,1n | cut -d' ' -f1)
   f=$GM_OUT/isolation.yaml
-  for p in "${GI_PODS[@]}"; do gi_pod_yaml "$p" "${GI_UNITS[$p]}"; done >"$f"
+  for p in "${GI_PODS[@]}"; do gi_pod_yaml "$p" "${GI_UNITS[$p]}" "${GI_CORES[$p]}"; done >"$f"
   gm_apply "$f"
   gi_all_holding() { local p; gm_running "${GI_PODS[@]}" || return 1; for p in "${GI_PODS[@]}"; do gi_holding "$p" || return 1; done; }
   wait_for 90 "gi-a and gi-b Running, their probes holding" gi_all_holding || gm_show_not_running "${GI_PODS[@]}"
@@ -191,6 +195,8 @@ sys.exit(not (len(rows) == 1 and rows[0]["bookedBytes"] == share and rows[0]["li
   for p in "${GI_PODS[@]}"; do
     u=${GI_UNITS[$p]}
     check "[isolation] $p: CUDA_DEVICE_MEMORY_LIMIT_0=$((u * GI_GIB_BYTES)) and the region prefix /run/gpupool-cuda/region in the container" gi_env_ok "$p" "$u"
+    gi_sm_ok() { [[ $(gi_env "$1" SM) == "$2" ]]; }
+    check "[isolation] $p: gpupool.io/gpu-cores ${GI_CORES[$p]} booked beside the memory, CUDA_DEVICE_SM_LIMIT=${GI_CORES[$p]} in the container (the compute share, issue 25)" gi_sm_ok "$p" "${GI_CORES[$p]}"
     check "[isolation] $p: the probe reads total = $u GiB (device 16 GiB), gets the share to the byte, CUDA_ERROR_OUT_OF_MEMORY 1 MiB past it" gi_probe_ok "$p" "$u"
     echo "    \$ kubectl exec $p -- sh -c 'cat /etc/ld.so.preload; grep -c libgpupool-cuda.so /proc/\$(pidof gpupool-cudaprobe)/maps'"
     check "[isolation] $p: /etc/ld.so.preload names $GI_LIB_PATH and the probe has it mapped" gi_preload_ok "$p"
