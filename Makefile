@@ -2,10 +2,11 @@
 # names the jobs people run.
 #
 #   make          build every program (build/)
-#   make demo     build and run the pool on a simulated cluster, parts 1-6: the device
+#   make demo     build and run the pool on a simulated cluster, parts 1-8: the device
 #                 plugin on a simulated node, libgpupool-cuda refusing a process past
 #                 its share (fake libcuda), the extender placing pods, kubectl gpupool,
-#                 gpupool-sim on the openb trace
+#                 gpupool-sim on the openb trace, the DRA driver preparing a 4 Gi share
+#                 of a GPU, compute shares (30/70 and a lone 30 %) on a simulated GPU
 #   make test     unit tests, the same under ASan+UBSan, integration tests against the
 #                 plain and the sanitized programs, a subset under valgrind, and the
 #                 arm64 cross build smoke-tested under qemu-user (make cross)
@@ -139,6 +140,7 @@ asan: deps
 demo: build
 	@scripts/demo.sh $(BUILD)
 	@$(PYTHON) scripts/demo_pool.py $(BUILD)
+	@$(PYTHON) scripts/demo_dra.py $(BUILD)
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# demo.sh <build dir> -- parts 1 and 2 of `make demo` (scripts/demo_pool.py is 3 to 6).
+# demo.sh <build dir> -- parts 1 and 2 of `make demo` (scripts/demo_pool.py is 3 to 6,
+# scripts/demo_dra.py 7 and 8).
 #
 # 1. gpupool-device-plugin on a simulated node, and what the kubelet sees: the
 #    registration, the device list and one Allocate response. The node: the fake NVML

@@ -2,7 +2,8 @@
 """demo_pool.py BUILD_DIR -- the GPU pool on a simulated cluster.
 
 Parts 3 to 6 of `make demo` (parts 1 and 2, scripts/demo.sh, show the device
-plugin from the kubelet's side and libgpupool-cuda enforcing a share). Here:
+plugin from the kubelet's side and libgpupool-cuda enforcing a share; parts 7 and 8,
+scripts/demo_dra.py, the DRA driver and compute shares). Here:
 
   3. a simulated cluster: test/fakeapi/fake_apiserver.py holding three GPU
      nodes of different shapes (4 x V100 16 GiB, 2 x A100 80 GiB, 8 x T4
