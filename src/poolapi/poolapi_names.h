@@ -38,6 +38,11 @@
 #define POOL_ANN_NODE_GPUS "gpupool.io/gpus"          /* node: poolapi_gpus.h */
 #define POOL_ANN_POD_GPU_MODEL "gpupool.io/gpu-model" /* pod annotation or label: "V100|A100" */
 #define POOL_ANN_POD_GPU_COUNT "gpupool.io/gpu-count" /* pod annotation: GPUs to split over */
+/* pod annotation: "high" gives its gpu-mem containers POOL_ENV_TASK_PRIORITY=0;
+ * "normal" or absent: the default; any other value fails the Allocate. */
+#define POOL_ANN_POD_PRIORITY "gpupool.io/priority"
+#define POOL_PRIORITY_HIGH "high"
+#define POOL_PRIORITY_NORMAL "normal"
 #define POOL_LABEL_NODE_GPU_PRODUCT "nvidia.com/gpu.product" /* GPU feature discovery's label */
 #define POOL_LABEL_NODE_GPU_PREFIX \
     "nvidia.com/gpu" /* GFD's label family: <prefix>.product, .count, ... */
@@ -74,12 +79,13 @@
 #define POOL_ENV_TASK_PRIORITY "CUDA_TASK_PRIORITY"
 /* The node-wide directory, shared by every container on the node, with one
  * file per GPU ("<dir>/<GPU-UUID>") where high-priority containers say they
- * are busy. The node agent mounts the host's POOL_NODE_PRIORITY_DIR there
- * read-write, at POOL_CONTAINER_PRIORITY_DIR, in every container that
- * shares a GPU, and sets this variable to it. Unset: priority is off. */
+ * are busy. The device plugin (gpu-mem mode with --isolation=memory)
+ * mounts the host's <--isolation-dir>/priority read-write at
+ * POOL_CONTAINER_PRIORITY_DIR in every gpu-mem container, and sets this
+ * variable to it (so one flag places everything the plugin hands a
+ * container). Unset: priority is off. */
 #define POOL_ENV_PRIORITY_DIR "GPUPOOL_PRIORITY_DIR"
 #define POOL_CONTAINER_PRIORITY_DIR "/run/gpupool-priority"
-#define POOL_NODE_PRIORITY_DIR "/var/run/gpupool/priority"
 /* Where the plugin's mounts put the library, the preload list naming it,
  * and the container's read-write region directory. */
 #define POOL_CONTAINER_LIBRARY "/usr/local/gpupool/libgpupool-cuda.so"

@@ -461,8 +461,10 @@ def test_volume_mounts_and_cdi_strategies(gpumem, api, workdir):
     (_, _, r), = k.admit("default", "vm")
     assert [m.container_path for m in r.mounts] == [
         "/var/run/nvidia-container-devices/" + uuids[2],
-        # --isolation=memory (the default) adds its three (test_gpumem_isolation.py)
-        "/usr/local/gpupool/libgpupool-cuda.so", "/etc/ld.so.preload", "/run/gpupool-cuda"]
+        # --isolation=memory (the default) adds its three and the node's priority directory
+        # (test_gpumem_isolation.py)
+        "/usr/local/gpupool/libgpupool-cuda.so", "/etc/ld.so.preload", "/run/gpupool-cuda",
+        "/run/gpupool-priority"]
     assert envs(r)["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
     (value,) = dict(r.annotations).values()
     assert value == "k8s.device-plugin.nvidia.com/gpu=" + uuids[2]

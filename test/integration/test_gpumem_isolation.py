@@ -24,6 +24,7 @@ GIB = 1 << 30
 LIB_IN_CONTAINER = "/usr/local/gpupool/libgpupool-cuda.so"
 PRELOAD_IN_CONTAINER = "/etc/ld.so.preload"
 REGION_IN_CONTAINER = "/run/gpupool-cuda"
+PRIORITY_IN_CONTAINER = "/run/gpupool-priority"
 
 
 def iso_dir(workdir):
@@ -68,6 +69,8 @@ def test_installed_files_contents_and_modes(gpumem, workdir):
         assert f.read() == LIB_IN_CONTAINER + "\n"
     assert stat.S_IMODE(os.stat(os.path.join(d, "ld.so.preload")).st_mode) == 0o644
     assert os.path.isdir(os.path.join(d, "containers"))
+    # The node's priority directory: every container user writes its busy files there.
+    assert stat.S_IMODE(os.stat(os.path.join(d, "priority")).st_mode) == 0o777
     assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
 
 
@@ -132,6 +135,52 @@ def test_single_gpu_container_gets_mounts_env_and_directory(gpumem, api, workdir
     assert stat.S_IMODE(os.stat(region).st_mode) == 0o777
 
 
+def priority_pod(name, value, idx=0, units=2):
+    pod = make_pod(name, units, idx=idx)
+    if value is not None:
+        pod["metadata"]["annotations"]["gpupool.io/priority"] = value
+    return pod
+
+
+def test_every_container_shares_the_priority_directory_high_ones_are_marked(gpumem, api, workdir):
+    p, k = gpumem()
+    create(api, priority_pod("hi", "high"), priority_pod("plain", None, idx=1),
+           priority_pod("norm", "normal", idx=2))
+    got = {}
+    for name in ("hi", "plain", "norm"):
+        (_, _, r), = k.admit("default", name)
+        got[name] = r
+    host = os.path.join(iso_dir(workdir), "priority")
+    for name, r in got.items():
+        assert mounts(r)[PRIORITY_IN_CONTAINER] == (host, False), name   # read-write, one per node
+        assert envs(r)["GPUPOOL_PRIORITY_DIR"] == PRIORITY_IN_CONTAINER, name
+    assert envs(got["hi"])["CUDA_TASK_PRIORITY"] == "0"
+    assert "CUDA_TASK_PRIORITY" not in envs(got["plain"])   # normal is the library's default
+    assert "CUDA_TASK_PRIORITY" not in envs(got["norm"])
+
+
+def test_every_container_of_a_high_pod_is_high(gpumem, api):
+    p, k = gpumem()
+    pod = make_pod("mch", containers=[("a", 2), ("b", 3)], init_containers=[("i", 1)], idx=3)
+    pod["metadata"]["annotations"]["gpupool.io/priority"] = "high"
+    create(api, pod)
+    res = k.admit("default", "mch")
+    assert {name: envs(r).get("CUDA_TASK_PRIORITY") for name, _, r in res} == \
+        {"i": "0", "a": "0", "b": "0"}
+
+
+def test_unknown_priority_fails_the_allocate_clearly(gpumem, api):
+    p, k = gpumem()
+    create(api, priority_pod("typo", "hihg"))
+    with pytest.raises(AdmissionError) as e:
+        k.admit("default", "typo")
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert 'gpupool.io/priority must be "high" or "normal"' in e.value.details
+    create(api, priority_pod("after", "high", idx=1))   # and the plugin keeps serving
+    (_, _, r), = k.admit("default", "after")
+    assert envs(r)["CUDA_TASK_PRIORITY"] == "0"
+
+
 def test_mib_unit_limit_is_exact_bytes(gpumem, api):
     p, k = gpumem(inventory="2gpu-16gb.json", args=["--memory-unit=MiB"])
     create(api, make_pod("mib", 1500, idx=1))
@@ -180,6 +229,8 @@ def test_isolation_none_injects_nothing(gpumem, api, workdir):
     assert not [m for m in r.mounts if m.container_path in
                 (LIB_IN_CONTAINER, PRELOAD_IN_CONTAINER, REGION_IN_CONTAINER)]
     assert not [key for key in envs(r) if key.startswith("CUDA_DEVICE_MEMORY")]
+    assert PRIORITY_IN_CONTAINER not in mounts(r)
+    assert "GPUPOOL_PRIORITY_DIR" not in envs(r) and "CUDA_TASK_PRIORITY" not in envs(r)
     assert not os.path.exists(iso_dir(workdir))
 
 

@@ -152,11 +152,13 @@ static int install_file(const char *dir, const char *name, const char *data, siz
     return 0;
 }
 
+static int make_region_dir(const char *path, char *err, size_t errlen);
+
 int isolation_install(const struct gp_config *cfg, char *err, size_t errlen)
 {
     char *lib = NULL;
     size_t lib_len = 0;
-    char why[8192], containers[4096];
+    char why[8192], containers[4096], priority[4096];
     int rc = -1;
     if (read_file(cfg->isolation_library, &lib, &lib_len, why, sizeof why) != 0) {
         snprintf(err, errlen,
@@ -176,12 +178,18 @@ int isolation_install(const struct gp_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "--isolation-dir %s is too long", cfg->isolation_dir);
         goto out;
     }
+    if (snprintf(priority, sizeof priority, "%s/%s", cfg->isolation_dir, ISOLATION_PRIORITY_NAME) >=
+        (int)sizeof priority) {
+        snprintf(err, errlen, "--isolation-dir %s is too long", cfg->isolation_dir);
+        goto out;
+    }
     if (make_dirs(cfg->isolation_dir, why, sizeof why) != 0 ||
         install_file(cfg->isolation_dir, ISOLATION_LIBRARY_NAME, lib, lib_len, 0755, why,
                      sizeof why) != 0 ||
         install_file(cfg->isolation_dir, ISOLATION_PRELOAD_NAME, preload, strlen(preload), 0644,
                      why, sizeof why) != 0 ||
-        make_dir(containers, 0755, why, sizeof why) != 0) {
+        make_dir(containers, 0755, why, sizeof why) != 0 ||
+        make_region_dir(priority, why, sizeof why) != 0) {
         snprintf(err, errlen,
                  "cannot prepare --isolation-dir (GP_ISOLATION_DIR, flags.isolationDir): %s", why);
         goto out;
@@ -224,7 +232,8 @@ int isolation_replica_key(const char *device_id, char *out, size_t len)
 }
 
 /* Creates the region directory `path` (an existing one is reused) with
- * mode 0777 whatever the umask. */
+ * mode 0777 whatever the umask. The priority directory is made the same
+ * way: every container user of every pod writes its busy files there. */
 static int make_region_dir(const char *path, char *err, size_t errlen)
 {
     struct stat st;
@@ -368,6 +377,23 @@ size_t isolation_replica_limits(const struct gpu_inventory *inv, const struct re
 }
 
 /* ---- the edits ------------------------------------------------------------------- */
+
+int isolation_add_priority_edits(const char *dir, bool high, struct container_edits *out, char *err,
+                                 size_t errlen)
+{
+    char host[4096];
+    if (snprintf(host, sizeof host, "%s/%s", dir, ISOLATION_PRIORITY_NAME) >= (int)sizeof host) {
+        snprintf(err, errlen, "priority directory path too long under %s", dir);
+        return -1;
+    }
+    if (container_edits_add_mount(out, host, POOL_CONTAINER_PRIORITY_DIR, false) != 0 ||
+        container_edits_set_env(out, POOL_ENV_PRIORITY_DIR, POOL_CONTAINER_PRIORITY_DIR) != 0 ||
+        (high && container_edits_set_env(out, POOL_ENV_TASK_PRIORITY, "0") != 0)) {
+        snprintf(err, errlen, "out of memory building the container's priority edits");
+        return -1;
+    }
+    return 0;
+}
 
 int isolation_add_edits(const char *dir, const char *host_dir, const unsigned long long *limits,
                         size_t n, struct container_edits *out, char *err, size_t errlen)

@@ -5,7 +5,7 @@
  * region directory per container at Allocate, adds the three mounts and the
  * limit variables of the issue 15 contract to the container's edits, and
  * removes the directories of containers that are gone. The layout under
- * <dir>: libgpupool-cuda.so, ld.so.preload, containers/<key>, and
+ * <dir>: libgpupool-cuda.so, ld.so.preload, priority/, containers/<key>, and
  * claims/<claim-uid> for a DRA driver's claims. Keys are
  * "<pod-uid>_<n>" in gpu-mem mode (n = the container's Allocate ordinal in
  * its pod) and "ts_<first replica ID, sanitized>" for time-sliced replicas.
@@ -36,6 +36,10 @@
 #define ISOLATION_PRELOAD_NAME "ld.so.preload"
 #define ISOLATION_CONTAINERS_NAME "containers"
 #define ISOLATION_CLAIMS_NAME "claims"
+/* The node's priority directory (POOL_ENV_PRIORITY_DIR): one per node,
+ * under --isolation-dir so that one flag places everything the plugin
+ * hands containers. */
+#define ISOLATION_PRIORITY_NAME "priority"
 #define ISOLATION_KEY_LEN 160
 #define ISOLATION_TS_PREFIX "ts_"
 
@@ -47,7 +51,8 @@ bool isolation_active(const struct gp_config *cfg);
  * <dir>/ld.so.preload, each through a temporary file and rename(2) (no
  * half file is ever visible), leaving a file whose content is already
  * identical untouched (running containers keep a valid mapping); creates
- * <dir> and <dir>/containers. -1 + err when the library cannot be read or
+ * <dir>, <dir>/containers and <dir>/priority (mode 0777 like a region
+ * directory: containers of every user write there). -1 + err when the library cannot be read or
  * the directory cannot be prepared. */
 GP_MUST_USE int isolation_install(const struct gp_config *cfg, char *err, size_t errlen);
 
@@ -105,6 +110,14 @@ size_t isolation_replica_limits(const struct gpu_inventory *inv, const struct re
 GP_MUST_USE int isolation_add_edits(const char *dir, const char *host_dir,
                                     const unsigned long long *limits, size_t n,
                                     struct container_edits *out, char *err, size_t errlen);
+
+/* The priority edits of a gpu-mem container, added to out: <dir>/priority
+ * mounted read-write at POOL_CONTAINER_PRIORITY_DIR, POOL_ENV_PRIORITY_DIR
+ * naming it, and POOL_ENV_TASK_PRIORITY=0 when high (normal is the
+ * library's default, so nothing is set for it). dir is the host's
+ * --isolation-dir. -1 + err: path too long or out of memory. */
+GP_MUST_USE int isolation_add_priority_edits(const char *dir, bool high,
+                                             struct container_edits *out, char *err, size_t errlen);
 
 /* Removes <dir>/containers/<uid>_<n> for every pod UID for which
  * keep(ctx, uid) is false; other names are left alone. Recursive, never

@@ -149,7 +149,7 @@ static unsigned ledger_progress(void *ctx, const char *uid)
 /* What the allocator keeps of the pod after the view's lock is released. */
 struct found_pod {
     char ns[256], name[256], uid[80], idx[POOL_MAX_GPUS * 4];
-    bool has_idx, has_pod_units, assigned, repeat;
+    bool has_idx, has_pod_units, assigned, repeat, priority_high, priority_bad;
     unsigned long long pod_units, demand;
     unsigned calls;
     unsigned container; /* the call's Allocate ordinal in the pod */
@@ -168,6 +168,8 @@ static void copy_found(const struct gpumem_pod *p, bool repeat, struct found_pod
     f->has_pod_units = p->has_pod_units;
     f->pod_units = p->pod_units;
     f->assigned = p->assigned;
+    f->priority_high = p->priority_high;
+    f->priority_bad = p->priority_bad;
     f->repeat = repeat;
     f->calls = gpumem_pod_calls(p);
     /* The pod's demand as the scheduler counts it: the contract's rule
@@ -280,6 +282,7 @@ struct limit {
     char dir[4096];
     size_t n;
     unsigned long long bytes[POOL_MAX_GPUS];
+    bool priority_high; /* the pod's gpupool.io/priority is "high" */
 };
 
 static int prepare_limit(struct gpumem_service *s, const struct found_pod *f, size_t units,
@@ -303,6 +306,7 @@ static int prepare_limit(struct gpumem_service *s, const struct found_pod *f, si
     lim->n = as->gpu_count;
     for (size_t i = 0; i < as->gpu_count; i++)
         lim->bytes[i] = isolation_share(total, as->gpu_count);
+    lim->priority_high = f->priority_high;
     lim->active = true;
     return 0;
 }
@@ -319,8 +323,10 @@ static int reply(struct gpumem_service *s, struct alloc_item *it,
                                plugin_node_resource(s->node, it->resource), as, it->units, &edits,
                                err, errlen) != 0)
         goto out;
-    if (lim->active && isolation_add_edits(s->cfg->isolation_dir, lim->dir, lim->bytes, lim->n,
-                                           &edits, err, errlen) != 0)
+    if (lim->active && (isolation_add_edits(s->cfg->isolation_dir, lim->dir, lim->bytes, lim->n,
+                                            &edits, err, errlen) != 0 ||
+                        isolation_add_priority_edits(s->cfg->isolation_dir, lim->priority_high,
+                                                     &edits, err, errlen) != 0))
         goto out;
     /* plugin.c encodes and packs the AllocateResponse, as every other reply. */
     if (plugin_allocation_reply(it->job, &edits, err, errlen) != 0)
@@ -364,6 +370,15 @@ static void serve_item(struct gpumem_service *s, struct alloc_item *it)
     if (gpumem_parse_idx(f.idx, s->inv, &as, why, sizeof why) != 0 ||
         check_gpus_usable(s, &as, why, sizeof why) != 0) {
         answer_error(it, RPC_FAILED_PRECONDITION, "pod %s/%s: %s", f.ns, f.name, why);
+        return;
+    }
+    if (f.priority_bad) {
+        /* Refused rather than run as normal: the pod asked for something
+         * this plugin does not give, and a silent downgrade would only show
+         * as slowness. */
+        answer_error(it, RPC_FAILED_PRECONDITION,
+                     "pod %s/%s: annotation %s must be \"%s\" or \"%s\"", f.ns, f.name,
+                     POOL_ANN_POD_PRIORITY, POOL_PRIORITY_HIGH, POOL_PRIORITY_NORMAL);
         return;
     }
     as.pod_units = f.has_pod_units ? f.pod_units : f.demand;

@@ -44,6 +44,8 @@ struct gpumem_pod {
     unsigned long long pod_units; /* ALIYUN_COM_GPU_MEM_POD */
     bool assigned;                /* ALIYUN_COM_GPU_MEM_ASSIGNED == "true" */
     char *bad;                    /* why its gpu-mem limits could not be read, or NULL */
+    bool priority_high;           /* gpupool.io/priority "high" */
+    bool priority_bad;            /* gpupool.io/priority neither "high" nor "normal" */
     size_t n_containers;
     struct gpumem_container *containers; /* gpu-mem containers: init ones, then app ones */
 };

@@ -162,7 +162,13 @@ int gpumem_pod_parse(const json_t *obj, struct gpumem_pod *out, char *err, size_
         phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
     const char *idx = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_IDX));
     const char *assigned = json_string_value(json_object_get(ann, POOL_ANN_GPU_MEM_ASSIGNED));
+    const char *prio = json_string_value(json_object_get(ann, POOL_ANN_POD_PRIORITY));
     uint64_t pod_units;
+    /* A typo must not pass for "normal" unnoticed: serve_item refuses it. */
+    out->priority_high = prio != NULL && strcmp(prio, POOL_PRIORITY_HIGH) == 0;
+    out->priority_bad = json_object_get(ann, POOL_ANN_POD_PRIORITY) != NULL &&
+                        !out->priority_high &&
+                        (prio == NULL || strcmp(prio, POOL_PRIORITY_NORMAL) != 0);
     out->assigned = assigned != NULL && strcmp(assigned, "true") == 0;
     out->has_pod_units = poolapi_gpu_mem_pod(ann, &pod_units) == 0;
     out->pod_units = out->has_pod_units ? pod_units : 0;
