@@ -231,13 +231,20 @@ static int setup(CUdevice dev)
     bool prio = cuda_cfg.priority_dir[0] != '\0';
     CUuuid u;
     st = CDEV_OFF;
-    if (percent == 0 && !prio)
+    /* A percent named by UUID (the DRA driver's) is exact and wins over the
+     * ordinal forms; without the UUID nothing can be looked up. */
+    if (percent == 0 && !prio && cuda_cfg.uuid_count == 0)
         goto out;
     if (real.cuDeviceGetUuid == NULL || real.cuDeviceGetUuid(&u, dev) != CUDA_SUCCESS) {
         snprintf(err, sizeof err, "cannot read the UUID of CUDA device %d", dev);
         goto out;
     }
     cuda_uuid_text(&u, uuid, sizeof uuid);
+    int named = cudacfg_uuid_sm_limit(&cuda_cfg, uuid);
+    if (named >= 0)
+        percent = (unsigned)named;
+    if (percent == 0 && !prio)
+        goto out;
     if (percent > 0 || (prio && high)) {
         c->nvml = nvml_device(uuid);
         c->last_us = real_us();
@@ -247,7 +254,9 @@ static int setup(CUdevice dev)
         }
     }
     if (percent > 0) {
-        snprintf(path, sizeof path, "%s.%s.compute", cuda_cfg.prefix, uuid);
+        /* the device's region prefix: a DRA claim's shares meet in its
+         * claim directory, as its memory regions do */
+        snprintf(path, sizeof path, "%s.%s.compute", cudacfg_region_prefix(&cuda_cfg, uuid), uuid);
         c->share = map_file(path, err, sizeof err);
     }
     if (prio) {

@@ -143,6 +143,7 @@ static struct cudacfg_uuid *uuid_entry(struct cudacfg *cfg, const char *s, size_
     struct cudacfg_uuid *u = &cfg->by_uuid[cfg->uuid_count++];
     snprintf(u->uuid, sizeof u->uuid, "%s", uuid);
     u->limit = -1;
+    u->sm = -1;
     u->prefix[0] = '\0';
     return u;
 }
@@ -231,10 +232,19 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
                 broken(cfg, name, v, "a percent 0..100");
         } else if (n >= sm_prefix_len && memcmp(e, POOL_ENV_SM_LIMIT_PREFIX, sm_prefix_len) == 0) {
             any = cfg->compute = true;
-            int i = parse_ordinal(e + sm_prefix_len, n - sm_prefix_len);
-            if (i < 0)
-                broken(cfg, name, v, "for a device ordinal 0..63 (the name must end in one)");
-            else if (parse_percent(v, &cfg->sm_dev[i]) != 0)
+            const char *key = e + sm_prefix_len;
+            size_t kn = n - sm_prefix_len;
+            int i = parse_ordinal(key, kn);
+            struct cudacfg_uuid *u = NULL;
+            /* a UUID: the DRA driver's form, as for the memory limit */
+            if (i < 0 && uuid_hex(key, kn) != NULL && (u = uuid_entry(cfg, key, kn)) == NULL)
+                broken(cfg, name, v, "for at most 64 devices");
+            else if (u != NULL && parse_percent(v, &u->sm) != 0)
+                broken(cfg, name, v, "a percent 0..100");
+            else if (i < 0 && u == NULL)
+                broken(cfg, name, v,
+                       "for a device ordinal 0..63 or a GPU-/MIG- UUID (the name must end in one)");
+            else if (i >= 0 && parse_percent(v, &cfg->sm_dev[i]) != 0)
                 broken(cfg, name, v, "a percent 0..100");
         } else if (is_var(e, n, POOL_ENV_TASK_PRIORITY)) {
             if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
@@ -363,6 +373,16 @@ int cudacfg_sm_limit(const struct cudacfg *cfg, int ordinal)
             least = l;
     }
     return least;
+}
+
+int cudacfg_uuid_sm_limit(const struct cudacfg *cfg, const char *uuid)
+{
+    if (cfg->state != CUDACFG_ON || uuid == NULL)
+        return -1;
+    for (int i = 0; i < cfg->uuid_count; i++)
+        if (same_uuid(cfg->by_uuid[i].uuid, uuid) && cfg->by_uuid[i].sm >= 0)
+            return cfg->by_uuid[i].sm > 0 && cfg->by_uuid[i].sm < 100 ? cfg->by_uuid[i].sm : 0;
+    return -1;
 }
 
 bool cudacfg_high_priority(const struct cudacfg *cfg)

@@ -39,6 +39,7 @@ enum cudacfg_state {
 struct cudacfg_uuid {
     char uuid[CUDACFG_UUID_LEN];
     int64_t limit;                        /* -1 unset (only a prefix was given) */
+    int sm;                               /* CUDA_DEVICE_SM_LIMIT_<UUID>: -1 unset */
     char prefix[CUDACFG_UUID_PREFIX_LEN]; /* "" unset: cudacfg.prefix */
 };
 
@@ -109,6 +110,12 @@ int64_t cudacfg_limit(const struct cudacfg *cfg, int ordinal, int64_t device_tot
  * for memory (cudacfg_limit), an entry naming no ordinal getting the
  * smallest limit of any container ordinal. */
 int cudacfg_sm_limit(const struct cudacfg *cfg, int ordinal);
+
+/* The compute limit of the device with this UUID when
+ * CUDA_DEVICE_SM_LIMIT_<UUID> (the DRA driver's form) names it: 1..99 to
+ * enforce, 0 for none (0 or 100); -1 when no variable names it and the
+ * ordinal forms decide. UUIDs match as for cudacfg_uuid_limit. */
+int cudacfg_uuid_sm_limit(const struct cudacfg *cfg, const char *uuid);
 
 /* Whether this container is high priority (CUDA_TASK_PRIORITY 0). */
 bool cudacfg_high_priority(const struct cudacfg *cfg);

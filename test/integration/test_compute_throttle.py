@@ -184,6 +184,19 @@ def test_a_container_alone_is_held_to_its_limit(gpu):
     _assert_shares(gpu.shares(), {"a": 30})
 
 
+def test_a_limit_named_by_uuid_holds_a_lone_container(gpu):
+    """The DRA driver's form: CUDA_DEVICE_SM_LIMIT_<UUID, '-' as '_'> (a claim's
+    consumedCapacity.cores), with the claim's region prefix named by UUID too; it wins
+    over the ordinal form's 90."""
+    key = UUID0.replace("-", "_")
+    region = os.path.join(gpu.tmp, "claim-region")
+    gpu.start("a", **{"CUDA_DEVICE_SM_LIMIT": 90, "CUDA_DEVICE_SM_LIMIT_" + key: 30,
+                      "CUDA_DEVICE_MEMORY_SHARED_CACHE_" + key: region})
+    _assert_shares(gpu.shares(), {"a": 30})
+    # the share file lives under the claim's region prefix, where its containers meet
+    assert os.path.exists("%s.%s.compute" % (region, UUID0))
+
+
 def test_no_limit_takes_the_whole_device(gpu):
     """Without a limit the library does not slow launches down (the old behaviour)."""
     gpu.start("a")

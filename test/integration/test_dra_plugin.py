@@ -224,10 +224,13 @@ def claim(name, results, ns="default", config=None, uid=None):
             "status": {"allocation": {"devices": devices}}}
 
 
-def result(device, memory=None, request="gpu", driver=DRIVER, pool=NODE, share_id=None):
+def result(device, memory=None, request="gpu", driver=DRIVER, pool=NODE, share_id=None,
+           cores=None):
     r = {"request": request, "driver": driver, "pool": pool, "device": device}
     if memory is not None:
         r["consumedCapacity"] = {"memory": memory}
+    if cores is not None:
+        r.setdefault("consumedCapacity", {})["cores"] = cores
     if share_id is not None:
         r["shareID"] = share_id
     return r
@@ -345,6 +348,38 @@ def test_shared_claim_gets_limit_library_and_region(dra, api):
         assert f.read() == FAKE_LIBRARY
     entry, = p.checkpoint()["claims"]
     assert entry["uid"] == uid and entry["state"] == "PrepareCompleted"
+
+
+def test_claim_consuming_cores_gets_a_compute_limit(dra, api):
+    """consumedCapacity.cores 1..99 becomes CUDA_DEVICE_SM_LIMIT_<UUID>; 0 and 100 are
+    none (a memory-only share, all of the GPU's compute)."""
+    p = dra()
+    c30, c0, c100 = put(api, claim("c30", [result("gpu-0", "4Gi", cores="30")]),
+                        claim("c0", [result("gpu-0", "4Gi", cores="0")]),
+                        claim("c100", [result("gpu-1", "16Gi", cores="100")]))
+    resp = p.prepare([c30, c0, c100])
+    g0, g1 = uuids()[0], uuids()[1]
+    u30, u0, u100 = (c["metadata"]["uid"] for c in (c30, c0, c100))
+    assert all(resp.claims[u].error == "" for u in (u30, u0, u100))
+    env = env_of(p.spec(u30))
+    assert env["CUDA_DEVICE_SM_LIMIT_" + envname(g0)] == "30"
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_" + envname(g0)] == str(4 * GIB)
+    assert not any(k.startswith("CUDA_DEVICE_SM_LIMIT") for k in env_of(p.spec(u0)))
+    assert env_of(p.spec(u100)) == {}          # the whole GPU, all of its compute
+    entry, = [e for e in p.checkpoint()["claims"] if e["uid"] == u30]
+    assert entry["devices"][0]["cores"] == 30
+    # cores alone (the whole memory) still mounts the library that enforces them
+    only, = put(api, claim("only", [result("gpu-1", "16Gi", cores="50")]))
+    uo = only["metadata"]["uid"]
+    assert p.prepare([only]).claims[uo].error == ""
+    env = env_of(p.spec(uo))
+    assert env["CUDA_DEVICE_SM_LIMIT_" + envname(g1)] == "50"
+    assert "CUDA_DEVICE_MEMORY_LIMIT_" + envname(g1) not in env
+    assert "/usr/local/gpupool/libgpupool-cuda.so" in \
+        [m["containerPath"] for m in p.spec(uo)["containerEdits"]["mounts"]]
+    bad, = put(api, claim("bad", [result("gpu-0", "4Gi", cores="101")]))
+    assert "consumedCapacity.cores 101 is not in 0..100" in \
+        p.prepare([bad]).claims[bad["metadata"]["uid"]].error
 
 
 def test_whole_device_claim_gets_device_nodes_only(dra, api):

@@ -164,6 +164,10 @@ def test_slice_published_with_the_contract_format(api):
     assert gpu0["capacity"]["memory"] == {
         "value": str(16 * GIB),
         "requestPolicy": {"default": str(16 * GIB), "validRange": {"min": "1Mi", "step": "1Mi"}}}
+    # compute in percent of the GPU: a claim that asks memory only consumes none
+    assert gpu0["capacity"]["cores"] == {
+        "value": "100",
+        "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}}
     st = d.status()
     assert st["consumable"] == 1 and st["known"] == 1 and st["gen"] == 1
     rc, rest = d.stop()
@@ -210,6 +214,8 @@ def test_lost_gpu_and_mig_devices(api):
     assert mig["attributes"]["parentUUID"] == {"string": "GPU-00000001-1111-2222-3333-444444444444"}
     assert mig["attributes"]["profile"] == {"string": "1g.5gb"}
     assert mig["capacity"]["memory"] == {"value": str(5 * GIB)}
+    assert "cores" not in mig["capacity"]     # NVML measures no process inside a MIG device
+    assert devs[0]["capacity"]["cores"] == {"value": "100"}   # no policy without consumable
     assert all("allowMultipleAllocations" not in x for x in devs)   # --consumable off
     assert d.stop()[0] == 0
 

@@ -121,6 +121,12 @@ static int parse_device(json_t *d, struct dra_device *out, const char *where, ch
     if (limit != NULL && (!json_is_integer(limit) || json_integer_value(limit) < 0))
         return gp_errf(err, errlen, "%s: \"limit\" is not a byte count", where);
     out->limit = limit ? (uint64_t)json_integer_value(limit) : 0;
+    /* absent in checkpoints written before the cores capacity: no limit */
+    json_t *cores = json_object_get(d, "cores");
+    if (cores != NULL && (!json_is_integer(cores) || json_integer_value(cores) < 0 ||
+                          json_integer_value(cores) > 99))
+        return gp_errf(err, errlen, "%s: \"cores\" is not a percent 0..99", where);
+    out->cores = cores ? (unsigned)json_integer_value(cores) : 0;
     return 0;
 }
 
@@ -254,6 +260,9 @@ static json_t *device_json(const struct dra_device *d)
 {
     json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I}", "pool", d->pool, "device", d->device, "uuid",
                           d->uuid, "cdiDeviceID", d->cdi_id, "limit", (json_int_t)d->limit);
+    if (o != NULL && d->cores > 0 &&
+        json_object_set_new(o, "cores", json_integer((json_int_t)d->cores)) != 0)
+        goto fail;
     if (o != NULL && d->request[0] != '\0' &&
         json_object_set_new(o, "request", json_string(d->request)) != 0)
         goto fail;

@@ -61,6 +61,7 @@ struct dra_device {
     char uuid[DRA_GPU_UUID_LEN]; /* the GPU's or MIG device's UUID */
     char cdi_id[DRA_CDI_ID_LEN]; /* "k8s.<driver>/claim=<uid>-<device>" */
     uint64_t limit;              /* bytes enforced; 0 = whole device, no limit */
+    unsigned cores;              /* compute percent enforced, 1..99; 0 = no limit */
 };
 
 struct dra_claim_entry {

@@ -169,6 +169,24 @@ static int resolve_result(const json_t *r, const json_t *configs,
      * rounded down to a MiB: that much is all of it, the whole device. */
     d->limit = share < (dev->memory & ~(MIB - 1)) ? share : 0;
 
+    /* consumedCapacity.cores (percent of the GPU's compute, the slices'
+     * `cores` capacity of 100): 1..99 is a compute limit; absent, 0 (a
+     * memory-only share) or 100 (all of it) is none. */
+    d->cores = 0;
+    const json_t *cores = json_object_get(json_object_get(r, "consumedCapacity"), "cores");
+    if (cores != NULL && !json_is_true(json_object_get(r, "adminAccess"))) {
+        char why[128];
+        uint64_t pct;
+        if (poolapi_quantity_json(cores, "consumedCapacity.cores", 1, &pct, why, sizeof why) != 0)
+            return gp_errf(err, errlen, "device %s: %s", name, why);
+        if (pct > 100)
+            return gp_errf(err, errlen,
+                           "device %s: consumedCapacity.cores %llu is not in 0..100 (percent "
+                           "of the GPU)",
+                           name, (unsigned long long)pct);
+        d->cores = pct < 100 ? (unsigned)pct : 0;
+    }
+
     struct dra_gpu_config cfg;
     if (config_for(configs, scope->driver, d->request, &cfg, err, errlen) != 0)
         return -1;

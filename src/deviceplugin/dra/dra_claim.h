@@ -7,6 +7,8 @@
  *   consumedCapacity.memory < the device's memory  -> shared: limit = it
  *   == the device's memory (or its whole MiBs: the
  *   slices' default), absent, or adminAccess       -> whole device: no limit
+ *   consumedCapacity.cores 1..99 (percent)        -> that compute limit
+ *   (absent, 0, 100 or adminAccess: none)
  *
  * then applies the claim's opaque configuration for our driver
  * (status.allocation.devices.config[].opaque with driver == ours; class

@@ -68,13 +68,17 @@ static int device_edits(struct container_edits *e, const struct dra_edits_option
     for (size_t k = 0; k < nd->node_count; k++)
         if (add_node(e, o, nd->nodes[k]) != 0)
             return -1;
-    if (d->limit == 0)
+    if (d->limit == 0 && d->cores == 0)
         return 0;
     char key[160], value[PATH_LEN], uuid[96];
     env_uuid(d->uuid, uuid, sizeof uuid);
     snprintf(key, sizeof key, POOL_ENV_MEM_LIMIT_PREFIX "%s", uuid);
     snprintf(value, sizeof value, "%llu", (unsigned long long)d->limit);
-    if (container_edits_set_env(e, key, value) != 0)
+    if (d->limit > 0 && container_edits_set_env(e, key, value) != 0)
+        return -1;
+    snprintf(key, sizeof key, POOL_ENV_SM_LIMIT_PREFIX "%s", uuid);
+    snprintf(value, sizeof value, "%u", d->cores);
+    if (d->cores > 0 && container_edits_set_env(e, key, value) != 0)
         return -1;
     snprintf(key, sizeof key, POOL_ENV_SHARED_CACHE_PREFIX "%s", uuid);
     snprintf(value, sizeof value, POOL_CONTAINER_CLAIMS_DIR "/%s/region", uid);
@@ -153,7 +157,7 @@ int dra_edits_apply(const struct dra_edits_options *o, const struct dra_claim_en
         return gp_errf(err, errlen, "the CDI spec path of claim %s is too long", e->uid);
     bool limited = false;
     for (size_t i = 0; i < e->device_count; i++)
-        limited |= e->devices[i].limit > 0;
+        limited |= e->devices[i].limit > 0 || e->devices[i].cores > 0;
     if (limited && !isolation_on(o))
         return gp_errf(err, errlen,
                        "claim %s asks for a share of a GPU, but this node enforces no memory "

@@ -157,8 +157,9 @@ static int common_attributes(json_t *attrs, const struct gpu_inventory *inv,
     return rc;
 }
 
-/* capacity.memory, with its request policy when shared. */
-static json_t *memory_capacity(unsigned long long bytes, bool consumable)
+/* capacity.memory (and a whole GPU's cores), with request policies when
+ * shared. */
+static json_t *memory_capacity(unsigned long long bytes, bool consumable, bool with_cores)
 {
     char value[32];
     snprintf(value, sizeof value, "%llu", bytes);
@@ -172,14 +173,29 @@ static json_t *memory_capacity(unsigned long long bytes, bool consumable)
                             json_pack("{s:s, s:{s:s, s:s}}", "default", dflt, "validRange", "min",
                                       "1Mi", "step", "1Mi"));
     }
-    return json_pack("{s:o}", "memory", memory);
+    /* cores: percent of the GPU's compute (docs/dra.md). Its default is 0
+     * so a claim asking memory only consumes no compute and the GPU's
+     * shares are bounded by memory alone; a claim asking nothing still
+     * takes the whole GPU through memory's default. */
+    json_t *cores = with_cores ? json_pack("{s:s}", "value", "100") : NULL;
+    if (cores != NULL && consumable)
+        json_object_set_new(cores, "requestPolicy",
+                            json_pack("{s:s, s:{s:s, s:s, s:s}}", "default", "0", "validRange",
+                                      "min", "0", "max", "100", "step", "1"));
+    json_t *cap = json_pack("{s:o}", "memory", memory);
+    /* not for MIG devices: NVML measures no per-process utilisation in them */
+    if (cap != NULL && with_cores)
+        json_object_set_new(cap, "cores", cores);
+    else
+        json_decref(cores);
+    return cap;
 }
 
 static json_t *device_object(const char *name, json_t *attrs, unsigned long long memory,
-                             bool consumable)
+                             bool consumable, bool with_cores)
 {
     json_t *dev = json_pack("{s:s, s:o, s:o}", "name", name, "attributes", attrs, "capacity",
-                            memory_capacity(memory, consumable));
+                            memory_capacity(memory, consumable, with_cores));
     if (dev != NULL && consumable)
         json_object_set_new(dev, "allowMultipleAllocations", json_true());
     return dev;
@@ -212,8 +228,8 @@ json_t *dra_slices_devices(const struct gpu_inventory *inv, const bool *healthy,
                      set_int(attrs, "index", g->index) | set_int(attrs, "minor", g->minor);
             snprintf(name, sizeof name, "gpu-%u", g->index);
             if (rc != 0 ||
-                json_array_append_new(devices,
-                                      device_object(name, attrs, g->memory_bytes, consumable)) != 0)
+                json_array_append_new(
+                    devices, device_object(name, attrs, g->memory_bytes, consumable, true)) != 0)
                 goto oom;
             continue;
         }
@@ -233,8 +249,8 @@ json_t *dra_slices_devices(const struct gpu_inventory *inv, const bool *healthy,
             snprintf(name, sizeof name, "gpu-%u-mig-%u-%u", g->index, m->gpu_instance_id,
                      m->compute_instance_id);
             if (rc != 0 ||
-                json_array_append_new(devices,
-                                      device_object(name, attrs, m->memory_bytes, consumable)) != 0)
+                json_array_append_new(
+                    devices, device_object(name, attrs, m->memory_bytes, consumable, false)) != 0)
                 goto oom;
         }
     }

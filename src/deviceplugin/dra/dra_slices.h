@@ -16,12 +16,15 @@
  *   resource.kubernetes.io/pciBusID ("0000:3b:00.0"), index, minor; a MIG
  *   device has parentUUID, parentIndex, parentMinor and profile instead of
  *   index/minor. NVML's brand is not in the inventory and is not published.
- *   Capacity memory (bytes).
+ *   Capacity memory (bytes); a whole GPU also cores (100, percent of its
+ *   compute).
  *   Consumable capacity on: every device also gets
  *   allowMultipleAllocations: true and capacity.memory.requestPolicy
  *   {default: all of it (rounded down to a MiB when it is not a whole
  *   number of MiB), validRange {min: 1Mi, step: 1Mi}}: a claim that asks
- *   for no memory consumes all of it, i.e. gets the whole device.
+ *   for no memory consumes all of it, i.e. gets the whole device; and
+ *   capacity.cores.requestPolicy {default: 0, validRange {min: 0, max: 100,
+ *   step: 1}}: a memory-only share consumes no compute (docs/dra.md).
  *   Health: a GPU marked unhealthy, or lost by NVML, is left out of the
  *   pool with its MIG devices (no new claim is allocated to it; claims
  *   already on it keep their allocation) and comes back when healthy

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "cuda_config.h"
@@ -141,6 +142,35 @@ static void test_config_sm_limits(void **state)
     assert_int_equal(cfg.state, CUDACFG_BROKEN);
 }
 
+/* The DRA driver's form: a percent keyed by the device's UUID ('-' spelled
+ * '_' as an environment name needs), exact, beside the ordinal forms. */
+static void test_config_sm_limits_by_uuid(void **state)
+{
+    (void)state;
+    struct cudacfg cfg;
+    char *env[] = {"CUDA_DEVICE_SM_LIMIT_GPU_8c1e0c2a_0000_1111_2222_333344445555=30",
+                   "CUDA_DEVICE_SM_LIMIT_GPU-ffff0000-0000-0000-0000-000000000000=100",
+                   "CUDA_DEVICE_SM_LIMIT=70", NULL};
+    cudacfg_load(&cfg, env);
+    assert_int_equal(cfg.state, CUDACFG_ON);
+    assert_true(cfg.compute);
+    assert_int_equal(cudacfg_uuid_sm_limit(&cfg, "GPU-8c1e0c2a-0000-1111-2222-333344445555"), 30);
+    assert_int_equal(cudacfg_uuid_sm_limit(&cfg, "GPU-8C1E0C2A-0000-1111-2222-333344445555"), 30);
+    /* 100: all of it, named, so no limit (and not the ordinal form's 70) */
+    assert_int_equal(cudacfg_uuid_sm_limit(&cfg, "GPU-ffff0000-0000-0000-0000-000000000000"), 0);
+    /* not named: the ordinal forms decide */
+    assert_int_equal(cudacfg_uuid_sm_limit(&cfg, "GPU-99990000-0000-0000-0000-000000000000"), -1);
+    assert_int_equal(cudacfg_sm_limit(&cfg, 0), 70);
+    /* a memory limit by UUID names no percent */
+    char *mem[] = {"CUDA_DEVICE_MEMORY_LIMIT_GPU-8c1e0c2a-0000-1111-2222-333344445555=1g", NULL};
+    cudacfg_load(&cfg, mem);
+    assert_int_equal(cudacfg_uuid_sm_limit(&cfg, "GPU-8c1e0c2a-0000-1111-2222-333344445555"), -1);
+    char *bad[] = {"CUDA_DEVICE_SM_LIMIT_GPU-8c1e0c2a-0000-1111-2222-333344445555=101", NULL};
+    cudacfg_load(&cfg, bad);
+    assert_int_equal(cfg.state, CUDACFG_BROKEN);
+    assert_non_null(strstr(cfg.why, "is not a percent 0..100"));
+}
+
 static void test_config_priority(void **state)
 {
     (void)state;
@@ -170,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_samples_integrate_to_busy_time),
         cmocka_unit_test(test_priority_grace),
         cmocka_unit_test(test_config_sm_limits),
+        cmocka_unit_test(test_config_sm_limits_by_uuid),
         cmocka_unit_test(test_config_priority),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
