@@ -200,8 +200,13 @@ def test_nvidia_config_files(plugin, kubelet, fname, inventory, want):
 
 def test_mps_root_in_file(plugin, kubelet):
     """flags.mpsRoot is accepted as NVIDIA accepts it; unused without sharing.mps."""
-    plugin(config="version: v1\nflags:\n  mpsRoot: /run/nvidia/mps\n").stop()
-    plugin(config="version: v1\nflags:\n  mpsRoot: /srv/mps\n")
+    p = plugin(config="version: v1\nflags:\n  mpsRoot: /run/nvidia/mps\n")
+    p.wait_log(r'"mpsRoot": "/run/nvidia/mps"')
+    p.stop()
+    # The kubelet already holds the first one's registration: wait for the second's own
+    # start, not for a registration (stopping it before its handlers were set was a race).
+    p = plugin(config="version: v1\nflags:\n  mpsRoot: /srv/mps\n")
+    p.wait_log(r'"mpsRoot": "/srv/mps"')
 
 
 # -- D8 of the reliability review: a config file cannot hang or stall start-up ---------------
