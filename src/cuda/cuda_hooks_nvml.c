@@ -135,24 +135,25 @@ struct pid_pair {
 };
 #define MAP_PAIRS (POOL_PID_MAP_MAX / 4) /* "1 1\n" is the shortest line */
 
-/* The map's pairs (at most max) read from the region directory; 0 when
- * there is none or it is not one. */
-static size_t read_pid_map(struct pid_pair *out, size_t max)
+/* Appends to out[n..max) the pairs of the map in the directory of the
+ * region prefix `prefix`; returns the new count. A missing or damaged map
+ * adds nothing. */
+static size_t read_one_map(const char *prefix, struct pid_pair *out, size_t n, size_t max)
 {
-    char path[sizeof cuda_cfg.prefix + sizeof POOL_REGION_PID_MAP + 1];
-    const char *slash = strrchr(cuda_cfg.prefix, '/');
-    if (slash == NULL)
-        return 0;
-    size_t dlen = (size_t)(slash - cuda_cfg.prefix) + 1;
-    memcpy(path, cuda_cfg.prefix, dlen);
+    char path[CUDACFG_UUID_PREFIX_LEN + sizeof cuda_cfg.prefix + sizeof POOL_REGION_PID_MAP];
+    const char *slash = strrchr(prefix, '/');
+    size_t dlen = slash != NULL ? (size_t)(slash - prefix) + 1 : 0;
+    if (slash == NULL || dlen + sizeof POOL_REGION_PID_MAP > sizeof path)
+        return n;
+    memcpy(path, prefix, dlen);
     memcpy(path + dlen, POOL_REGION_PID_MAP, sizeof POOL_REGION_PID_MAP);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return n;
     char *text = malloc(POOL_PID_MAP_MAX + 1);
     ssize_t got = text != NULL ? read(fd, text, POOL_PID_MAP_MAX) : -1;
     close(fd);
-    size_t n = 0, hlen = strlen(POOL_PID_MAP_HEADER);
+    size_t hlen = strlen(POOL_PID_MAP_HEADER);
     if (got > (ssize_t)hlen && memcmp(text, POOL_PID_MAP_HEADER, hlen) == 0 && text[hlen] == '\n') {
         text[got] = '\0';
         char *p = text + hlen + 1;
@@ -170,6 +171,23 @@ static size_t read_pid_map(struct pid_pair *out, size_t max)
         }
     }
     free(text);
+    return n;
+}
+
+/* The pairs of every map the container was given: the one beside its
+ * region prefix (device plugin) and the one of each claim whose GPU has a
+ * prefix of its own (DRA: <claims dir>/<uid>/region). At most max. */
+static size_t read_pid_map(struct pid_pair *out, size_t max)
+{
+    size_t n = read_one_map(cuda_cfg.prefix, out, 0, max);
+    for (int i = 0; i < cuda_cfg.uuid_count; i++) {
+        const char *pre = cuda_cfg.by_uuid[i].prefix;
+        bool seen = pre[0] == '\0' || strcmp(pre, cuda_cfg.prefix) == 0;
+        for (int k = 0; k < i && !seen; k++)
+            seen = strcmp(cuda_cfg.by_uuid[k].prefix, pre) == 0;
+        if (!seen)
+            n = read_one_map(pre, out, n, max);
+    }
     return n;
 }
 

@@ -536,7 +536,8 @@ static enum setup_result serve(struct daemon *d)
     /* Each limited container learns its processes' host pids (for NVML's
      * process utilization inside it, docs/isolation.md). */
     if (isolation_active(&d->cfg) &&
-        pid_map_start(d->cfg.isolation_dir, d->nvml, &d->inv, &d->pid_map, err, sizeof err) != 0)
+        pid_map_start(d->cfg.isolation_dir, ISOLATION_CONTAINERS_NAME, d->nvml, &d->inv,
+                      &d->pid_map, err, sizeof err) != 0)
         log_warn("Containers' NVML process utilization will stay empty: %s", err);
     /* Labels are written on their own thread: the API server never
      * delays the kubelet seeing the devices. */

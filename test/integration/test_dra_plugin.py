@@ -821,3 +821,52 @@ def test_missing_node_name_is_a_clear_error(api, tmp_path):
                           capture_output=True, text=True, timeout=scaled(20))
     assert proc.returncode == 1
     assert "--node-name (NODE_NAME) is required" in proc.stderr
+
+
+def test_claims_get_the_pid_map_nvml_inside_their_containers_needs(dra, api):
+    """The plugin writes each limited claim's map of its processes' host pids to their pids in
+    the container into the claim's region directory (as the device plugin does for its
+    containers): NVML's process utilization inside a claim's container then answers its own
+    process under its own pid, and the compute sampler can find itself."""
+    from test_isolation import FAKECUDA, FAKENVML, PRELOAD, PROBE
+    p = dra()
+    c, = put(api, claim("mapped", [result("gpu-0", "4Gi")]))
+    uid = c["metadata"]["uid"]
+    assert p.prepare([c]).claims[uid].error == ""
+    gpu0 = uuids()[0]
+    env = env_of(p.spec(uid))
+    # The container's view: the claim's region directory is where the spec mounts it.
+    env = {k: v.replace("/run/gpupool-cuda/claims/%s" % uid, p.region_dir(uid))
+           for k, v in env.items()}
+    env.update({"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": FAKECUDA + ":" + FAKENVML,
+                "FAKECUDA_DEVICES": gpu0 + "=16g", "LD_PRELOAD": PRELOAD,
+                "FAKE_NVML_INVENTORY": p.inventory.path, "FAKE_NVML_CONTROL": p.control_path,
+                "ASAN_OPTIONS": "detect_leaks=0:verify_asan_link_order=0"})
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", PROBE, "init",
+                               "alloc", "64m", "hold"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        for _ in range(2):
+            assert "CUDA_SUCCESS" in holder.stdout.readline()
+        with open("/proc/%d/task/%d/children" % (holder.pid, holder.pid)) as f:
+            host = int(f.read().split()[0])
+        with open(p.control_path, "a") as f:
+            f.write("process 0 %d 64 23 1\nprocess 0 %d 10 88 1\n" % (host, stranger.pid))
+        pid_map = os.path.join(p.region_dir(uid), "pids")
+        want = "gpupool-pids 1\n%d 1\n" % host
+        deadline = time.monotonic() + scaled(5)
+        while time.monotonic() < deadline and not (
+                os.path.exists(pid_map) and open(pid_map).read() == want):
+            time.sleep(0.05)
+        assert open(pid_map).read() == want
+        r = subprocess.run(["nsenter", "--target", str(host), "--pid", "--", PROBE, "init",
+                            "nvml-util"], env=env, capture_output=True, text=True,
+                           timeout=scaled(30))
+        assert "samples=1:23" in r.stdout, (r.stdout, r.stderr)
+    finally:
+        for proc in (holder, stranger):
+            proc.kill()
+            proc.wait()
+    assert p.unprepare([c]).claims[uid].error == ""
+    assert not os.path.exists(p.region_dir(uid))

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "node_state.h"
 #include "nvml.h"
+#include "pid_map.h"
 #include "options.h"
 #include "poolapi_names.h"
 #include "rpc.h"
@@ -218,6 +219,7 @@ struct daemon {
     struct node_state state; /* per-GPU health: health.c writes, the plugin observes */
     bool have_state;
     struct health_monitor *health;
+    struct pid_map *pid_map; /* claims' host pid maps; NULL without the library */
     struct dra_preparer preparer;
     bool have_preparer;
     struct rpc_runtime *rpc;
@@ -437,12 +439,21 @@ static int setup(struct daemon *d, char *err, size_t errlen)
     if (dra_plugin_start(d->rpc, &po, &d->plugin, err, errlen) != 0 ||
         start_health(d, err, errlen) != 0)
         return -1;
+    /* Each limited claim's containers learn their processes' host pids: NVML's
+     * process utilization and the compute limit inside them need it (docs/isolation.md). */
+    char why[GP_ERR_LEN];
+    if (c->isolation_library[0] != '\0' &&
+        pid_map_start(c->isolation_dir, ISOLATION_CLAIMS_NAME, d->nvml, &d->inv, &d->pid_map, why,
+                      sizeof why) != 0)
+        log_warn("Claims' NVML process utilization and compute limits stay blind: %s", why);
     return start_slices(d, err, errlen);
 }
 
 static void teardown(struct daemon *d)
 {
     stop_slices(d);
+    pid_map_stop(d->pid_map); /* before NVML and the inventory go */
+    d->pid_map = NULL;
     /* the monitor writes the state, whose observer feeds the plugin */
     health_monitor_stop(d->health);
     d->health = NULL;

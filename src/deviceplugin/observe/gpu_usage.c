@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cuda_region.h"
+#include "isolation.h"
 #include "poolapi_names.h"
 #include "prom.h"
 
@@ -133,12 +134,12 @@ static int read_region(int dfd, const char *name, unsigned char *buf, size_t len
     return rc;
 }
 
-static void scan_regions(struct scan *s, const char *isolation_dir, const struct gpu_inventory *inv,
-                         const struct usage_names *names)
+static void scan_regions(struct scan *s, const char *isolation_dir, const char *subdir,
+                         const struct gpu_inventory *inv, const struct usage_names *names)
 {
     char path[4096];
     if (isolation_dir == NULL || isolation_dir[0] == '\0' ||
-        snprintf(path, sizeof path, "%s/containers", isolation_dir) >= (int)sizeof path)
+        snprintf(path, sizeof path, "%s/%s", isolation_dir, subdir) >= (int)sizeof path)
         return;
     DIR *dir = opendir(path);
     if (dir == NULL)
@@ -629,7 +630,7 @@ void usage_render(struct buf *f, struct usage_state *st, const char *isolation_d
                   const struct usage_names *names)
 {
     struct scan s = {0};
-    scan_regions(&s, isolation_dir, inv, names);
+    scan_regions(&s, isolation_dir, ISOLATION_CONTAINERS_NAME, inv, names);
     render_regions(f, &s, inv);
     render_processes(f, st, &s, nvml, inv, skip, names);
     free(s.owners);
@@ -679,11 +680,11 @@ static void write_map(int dfd, const char *text, size_t len)
         (void)unlinkat(dfd, tmp, 0);
 }
 
-void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, struct nvml *nvml,
-                          const struct gpu_inventory *inv, const bool *skip)
+void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, const char *subdir,
+                          struct nvml *nvml, const struct gpu_inventory *inv, const bool *skip)
 {
     struct scan s = {0};
-    scan_regions(&s, isolation_dir, inv, NULL);
+    scan_regions(&s, isolation_dir, subdir, inv, NULL);
     struct map_line *lines = NULL;
     size_t n_lines = 0, cap_lines = 0;
     bool oom = false;
@@ -725,7 +726,7 @@ void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, str
      * process that left must leave the map. */
     char path[4096];
     int cfd = -1;
-    if (!oom && snprintf(path, sizeof path, "%s/containers", isolation_dir) < (int)sizeof path)
+    if (!oom && snprintf(path, sizeof path, "%s/%s", isolation_dir, subdir) < (int)sizeof path)
         cfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     for (size_t o = 0, l = 0; cfd >= 0 && o < s.n_owners; o++) {
         char text[POOL_PID_MAP_MAX];

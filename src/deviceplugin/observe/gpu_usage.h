@@ -60,15 +60,16 @@ void usage_render(struct buf *f, struct usage_state *st, const char *isolation_d
                   struct nvml *nvml, const struct gpu_inventory *inv, const bool *skip,
                   const struct usage_names *names);
 
-/* Writes, for every container with a region under isolation_dir, the map
+/* Writes, for every container (or claim: subdir) with a region under
+ * <isolation_dir>/<subdir>, the map
  * of its GPU processes' host pids to their pids in the container
- * (containers/<key>/POOL_REGION_PID_MAP, poolapi_names.h), which lets
+ * (<subdir>/<key>/POOL_REGION_PID_MAP, poolapi_names.h), which lets
  * libgpupool-cuda answer nvmlDeviceGetProcessUtilization inside the
  * container with its own processes only. A process is the container's when
  * its (pid namespace, pid there) pair holds a slot of one of the
  * container's regions. A file is rewritten only when its text changes;
  * st is the caller's (the pid map thread's), as for usage_render. */
-void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, struct nvml *nvml,
-                          const struct gpu_inventory *inv, const bool *skip);
+void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, const char *subdir,
+                          struct nvml *nvml, const struct gpu_inventory *inv, const bool *skip);
 
 #endif

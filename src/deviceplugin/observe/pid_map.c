@@ -13,6 +13,7 @@
 
 struct pid_map {
     char *dir;
+    const char *subdir; /* a constant of isolation.h */
     struct nvml *nvml;
     const struct gpu_inventory *inv;
     struct usage_state state; /* the thread's own known processes */
@@ -28,7 +29,7 @@ static void *pid_map_main(void *arg)
     pthread_mutex_lock(&m->lock);
     while (!m->stopping) {
         pthread_mutex_unlock(&m->lock);
-        usage_write_pid_maps(&m->state, m->dir, m->nvml, m->inv, NULL);
+        usage_write_pid_maps(&m->state, m->dir, m->subdir, m->nvml, m->inv, NULL);
         pthread_mutex_lock(&m->lock);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
@@ -45,8 +46,8 @@ static void *pid_map_main(void *arg)
     return NULL;
 }
 
-int pid_map_start(const char *isolation_dir, struct nvml *nvml, const struct gpu_inventory *inv,
-                  struct pid_map **out, char *err, size_t errlen)
+int pid_map_start(const char *isolation_dir, const char *subdir, struct nvml *nvml,
+                  const struct gpu_inventory *inv, struct pid_map **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct pid_map *m = calloc(1, sizeof *m);
@@ -55,6 +56,7 @@ int pid_map_start(const char *isolation_dir, struct nvml *nvml, const struct gpu
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    m->subdir = subdir;
     m->nvml = nvml;
     m->inv = inv;
     pthread_condattr_t attr;

@@ -23,9 +23,10 @@
 
 struct pid_map;
 
-/* Starts the thread over <isolation_dir>/containers. -1 + err when the
- * thread cannot be made. */
-GP_MUST_USE int pid_map_start(const char *isolation_dir, struct nvml *nvml,
+/* Starts the thread over <isolation_dir>/<subdir> (ISOLATION_CONTAINERS_NAME
+ * or ISOLATION_CLAIMS_NAME, isolation.h). -1 + err when the thread cannot be
+ * made. */
+GP_MUST_USE int pid_map_start(const char *isolation_dir, const char *subdir, struct nvml *nvml,
                               const struct gpu_inventory *inv, struct pid_map **out, char *err,
                               size_t errlen);
 
