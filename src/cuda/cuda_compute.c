@@ -3,7 +3,7 @@
 #include "cuda_glibc.h"
 #include "cuda_compute.h"
 #include "cuda_account.h"
-#include "cuda_hooks.h"
+#include "cuda_pidmap.h"
 #include "cuda_real.h"
 #include "cuda_throttle.h"
 
@@ -160,7 +160,7 @@ static void *sampler(void *arg)
             /* Launching, others measured, never us: in a pid namespace
              * NVML's pids are the host's; the node agent's map names ours. */
             if (c->blind > 0 && c->blind % MAP_EVERY_BLIND == 0) {
-                unsigned host = cuda_pidmap_host((unsigned)getpid());
+                unsigned host = cudapid_host(&cuda_cfg, (unsigned)getpid());
                 if (host != 0 && host != pid) {
                     pid = host;
                     c->blind = 0;

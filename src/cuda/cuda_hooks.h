@@ -121,10 +121,4 @@ void cuda_context_gone(CUcontext ctx, CUdevice dev);
  * trim: first ask the driver to give back what they hold unused. */
 void cuda_pools_settle(CUdevice dev, bool trim);
 
-/* The host pid of the container's process whose pid here is inner, from the
- * node agent's pid map in the region directory (POOL_REGION_PID_MAP); 0
- * when the map does not name it. NVML's samples carry host pids: this is
- * how a process in a pid namespace finds its own (cuda_hooks_nvml.c). */
-unsigned cuda_pidmap_host(unsigned inner);
-
 #endif

@@ -9,6 +9,7 @@
 #include "poolapi_names.h"
 #include "cuda_account.h"
 #include "cuda_hooks.h"
+#include "cuda_pidmap.h"
 #include "cuda_real.h"
 
 #define NVML_ERROR_UNKNOWN 999
@@ -130,81 +131,6 @@ CUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t de
  * map (no agent, or a process younger than its last refresh) none of the
  * samples is known to be ours, and the answer is NOT_FOUND, as the driver
  * says when it has no sample. */
-struct pid_pair {
-    unsigned host, inner;
-};
-#define MAP_PAIRS (POOL_PID_MAP_MAX / 4) /* "1 1\n" is the shortest line */
-
-/* Appends to out[n..max) the pairs of the map in the directory of the
- * region prefix `prefix`; returns the new count. A missing or damaged map
- * adds nothing. */
-static size_t read_one_map(const char *prefix, struct pid_pair *out, size_t n, size_t max)
-{
-    char path[CUDACFG_UUID_PREFIX_LEN + sizeof cuda_cfg.prefix + sizeof POOL_REGION_PID_MAP];
-    const char *slash = strrchr(prefix, '/');
-    size_t dlen = slash != NULL ? (size_t)(slash - prefix) + 1 : 0;
-    if (slash == NULL || dlen + sizeof POOL_REGION_PID_MAP > sizeof path)
-        return n;
-    memcpy(path, prefix, dlen);
-    memcpy(path + dlen, POOL_REGION_PID_MAP, sizeof POOL_REGION_PID_MAP);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return n;
-    char *text = malloc(POOL_PID_MAP_MAX + 1);
-    ssize_t got = text != NULL ? read(fd, text, POOL_PID_MAP_MAX) : -1;
-    close(fd);
-    size_t hlen = strlen(POOL_PID_MAP_HEADER);
-    if (got > (ssize_t)hlen && memcmp(text, POOL_PID_MAP_HEADER, hlen) == 0 && text[hlen] == '\n') {
-        text[got] = '\0';
-        char *p = text + hlen + 1;
-        while (n < max && *p != '\0') {
-            char *end;
-            unsigned long host = strtoul(p, &end, 10);
-            if (end == p || *end != ' ')
-                break;
-            p = end + 1;
-            unsigned long inner = strtoul(p, &end, 10);
-            if (end == p || *end != '\n')
-                break;
-            p = end + 1;
-            out[n++] = (struct pid_pair){(unsigned)host, (unsigned)inner};
-        }
-    }
-    free(text);
-    return n;
-}
-
-/* The pairs of every map the container was given: the one beside its
- * region prefix (device plugin) and the one of each claim whose GPU has a
- * prefix of its own (DRA: <claims dir>/<uid>/region). At most max. */
-static size_t read_pid_map(struct pid_pair *out, size_t max)
-{
-    size_t n = read_one_map(cuda_cfg.prefix, out, 0, max);
-    for (int i = 0; i < cuda_cfg.uuid_count; i++) {
-        const char *pre = cuda_cfg.by_uuid[i].prefix;
-        bool seen = pre[0] == '\0' || strcmp(pre, cuda_cfg.prefix) == 0;
-        for (int k = 0; k < i && !seen; k++)
-            seen = strcmp(cuda_cfg.by_uuid[k].prefix, pre) == 0;
-        if (!seen)
-            n = read_one_map(pre, out, n, max);
-    }
-    return n;
-}
-
-unsigned cuda_pidmap_host(unsigned inner)
-{
-    struct pid_pair *map = malloc(MAP_PAIRS * sizeof *map);
-    if (map == NULL)
-        return 0;
-    size_t n = read_pid_map(map, MAP_PAIRS);
-    unsigned host = 0;
-    for (size_t k = 0; k < n && host == 0; k++)
-        if (map[k].inner == inner)
-            host = map[k].host;
-    free(map);
-    return host;
-}
-
 CUDA_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                                          nvmlProcessUtilizationSample_t *samples,
                                                          unsigned *count,
@@ -232,14 +158,14 @@ CUDA_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
         return rc; /* NOT_FOUND (no sample) and errors as the driver says */
     all += 16;     /* room for processes starting between the two calls */
     nvmlProcessUtilizationSample_t *mine = malloc(all * sizeof *mine);
-    struct pid_pair *map = malloc(MAP_PAIRS * sizeof *map);
+    struct cudapid_pair *map = malloc(CUDAPID_MAX_PAIRS * sizeof *map);
     if (mine == NULL || map == NULL) {
         free(mine);
         free(map);
         return NVML_ERROR_UNKNOWN;
     }
     rc = pass(device, mine, &all, last_seen);
-    size_t pairs = rc == NVML_SUCCESS ? read_pid_map(map, MAP_PAIRS) : 0;
+    size_t pairs = rc == NVML_SUCCESS ? cudapid_read(&cuda_cfg, map, CUDAPID_MAX_PAIRS) : 0;
     unsigned n = 0;
     for (unsigned i = 0; rc == NVML_SUCCESS && i < all; i++)
         for (size_t k = 0; k < pairs; k++)

@@ -9,6 +9,7 @@
 
 #include "cuda_config.h"
 #include "cuda_ledger.h"
+#include "cuda_pidmap.h"
 #include "cuda_region.h"
 
 #include <errno.h>
@@ -350,6 +351,51 @@ static void test_config_visible_devices(void **state)
     assert_int_equal(cudacfg_limit(&c, 64, 16 * GiB), 2 * GiB);
     assert_int_equal(cudacfg_limit(&c, 1000, 16 * GiB), 2 * GiB);
     assert_int_equal(cudacfg_limit(&c, -1, 16 * GiB), 0);
+}
+
+/* ---- the node agent's pid maps ------------------------------------------------- */
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The map beside the container's prefix and beside each claim's own prefix
+ * are read; a damaged one adds nothing, and never a pair of its own making. */
+static void test_pid_maps_beside_every_prefix(void **state)
+{
+    (void)state;
+    char a[512], b[512], env_cache[640], env_uuid[700];
+    snprintf(a, sizeof a, "%s/pm-a", dir);
+    snprintf(b, sizeof b, "%s/pm-b", dir);
+    assert_int_equal(mkdir(a, 0755), 0);
+    assert_int_equal(mkdir(b, 0755), 0);
+    snprintf(env_cache, sizeof env_cache, "CUDA_DEVICE_MEMORY_SHARED_CACHE=%s/region", a);
+    snprintf(env_uuid, sizeof env_uuid,
+             "CUDA_DEVICE_MEMORY_SHARED_CACHE_GPU_11111111_2222_3333_4444_555555555555=%s/region",
+             b);
+    char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=4g", env_cache, env_uuid, NULL};
+    struct cudacfg c;
+    cudacfg_load(&c, env);
+    struct cudapid_pair out[8];
+    assert_int_equal(cudapid_read(&c, out, 8), 0); /* no maps yet */
+    char path[640];
+    snprintf(path, sizeof path, "%s/pids", a);
+    write_text(path, "gpupool-pids 1\n4242 7\n");
+    snprintf(path, sizeof path, "%s/pids", b);
+    write_text(path, "gpupool-pids 1\n5151 9\n");
+    assert_int_equal(cudapid_read(&c, out, 8), 2);
+    assert_int_equal(cudapid_host(&c, 7), 4242);
+    assert_int_equal(cudapid_host(&c, 9), 5151);
+    assert_int_equal(cudapid_host(&c, 8), 0);
+    assert_int_equal(cudapid_read(&c, out, 1), 1); /* room for one: one */
+    write_text(path, "gpupool-pids 2\n6161 10\n"); /* another version: nothing */
+    assert_int_equal(cudapid_host(&c, 10), 0);
+    write_text(path, "gpupool-pids 1\n6161 x\n");
+    assert_int_equal(cudapid_host(&c, 10), 0);
 }
 
 /* ---- the region -------------------------------------------------------------- */
@@ -1236,6 +1282,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_config_broken_fails_closed),
         cmocka_unit_test(test_config_limits_by_uuid),
         cmocka_unit_test(test_config_visible_devices),
+        cmocka_unit_test(test_pid_maps_beside_every_prefix),
         cmocka_unit_test(test_region_exact_to_the_byte),
         cmocka_unit_test(test_region_peek_reads_the_prefix_below_high),
         cmocka_unit_test(test_region_bad_files),
