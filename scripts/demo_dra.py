@@ -253,6 +253,22 @@ def part7(build, tmp):
 
 # ---- part 8: compute shares ------------------------------------------------------------
 
+def sanitizer_runtimes(lib):
+    """The sanitizer runtimes lib needs (its NEEDED entries), as paths gcc knows."""
+    try:
+        out = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True,
+                             timeout=30).stdout
+    except OSError:
+        return []
+    paths = []
+    for m in re.finditer(r"Shared library: \[(lib[a-z]*san\.so[.0-9]*)\]", out):
+        p = subprocess.run(["gcc", "-print-file-name=" + m.group(1)], capture_output=True,
+                           text=True).stdout.strip()
+        if p:
+            paths.append(p)
+    return paths
+
+
 class SimulatedGpu:
     """One GPU of the fake libcuda's timeline: one kernel at a time, first come first
     served across processes; each process is a container of its own (its own region)."""
@@ -272,11 +288,14 @@ class SimulatedGpu:
                 {"uuid": SIM_GPU, "name": "NVIDIA H100 80GB HBM3", "minor": 0, "memory_mib": 81559,
                  "pci_bus_id": "00000000:07:00.0"}]}, f)
         self.procs = []   # (container, Popen)
+        # A sanitized build's library (make asan) needs the sanitizer runtimes ahead of it in
+        # the preload list, where a sanitized program has them (as scripts/demo.sh does).
+        self.preload = ":".join(sanitizer_runtimes(self.lib) + [self.lib])
 
     def start(self, container, limit):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("CUDA_", "ALIYUN_COM_GPU_MEM", "FAKECUDA", "FAKE_NVML", "GPUPOOL_"))}
-        env.update({"LD_LIBRARY_PATH": self.libpath, "LD_PRELOAD": self.lib,
+        env.update({"LD_LIBRARY_PATH": self.libpath, "LD_PRELOAD": self.preload,
                     "FAKECUDA_DEVICES": SIM_GPU + "=80g", "FAKE_NVML_INVENTORY": self.inventory,
                     "FAKECUDA_TIMELINE": self.timeline, "FAKECUDA_KERNEL_US": "500",
                     "FAKECUDA_QUEUE": "16", "CUDA_DEVICE_SM_LIMIT": str(limit),
