@@ -99,9 +99,6 @@ wait_for 30 "etcd healthy" curl -fsS --max-time 2 http://127.0.0.1:2379/health |
 e2e_log "starting kube-apiserver (advertise $ADVERTISE)"
 # Every address, not only 127.0.0.1: pod-network pods (10g) come through the
 # CNI bridge to $ADVERTISE. Clients authenticate (no anonymous access).
-# The node's InternalIP first (as kubeadm does): its Hostname, "localhost",
-# resolves to loopback, which the node proxy refuses ("address not allowed"),
-# and kubectl gpupool top reads the agent's /metrics through that proxy.
 start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
   --etcd-servers=http://127.0.0.1:2379 \
   --bind-address=0.0.0.0 --secure-port=6443 --insecure-port=0 \
@@ -114,7 +111,7 @@ start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver"
   --service-account-signing-key-file="$E2E_STATE/pki/sa.key" \
   --service-account-issuer=https://kubernetes.default.svc \
   --service-cluster-ip-range=10.96.0.0/24 \
-  --kubelet-preferred-address-types=InternalIP,Hostname \
+  --kubelet-preferred-address-types=Hostname,InternalIP \
   --allow-privileged=true \
   --profiling=false \
   --v=1
