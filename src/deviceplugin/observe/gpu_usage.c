@@ -464,17 +464,24 @@ static void learn_process(struct usage_state *st, uint32_t own_ns, size_t room, 
     st->known[st->n_known++] = *k;
 }
 
+/* What is known of pid into *k: the remembered entry, else /proc read now. */
+static void know_process(struct usage_state *st, uint32_t own_ns, size_t room, unsigned pid,
+                         struct usage_known *k)
+{
+    const struct usage_known *seen = find_known(st, pid);
+    if (seen != NULL)
+        *k = *seen;
+    else
+        learn_process(st, own_ns, room, pid, k);
+}
+
 static void name_process(const struct scan *s, struct usage_state *st, uint32_t own_ns, size_t room,
                          unsigned pid, size_t gpu, const struct usage_names *names, char *ns,
                          char *pod, char *ctr)
 {
     ns[0] = pod[0] = ctr[0] = '\0';
     struct usage_known k;
-    const struct usage_known *seen = find_known(st, pid);
-    if (seen != NULL)
-        k = *seen;
-    else
-        learn_process(st, own_ns, room, pid, &k);
+    know_process(st, own_ns, room, pid, &k);
     bool inner = k.inner;
     uint32_t pidns = k.pidns;
     int32_t nspid = k.nspid;
@@ -702,11 +709,7 @@ void usage_write_pid_maps(struct usage_state *st, const char *isolation_dir, con
         struct proc_row *rows = running_processes(nvml, h, &n);
         for (size_t i = 0; i < n && !oom; i++) {
             struct usage_known k;
-            const struct usage_known *seen = find_known(st, rows[i].pid);
-            if (seen != NULL)
-                k = *seen;
-            else
-                learn_process(st, own_ns, room, rows[i].pid, &k);
+            know_process(st, own_ns, room, rows[i].pid, &k);
             if (!k.inner || k.pidns == 0)
                 continue;
             for (size_t j = 0; j < s.n_slots; j++) {
