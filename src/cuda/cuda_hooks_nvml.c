@@ -2,11 +2,8 @@
  * and frameworks that size their pools from NVML see the container's share
  * and its use (docs/isolation.md, "The reporting side"). */
 #include "cuda_glibc.h"
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include "poolapi_names.h"
 #include "cuda_account.h"
 #include "cuda_hooks.h"
 #include "cuda_pidmap.h"
