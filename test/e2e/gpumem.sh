@@ -64,6 +64,7 @@ GM_PLUGIN_PID=
 GM_PLUGIN_LOGS=()
 GM_UP=0
 GM_PY=/usr/bin/python3
+GM_METRICS_PORT=9401
 
 # --- the plugin in gpu-mem mode --------------------------------------------------
 gm_start_plugin() {  # gm_start_plugin LABEL
@@ -71,7 +72,10 @@ gm_start_plugin() {  # gm_start_plugin LABEL
   GM_PLUGIN_LOG=$E2E_LOGS/plugin-gpumem-$GM_N-$1.log
   GM_PLUGIN_LOGS+=("$GM_PLUGIN_LOG")
   : >"$GM_PLUGIN_LOG"
-  local args=(--resource-mode=gpu-mem --kubeconfig "$KUBECONFIG" --state-dir "$GM_STATE" -v 4)
+  # --metrics-addr: section 11f reads it through the API server's node proxy
+  # (kubectl gpupool top), as deploy/ runs it.
+  local args=(--resource-mode=gpu-mem --kubeconfig "$KUBECONFIG" --state-dir "$GM_STATE" -v 4
+    --metrics-addr "0.0.0.0:$GM_METRICS_PORT")
   # --isolation=memory (the default) installs the library from the build;
   # without it the section runs unlimited, and says so.
   if [[ -f $BUILD/lib/libgpupool-cuda.so ]]; then

@@ -170,6 +170,28 @@ if ((gi_ready)); then
   done
   gi_one_gpu() { [[ -n ${GI_IDX[gi-a]} && ${GI_IDX[gi-a]} == "${GI_IDX[gi-b]}" ]]; }
   check "[isolation] gi-a (4 GiB) and gi-b (8 GiB) share one GPU (${GI_IDX[gi-a]:-?}, ${GI_IDX[gi-b]:-?}), the only one the fillers left free" gi_one_gpu
+  # Used beside booked, as an operator reads it: kubectl gpupool top through
+  # the real API server's node proxy to the agent's /metrics (issue 26) --
+  # before the second processes below, whose 1 MiB stays charged to a slot
+  # of a dead process until the next charge in that container reaps it.
+  gi_top_ok() {  # gi_top_ok POD UNITS  -- booked = limit = share, used = share - 1 MiB
+    local s=$(($2 * GI_GIB_BYTES))
+    KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top pods -A -o json 2>"$GM_OUT/top.err" |
+      "$GM_PY" -c '
+import json, sys
+name, share = sys.argv[1], int(sys.argv[2])
+rows = [p for p in json.load(sys.stdin)["pods"] if p["name"] == name]
+print("      " + json.dumps(rows))
+sys.exit(not (len(rows) == 1 and rows[0]["bookedBytes"] == share and rows[0]["limitBytes"] == share
+              and rows[0]["usedBytes"] == share - (1 << 20) and rows[0]["nodeMetrics"] is True))' "$1" "$s"
+  }
+  echo "    \$ kubectl gpupool top pods -A -o json"
+  for p in "${GI_PODS[@]}"; do
+    wait_for 30 "$p in kubectl gpupool top with its use" gi_top_ok "$p" "${GI_UNITS[$p]}"
+    check "[isolation] kubectl gpupool top: $p booked = limit = ${GI_UNITS[$p]} GiB, used = the probe's share - 1 MiB (the agent's region, through the node proxy)" gi_top_ok "$p" "${GI_UNITS[$p]}"
+  done
+  KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus 2>&1 | sed 's/^/      /'
+
   for p in "${GI_PODS[@]}"; do
     u=${GI_UNITS[$p]}
     check "[isolation] $p: CUDA_DEVICE_MEMORY_LIMIT_0=$((u * GI_GIB_BYTES)) and the region prefix /run/gpupool-cuda/region in the container" gi_env_ok "$p" "$u"
