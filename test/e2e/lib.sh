@@ -131,6 +131,9 @@ stop_child() {
 
 # --- the kubelet (started by up.sh and restarted by the scenarios) ---------
 kubelet_cmd() {
+  # up.sh's choice: the machine's first global address, or none (loopback).
+  local E2E_NODE_IP
+  E2E_NODE_IP=$(cat "$E2E_STATE/node-ip" 2>/dev/null) || E2E_NODE_IP=
   KUBELET_CMD=("$K8S_BIN/kubelet"
     --kubeconfig="$KUBECONFIG"
     --config="$E2E_STATE/kubelet-config.yaml"
@@ -140,6 +143,7 @@ kubelet_cmd() {
     --container-runtime-endpoint="unix://$CTRD_SOCK"
     --runtime-request-timeout=2m
     --hostname-override="$NODE_NAME"
+    ${E2E_NODE_IP:+--node-ip="$E2E_NODE_IP"}
     --pod-infra-container-image="$PAUSE_IMAGE"
     --v=2)
 }

@@ -66,7 +66,13 @@ chmod 600 "$KUBECONFIG" "$E2E_STATE/pki/tokens.csv"
 
 # The apiserver refuses a loopback advertise address; nothing connects to it.
 ADVERTISE=$(ip -4 -o addr show scope global 2>/dev/null | awk 'NR == 1 {split($4, a, "/"); print a[1]}')
+# The node's address, when the machine has one: the kubelet serves on it and
+# the API server reaches the node there (its Hostname, "localhost", is
+# loopback, which the API server's node proxy refuses: "address not allowed",
+# so kubectl gpupool top could not read the agent's /metrics through it).
+NODE_IP=$ADVERTISE
 ADVERTISE=${ADVERTISE:-192.0.2.1}
+echo "$NODE_IP" >"$E2E_STATE/node-ip"
 # Pods on the pod network reach the apiserver at this address (deploy.sh 10g:
 # the extender's replicas as shipped; the serving certificate names it).
 echo "$ADVERTISE" >"$E2E_STATE/advertise"
@@ -97,6 +103,10 @@ wait_for 30 "etcd healthy" curl -fsS --max-time 2 http://127.0.0.1:2379/health |
 
 # --- kube-apiserver --------------------------------------------------------
 e2e_log "starting kube-apiserver (advertise $ADVERTISE)"
+# The node's InternalIP first (kubeadm's order) when the kubelet serves on it;
+# without a global address, the kubelet and this fall back to loopback.
+PREFERRED_ADDRESSES=Hostname,InternalIP
+[[ -n $NODE_IP ]] && PREFERRED_ADDRESSES=InternalIP,Hostname
 # Every address, not only 127.0.0.1: pod-network pods (10g) come through the
 # CNI bridge to $ADVERTISE. Clients authenticate (no anonymous access).
 start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
@@ -111,7 +121,7 @@ start_bg kube-apiserver "$E2E_LOGS/kube-apiserver.log" "$K8S_BIN/kube-apiserver"
   --service-account-signing-key-file="$E2E_STATE/pki/sa.key" \
   --service-account-issuer=https://kubernetes.default.svc \
   --service-cluster-ip-range=10.96.0.0/24 \
-  --kubelet-preferred-address-types=Hostname,InternalIP \
+  --kubelet-preferred-address-types="$PREFERRED_ADDRESSES" \
   --allow-privileged=true \
   --profiling=false \
   --v=1
@@ -220,7 +230,7 @@ start_bg kube-scheduler "$E2E_LOGS/kube-scheduler.log" "$K8S_BIN/kube-scheduler"
 cat >"$E2E_STATE/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: ${NODE_IP:-127.0.0.1}
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
