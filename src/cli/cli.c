@@ -840,6 +840,7 @@ static int run(const struct invocation *inv, FILE *out, FILE *errout)
         report_error(inv, &r.err, out, errout);
     } else {
         pool_finish(&pool);
+        pool_dra_finish(&pool);
         if (pool.warning[0])
             log_v(1, "%s", pool.warning);
         log_v(1, "read %zu pool nodes and %zu pods in %.1f ms", pool.nnodes, pool.pods_seen,

@@ -104,12 +104,6 @@ int pool_dra_index(struct pool *pool)
     return 0;
 }
 
-bool pool_dra_has_node(const struct pool *pool, const char *name)
-{
-    return pool->ndra_nodes > 0 && bsearch(&name, pool->dra_nodes, pool->ndra_nodes,
-                                           sizeof *pool->dra_nodes, by_string) != NULL;
-}
-
 static int add_claim(struct pool *pool, struct pool_dra_device *d, const char *ns, const char *name,
                      int64_t consumed)
 {

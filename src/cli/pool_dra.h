@@ -6,7 +6,8 @@
  * claim holds which device and, with consumable capacity, how much of its
  * memory (consumedCapacity.memory; a result without it holds all of it).
  * Read in that order: the slices before the nodes (a node with slices is a
- * pool node even without any extended resource), the claims after.
+ * pool node even without any extended resource: pool_model.c asks
+ * pool->dra_nodes, which pool_dra_index() fills), the claims after.
  * Every driver's devices are shown, not only gpupool's.
  *
  * The records live in struct pool (pool_model.h) and its arena; pool_free
@@ -27,12 +28,10 @@ GP_MUST_USE int pool_add_resourceslice(struct pool *pool, const json_t *slice);
 /* Call once after the last slice, before the nodes and the claims. -1
  * when out of memory. */
 GP_MUST_USE int pool_dra_index(struct pool *pool);
-/* The node has DRA devices (after pool_dra_index). */
-bool pool_dra_has_node(const struct pool *pool, const char *name);
 /* Charges one ResourceClaim's allocation results to the devices they name
  * (after pool_dra_index). -1 only when out of memory. */
 GP_MUST_USE int pool_add_resourceclaim(struct pool *pool, const json_t *claim);
-/* Hangs each device on its node and sorts (pool_finish calls it). */
+/* Hangs each device on its node and sorts: call after pool_finish(). */
 void pool_dra_finish(struct pool *pool);
 
 #endif

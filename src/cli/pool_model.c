@@ -1,6 +1,5 @@
 /* pool_model.c -- builds the pool view from API objects (see pool_model.h). */
 #include "pool_model.h"
-#include "pool_dra.h"
 
 #include "poolapi_demand.h"
 #include "poolapi_gpus.h"
@@ -233,6 +232,19 @@ static int append_node(struct pool *pool, struct pool_node *n)
     return 0;
 }
 
+
+static int by_string(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The node has DRA devices: pool->dra_nodes, sorted and deduplicated by
+ * pool_dra_index() (pool_dra.h) before the nodes are read. */
+static bool has_dra_node(const struct pool *pool, const char *name)
+{
+    return pool->ndra_nodes > 0 && bsearch(&name, pool->dra_nodes, pool->ndra_nodes,
+                                           sizeof *pool->dra_nodes, by_string) != NULL;
+}
 int pool_add_node(struct pool *pool, const json_t *node)
 {
     const json_t *meta = json_object_get(node, "metadata");
@@ -253,8 +265,7 @@ int pool_add_node(struct pool *pool, const json_t *node)
         free(tmp.resources);
         return -1;
     }
-    if (!pool->only_node && tmp.mem_total <= 0 && tmp.nresources == 0 &&
-        !pool_dra_has_node(pool, name))
+    if (!pool->only_node && tmp.mem_total <= 0 && tmp.nresources == 0 && !has_dra_node(pool, name))
         return 0; /* not a GPU node */
     struct pool_node *n = arena_alloc(&pool->arena, sizeof *n);
     if (!n) {
@@ -715,7 +726,6 @@ void pool_finish(struct pool *pool)
             if (n->unhealthy_cm[u] < n->ngpus)
                 n->gpus[n->unhealthy_cm[u]].unhealthy = true;
     }
-    pool_dra_finish(pool);
 }
 
 enum pool_mem_unit pool_node_unit(const struct pool_node *node)
