@@ -217,7 +217,8 @@ static const struct option_spec specs[] = {
      .values = node_metrics_from_values,
      .offset = FIELD(ui_node_metrics_from),
      .def = "direct",
-     .help = "direct: GET http://<node's InternalIP>:<port>/metrics, no credentials sent, no "
+     .help = "direct: GET http://<node address>:<port>/metrics (its first InternalIP, else "
+             "ExternalIP, else Hostname), no credentials sent, no "
              "RBAC; proxy: through the API server's node proxy (RBAC: get nodes/proxy)"},
     {.flag = "ui-node-metrics-interval",
      .env = {"GP_UI_NODE_METRICS_INTERVAL"},
