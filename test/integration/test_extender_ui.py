@@ -372,7 +372,7 @@ class UsedCluster:
     extender) at 127.0.0.4; the extender with --ui-node-metrics-port and
     `args`."""
 
-    def __init__(self, tmp_path, args=(), whole=False):
+    def __init__(self, tmp_path, args=(), whole=False, n1_delay=0.0):
         objs = fixture_objects()
         for n in objs["nodes"]:
             ip = {"n1": "127.0.0.2", "n3": "127.0.0.3"}.get(n["metadata"]["name"])
@@ -380,7 +380,7 @@ class UsedCluster:
                 # Hostname first: the extender must still pick the InternalIP.
                 n["status"]["addresses"] = [{"type": "Hostname", "address": "localhost"},
                                             {"type": "InternalIP", "address": ip}]
-        specs = [("127.0.0.2", agent_text(USED["n1"], PODS_N1)),
+        specs = [("127.0.0.2", agent_text(USED["n1"], PODS_N1), n1_delay),
                  ("127.0.0.3", agent_text(USED["n3"]))]
         if whole:
             w = node("w1", 0, 0)
@@ -503,6 +503,27 @@ def test_usage_requests_never_start_sweeps(tmp_path):
             assert usage_view(c.ext)["nodes"] == u["nodes"]
         time.sleep(0.3)
         assert (c.agents[0].hits, c.agents[1].hits) == hits
+    finally:
+        c.stop()
+
+
+def test_stopping_the_extender_cancels_a_sweep_in_flight(tmp_path):
+    """SIGTERM while an agent is slow to answer: the sweep's read is let go at
+    once (not after its 10 s deadline), the thread joined, nothing leaked."""
+    import time
+    c = UsedCluster(tmp_path, n1_delay=30.0)
+    try:
+        deadline = time.monotonic() + scaled(10)
+        while c.agents[0].hits == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.agents[0].hits == 1
+        time.sleep(0.3)
+        assert usage_view(c.ext)["refreshing"] is True
+        start = time.monotonic()
+        rc = c.ext.stop()
+        took = time.monotonic() - start
+        assert rc == 0, c.ext.log()
+        assert took < scaled(4), took
     finally:
         c.stop()
 
