@@ -786,7 +786,7 @@ static int read_usage(const struct invocation *inv, const struct kube_client_opt
     struct usage_fetch_stats st = {0};
     char err[512];
     bool via_extender = false;
-    if (inv->opt.from != FROM_AGENTS) {
+    if (inv->opt.from != FROM_AGENTS && n > 0) { /* no node in the view: nothing to ask */
         via_extender =
             usage_from_extender(client, inv->opt.extender_service, inv->opt.metrics_timeout_ms,
                                 names, n, got, err, sizeof err) == 0;

@@ -221,7 +221,7 @@ def test_top_pods_label_selector_goes_to_the_list(cluster):
     assert "No GPU pods found" in proc.stdout
     lists = [r for r in srv.requests() if r["path"] == "/api/v1/pods"]
     assert lists and all(r["query"].get("labelSelector") == "app=none" for r in lists)
-    assert proxied(srv) == []
+    assert proxied(srv) == [] and extender_asked(srv) == []
 
 
 def test_top_gpus(cluster):
