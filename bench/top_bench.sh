@@ -5,8 +5,10 @@
 # httpd on a host address plays every agent). Prints a Markdown table.
 # Ports of its own (etcd 23796/23806, apiserver 16449, agent 19409).
 # Environment: SIZES (default 1000,5000), RUNS (default 3), WORKERS
-# (default 16,64,256), EXTENDER=1 (also top --from extender: the extender
-# on the agent's address, port 19410, behind a Service), K8S_CACHE.
+# (default 16,64,256), EXTENDER=1 (also the default top, --from auto: the
+# extender on the agent's address, port 19410, behind a Service, sweeping
+# the agents in the background; EXTENDER_FROM=proxy for its node-proxy
+# mode), K8S_CACHE. The per-agent rows name --from agents.
 set -euo pipefail
 
 if [[ $# -ne 1 || ! -d $1 ]]; then
@@ -59,7 +61,7 @@ echo
 "$PYTHON" "$SRC/bench/top_bench.py" --server "https://127.0.0.1:$API_PORT" --token "$TOKEN" \
   --kubeconfig "$KUBECONFIG" --bin-dir "$BUILD/bin" --agent-ip "$AGENT_IP" --agent-port "$AGENT_PORT" \
   --agent-dir "$AGENT_DIR" --apiserver-pid "$(cat "$(pidfile kube-apiserver)")" --sizes "${SIZES:-1000,5000}" --runs "${RUNS:-3}" --workers "${WORKERS:-16,64,256}" \
-  ${EXTENDER:+--extender-bin "$BUILD/bin/gpupool-scheduler-extender"}
+  ${EXTENDER:+--extender-bin "$BUILD/bin/gpupool-scheduler-extender" --extender-from "${EXTENDER_FROM:-direct}"}
 # HOLD=N keeps the populated cluster (and the agent) up N seconds.
 if [[ -n ${HOLD:-} ]]; then
   echo "holding the cluster ${HOLD}s: KUBECONFIG=$KUBECONFIG" >&2

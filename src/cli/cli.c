@@ -82,9 +82,10 @@ static const struct option_value outputs[] = {
     {.flag = "version", .type = OPT_VERSION, .help = "print the version"}
 /* clang-format on */
 
-enum usage_source { FROM_AGENTS, FROM_EXTENDER };
+enum usage_source { FROM_AUTO, FROM_AGENTS, FROM_EXTENDER };
 
 static const struct option_value sources[] = {
+    {.name = "auto", .value = FROM_AUTO},
     {.name = "agents", .value = FROM_AGENTS},
     {.name = "extender", .value = FROM_EXTENDER},
     {NULL, 0, NULL},
@@ -102,19 +103,21 @@ static const struct option_value sort_keys[] = {
 /* clang-format off */
 #define METRICS_FLAGS                                                                          \
     {.flag = "from", .type = OPT_ENUM, .values = sources,                                     \
-     .offset = offsetof(struct cli_options, from), .def = "agents",                           \
-     .help = "used figures: agents (each node's, one request per node) or extender (its "     \
-             "last sweep for /ui, one request, up to ~15 s old; GPU-sharing nodes only)"},    \
+     .offset = offsetof(struct cli_options, from), .def = "auto",                             \
+     .help = "used figures: extender (its background sweep of the agents, one request, up "   \
+             "to one interval old; GPU-sharing nodes only), agents (each node's through the "  \
+             "node proxy, one request per node) or auto (the extender, the agents for nodes "  \
+             "it does not cover, all agents when it cannot be read)"},                        \
     {.flag = "extender-service", .type = OPT_STRING,                                          \
      .offset = offsetof(struct cli_options, extender_service),                                \
      .def = "kube-system/gpupool-scheduler-extender:http",                                    \
-     .help = "--from extender: its Service, NAMESPACE/NAME:PORT, read through the API "       \
+     .help = "--from auto|extender: its Service, NAMESPACE/NAME:PORT, read through the API "  \
              "server's service proxy"},                                                       \
     {.flag = "metrics-port", .type = OPT_INT,                                                 \
      .offset = offsetof(struct cli_options, metrics_port), .def = "9401", .min = 1,          \
      .max = 65535,                                                                            \
      .help = "the node agents' metrics port (their --metrics-addr), read through the API "    \
-             "server's node proxy"},                                                          \
+             "server's node proxy (--from agents, and auto's fallback)"},                     \
     {.flag = "workers", .type = OPT_INT, .offset = offsetof(struct cli_options, workers),    \
      .def = "64", .min = 1, .max = 1024,                                                      \
      .help = "node agents read at the same time (one connection each)"},                     \
@@ -205,9 +208,12 @@ static const struct options_table top_table = {
                "[-o wide|json]\n\n"
                "GPU use beside what is booked: per pod (booked GPU memory, its limit, the\n"
                "memory it uses, SM utilization) or per GPU (total, booked, used, SM\n"
-               "utilization). Used figures come from the node agents' /metrics through\n"
-               "the API server's node proxy (RBAC: get nodes/proxy); a figure an agent\n"
-               "did not give reads \"no data\".",
+               "utilization). Used figures come from the node agents' /metrics: by\n"
+               "default from the scheduler extender's background sweep of them, one\n"
+               "request through its Service (RBAC: get services/proxy), and from each\n"
+               "agent through the API server's node proxy (RBAC: get nodes/proxy) for\n"
+               "the nodes the sweep does not cover, or all of them when the extender\n"
+               "cannot be read (--from). A figure an agent did not give reads \"no data\".",
     .specs = top_specs,
     .count = sizeof top_specs / sizeof top_specs[0],
 };
@@ -716,6 +722,47 @@ static bool node_in_view(const struct invocation *inv, const struct pool_node *n
     return n->nshares > 0;
 }
 
+/* Reads the agents (through the node proxy) of names[k] whose got[k] is
+ * still USAGE_NOT_READ: every node, or after the extender's sweep those
+ * it does not cover (whole-GPU and time-sliced nodes). -1 with err when no
+ * worker could start. */
+static int read_agents(const struct invocation *inv, const struct kube_client_options *kopt,
+                       const char **names, struct node_usage *got, size_t n, bool via_extender,
+                       char *err, size_t errlen)
+{
+    const char **ask = calloc(n ? n : 1, sizeof *ask);
+    size_t *at = calloc(n ? n : 1, sizeof *at);
+    struct node_usage *fresh = calloc(n ? n : 1, sizeof *fresh);
+    size_t m = 0;
+    int rc = -1;
+    if (!ask || !at || !fresh) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (size_t k = 0; k < n; k++)
+        if (got[k].state == USAGE_NOT_READ) {
+            ask[m] = names[k];
+            at[m++] = k;
+        }
+    if (via_extender)
+        log_v(1, "%zu of %zu nodes are not in the extender's sweep: reading their agents", m, n);
+    struct usage_fetch_options fo = {.client = kopt,
+                                     .port = inv->opt.metrics_port,
+                                     .workers = inv->opt.workers,
+                                     .timeout_ms = inv->opt.metrics_timeout_ms};
+    struct usage_fetch_stats st = {0};
+    rc = m > 0 ? usage_fetch(&fo, ask, m, fresh, &st, err, errlen) : 0;
+    for (size_t j = 0; j < m; j++) {
+        got[at[j]] = fresh[j]; /* moved */
+        fresh[j] = (struct node_usage){0};
+    }
+out:
+    free(ask);
+    free(at);
+    free(fresh);
+    return rc;
+}
+
 /* Reads the agents of the view's nodes into usage[] (pool order). Failed
  * nodes are summed up on errout: their figures read "no data". */
 static int read_usage(const struct invocation *inv, const struct kube_client_options *kopt,
@@ -736,21 +783,34 @@ static int read_usage(const struct invocation *inv, const struct kube_client_opt
             names[n] = pool->nodes[i]->name;
             where[n++] = i;
         }
-    struct usage_fetch_options fo = {.client = kopt,
-                                     .port = inv->opt.metrics_port,
-                                     .workers = inv->opt.workers,
-                                     .timeout_ms = inv->opt.metrics_timeout_ms};
     struct usage_fetch_stats st = {0};
     char err[512];
+    bool via_extender = false;
+    if (inv->opt.from != FROM_AGENTS && n > 0) { /* no node in the view: nothing to ask */
+        via_extender =
+            usage_from_extender(client, inv->opt.extender_service, inv->opt.metrics_timeout_ms,
+                                names, n, got, err, sizeof err) == 0;
+        if (!via_extender) {
+            /* Nothing of it is kept: the agents are read for every node. */
+            for (size_t k = 0; k < n; k++) {
+                node_usage_free(&got[k]);
+                got[k] = (struct node_usage){0};
+            }
+            if (inv->opt.from == FROM_EXTENDER)
+                fprintf(errout, "warning: the extender's figures not read: %s\n", err);
+            else /* auto: no extender, or one without node metrics, is normal */
+                log_v(1, "the extender's figures not read (%s): reading the node agents", err);
+        }
+    }
     if (inv->opt.from == FROM_EXTENDER) {
-        if (usage_from_extender(client, inv->opt.extender_service, inv->opt.metrics_timeout_ms,
-                                names, n, got, err, sizeof err) != 0)
-            fprintf(errout, "warning: the extender's figures not read: %s\n", err);
         for (size_t k = 0; k < n; k++)
-            st.failed += got[k].state == USAGE_FAILED;
-    } else if (usage_fetch(&fo, names, n, got, &st, err, sizeof err) != 0) {
+            if (got[k].state == USAGE_NOT_READ && via_extender)
+                got[k].state = USAGE_FAILED; /* its reason is set */
+    } else if (read_agents(inv, kopt, names, got, n, via_extender, err, sizeof err) != 0) {
         fprintf(errout, "warning: node agents' metrics not read: %s\n", err);
     }
+    for (size_t k = 0; k < n; k++)
+        st.failed += got[k].state == USAGE_FAILED;
     if (st.failed > 0) {
         size_t shown = 0;
         for (size_t k = 0; k < n && shown < 3; k++)

@@ -128,7 +128,7 @@ int usage_from_extender(struct kube_client *client, const char *service, long ti
     for (size_t i = 0; i < n; i++) {
         const json_t *entry = json_object_get(all, nodes[i]);
         if (!entry) {
-            usage[i].state = USAGE_FAILED;
+            usage[i].state = USAGE_NOT_READ; /* the caller may ask its agent */
             snprintf(usage[i].error, sizeof usage[i].error,
                      "not in the extender's sweep (not a GPU-sharing node?)");
         } else if (fill(&usage[i], entry) != 0) {

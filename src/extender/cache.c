@@ -30,6 +30,7 @@ struct cache *cache_new(enum placement_policy policy)
 
 static void node_destroy(struct cache_node *node)
 {
+    free(node->address);
     pthread_mutex_destroy(&node->lock);
     free(node);
 }
@@ -181,6 +182,18 @@ int cache_node_upsert(struct cache *cache, const json_t *json, char *err, size_t
         return -1;
     }
     node->gen = cache->node_gen;
+    /* Copied only when it changed: nodes are updated every few seconds
+     * (heartbeats), their addresses almost never. */
+    if (!f.address != !node->address || (f.address && strcmp(f.address, node->address) != 0)) {
+        char *copy = f.address ? strdup(f.address) : NULL;
+        if (f.address && !copy) {
+            pthread_mutex_unlock(&cache->state_lock);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        free(node->address);
+        node->address = copy;
+    }
     pthread_mutex_lock(&node->lock);
     struct placement_node *pn = &node->pn;
     node->present = true;

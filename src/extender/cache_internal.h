@@ -30,6 +30,8 @@ struct cache_node {
     uint32_t pods;            /* pod records charging this node */
     uint32_t gen, cm_gen;     /* list generation last seen in */
     void *scratch;            /* inspect's, under state_lock */
+    char *address;            /* owned, state_lock: where its agent is read directly
+                                 (node_facts.address); NULL when the Node has none */
     char name[];              /* inline: one cache line fewer per lookup */
 };
 

@@ -35,8 +35,6 @@
  * one connection, so each call takes an idle one (round-robin could queue
  * a bind behind a busy connection while another sat idle). */
 #define API_CLIENTS 4
-/* /ui/usage.json: a snapshot older than this starts a new sweep (ui_usage.h). */
-#define UI_USAGE_MAX_AGE_MS 15000
 #define TLS_FILE_MAX (1 << 20)
 
 /* ---- configuration ------------------------------------------------------- */
@@ -77,6 +75,13 @@ static const struct option_value policy_values[] = {
 
 /* The option engine stores an OPT_ENUM as an int. */
 static_assert(sizeof(enum pool_mem_unit) == sizeof(int), "enum size");
+/* --ui-node-metrics-from: how the sweep reaches the agents (ui_usage.h). */
+enum { NODE_METRICS_DIRECT, NODE_METRICS_PROXY };
+static const struct option_value node_metrics_from_values[] = {
+    {.name = "direct", .value = NODE_METRICS_DIRECT},
+    {.name = "proxy", .value = NODE_METRICS_PROXY},
+    {.name = NULL},
+};
 static const struct option_value unit_values[] = {
     {.name = "GiB", .value = POOL_UNIT_GIB},
     {.name = "MiB", .value = POOL_UNIT_MIB},
@@ -203,9 +208,26 @@ static const struct option_spec specs[] = {
      .def = "0",
      .min = 0,
      .max = 65535,
-     .help = "/ui: the node agents' metrics port (their --metrics-addr), read through the API "
-             "server's node proxy while the page is open, to show used beside booked (RBAC: get "
-             "nodes/proxy); 0: off"},
+     .help = "the node agents' metrics port (their --metrics-addr): every GPU-sharing node's "
+             "agent is read once per --ui-node-metrics-interval for /ui/usage.json (used beside "
+             "booked, read by kubectl gpupool top); 0: off"},
+    {.flag = "ui-node-metrics-from",
+     .env = {"GP_UI_NODE_METRICS_FROM"},
+     .type = OPT_ENUM,
+     .values = node_metrics_from_values,
+     .offset = FIELD(ui_node_metrics_from),
+     .def = "direct",
+     .help = "direct: GET http://<node address>:<port>/metrics (its first InternalIP, else "
+             "ExternalIP, else Hostname), no credentials sent, no "
+             "RBAC; proxy: through the API server's node proxy (RBAC: get nodes/proxy)"},
+    {.flag = "ui-node-metrics-interval",
+     .env = {"GP_UI_NODE_METRICS_INTERVAL"},
+     .type = OPT_DURATION,
+     .offset = FIELD(ui_node_metrics_interval_ms),
+     .def = "15s",
+     .min = 1000,
+     .help = "time between the starts of two sweeps of the node agents (one at a time; each "
+             "within 10 s or the interval, whichever is shorter)"},
     {.flag = "gpu-memory-unit",
      .env = {"GP_GPU_MEMORY_UNIT"},
      .type = OPT_ENUM,
@@ -547,8 +569,9 @@ struct extender *extender_new(const struct extender_config *cfg, char *err, size
         goto fail;
     /* opt's strings are cfg's, which outlives the extender. */
     if (cfg->ui_node_metrics_port > 0 &&
-        !(ext->ui_usage =
-              ui_usage_new(&opt, ext->cache, cfg->ui_node_metrics_port, UI_USAGE_MAX_AGE_MS))) {
+        !(ext->ui_usage = ui_usage_new(&opt, ext->cache, cfg->ui_node_metrics_port,
+                                       cfg->ui_node_metrics_from == NODE_METRICS_DIRECT,
+                                       cfg->ui_node_metrics_interval_ms))) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -1167,6 +1190,11 @@ int extender_serve(struct extender *ext, char *err, size_t errlen)
     if (httpd_start(&opt, extender_handle, ext, &ext->http, err, errlen) != 0)
         return -1;
     serve_metrics(ext);
+    /* The cache holds the nodes by now (the port opens after the first
+     * LISTs): the first sweep finds them. Every replica sweeps, leader or
+     * not: any of them may answer /ui/usage.json. */
+    if (ext->ui_usage && ui_usage_start(ext->ui_usage, err, errlen) != 0)
+        return -1;
     /* The election starts once this replica can answer forwarded binds. */
     if (ext->leader && leader_start(ext->leader, err, errlen) < 0)
         return -1;

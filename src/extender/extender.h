@@ -49,6 +49,8 @@ struct extender_config {
     int bind_unknown_hold_ms;           /* BIND_UNKNOWN_HOLD_MS by default */
     int metrics_port;                   /* 0: no metrics server */
     int ui_node_metrics_port;           /* /ui's used figures (ui_usage.h); 0: off */
+    int ui_node_metrics_from;           /* 0: direct to the nodes, 1: the node proxy */
+    int ui_node_metrics_interval_ms;    /* between the starts of two sweeps */
     enum pool_mem_unit gpu_memory_unit; /* the unit of aliyun.com/gpu-mem (poolapi_unit.h) */
     /* Leader election (leader.h, docs/ha.md): only the Lease holder binds. */
     bool leader_elect;

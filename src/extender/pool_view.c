@@ -76,6 +76,7 @@ static void walk_node(struct cache_node *node, struct pool_totals *t, pool_gpu_f
     t->nodes++;
     for (uint32_t g = 0; g < pn.gpu_count && g < PLACEMENT_MAX_GPUS; g++) {
         struct pool_gpu gpu = {node->name,
+                               node->address,
                                g,
                                pn.gpu_total[g],
                                pn.gpu_used[g],
@@ -167,6 +168,7 @@ static void emit_node(struct cache *cache, struct cache_node *node, const struct
     t->nodes++;
     for (uint32_t g = 0; g < pn.gpu_count && g < PLACEMENT_MAX_GPUS; g++) {
         struct pool_gpu gpu = {node->name,
+                               node->address,
                                g,
                                pn.gpu_total[g],
                                pn.gpu_used[g],

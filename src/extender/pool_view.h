@@ -35,7 +35,8 @@ struct pool_totals {
 
 /* One GPU as the walk reports it. */
 struct pool_gpu {
-    const char *node; /* valid during the callback */
+    const char *node;    /* valid during the callback */
+    const char *address; /* the node's (node_facts.address), NULL when none; as `node` */
     uint32_t index;
     uint64_t total, used;
     uint32_t cores_total, cores_used; /* gpupool.io/gpu-cores */

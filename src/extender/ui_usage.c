@@ -1,4 +1,4 @@
-/* ui_usage.c -- /ui/usage.json: node agents' figures, read on demand (ui_usage.h). */
+/* ui_usage.c -- /ui/usage.json: node agents' figures, swept in the background (ui_usage.h). */
 #include "ui_usage.h"
 
 #include "buf.h"
@@ -9,10 +9,12 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A sweep's bounds: 32 requests in flight, 10 s for all of them. */
+/* A sweep's bounds: 32 requests in flight, 10 s for all of them (less when
+ * the interval is shorter, so a few dead nodes cannot stretch the cadence). */
 #define UI_USAGE_WORKERS 32
 #define UI_USAGE_TIMEOUT_MS 10000
 
@@ -20,24 +22,31 @@ struct ui_usage {
     struct kube_client_options client;
     struct cache *cache;
     int port;
-    long max_age_ms;
-    pthread_mutex_t lock;
-    char *json; /* the last sweep's nodes object, NULL before the first */
+    bool direct;
+    long interval_ms;
+    struct kube_cancel *stop; /* fired by ui_usage_free */
+    pthread_mutex_t lock;     /* json, at_ns, refreshing */
+    char *json;               /* the last sweep's nodes object, NULL before the first */
     int64_t at_ns;
     bool refreshing, started;
     pthread_t thread;
 };
 
 struct ui_usage *ui_usage_new(const struct kube_client_options *client, struct cache *cache,
-                              int port, long max_age_ms)
+                              int port, bool direct, long interval_ms)
 {
     struct ui_usage *u = calloc(1, sizeof *u);
     if (!u)
         return NULL;
+    if (!(u->stop = kube_cancel_new())) {
+        free(u);
+        return NULL;
+    }
     u->client = *client;
     u->cache = cache;
     u->port = port;
-    u->max_age_ms = max_age_ms;
+    u->direct = direct;
+    u->interval_ms = interval_ms > 0 ? interval_ms : 1;
     pthread_mutex_init(&u->lock, NULL);
     return u;
 }
@@ -46,8 +55,10 @@ void ui_usage_free(struct ui_usage *u)
 {
     if (!u)
         return;
+    kube_cancel_fire(u->stop); /* ends the wait, and the sweep's requests in flight */
     if (u->started)
         pthread_join(u->thread, NULL);
+    kube_cancel_free(u->stop);
     pthread_mutex_destroy(&u->lock);
     free(u->json);
     free(u);
@@ -57,6 +68,7 @@ void ui_usage_free(struct ui_usage *u)
  * a node's one after the other). */
 struct names {
     char **names;
+    char **addresses; /* [i]: names[i]'s, NULL when it has none */
     size_t count, cap;
     bool failed;
 };
@@ -69,17 +81,26 @@ static void on_gpu(void *ctx, const struct pool_gpu *gpu)
     if (n->count == n->cap) {
         size_t cap = n->cap ? n->cap * 2 : 64;
         char **grown = realloc(n->names, cap * sizeof *grown);
-        if (!grown) {
+        if (grown)
+            n->names = grown;
+        char **grown_addresses = grown ? realloc(n->addresses, cap * sizeof *grown) : NULL;
+        if (grown_addresses)
+            n->addresses = grown_addresses;
+        if (!grown || !grown_addresses) {
             n->failed = true;
             return;
         }
-        n->names = grown;
         n->cap = cap;
     }
-    if (!(n->names[n->count] = strdup(gpu->node)))
+    n->names[n->count] = strdup(gpu->node);
+    n->addresses[n->count] = gpu->address ? strdup(gpu->address) : NULL;
+    if (!n->names[n->count] || (gpu->address && !n->addresses[n->count])) {
+        free(n->names[n->count]);
+        free(n->addresses[n->count]);
         n->failed = true;
-    else
+    } else {
         n->count++;
+    }
 }
 
 /* ",<value>" (with `decimals` digits) or ",null". */
@@ -140,37 +161,48 @@ static void put_nodes(struct buf *b, char **names, const struct node_usage *usag
     buf_str(b, "}");
 }
 
-static void *sweep(void *arg)
+/* One sweep of every GPU-sharing node; the snapshot replaced at its end. */
+static void sweep(struct ui_usage *u)
 {
-    struct ui_usage *u = arg;
     struct names names = {0};
     struct pool_totals totals;
     char err[256];
     struct node_usage *usage = NULL;
     struct buf b = {0};
+    pthread_mutex_lock(&u->lock);
+    u->refreshing = true;
+    pthread_mutex_unlock(&u->lock);
     if (pool_walk(u->cache, on_gpu, &names, &totals, err, sizeof err) != 0 || names.failed ||
         !(usage = calloc(names.count ? names.count : 1, sizeof *usage))) {
         log_warn("/ui usage: out of memory");
     } else {
-        struct usage_fetch_options fo = {.client = &u->client,
-                                         .port = u->port,
-                                         .workers = UI_USAGE_WORKERS,
-                                         .timeout_ms = UI_USAGE_TIMEOUT_MS};
+        struct usage_fetch_options fo = {
+            .client = &u->client,
+            .addresses = u->direct ? (const char *const *)names.addresses : NULL,
+            .port = u->port,
+            .workers = UI_USAGE_WORKERS,
+            .timeout_ms =
+                u->interval_ms < UI_USAGE_TIMEOUT_MS ? u->interval_ms : UI_USAGE_TIMEOUT_MS,
+            .cancel = u->stop};
         struct usage_fetch_stats st;
         if (usage_fetch(&fo, (const char *const *)names.names, names.count, usage, &st, err,
                         sizeof err) != 0)
             log_warn("/ui usage: node agents not read: %s", err);
         else
-            log_v(1, "/ui usage: %zu node agents read (%zu failed) in %.0f ms", st.requests,
-                  st.failed, st.ms);
+            log_v(1, "/ui usage: %zu node agents read %s (%zu failed, %zu bytes) in %.0f ms",
+                  st.requests, u->direct ? "directly" : "through the node proxy", st.failed,
+                  st.bytes, st.ms);
         put_nodes(&b, names.names, usage, names.count);
     }
     for (size_t i = 0; usage && i < names.count; i++)
         node_usage_free(&usage[i]);
     free(usage);
-    for (size_t i = 0; i < names.count; i++)
+    for (size_t i = 0; i < names.count; i++) {
         free(names.names[i]);
+        free(names.addresses[i]);
+    }
     free(names.names);
+    free(names.addresses);
     char *json = b.failed || !b.data ? NULL : b.data;
     if (!json)
         buf_free(&b);
@@ -182,7 +214,36 @@ static void *sweep(void *arg)
     u->at_ns = clock_now_ns();
     u->refreshing = false;
     pthread_mutex_unlock(&u->lock);
+}
+
+/* Sweeps once per interval (start to start) until ui_usage_free(). */
+static void *loop(void *arg)
+{
+    struct ui_usage *u = arg;
+    do {
+        int64_t start = clock_now_ns();
+        sweep(u);
+        int64_t spent_ms = (clock_now_ns() - start) / 1000000;
+        long wait = spent_ms < u->interval_ms ? u->interval_ms - (long)spent_ms : 0;
+        if (wait == 0)
+            log_v(1, "/ui usage: a sweep took %lld ms, longer than the interval (%ld ms)",
+                  (long long)spent_ms, u->interval_ms);
+        if (kube_cancel_sleep(u->stop, wait))
+            break;
+    } while (!kube_cancel_fired(u->stop));
     return NULL;
+}
+
+int ui_usage_start(struct ui_usage *u, char *err, size_t errlen)
+{
+    if (u->started)
+        return 0;
+    if (pthread_create(&u->thread, NULL, loop, u) != 0) {
+        snprintf(err, errlen, "cannot start the node metrics thread");
+        return -1;
+    }
+    u->started = true;
+    return 0;
 }
 
 char *ui_usage_json(struct ui_usage *u, size_t *len)
@@ -190,15 +251,10 @@ char *ui_usage_json(struct ui_usage *u, size_t *len)
     struct buf b = {0};
     int64_t now = clock_now_ns();
     pthread_mutex_lock(&u->lock);
-    if (!u->refreshing && (!u->json || now - u->at_ns > (int64_t)u->max_age_ms * 1000000)) {
-        if (u->started) /* the last sweep has ended (refreshing is false): reap it */
-            pthread_join(u->thread, NULL);
-        u->started = pthread_create(&u->thread, NULL, sweep, u) == 0;
-        u->refreshing = u->started;
-        if (!u->started)
-            log_warn("/ui usage: cannot start a thread");
-    }
-    buf_printf(&b, "{\"port\":%d,\"age_ms\":%lld,\"refreshing\":%s,\"nodes\":%s}", u->port,
+    buf_printf(&b,
+               "{\"port\":%d,\"from\":\"%s\",\"interval_ms\":%ld,\"age_ms\":%lld,"
+               "\"refreshing\":%s,\"nodes\":%s}",
+               u->port, u->direct ? "direct" : "proxy", u->interval_ms,
                u->json ? (long long)((now - u->at_ns) / 1000000) : -1LL,
                u->refreshing ? "true" : "false", u->json ? u->json : "{}");
     pthread_mutex_unlock(&u->lock);

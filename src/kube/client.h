@@ -164,9 +164,7 @@ GP_MUST_USE json_t *kube_protobuf_status(const char *body, size_t len);
 
 /* ---- cancel.c ---- */
 
-/* Sleeps ms, waking early when cancel fires; true when it has fired.
- * A NULL cancel sleeps the whole time. */
-bool kube_cancel_sleep(struct kube_cancel *cancel, long ms);
+/* kube_cancel_sleep(): kube.h. */
 
 /* A watch's multi handle, woken by kube_cancel_fire() while attached. The
  * registration is the watch's (on its stack); attach and detach bracket

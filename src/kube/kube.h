@@ -284,6 +284,22 @@ int kube_http_post(const char *url, const char *header, const char *body, size_t
                    long timeout_ms, size_t max_resp, long *status, char **resp, char *err,
                    size_t errlen) GP_MUST_USE;
 
+/* A plain HTTP GET of an http:// URL outside the API server (the extender
+ * reading a node agent's /metrics at the node's own address, docs/extender.md
+ * "Used beside booked"): no credentials of any kind (no token, no client
+ * certificate: whoever answers on a node's address must not get the
+ * caller's identity), never through a proxy from the environment, no
+ * redirect followed, no retry, the whole exchange before deadline_ns
+ * (clock_now_ns() terms), `accept` the Accept header (NULL: any).
+ * `cancel` (may be NULL) firing aborts the transfer. On 0 *status is the
+ * HTTP status and *resp (NUL-terminated, *len bytes, at most max_resp, the
+ * caller's to free()) the answer's body; -1 with err when no answer came
+ * (connect failure, timeout, too large, cancelled). Thread-safe: a handle
+ * of its own per call. */
+int kube_http_get(const char *url, const char *accept, int64_t deadline_ns, size_t max_resp,
+                  struct kube_cancel *cancel, long *status, char **resp, size_t *len, char *err,
+                  size_t errlen) GP_MUST_USE;
+
 /* POST a v1 Binding of pod ns/name to node: one write that sets
  * spec.nodeName and merges `annotations` (a JSON object of strings, may be
  * NULL; copied) into the pod's. uid (may be NULL) is sent as
@@ -339,6 +355,9 @@ bool kube_cancel_fired(struct kube_cancel *cancel);
 /* Un-fires a token, for one used as a reusable request (the reflector's
  * re-list token below); a stop token is never reset. */
 void kube_cancel_reset(struct kube_cancel *cancel);
+/* Sleeps ms, waking early when cancel fires; true when it has fired.
+ * A NULL cancel sleeps the whole time. */
+bool kube_cancel_sleep(struct kube_cancel *cancel, long ms);
 
 /* The reflector: keeps a caller's cache in sync with a collection.
  *

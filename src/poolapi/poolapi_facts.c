@@ -259,6 +259,26 @@ static int node_gpus_annotation(const char *text, struct node_facts *out)
     return 0;
 }
 
+/* Where a client reaches the node itself (docs/extender.md, "Used beside
+ * booked"): the first InternalIP, else the first ExternalIP, else the
+ * first Hostname -- as metrics-server reaches the kubelet. NULL: none. */
+static const char *node_address(const json_t *status)
+{
+    static const char *const preferred[] = {"InternalIP", "ExternalIP", "Hostname"};
+    const json_t *addresses = json_object_get(status, "addresses");
+    for (size_t p = 0; p < sizeof preferred / sizeof preferred[0]; p++) {
+        size_t i;
+        const json_t *a;
+        json_array_foreach (addresses, i, a) {
+            const char *type = json_string_value(json_object_get(a, "type"));
+            const char *address = json_string_value(json_object_get(a, "address"));
+            if (type && address && address[0] && strcmp(type, preferred[p]) == 0)
+                return address;
+        }
+    }
+    return NULL;
+}
+
 int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err, size_t errlen)
 {
     json_t *meta, *status, *alloc, *cap, *annotations = NULL, *labels = NULL;
@@ -276,6 +296,7 @@ int poolapi_node_facts(const json_t *node, struct node_facts *out, char *err, si
          member(meta, "labels", JSON_OBJECT, "metadata", &labels, err, errlen) < 0))
         return -1;
     out->name = string_member(meta, "name");
+    out->address = node_address(status);
     alloc = cap = NULL;
     if (status && (member(status, "allocatable", JSON_OBJECT, "status", &alloc, err, errlen) < 0 ||
                    member(status, "capacity", JSON_OBJECT, "status", &cap, err, errlen) < 0))

@@ -69,8 +69,10 @@ int poolapi_gpu_cores_check(const struct pod_facts *pod, char *err, size_t errle
 
 /* Everything the pool needs from a node. */
 struct node_facts {
-    const char *name;   /* borrowed */
-    uint64_t cpu_milli; /* status.allocatable */
+    const char *name;    /* borrowed */
+    const char *address; /* borrowed: status.addresses' first InternalIP, else ExternalIP,
+                          * else Hostname; NULL when none */
+    uint64_t cpu_milli;  /* status.allocatable */
     uint64_t memory_bytes;
     uint64_t gpu_memory_total; /* capacity aliyun.com/gpu-mem; 0: not a GPU-sharing node */
     uint32_t gpu_count;        /* GPUs described (<= POOL_MAX_GPUS) */

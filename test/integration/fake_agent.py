@@ -14,10 +14,12 @@ class Agent:
     def __init__(self, host, port, text, delay=0.0):
         agent = self
         self.text, self.delay, self.hits = text, delay, 0
+        self.authorization = []  # each request's Authorization header (None: none sent)
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 agent.hits += 1
+                agent.authorization.append(self.headers.get("Authorization"))
                 if agent.delay:
                     time.sleep(agent.delay)
                 if self.path != "/metrics":

@@ -104,7 +104,17 @@ def cluster(tmp_path):
 
 
 def proxied(srv):
-    return sorted(r["path"] for r in srv.requests() if "/proxy/" in r["path"])
+    """The node-proxy requests (the agents read through the API server)."""
+    return sorted(r["path"] for r in srv.requests() if r["path"].startswith("/api/v1/nodes/")
+                  and "/proxy/" in r["path"])
+
+
+EXTENDER_USAGE = ("/api/v1/namespaces/kube-system/services/gpupool-scheduler-extender:http"
+                  "/proxy/ui/usage.json")
+
+
+def extender_asked(srv):
+    return [r["path"] for r in srv.requests() if "/services/" in r["path"]]
 
 
 def top(cfg, port, *args):
@@ -142,6 +152,35 @@ def test_top_pods_used_beside_booked(cluster):
     assert took < scaled(3.8), took
     assert proxied(srv) == ["/api/v1/nodes/%s:%d/proxy/metrics" % (n, port)
                             for n in ("gpu-a", "gpu-b", "slow", "whole")]
+    # --from auto (the default) asked the extender's Service first: there is
+    # none here (404), so every agent was read, and nothing said about it.
+    assert extender_asked(srv) == [EXTENDER_USAGE]
+    assert "extender" not in proc.stderr
+
+
+def test_top_auto_falls_back_quietly_and_says_why_at_v1(cluster):
+    srv, cfg, port, _ = cluster
+    # A Service whose endpoint does not answer: the proxy's 503.
+    srv.store.create("services", "kube-system", {
+        "metadata": {"name": "gpupool-scheduler-extender", "namespace": "kube-system"},
+        "spec": {"clusterIP": "127.0.0.9", "ports": [{"name": "http", "port": 1}]}})
+    proc = top(cfg, port, "gpus", "--node", "gpu-a", "-v", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "the extender's figures not read" in proc.stderr and "reading the node agents" in \
+        proc.stderr, proc.stderr
+    assert "warning" not in proc.stderr, proc.stderr
+    assert proxied(srv) == ["/api/v1/nodes/gpu-a:%d/proxy/metrics" % port]
+    assert rows(proc.stdout)[("gpu-a", "1")][5] == "13.5GiB"
+    # --from extender keeps its strict meaning: a warning, and no agent asked.
+    before = len(proxied(srv))
+    strict = top(cfg, port, "gpus", "--node", "gpu-a", "--from", "extender")
+    assert strict.returncode == 0, strict.stderr
+    assert "warning: the extender's figures not read" in strict.stderr
+    assert len(proxied(srv)) == before
+    # --from agents never asks the extender.
+    asked = len(extender_asked(srv))
+    agents = top(cfg, port, "gpus", "--node", "gpu-a", "--from", "agents")
+    assert agents.returncode == 0 and len(extender_asked(srv)) == asked
 
 
 def test_top_pods_namespace_sort_and_json(cluster):
@@ -182,7 +221,7 @@ def test_top_pods_label_selector_goes_to_the_list(cluster):
     assert "No GPU pods found" in proc.stdout
     lists = [r for r in srv.requests() if r["path"] == "/api/v1/pods"]
     assert lists and all(r["query"].get("labelSelector") == "app=none" for r in lists)
-    assert proxied(srv) == []
+    assert proxied(srv) == [] and extender_asked(srv) == []
 
 
 def test_top_gpus(cluster):

@@ -232,6 +232,16 @@ def test_gpu_mem_overlay_extender_on_its_service():
     # Every interface, set explicitly (the binary's default is loopback): the Service, the
     # kubelet's probes, scrapes and kubectl port-forward all reach it.
     assert env_of(dep)["GP_ADDRESS"] == "0.0.0.0"
+    # Used beside booked on by default, read directly at each node's address:
+    # the agent's metrics port is on the node (hostPort), and the extender
+    # needs no nodes/proxy (docs/extender.md, "Used beside booked").
+    assert env_of(dep)["GP_UI_NODE_METRICS_PORT"] == "9401"
+    assert "GP_UI_NODE_METRICS_FROM" not in env_of(dep)       # direct, the default
+    plugin = find(docs, "DaemonSet", "gpupool-device-plugin")["spec"]["template"]["spec"]
+    (metrics,) = [p for p in plugin["containers"][0]["ports"] if p["name"] == "metrics"]
+    assert metrics["containerPort"] == metrics["hostPort"] == 9401
+    role = find(docs, "ClusterRole", "gpupool-scheduler-extender")
+    assert not any("nodes/proxy" in r["resources"] for r in role["rules"])
     assert svc["spec"]["clusterIP"] == CLUSTER_IP
     ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
     assert ports == {"http": 39999, "metrics": 39998}

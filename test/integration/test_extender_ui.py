@@ -365,24 +365,68 @@ def agent_text(gpus, extra=""):
     return "\n".join(lines) + "\n"
 
 
+class UsedCluster:
+    """The fixture's cluster with node addresses and fake agents at them:
+    n1 at 127.0.0.2, n3 at 127.0.0.3 (n2 has no address, so no agent), and
+    with `whole` a whole-GPU node (nvidia.com/gpu, not tracked by the
+    extender) at 127.0.0.4; the extender with --ui-node-metrics-port and
+    `args`."""
+
+    def __init__(self, tmp_path, args=(), whole=False, n1_delay=0.0):
+        objs = fixture_objects()
+        for n in objs["nodes"]:
+            ip = {"n1": "127.0.0.2", "n3": "127.0.0.3"}.get(n["metadata"]["name"])
+            if ip:
+                # Hostname first: the extender must still pick the InternalIP.
+                n["status"]["addresses"] = [{"type": "Hostname", "address": "localhost"},
+                                            {"type": "InternalIP", "address": ip}]
+        specs = [("127.0.0.2", agent_text(USED["n1"], PODS_N1), n1_delay),
+                 ("127.0.0.3", agent_text(USED["n3"]))]
+        if whole:
+            w = node("w1", 0, 0)
+            w["status"]["capacity"]["nvidia.com/gpu"] = "1"
+            w["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+            w["status"]["addresses"] = [{"type": "InternalIP", "address": "127.0.0.4"}]
+            objs["nodes"].append(w)
+            objs["pods"].append(whole_gpu_pod("cuda", "w1"))
+            specs.append(("127.0.0.4", WHOLE_TEXT))
+        self.srv = FakeApiServer(fixture=objs).start()
+        self.agents = start_agents(specs)
+        self.port = self.agents[0].port
+        self.ext = Extender(self.srv, tmp_path, ["--metrics-port", str(free_port()),
+                                                 "--ui-node-metrics-port", str(self.port)] +
+                            list(args))
+
+    def node_proxied(self):
+        return sorted(r["path"] for r in self.srv.requests()
+                      if r["path"].startswith("/api/v1/nodes/") and "/proxy/" in r["path"])
+
+    def stop(self):
+        rc = self.ext.stop()
+        for a in self.agents:
+            a.stop()
+        self.srv.stop()
+        assert rc == 0, self.ext.log()
+
+
+WHOLE_TEXT = ('gpupool_gpu_healthy{gpu="0",uuid="GPU-w0",model="NVIDIA-A100"} 1\n'
+              'gpupool_gpu_memory_used_bytes{gpu="0",uuid="GPU-w0",model="NVIDIA-A100"} %d\n'
+              'gpupool_gpu_sm_utilization_ratio{gpu_uuid="GPU-w0",model="NVIDIA-A100"} 0.9\n'
+              % (10 * GIB))
+
+
+def whole_gpu_pod(name, node_name):
+    p = pod(name, 0, node_name)
+    for c in p["spec"]["containers"]:
+        c.setdefault("resources", {}).setdefault("limits", {})["nvidia.com/gpu"] = "1"
+    return p
+
+
 @pytest.fixture
 def used_cluster(tmp_path):
-    objs = fixture_objects()
-    for n in objs["nodes"]:
-        ip = {"n1": "127.0.0.2", "n3": "127.0.0.3"}.get(n["metadata"]["name"])
-        if ip:
-            n["status"]["addresses"] = [{"type": "InternalIP", "address": ip}]
-    srv = FakeApiServer(fixture=objs).start()
-    a1, a3 = start_agents([("127.0.0.2", agent_text(USED["n1"], PODS_N1)),
-                           ("127.0.0.3", agent_text(USED["n3"]))])
-    e = Extender(srv, tmp_path, ["--metrics-port", str(free_port()),
-                                 "--ui-node-metrics-port", str(a1.port)])
-    yield srv, e, a1.port
-    rc = e.stop()
-    a1.stop()
-    a3.stop()
-    srv.stop()
-    assert rc == 0, e.log()
+    c = UsedCluster(tmp_path)
+    yield c.srv, c.ext, c.port
+    c.stop()
 
 
 def usage_view(e):
@@ -392,7 +436,7 @@ def usage_view(e):
 
 
 def settled_usage(e):
-    """usage.json once its first sweep has ended (the first request starts it)."""
+    """usage.json once the first background sweep has ended."""
     import time
     deadline = time.monotonic() + scaled(20)
     while True:
@@ -402,31 +446,103 @@ def settled_usage(e):
         time.sleep(0.05)
 
 
+def assert_used_figures(nodes):
+    for name, gpus in USED.items():
+        assert {int(k): (v[0], v[1]) for k, v in nodes[name]["gpus"].items()} == \
+            {i: (used, pytest.approx(sm)) for i, (used, sm) in gpus.items()}
+
+
 def test_usage_json_is_off_by_default(ext):
     status, _, body = get(ext, "/ui/usage.json")
     assert status == 404 and "--ui-node-metrics-port" in body
 
 
-def test_usage_json_reads_the_agents_on_demand_and_caches(used_cluster):
-    srv, e, port = used_cluster
-    proxied = lambda: [r["path"] for r in srv.requests() if "/proxy/" in r["path"]]  # noqa: E731
-    assert proxied() == []                 # nobody looked yet: no agent was asked
-    first = usage_view(e)
-    assert first["age_ms"] == -1 and first["nodes"] == {} and first["port"] == port
-    u = settled_usage(e)
-    assert u["age_ms"] >= 0
-    nodes = u["nodes"]
-    for name, gpus in USED.items():
-        assert {int(k): (v[0], v[1]) for k, v in nodes[name]["gpus"].items()} == \
-            {i: (used, pytest.approx(sm)) for i, (used, sm) in gpus.items()}
-    assert "503" in nodes["n2"]["error"]
-    # One sweep: one request per GPU-sharing node, through the node proxy.
-    assert sorted(proxied()) == ["/api/v1/nodes/%s:%d/proxy/metrics" % (n, port)
-                                 for n in ("n1", "n2", "n3")]
-    # Within the snapshot's lifetime, more page loads ask no agent again.
-    for _ in range(3):
-        assert usage_view(e)["nodes"] == nodes
-    assert len(proxied()) == 3
+def test_usage_is_swept_directly_in_the_background(tmp_path):
+    """Default --ui-node-metrics-from direct: every GPU-sharing node's agent
+    is read at the node's InternalIP, with no credentials and without the
+    API server, and again every interval, whether anyone asks or not."""
+    import time
+    c = UsedCluster(tmp_path, ["--ui-node-metrics-interval", "2s"])
+    try:
+        a1, a3 = c.agents
+        # Nobody asks: the first sweep still runs, once the cache is synced.
+        deadline = time.monotonic() + scaled(10)
+        while (a1.hits == 0 or a3.hits == 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert a1.hits >= 1 and a3.hits >= 1
+        time.sleep(0.5)
+        u = usage_view(c.ext)          # the first request finds a warm snapshot
+        assert u["from"] == "direct" and u["interval_ms"] == 2000 and u["port"] == c.port
+        assert 0 <= u["age_ms"] < 2000, u
+        assert_used_figures(u["nodes"])
+        assert "no address" in u["nodes"]["n2"]["error"]
+        assert set(u["nodes"]) == {"n1", "n2", "n3"}   # GPU-sharing nodes only
+        # Not through the API server, and never the extender's token.
+        assert c.node_proxied() == []
+        assert a1.authorization and set(a1.authorization + a3.authorization) == {None}
+        # The next sweep comes by itself within the interval.
+        hits = a1.hits
+        deadline = time.monotonic() + scaled(6)
+        while a1.hits == hits and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert a1.hits > hits, "no second sweep without a request"
+        assert usage_view(c.ext)["age_ms"] < 2000 + scaled(1000)
+    finally:
+        c.stop()
+
+
+def test_usage_requests_never_start_sweeps(tmp_path):
+    import time
+    c = UsedCluster(tmp_path, ["--ui-node-metrics-interval", "60s"])
+    try:
+        u = settled_usage(c.ext)
+        assert u["age_ms"] >= 0 and u["refreshing"] is False
+        hits = (c.agents[0].hits, c.agents[1].hits)
+        assert hits == (1, 1)
+        for _ in range(5):
+            assert usage_view(c.ext)["nodes"] == u["nodes"]
+        time.sleep(0.3)
+        assert (c.agents[0].hits, c.agents[1].hits) == hits
+    finally:
+        c.stop()
+
+
+def test_stopping_the_extender_cancels_a_sweep_in_flight(tmp_path):
+    """SIGTERM while an agent is slow to answer: the sweep's read is let go at
+    once (not after its 10 s deadline), the thread joined, nothing leaked."""
+    import time
+    c = UsedCluster(tmp_path, n1_delay=30.0)
+    try:
+        deadline = time.monotonic() + scaled(10)
+        while c.agents[0].hits == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.agents[0].hits == 1
+        time.sleep(0.3)
+        assert usage_view(c.ext)["refreshing"] is True
+        start = time.monotonic()
+        rc = c.ext.stop()
+        took = time.monotonic() - start
+        assert rc == 0, c.ext.log()
+        assert took < scaled(4), took
+    finally:
+        c.stop()
+
+
+def test_usage_through_the_node_proxy(tmp_path):
+    c = UsedCluster(tmp_path, ["--ui-node-metrics-from", "proxy"])
+    try:
+        u = settled_usage(c.ext)
+        assert u["from"] == "proxy" and u["age_ms"] >= 0
+        assert_used_figures(u["nodes"])
+        assert "503" in u["nodes"]["n2"]["error"]
+        # One sweep: one request per GPU-sharing node, through the node proxy.
+        assert c.node_proxied() == ["/api/v1/nodes/%s:%d/proxy/metrics" % (n, c.port)
+                                    for n in ("n1", "n2", "n3")]
+        for _ in range(3):
+            assert usage_view(c.ext)["nodes"] == u["nodes"]
+        assert len(c.node_proxied()) == 3
+    finally:
+        c.stop()
 
 
 class UsedReader(DomReader):
@@ -478,44 +594,83 @@ def test_ui_used_vs_booked_in_headless_chromium(used_cluster, tmp_path):
 KUBECTL_GPUPOOL = os.path.join(os.path.dirname(EXTENDER_BIN), "kubectl-gpupool")
 
 
-@pytest.mark.skipif(not os.path.exists(KUBECTL_GPUPOOL), reason="kubectl-gpupool not built")
-def test_top_from_the_extender_in_one_request(used_cluster, tmp_path):
-    srv, e, _ = used_cluster
-    from conftest import run_program
+def extender_service(srv, e):
     srv.store.create("services", "kube-system", {
         "metadata": {"name": "gpupool-scheduler-extender", "namespace": "kube-system"},
         "spec": {"clusterIP": "127.0.0.1", "ports": [{"name": "http", "port": e.port}]}})
+
+
+def cli_kubeconfig(srv, tmp_path):
     cfg = tmp_path / "cli-config"
     cfg.write_text("apiVersion: v1\nkind: Config\ncurrent-context: t\n"
                    "clusters: [{name: t, cluster: {server: '%s'}}]\n"
                    "users: [{name: u, user: {token: t}}]\n"
                    "contexts: [{name: t, context: {cluster: t, user: u}}]\n" % srv.url)
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    return cfg
 
-    def top(*args):
-        proc = run_program([KUBECTL_GPUPOOL, "top"] + list(args) +
-                           ["--from", "extender", "--kubeconfig", str(cfg)], env=env)
-        assert proc.returncode == 0, proc.stderr
-        return proc
-    # A cold extender: top waits for the sweep its request starts.
-    proc = top("gpus", "-o", "json")
-    assert "not read" not in proc.stderr and "no metrics from node n2: HTTP 503" in proc.stderr
-    gpus = json.loads(proc.stdout)["gpus"]
-    got = {(g["node"], g["index"]): (g["usedBytes"], g["smUtilization"]) for g in gpus}
-    assert got[("n1", 0)] == (9 * GIB, pytest.approx(0.4))
-    assert got[("n1", 1)] == (14 * GIB, pytest.approx(0.95))
-    assert got[("n3", 1)] == (0, 0.0) and got[("n2", 0)] == (None, None)
-    pods = {p["name"]: p for p in json.loads(top("pods", "-A", "-o", "json").stdout)["pods"]}
-    old = pods["old"]
-    assert (old["usedBytes"], old["limitBytes"]) == (5 * GIB, 10 * GIB)
-    assert old["smUtilization"] == pytest.approx(0.3) and pods["train"]["usedBytes"] is None
-    # One sweep of the agents by the extender; the CLI asked the extender only.
-    reqs = [r["path"] for r in srv.requests() if "/proxy/" in r["path"]]
-    assert sorted(p for p in reqs if "/nodes/" in p) == \
-        ["/api/v1/nodes/%s:%d/proxy/metrics" % (n, e_port) for n, e_port in
-         (("n1", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])),
-          ("n2", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])),
-          ("n3", int(e.argv[e.argv.index("--ui-node-metrics-port") + 1])))]
-    svc = [p for p in reqs if "/services/" in p]
-    assert set(svc) == {"/api/v1/namespaces/kube-system/services/gpupool-scheduler-extender:http"
-                        "/proxy/ui/usage.json"}
+
+def run_top(cfg, port, *args):
+    from conftest import run_program
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    proc = run_program([KUBECTL_GPUPOOL, "top"] + list(args) +
+                       ["--kubeconfig", str(cfg), "--metrics-port", str(port),
+                        "--metrics-timeout", "5s"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Sanitizer" not in proc.stderr, proc.stderr
+    return proc
+
+
+SERVICE_USAGE = ("/api/v1/namespaces/kube-system/services/gpupool-scheduler-extender:http"
+                 "/proxy/ui/usage.json")
+
+
+@pytest.mark.skipif(not os.path.exists(KUBECTL_GPUPOOL), reason="kubectl-gpupool not built")
+def test_top_by_default_reads_the_extender_and_only_uncovered_nodes_from_agents(tmp_path):
+    c = UsedCluster(tmp_path, whole=True)
+    try:
+        srv, e = c.srv, c.ext
+        extender_service(srv, e)
+        cfg = cli_kubeconfig(srv, tmp_path)
+        settled_usage(e)
+        proc = run_top(cfg, c.port, "gpus", "-o", "json")
+        assert proc.stderr.splitlines() == [
+            "warning: no metrics from node n2: the Node has no address (status.addresses) "
+            "(the extender's last sweep)"], proc.stderr
+        gpus = json.loads(proc.stdout)["gpus"]
+        got = {(g["node"], g["index"]): (g["usedBytes"], g["smUtilization"]) for g in gpus}
+        assert got[("n1", 0)] == (9 * GIB, pytest.approx(0.4))
+        assert got[("n1", 1)] == (14 * GIB, pytest.approx(0.95))
+        assert got[("n3", 1)] == (0, 0.0) and got[("n2", 0)] == (None, None)
+        # w1 (whole GPU) is not in the extender's sweep: its agent, and only it, read
+        # through the node proxy.
+        assert got[("w1", 0)] == (10 * GIB, pytest.approx(0.9))
+        assert c.node_proxied() == ["/api/v1/nodes/w1:%d/proxy/metrics" % c.port]
+        pods = {p["name"]: p for p in json.loads(run_top(cfg, c.port, "pods", "-A", "-o",
+                                                         "json").stdout)["pods"]}
+        old = pods["old"]
+        assert (old["usedBytes"], old["limitBytes"]) == (5 * GIB, 10 * GIB)
+        assert old["smUtilization"] == pytest.approx(0.3) and pods["train"]["usedBytes"] is None
+        svc = [r["path"] for r in srv.requests() if "/services/" in r["path"]]
+        assert svc == [SERVICE_USAGE] * 2
+        # --from extender: the sweep only; w1 is named as not covered.
+        before = len(c.node_proxied())
+        strict = run_top(cfg, c.port, "gpus", "--from", "extender")
+        assert "no metrics from node w1: not in the extender's sweep" in strict.stderr
+        assert len(c.node_proxied()) == before
+    finally:
+        c.stop()
+
+
+@pytest.mark.skipif(not os.path.exists(KUBECTL_GPUPOOL), reason="kubectl-gpupool not built")
+def test_top_reads_the_agents_when_the_extender_has_node_metrics_off(api, ext, tmp_path):
+    extender_service(api, ext)
+    cfg = cli_kubeconfig(api, tmp_path)
+    proc = run_top(cfg, 9401, "gpus", "-v", "1")
+    # The extender answered 404 (no --ui-node-metrics-port): every agent asked,
+    # through the node proxy (none answers here: the nodes have no address).
+    assert "the extender's figures not read" in proc.stderr and "HTTP 404" in proc.stderr
+    assert sorted(r["path"] for r in api.requests() if r["path"].startswith("/api/v1/nodes/")
+                  and "/proxy/" in r["path"]) == \
+        ["/api/v1/nodes/%s:9401/proxy/metrics" % n for n in ("n1", "n2", "n3")]
+    quiet = run_top(cfg, 9401, "gpus")
+    assert "extender" not in quiet.stderr

@@ -214,6 +214,41 @@ static void test_node_uniform_and_annotation(void **state)
     json_decref(node);
 }
 
+/* Where the extender reads a node's agent directly: the first InternalIP,
+ * else ExternalIP, else Hostname, whatever their order in the list. */
+static void test_node_address(void **state)
+{
+    (void)state;
+    struct node_facts f;
+    char err[256];
+    static const struct {
+        const char *addresses, *want;
+    } cases[] = {
+        {"[{\"type\":\"Hostname\",\"address\":\"h\"},{\"type\":\"ExternalIP\",\"address\":"
+         "\"1.2.3.4\"},{\"type\":\"InternalIP\",\"address\":\"10.0.0.7\"},"
+         "{\"type\":\"InternalIP\",\"address\":\"fd00::7\"}]",
+         "10.0.0.7"},
+        {"[{\"type\":\"Hostname\",\"address\":\"h\"},{\"type\":\"ExternalIP\",\"address\":"
+         "\"1.2.3.4\"}]",
+         "1.2.3.4"},
+        {"[{\"type\":\"InternalIP\",\"address\":\"\"},{\"type\":\"Hostname\",\"address\":\"h\"}]",
+         "h"},
+        {"[]", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"metadata\":{\"name\":\"x\"},\"status\":{\"addresses\":%s}}",
+                 cases[i].addresses);
+        json_t *node = fx_json(text);
+        assert_int_equal(poolapi_node_facts(node, &f, err, sizeof err), 0);
+        if (cases[i].want)
+            assert_string_equal(f.address, cases[i].want);
+        else
+            assert_null(f.address);
+        json_decref(node);
+    }
+}
+
 static void test_index_lists(void **state)
 {
     (void)state;
@@ -247,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_pod_assignment_and_states),
         cmocka_unit_test(test_pod_mistyped),
         cmocka_unit_test(test_node_uniform_and_annotation),
+        cmocka_unit_test(test_node_address),
         cmocka_unit_test(test_index_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
