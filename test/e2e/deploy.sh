@@ -85,13 +85,15 @@ dep_is_fake_uuid() { local u; for u in "${DEP_UUIDS[@]}"; do [[ $u == "$1" ]] &&
 
 # --- cluster pieces ------------------------------------------------------------
 # The e2e cluster runs no controller-manager; DaemonSets and Deployments need
-# one. Only the controllers the rollouts use; it serves no port.
+# one. Only the controllers the rollouts use, and the Endpoints of Services
+# (the API server's service proxy, which kubectl gpupool top reads the
+# extender through, answers 503 without them); it serves no port.
 dep_start_kcm() {
   is_running kube-controller-manager && return 0
-  printf '  $ kube-controller-manager --controllers=daemonset,deployment,replicaset,garbagecollector\n'
+  printf '  $ kube-controller-manager --controllers=daemonset,deployment,replicaset,garbagecollector,endpoint\n'
   start_bg kube-controller-manager "$E2E_LOGS/kube-controller-manager.log" \
     "$K8S_BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" --leader-elect=false \
-    --controllers=daemonset,deployment,replicaset,garbagecollector \
+    --controllers=daemonset,deployment,replicaset,garbagecollector,endpoint \
     --port=0 --secure-port=0 --concurrent-deployment-syncs=2 --v=1
 }
 # dep_scheduler LABEL ARGS...  -- replaces the running kube-scheduler.
@@ -669,6 +671,29 @@ EOF
     check "[gpu-mem] ... refused by the extender, not by the scheduler's own fit" huge_by_extender
 
     rbac_gpu_mem "$dp" "$ep"
+
+    # Used beside booked the default way (issue 26): the shipped extender
+    # sweeps each GPU-sharing node's agent at the node's InternalIP:9401 in
+    # the background, and kubectl gpupool top reads its snapshot through the
+    # Service (the API server's service proxy): one request, no node proxy.
+    top_via_extender() {  # every GPU of the node with the agent's figures, booked where the pods are
+      KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus --node "$NODE_NAME" --from extender -o json \
+        2>"$DEP_DIR/top.err" | /usr/bin/python3 -c '
+import json, sys
+gpus = json.load(sys.stdin)["gpus"]
+print("      " + json.dumps([[g["index"], g["bookedBytes"], g["usedBytes"], g["smUtilization"], g["nodeMetrics"]] for g in gpus]))
+sys.exit(not (len(gpus) == int(sys.argv[1]) and all(g["nodeMetrics"] is True and g["smUtilization"] is not None for g in gpus)
+              and sum(1 for g in gpus if g["bookedBytes"]) == 2))' "${#DEP_UUIDS[@]}" && ! grep -q warning "$DEP_DIR/top.err"
+    }
+    echo "    \$ kubectl gpupool top gpus --node $NODE_NAME --from extender -o json"
+    wait_for 60 "the extender's sweep of the agent, through the Service" top_via_extender
+    check "[gpu-mem] kubectl gpupool top --from extender: the ${#DEP_UUIDS[@]} GPUs with the agent's figures (the extender's direct sweep of InternalIP:9401), 2 booked" top_via_extender
+    top_auto_log() {  # the default (auto) takes the same snapshot and asks no agent
+      KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus --node "$NODE_NAME" -v 1 2>&1 >/dev/null |
+        grep -q "0 of 1 nodes are not in the extender's sweep"
+    }
+    check "[gpu-mem] kubectl gpupool top (default --from auto) reads the extender's snapshot and no agent" top_auto_log
+    KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus 2>&1 | sed 's/^/      /'
 
     # The Service: kubectl port-forward into the extender's pod.
     pf_port=$((40000 + RANDOM % 2000))
