@@ -123,7 +123,8 @@ static const struct option_value sort_keys[] = {
      .help = "node agents read at the same time (one connection each)"},                     \
     {.flag = "metrics-timeout", .type = OPT_DURATION,                                         \
      .offset = offsetof(struct cli_options, metrics_timeout_ms), .def = "5s", .min = 1,     \
-     .help = "time for reading every agent; those not answered by then show no data"}
+     .help = "time for the used figures: the extender's answer (and its first sweep, when "    \
+             "it has just started) or every agent's; those not read by then show no data"}
 
 /* inspect's and gpushare's, not top's: */
 #define DETAILS_FLAG                                                                           \
@@ -184,7 +185,8 @@ static const struct option_spec top_specs[] = {
      .type = OPT_STRING,
      .offset = offsetof(struct cli_options, node_name),
      .def = "",
-     .help = "only this node's pods or GPUs (one agent read)"},
+     .help = "only this node's pods or GPUs (its figures from the extender's sweep, else "
+             "from its agent)"},
     {.flag = "sort-by",
      .type = OPT_ENUM,
      .values = sort_keys,

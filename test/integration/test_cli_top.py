@@ -284,3 +284,15 @@ def test_top_usage_errors(cluster):
     assert bad.returncode == 2 and "unknown view \"nodes\"" in bad.stderr
     bad = run(GPUPOOL, ["top", "pods", "--sort-by", "size"], cfg)
     assert bad.returncode == 2 and "sort-by" in bad.stderr
+
+
+def test_top_help_describes_the_default_read_path():
+    """--help says what the default (--from auto) does: --node's figures come from the
+    extender's sweep when it covers the node, and --metrics-timeout also bounds the read
+    of the extender (and the wait for its first sweep), not only the agents'."""
+    proc = run(GPUPOOL, ["top", "--help"])
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "one agent read" not in text
+    assert "only this node's pods or GPUs (its figures from the extender's sweep, else from its agent)" in text
+    assert "time for the used figures: the extender's answer (and its first sweep" in text
