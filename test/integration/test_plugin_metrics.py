@@ -95,6 +95,9 @@ def test_allocate_histogram(plugin, kubelet):
     p = start(plugin)
     fams, before = scrape(p)
     assert fams["gpupool_deviceplugin_allocate_duration_seconds"].type == "histogram"
+    # The observer is told when the call is answered (a parked gpu-mem call: at its reply).
+    assert "until the parked call is answered" in \
+        fams["gpupool_deviceplugin_allocate_duration_seconds"].documentation
     count0 = value(before, "gpupool_deviceplugin_allocate_duration_seconds_count",
                    resource=RESOURCE) or 0
     kubelet.allocate(RESOURCE, [p.inventory.gpus[0].uuid])

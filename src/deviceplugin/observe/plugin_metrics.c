@@ -220,8 +220,9 @@ static void render_xids(struct plugin_metrics *m, struct buf *f)
 static void render_resources(struct plugin_metrics *m, struct buf *f)
 {
     size_t n = atomic_load_explicit(&m->resource_count, memory_order_acquire);
-    prom_header(f, "gpupool_deviceplugin_allocate_duration_seconds", "histogram",
-                "Time to answer one Allocate call (gpu-mem mode: until the call is parked).");
+    prom_header(
+        f, "gpupool_deviceplugin_allocate_duration_seconds", "histogram",
+        "Time to answer one Allocate call (gpu-mem mode: until the parked call is answered).");
     for (size_t i = 0; i < n; i++) {
         struct resource_counters *r = &m->resources[i];
         /* count first: a concurrent Allocate may land in a bucket after
