@@ -823,6 +823,11 @@ static int read_usage(const struct invocation *inv, const struct kube_client_opt
         if (st.failed > shown)
             fprintf(errout, "warning: no metrics from %zu more nodes (-v 2 names them)\n",
                     st.failed - shown);
+        /* The agents' reader logs its own failures at -v 2, but not those
+         * of the extender's sweep: name every one here. */
+        for (size_t k = 0, seen = 0; k < n; k++)
+            if (got[k].state == USAGE_FAILED && seen++ >= shown)
+                log_v(2, "no metrics from node %s: %s", names[k], got[k].error);
     }
     for (size_t k = 0; k < n; k++) {
         usage[where[k]] = got[k]; /* moved: got's records are not freed here */

@@ -8,9 +8,11 @@ API server's /api/v1/nodes/<node>:<port>/proxy/metrics forwards there.
     GP_BUILD_DIR  build tree holding bin/kubectl-gpupool (default ./build)
 """
 
+import http.server
 import json
 import os
 import sys
+import threading
 import time
 
 import pytest
@@ -296,3 +298,47 @@ def test_top_help_describes_the_default_read_path():
     assert "one agent read" not in text
     assert "only this node's pods or GPUs (its figures from the extender's sweep, else from its agent)" in text
     assert "time for the used figures: the extender's answer (and its first sweep" in text
+
+
+def test_top_v2_names_every_node_the_extenders_sweep_failed(cluster):
+    """More than three nodes without figures: three are named, the rest counted with
+    "(-v 2 names them)", and -v 2 does name them, also when the failures come from the
+    extender's sweep (no agent read here, so the agents' reader logs nothing)."""
+    srv, cfg, port, _ = cluster
+    for i in (1, 2):
+        srv.store.create("nodes", None, node("x%d" % i, "127.0.0.%d" % (20 + i), 16, 1))
+    swept = ["gpu-a", "gpu-b", "slow", "x1", "x2"]
+    usage = json.dumps({"port": port, "from": "direct", "interval_ms": 15000, "age_ms": 100,
+                        "refreshing": False,
+                        "nodes": {n: {"error": "HTTP 503: %s down" % n} for n in swept}}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/ui/usage.json" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(usage)))
+            self.end_headers()
+            self.wfile.write(usage)
+
+        def log_message(self, *a):
+            pass
+
+    ext = http.server.ThreadingHTTPServer(("127.0.0.9", 0), Handler)
+    threading.Thread(target=ext.serve_forever, daemon=True).start()
+    try:
+        srv.store.create("services", "kube-system", {
+            "metadata": {"name": "gpupool-scheduler-extender", "namespace": "kube-system"},
+            "spec": {"clusterIP": "127.0.0.9",
+                     "ports": [{"name": "http", "port": ext.server_address[1]}]}})
+        quiet = top(cfg, port, "gpus", "--from", "extender")
+        assert quiet.returncode == 0, quiet.stderr
+        assert quiet.stderr.count("warning: no metrics from node ") == 3, quiet.stderr
+        assert "warning: no metrics from 3 more nodes (-v 2 names them)" in quiet.stderr
+        loud = top(cfg, port, "gpus", "--from", "extender", "-v", "2")
+        assert loud.returncode == 0, loud.stderr
+        for n in swept + ["whole"]:  # whole: not in the sweep (not a GPU-sharing node)
+            assert "no metrics from node %s: " % n in loud.stderr, (n, loud.stderr)
+        assert proxied(srv) == []
+    finally:
+        ext.shutdown()
+        ext.server_close()
