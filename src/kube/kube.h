@@ -276,7 +276,8 @@ bool kube_error_not_found(const struct kube_error *err);
 /* A plain HTTP POST to a URL outside the API server (the extender forwards
  * a bind to its leader replica): body of len bytes as application/json,
  * plus `header` (one "Name: value" line, may be NULL); no credentials, no
- * retry, the whole exchange within timeout_ms. On 0 *status is the HTTP
+ * retry, never through a proxy from the environment (a replica's address is
+ * inside the cluster), the whole exchange within timeout_ms. On 0 *status is the HTTP
  * status and *resp (NUL-terminated, at most max_resp bytes, the caller's
  * to free()) the answer's body; -1 with err when no answer came (connect
  * failure, timeout, too large). Thread-safe: a handle of its own per call. */
