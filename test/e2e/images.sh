@@ -119,30 +119,33 @@ do_import() {
 # BUILD/test/fakecuda/libcuda.so.1 next to libc.so.6 (a directory on the
 # loader's built-in search path: the image has no ld.so.cache);
 # /usr/local/bin/gpupool-cudaprobe; busybox for the shell. Nothing from the
-# CUDA toolkit.
+# CUDA toolkit. The fake NVML at /usr/local/fakenvml/libnvidia-ml.so.1, off
+# the loader's path: only a process started with LD_LIBRARY_PATH there (11f's
+# NVML queries inside the container) loads it.
 cudaprobe() {
-  local build=$1 bb=/bin/busybox probe cuda lib stamp f
+  local build=$1 bb=/bin/busybox probe cuda lib nvml stamp f
   probe=$build/test/cuda/gpupool-cudaprobe
   cuda=$build/test/fakecuda/libcuda.so.1
   lib=$build/lib/libgpupool-cuda.so
-  for f in "$probe" "$cuda" "$lib" "$bb"; do
+  nvml=$build/test/fakenvml/libnvidia-ml.so.1
+  for f in "$probe" "$cuda" "$lib" "$nvml" "$bb"; do
     [[ -f $f ]] || e2e_die "cudaprobe image: $f missing (build the project; apt-get install busybox-static)"
   done
   # "NAME => PATH (addr)" and the loader's "PATH (addr)": the paths, once each.
   local -a libs
-  mapfile -t libs < <(for f in "$probe" "$cuda" "$lib"; do ldd "$f"; done |
+  mapfile -t libs < <(for f in "$probe" "$cuda" "$lib" "$nvml"; do ldd "$f"; done |
     awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $2 ~ /^\(/ {print $1}' | sort -u)
   ((${#libs[@]} > 0)) || e2e_die "cudaprobe image: ldd found no libraries for $probe"
-  stamp="$(cat "$probe" "$cuda" "$bb" "${libs[@]}" | sha256sum | cut -c1-16) $CUDAPROBE_IMAGE ${libs[*]} v1"
+  stamp="$(cat "$probe" "$cuda" "$nvml" "$bb" "${libs[@]}" | sha256sum | cut -c1-16) $CUDAPROBE_IMAGE ${libs[*]} v2"
   mkdir -p "$IMG_DIR"
   if [[ -f $IMG_DIR/cudaprobe.stamp && "$(cat "$IMG_DIR/cudaprobe.stamp")" == "$stamp" && -f $IMG_DIR/cudaprobe.tar ]]; then
     e2e_log "images: $IMG_DIR/cudaprobe.tar cached"
   else
-    /usr/bin/python3 - "$IMG_DIR/cudaprobe.tar" "$CUDAPROBE_IMAGE" "$(dpkg --print-architecture)" "$bb" "$probe" "$cuda" "${libs[@]}" <<'PY'
+    /usr/bin/python3 - "$IMG_DIR/cudaprobe.tar" "$CUDAPROBE_IMAGE" "$(dpkg --print-architecture)" "$bb" "$probe" "$cuda" "$nvml" "${libs[@]}" <<'PY'
 import hashlib, io, json, os, subprocess, sys, tarfile
 
-out, ref, arch, bb, probe, cuda = sys.argv[1:7]
-libs = sys.argv[7:]
+out, ref, arch, bb, probe, cuda, nvml = sys.argv[1:8]
+libs = sys.argv[8:]
 applets = subprocess.run([bb, "--list-full"], check=True, capture_output=True,
                          text=True).stdout.split()
 done = set()
@@ -195,6 +198,7 @@ with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
         sys.exit("cudaprobe image: ldd listed no libc.so.6")
     add_file(tf, libc_dir + "/libcuda.so.1", cuda)
     add_file(tf, "usr/local/bin/gpupool-cudaprobe", probe)
+    add_file(tf, "usr/local/fakenvml/libnvidia-ml.so.1", nvml)
     add(tf, "etc/passwd", "file", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n", mode=0o644)
     add(tf, "etc/group", "file", b"root:x:0:\nnogroup:x:65534:\n", mode=0o644)
 layer = buf.getvalue()
@@ -219,7 +223,7 @@ with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
 os.replace(tmp, out)
 PY
     echo "$stamp" >"$IMG_DIR/cudaprobe.stamp"
-    e2e_log "images: built $IMG_DIR/cudaprobe.tar ($(du -k "$IMG_DIR/cudaprobe.tar" | cut -f1) KiB: ${libs[*]}, libcuda.so.1, gpupool-cudaprobe, busybox)"
+    e2e_log "images: built $IMG_DIR/cudaprobe.tar ($(du -k "$IMG_DIR/cudaprobe.tar" | cut -f1) KiB: ${libs[*]}, libcuda.so.1, libnvidia-ml.so.1, gpupool-cudaprobe, busybox)"
   fi
   # Re-imported on every call: the tag may name an older build's image.
   ctr_ images import --platform "linux/$(dpkg --print-architecture)" "$IMG_DIR/cudaprobe.tar" >/dev/null

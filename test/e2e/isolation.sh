@@ -30,6 +30,9 @@ GI_LIB_PATH=/usr/local/gpupool/libgpupool-cuda.so
 GI_MIB=1048576
 GI_GIB_BYTES=1073741824
 GI_PODS=(gi-a gi-b)
+# What NVML says inside the containers (11f, issue 26 item 3): the fake NVML's
+# inventory and control file there, a host directory every gi pod mounts.
+GI_NVML_DIR=$E2E_STATE/gi-nvml
 declare -A GI_UNITS=([gi-a]=4 [gi-b]=8)
 # Compute shares booked beside the memory (gpupool.io/gpu-cores, issue 25):
 # 30 + 70 on the one GPU both pods share.
@@ -40,7 +43,7 @@ declare -A GI_CORES=([gi-a]=30 [gi-b]=70)
 gi_pod_yaml() {
   local share=$(($2 * GI_GIB_BYTES))
   sed -e "s/@NAME@/$1/" -e "s/@UNITS@/$2/" -e "s/@CORES@/$3/" -e "s/@IMAGE@/${CUDAPROBE_IMAGE//\//\\/}/" \
-    -e "s/@NODE@/$NODE_NAME/" -e "s/@FIRST@/$((share - GI_MIB))/" <<'EOF'
+    -e "s/@NODE@/$NODE_NAME/" -e "s/@FIRST@/$((share - GI_MIB))/" -e "s#@NVMLDIR@#$GI_NVML_DIR#" <<'EOF'
 ---
 apiVersion: v1
 kind: Pod
@@ -69,6 +72,11 @@ spec:
       echo PROBE
       FAKECUDA_DEVICES="$NVIDIA_VISIBLE_DEVICES=16g" gpupool-cudaprobe init info total alloc @FIRST@ alloc 1m alloc 1m free info hold 2>&1 &
       wait $!
+    volumeMounts:
+    - {name: nvml, mountPath: /e2e-nvml, readOnly: true}
+  volumes:
+  - name: nvml
+    hostPath: {path: @NVMLDIR@, type: Directory}
 EOF
 }
 
@@ -124,7 +132,8 @@ gi_containers_empty() { [[ -d $GI_ISO/containers && -z $(ls -A "$GI_ISO/containe
 # =====================================================================================
 section "11f. GPU-memory limits inside the containers: libgpupool-cuda over the fake libcuda"
 gi_ready=1
-for f in "$BUILD/lib/libgpupool-cuda.so" "$BUILD/test/cuda/gpupool-cudaprobe" "$BUILD/test/fakecuda/libcuda.so.1"; do
+for f in "$BUILD/lib/libgpupool-cuda.so" "$BUILD/test/cuda/gpupool-cudaprobe" "$BUILD/test/fakecuda/libcuda.so.1" \
+  "$BUILD/test/fakenvml/libnvidia-ml.so.1"; do
   [[ -f $f ]] || { fail "[isolation] $f not built"; gi_ready=0; }
 done
 if ((gi_ready)) && ! "$E2E_DIR/images.sh" cudaprobe "$BUILD"; then
@@ -155,6 +164,9 @@ if ((gi_ready)); then
     wait_for 30 "$p (${GM_GIB[i]} GiB) bound" gi_bound "$p"
     echo "    $p: GPU $(kc get pod "$p" -o jsonpath='{.metadata.annotations.ALIYUN_COM_GPU_MEM_IDX}' 2>/dev/null)"
   done < <(for i in "${!GM_GIB[@]}"; do echo "$i ${GM_GIB[i]}"; done | sort -k2,2nr -k1,1n | cut -d' ' -f1)
+  rm -rf "$GI_NVML_DIR"
+  mkdir -p "$GI_NVML_DIR"
+  : >"$GI_NVML_DIR/control"
   f=$GM_OUT/isolation.yaml
   for p in "${GI_PODS[@]}"; do gi_pod_yaml "$p" "${GI_UNITS[$p]}" "${GI_CORES[$p]}"; done >"$f"
   gm_apply "$f"
@@ -191,6 +203,55 @@ sys.exit(not (len(rows) == 1 and rows[0]["bookedBytes"] == share and rows[0]["li
     check "[isolation] kubectl gpupool top: $p booked = limit = ${GI_UNITS[$p]} GiB, used = the probe's share - 1 MiB (the agent's region, through the node proxy)" gi_top_ok "$p" "${GI_UNITS[$p]}"
   done
   KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus 2>&1 | sed 's/^/      /'
+
+  # NVML inside the container (issue 26 item 3), on a real runtime's pid
+  # namespaces: the driver (the fake NVML) lists both probes by their host
+  # pids, with 41 % and 77 % SM; in gi-a, nvmlDeviceGetComputeRunningProcesses
+  # lists only gi-a's probe, by the pid gi-a sees, with what its region holds,
+  # and nvmlDeviceGetProcessUtilization only gi-a's sample, renamed through
+  # the pid map the agent writes into gi-a's region directory.
+  gi_host_pid() {  # gi_host_pid POD  -- the holding probe's pid on the host
+    local pid
+    for pid in $(pgrep -f '^gpupool-cudaprobe init info total'); do
+      grep -q "pod${GI_UID[$1]}" "/proc/$pid/cgroup" 2>/dev/null && { echo "$pid"; return 0; }
+    done
+    return 1
+  }
+  declare -A GI_HOST=()
+  for p in "${GI_PODS[@]}"; do GI_HOST[$p]=$(gi_host_pid "$p"); done
+  gi_uuid=$(gi_env gi-a UUID)
+  gi_nvml_lines() {
+    printf 'process %s %s 4095 41 3\nprocess %s %s 8191 77 5\n' "$gi_uuid" "${GI_HOST[gi-a]}" "$gi_uuid" "${GI_HOST[gi-b]}"
+  }
+  printf '{"gpus": [{"uuid": "%s", "memory_mib": 16384}]}\n' "$gi_uuid" >"$GI_NVML_DIR/inventory.json"
+  gi_nvml_lines >>"$GI_NVML_DIR/control"
+  gi_nvml_lines >>"$GM_CONTROL"   # the agent's NVML: the same two processes
+  echo "    host pids: gi-a ${GI_HOST[gi-a]:-?}, gi-b ${GI_HOST[gi-b]:-?}; the driver lists both on $gi_uuid"
+  gi_map=$GI_ISO/containers/${GI_UID[gi-a]}_0/pids
+  gi_inner() { [[ -f $gi_map ]] && awk -v h="${GI_HOST[gi-a]}" '$1 == h {print $2}' "$gi_map"; }
+  gi_mapped() { [[ -n ${GI_HOST[gi-a]} && -n $(gi_inner) ]]; }
+  wait_for 15 "the agent's pid map for gi-a names its probe" gi_mapped
+  sed 's/^/      pids: /' "$gi_map" 2>/dev/null
+  gi_nvml() {  # gi_nvml POD CMD  -- the probe's NVML query inside POD's container
+    kc exec "$1" -- env LD_LIBRARY_PATH=/usr/local/fakenvml FAKE_NVML_INVENTORY=/e2e-nvml/inventory.json \
+      FAKE_NVML_CONTROL=/e2e-nvml/control sh -c "FAKECUDA_DEVICES=\$NVIDIA_VISIBLE_DEVICES=16g gpupool-cudaprobe init $2" 2>&1 |
+      grep "^$2 "
+  }
+  gi_procs_ok() {
+    local out
+    out=$(gi_nvml gi-a nvml-procs)
+    echo "      gi-a\$ nvidia-smi's process list: $out"
+    [[ $out == *" n=1 "* && $out == *" pids=$(gi_inner) "* && $out == *" used=$((4 * GI_GIB_BYTES - GI_MIB)) "* ]]
+  }
+  check "[isolation] inside gi-a, nvmlDeviceGetComputeRunningProcesses lists its own probe only, by its pid there ($(gi_inner); host ${GI_HOST[gi-a]:-?}), holding 4 GiB - 1 MiB -- not gi-b's on the same GPU" gi_procs_ok
+  gi_util_ok() {
+    local out
+    out=$(gi_nvml gi-a nvml-util)
+    echo "      gi-a\$ nvmlDeviceGetProcessUtilization: $out"
+    [[ $out == *" samples=$(gi_inner):41" ]]
+  }
+  check "[isolation] inside gi-a, nvmlDeviceGetProcessUtilization answers its probe's sample only (41 % SM), renamed to its pid through the agent's map -- gi-b's 77 % never shown" gi_util_ok
+  printf 'process %s %s gone\nprocess %s %s gone\n' "$gi_uuid" "${GI_HOST[gi-a]}" "$gi_uuid" "${GI_HOST[gi-b]}" >>"$GM_CONTROL"
 
   for p in "${GI_PODS[@]}"; do
     u=${GI_UNITS[$p]}
