@@ -167,6 +167,28 @@ static int parse_percent(const char *s, int *out)
     return 0;
 }
 
+/* The device a per-device variable's name ends in (the key after its
+ * family's "_"): an ordinal 0..63 (*ordinal) or a GPU-/MIG- UUID, the DRA
+ * driver's form (*u, its entry made on first sight). -1 when the key names
+ * neither, or one UUID more than there are entries (broken() says which). */
+static int per_device_key(struct cudacfg *cfg, const char *key, size_t kn, const char *name,
+                          const char *v, int *ordinal, struct cudacfg_uuid **u)
+{
+    *u = NULL;
+    if ((*ordinal = parse_ordinal(key, kn)) >= 0)
+        return 0;
+    if (uuid_hex(key, kn) == NULL) {
+        broken(cfg, name, v,
+               "for a device ordinal 0..63 or a GPU-/MIG- UUID (the name must end in one)");
+        return -1;
+    }
+    if ((*u = uuid_entry(cfg, key, kn)) == NULL) {
+        broken(cfg, name, v, "for at most 64 devices");
+        return -1;
+    }
+    return 0;
+}
+
 static bool is_var(const char *e, size_t n, const char *name)
 {
     return n == strlen(name) && memcmp(e, name, n) == 0;
@@ -203,18 +225,10 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
             /* The whole family is ours: "_" alone, "_x" or "_64" is a limit
              * someone meant, so it is refused rather than ignored (D14). */
             any = true;
-            const char *key = e + prefix_len;
-            size_t kn = n - prefix_len;
-            int i = parse_ordinal(key, kn);
-            struct cudacfg_uuid *u = NULL;
-            if (i < 0 && uuid_hex(key, kn) != NULL && (u = uuid_entry(cfg, key, kn)) == NULL)
-                broken(cfg, name, v, "for at most 64 devices");
-            else if (u != NULL && cudacfg_parse_size(v, &u->limit) != 0)
-                broken(cfg, name, v, WANT_SIZE);
-            else if (i < 0 && u == NULL)
-                broken(cfg, name, v,
-                       "for a device ordinal 0..63 or a GPU-/MIG- UUID (the name must end in one)");
-            else if (i >= 0 && cudacfg_parse_size(v, &cfg->dev[i]) != 0)
+            int i;
+            struct cudacfg_uuid *u;
+            if (per_device_key(cfg, e + prefix_len, n - prefix_len, name, v, &i, &u) == 0 &&
+                cudacfg_parse_size(v, u ? &u->limit : &cfg->dev[i]) != 0)
                 broken(cfg, name, v, WANT_SIZE);
         } else if (n > cache_len && memcmp(e, POOL_ENV_SHARED_CACHE_PREFIX, cache_len) == 0) {
             /* a per-device region prefix: the device's UUID after the "_" */
@@ -232,19 +246,10 @@ void cudacfg_load(struct cudacfg *cfg, char *const *env)
                 broken(cfg, name, v, "a percent 0..100");
         } else if (n >= sm_prefix_len && memcmp(e, POOL_ENV_SM_LIMIT_PREFIX, sm_prefix_len) == 0) {
             any = cfg->compute = true;
-            const char *key = e + sm_prefix_len;
-            size_t kn = n - sm_prefix_len;
-            int i = parse_ordinal(key, kn);
-            struct cudacfg_uuid *u = NULL;
-            /* a UUID: the DRA driver's form, as for the memory limit */
-            if (i < 0 && uuid_hex(key, kn) != NULL && (u = uuid_entry(cfg, key, kn)) == NULL)
-                broken(cfg, name, v, "for at most 64 devices");
-            else if (u != NULL && parse_percent(v, &u->sm) != 0)
-                broken(cfg, name, v, "a percent 0..100");
-            else if (i < 0 && u == NULL)
-                broken(cfg, name, v,
-                       "for a device ordinal 0..63 or a GPU-/MIG- UUID (the name must end in one)");
-            else if (i >= 0 && parse_percent(v, &cfg->sm_dev[i]) != 0)
+            int i;
+            struct cudacfg_uuid *u;
+            if (per_device_key(cfg, e + sm_prefix_len, n - sm_prefix_len, name, v, &i, &u) == 0 &&
+                parse_percent(v, u ? &u->sm : &cfg->sm_dev[i]) != 0)
                 broken(cfg, name, v, "a percent 0..100");
         } else if (is_var(e, n, POOL_ENV_TASK_PRIORITY)) {
             if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
