@@ -72,6 +72,13 @@ struct kube_error {
     long retry_after_ms; /* the last answer's Retry-After (capped at 60 s); 0 when none */
 };
 
+/* printf into err->message with reason and status (0: a local failure,
+ * nothing was received), Retry-After cleared; returns -1 so error paths can
+ * `return kube_fail(...)`. Callers outside gp_kube report their own
+ * failures in the same struct (the DRA slice writer, the node publish). */
+int kube_fail(struct kube_error *err, int http_status, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 struct kube_retry_policy {
     int max_attempts;        /* tries per call including the first; 0 = 5; 1 = no retry */
     long initial_backoff_ms; /* first wait before jitter; 0 = 200 */

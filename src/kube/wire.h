@@ -12,11 +12,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* printf into err->message with reason and status; returns -1 so error
- * paths can `return kube_fail(...)`. */
-int kube_fail(struct kube_error *err, int http_status, const char *reason, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
 /* Fills err from a non-2xx response. When body is a Kubernetes Status
  * ({"kind":"Status","code":..,"reason":..,"message":..}) its fields are used;
  * otherwise the reason is the standard one for the status code and the

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,25 +443,13 @@ static void *reflector_main(void *arg)
 
 /* ---- the writer's round ---- */
 
-__attribute__((format(printf, 3, 4))) static int fail(struct kube_error *err, const char *reason,
-                                                      const char *fmt, ...)
-{
-    err->http_status = 0;
-    snprintf(err->reason, sizeof err->reason, "%s", reason);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static int ensure_node_uid(struct dra_slices *s, struct kube_error *err)
 {
     if (s->node_uid != NULL)
         return 0;
     char *node = kube_escape(s->node);
     if (node == NULL)
-        return fail(err, "InternalError", "%s", "out of memory");
+        return kube_fail(err, 0, "InternalError", "%s", "out of memory");
     char path[512];
     snprintf(path, sizeof path, "/api/v1/nodes/%s", node);
     free(node);
@@ -473,7 +460,8 @@ static int ensure_node_uid(struct dra_slices *s, struct kube_error *err)
     s->node_uid = uid != NULL ? strdup(uid) : NULL;
     json_decref(obj);
     if (s->node_uid == NULL)
-        return fail(err, "BadResponse", "node %s has no metadata.uid (or out of memory)", s->node);
+        return kube_fail(err, 0, "BadResponse", "node %s has no metadata.uid (or out of memory)",
+                         s->node);
     return 0;
 }
 
@@ -535,7 +523,7 @@ static int write_round(json_t *desired, void *ctx, struct kube_error *err)
 {
     struct dra_slices *s = ctx;
     if (desired == NULL)
-        return fail(err, "InternalError", "%s", "no desired devices (out of memory)");
+        return kube_fail(err, 0, "InternalError", "%s", "no desired devices (out of memory)");
 
     struct timespec until = clock_timespec_ms(clock_now_ms() + FIRST_LIST_WAIT_MS);
     pthread_mutex_lock(&s->lock);
@@ -548,13 +536,14 @@ static int write_round(json_t *desired, void *ctx, struct kube_error *err)
     json_t *existing = listed ? json_deep_copy(s->mirror) : NULL;
     pthread_mutex_unlock(&s->lock);
     if (!listed)
-        return fail(err, "NotListed", "the ResourceSlices of node %s are not listed yet", s->node);
+        return kube_fail(err, 0, "NotListed", "the ResourceSlices of node %s are not listed yet",
+                         s->node);
     if (done) {
         json_decref(existing);
         return 0;
     }
     if (existing == NULL)
-        return fail(err, "InternalError", "%s", "out of memory");
+        return kube_fail(err, 0, "InternalError", "%s", "out of memory");
     int rc = -1;
     json_t *stored = json_object();
     if (stored == NULL || ensure_node_uid(s, err) != 0)
@@ -581,7 +570,7 @@ static int write_round(json_t *desired, void *ctx, struct kube_error *err)
             json_array_append(part, json_array_get(desired, d));
         json_t *slice = part != NULL ? slice_object(s, part, count, gen) : NULL;
         if (slice == NULL) {
-            fail(err, "InternalError", "%s", "out of memory");
+            kube_fail(err, 0, "InternalError", "%s", "out of memory");
             goto out;
         }
         json_t *answer = NULL;

@@ -571,8 +571,7 @@ static int publish_node(json_t *desired, void *ctx, struct kube_error *kerr)
              : NULL;
     int rc = -1;
     if (status == NULL || meta == NULL) {
-        snprintf(kerr->reason, sizeof kerr->reason, "InternalError");
-        snprintf(kerr->message, sizeof kerr->message, "out of memory publishing the node");
+        kube_fail(kerr, 0, "InternalError", "out of memory publishing the node");
         goto out;
     }
     snprintf(path, sizeof path, "/api/v1/nodes/%s/status", s->cfg->node_name);
