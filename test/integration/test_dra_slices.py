@@ -12,7 +12,6 @@ issue's goal for a slice the kubelet deleted (skipped under a wrapper, which is 
 import json
 import os
 import queue
-import shlex
 import subprocess
 import sys
 import threading
@@ -25,15 +24,10 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "test", "fakeapi"))
 
 from fake_apiserver import FakeApiServer  # noqa: E402
+# The client tests' build, wrapper, time scale and sanitizer settings: one place for both.
+from test_kube_client import BUILD, SAN_ENV, SAN_MARKERS, SCALE, WRAPPER  # noqa: E402
 
-BUILD = os.path.abspath(os.environ.get("GP_BUILD_DIR", os.path.join(ROOT, "build")))
 DRIVER = os.path.join(BUILD, "test", "dra", "dra_slices_driver")
-WRAPPER = shlex.split(os.environ.get("GP_KUBE_WRAPPER", os.environ.get("GP_PLUGIN_WRAPPER", "")))
-SCALE = float(os.environ.get("GP_TIMEOUT_SCALE") or (10 if WRAPPER else 1))
-SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:exitcode=23",
-           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=24"}
-SAN_MARKERS = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "definitely lost",
-               "Invalid read", "Invalid write", "uninitialised")
 NODE = "n1"
 DRV = "gpu.gpupool.io"
 GIB = 1 << 30
