@@ -136,92 +136,41 @@ cudaprobe() {
   mapfile -t libs < <(for f in "$probe" "$cuda" "$lib" "$nvml"; do ldd "$f"; done |
     awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $2 ~ /^\(/ {print $1}' | sort -u)
   ((${#libs[@]} > 0)) || e2e_die "cudaprobe image: ldd found no libraries for $probe"
-  stamp="$(cat "$probe" "$cuda" "$nvml" "$bb" "${libs[@]}" | sha256sum | cut -c1-16) $CUDAPROBE_IMAGE ${libs[*]} v2"
+  stamp="$(cat "$probe" "$cuda" "$nvml" "$bb" "${libs[@]}" | sha256sum | cut -c1-16) $CUDAPROBE_IMAGE ${libs[*]} v3"
   mkdir -p "$IMG_DIR"
   if [[ -f $IMG_DIR/cudaprobe.stamp && "$(cat "$IMG_DIR/cudaprobe.stamp")" == "$stamp" && -f $IMG_DIR/cudaprobe.tar ]]; then
     e2e_log "images: $IMG_DIR/cudaprobe.tar cached"
   else
-    /usr/bin/python3 - "$IMG_DIR/cudaprobe.tar" "$CUDAPROBE_IMAGE" "$(dpkg --print-architecture)" "$bb" "$probe" "$cuda" "$nvml" "${libs[@]}" <<'PY'
-import hashlib, io, json, os, subprocess, sys, tarfile
+    /usr/bin/python3 - "$IMG_DIR/cudaprobe.spec.json" "$bb" "$probe" "$cuda" "$nvml" "${libs[@]}" <<'PY' &&
+import json, os, subprocess, sys
 
-out, ref, arch, bb, probe, cuda, nvml = sys.argv[1:8]
-libs = sys.argv[8:]
+out, bb, probe, cuda, nvml = sys.argv[1:6]
+libs = sys.argv[6:]
 applets = subprocess.run([bb, "--list-full"], check=True, capture_output=True,
                          text=True).stdout.split()
-done = set()
-
-def add(tf, name, kind, data=b"", link="", mode=0o755):
-    if name in done:
-        return
-    done.add(name)
-    ti = tarfile.TarInfo(name)
-    ti.mtime = 0
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = "root"
-    ti.mode = mode
-    if kind == "dir":
-        ti.type = tarfile.DIRTYPE
-        tf.addfile(ti)
-    elif kind == "sym":
-        ti.type = tarfile.SYMTYPE
-        ti.linkname = link
-        tf.addfile(ti)
-    else:
-        ti.size = len(data)
-        tf.addfile(ti, io.BytesIO(data))
-
-def add_file(tf, name, src, mode=0o755):
-    """name: a path in the image, parents made as directories; src's content
-    (links resolved: /lib64 may be a link on the host, it is a directory here)."""
-    parts = name.strip("/").split("/")
-    for i in range(1, len(parts)):
-        add(tf, "/".join(parts[:i]), "dir")
-    with open(os.path.realpath(src), "rb") as f:
-        add(tf, "/".join(parts), "file", f.read(), mode=mode)
-
-buf = io.BytesIO()
-with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
-    for d in ["bin", "sbin", "usr", "usr/bin", "usr/sbin", "usr/local", "usr/local/bin",
-              "etc", "proc", "sys", "dev", "var", "var/run", "run", "root"]:
-        add(tf, d, "dir")
-    add(tf, "tmp", "dir", mode=0o1777)
-    add_file(tf, "bin/busybox", bb)
-    for a in sorted(set(applets)):
-        if a != "bin/busybox" and not a.startswith("usr/local/"):
-            add(tf, a, "sym", link="../" * a.count("/") + "bin/busybox")
-    libc_dir = None
-    for lib in libs:
-        add_file(tf, lib, lib)
-        if os.path.basename(lib) == "libc.so.6":
-            libc_dir = os.path.dirname(lib)
-    if libc_dir is None:
-        sys.exit("cudaprobe image: ldd listed no libc.so.6")
-    add_file(tf, libc_dir + "/libcuda.so.1", cuda)
-    add_file(tf, "usr/local/bin/gpupool-cudaprobe", probe)
-    add_file(tf, "usr/local/fakenvml/libnvidia-ml.so.1", nvml)
-    add(tf, "etc/passwd", "file", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n", mode=0o644)
-    add(tf, "etc/group", "file", b"root:x:0:\nnogroup:x:65534:\n", mode=0o644)
-layer = buf.getvalue()
-diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-config = {
-    "architecture": arch, "os": "linux",
-    "created": "1970-01-01T00:00:00Z",
+libc = [lib for lib in libs if os.path.basename(lib) == "libc.so.6"]
+if not libc:
+    sys.exit("cudaprobe image: ldd listed no libc.so.6")
+spec = {
+    "dirs": ["bin", "sbin", "usr", "usr/bin", "usr/sbin", "usr/local", "usr/local/bin",
+             "etc", "proc", "sys", "dev", "var", "var/run", "run", "root", "tmp"],
+    "files": [["bin/busybox", bb]] + [[lib.lstrip("/"), lib] for lib in libs] + [
+        [os.path.dirname(libc[0]).lstrip("/") + "/libcuda.so.1", cuda],
+        ["usr/local/bin/gpupool-cudaprobe", probe],
+        ["usr/local/fakenvml/libnvidia-ml.so.1", nvml]],
+    "symlinks": [[a, "../" * a.count("/") + "bin/busybox"] for a in sorted(set(applets))
+                 if a != "bin/busybox" and not a.startswith("usr/local/")],
+    "text": [["etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"],
+             ["etc/group", "root:x:0:\nnogroup:x:65534:\n"]],
     "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": ["sh"]},
-    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-    "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "gpupool test/e2e/images.sh cudaprobe"}],
+    "created_by": "gpupool test/e2e/images.sh cudaprobe",
 }
-cj = json.dumps(config, sort_keys=True).encode()
-csum = hashlib.sha256(cj).hexdigest()
-ldir = diff_id.split(":")[1]
-manifest = [{"Config": csum + ".json", "RepoTags": [ref], "Layers": [ldir + "/layer.tar"]}]
-tmp = out + ".tmp"
-with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
-    add(tf, ldir, "dir")
-    add(tf, ldir + "/layer.tar", "file", layer, mode=0o644)
-    add(tf, csum + ".json", "file", cj, mode=0o644)
-    add(tf, "manifest.json", "file", json.dumps(manifest).encode(), mode=0o644)
-os.replace(tmp, out)
+with open(out, "w") as f:
+    json.dump(spec, f)
 PY
+      /usr/bin/python3 "$E2E_DIR/oci_image.py" "$IMG_DIR/cudaprobe.tar" "$CUDAPROBE_IMAGE" \
+        "$(dpkg --print-architecture)" "$IMG_DIR/cudaprobe.spec.json" ||
+      e2e_die "cudaprobe image: not built"
     echo "$stamp" >"$IMG_DIR/cudaprobe.stamp"
     e2e_log "images: built $IMG_DIR/cudaprobe.tar ($(du -k "$IMG_DIR/cudaprobe.tar" | cut -f1) KiB: ${libs[*]}, libcuda.so.1, libnvidia-ml.so.1, gpupool-cudaprobe, busybox)"
   fi
@@ -254,71 +203,29 @@ draplugin() {
   mapfile -t libs < <(for so in "${objs[@]:1}"; do echo "$so"; done
     for so in "${objs[@]}"; do ldd "$so"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $2 ~ /^\(/ {print $1}' | sort -u)
   ((${#libs[@]} > 0)) || e2e_die "draplugin image: ldd found no libraries for $bin"
-  stamp="$(cat "$bin" "$lib" "${libs[@]}" | sha256sum | cut -c1-16) $DRAPLUGIN_IMAGE v1"
+  stamp="$(cat "$bin" "$lib" "${libs[@]}" | sha256sum | cut -c1-16) $DRAPLUGIN_IMAGE v2"
   mkdir -p "$IMG_DIR"
   if [[ ! -f $IMG_DIR/draplugin.stamp || "$(cat "$IMG_DIR/draplugin.stamp")" != "$stamp" || ! -f $IMG_DIR/draplugin.tar ]]; then
-    /usr/bin/python3 - "$IMG_DIR/draplugin.tar" "$DRAPLUGIN_IMAGE" "$(dpkg --print-architecture)" "$bin" "$lib" "${libs[@]}" <<'PY'
-import hashlib, io, json, os, sys, tarfile
+    /usr/bin/python3 - "$IMG_DIR/draplugin.spec.json" "$bin" "$lib" "${libs[@]}" <<'PY' &&
+import json, sys
 
-out, ref, arch, binary, cudalib = sys.argv[1:6]
-libs = sys.argv[6:]
-done = set()
-
-def add(tf, name, kind, data=b"", mode=0o755):
-    if name in done:
-        return
-    done.add(name)
-    ti = tarfile.TarInfo(name)
-    ti.mtime = 0
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = "root"
-    ti.mode = mode
-    if kind == "dir":
-        ti.type = tarfile.DIRTYPE
-        tf.addfile(ti)
-    else:
-        ti.size = len(data)
-        tf.addfile(ti, io.BytesIO(data))
-
-def add_file(tf, name, src, mode=0o755):
-    parts = name.strip("/").split("/")
-    for i in range(1, len(parts)):
-        add(tf, "/".join(parts[:i]), "dir")
-    with open(os.path.realpath(src), "rb") as f:
-        add(tf, "/".join(parts), "file", f.read(), mode=mode)
-
-buf = io.BytesIO()
-with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
-    for d in ["etc", "proc", "sys", "dev", "var", "run", "root"]:
-        add(tf, d, "dir")
-    add(tf, "tmp", "dir", mode=0o1777)
-    for lib in libs:
-        add_file(tf, lib, lib)
-    add_file(tf, "usr/bin/gpupool-dra-plugin", binary)
-    add_file(tf, "usr/lib/gpupool/libgpupool-cuda.so", cudalib)
-    add(tf, "etc/passwd", "file", b"root:x:0:0:root:/root:/sbin/nologin\n", mode=0o644)
-    add(tf, "etc/group", "file", b"root:x:0:\n", mode=0o644)
-layer = buf.getvalue()
-diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-config = {
-    "architecture": arch, "os": "linux",
-    "created": "1970-01-01T00:00:00Z",
+out, binary, cudalib = sys.argv[1:4]
+libs = sys.argv[4:]
+spec = {
+    "dirs": ["etc", "proc", "sys", "dev", "var", "run", "root", "tmp"],
+    "files": [[lib.lstrip("/"), lib] for lib in libs] + [
+        ["usr/bin/gpupool-dra-plugin", binary],
+        ["usr/lib/gpupool/libgpupool-cuda.so", cudalib]],
+    "text": [["etc/passwd", "root:x:0:0:root:/root:/sbin/nologin\n"], ["etc/group", "root:x:0:\n"]],
     "config": {"Env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], "Entrypoint": ["/usr/bin/gpupool-dra-plugin"]},
-    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-    "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "gpupool test/e2e/images.sh draplugin"}],
+    "created_by": "gpupool test/e2e/images.sh draplugin",
 }
-cj = json.dumps(config, sort_keys=True).encode()
-csum = hashlib.sha256(cj).hexdigest()
-ldir = diff_id.split(":")[1]
-manifest = [{"Config": csum + ".json", "RepoTags": [ref], "Layers": [ldir + "/layer.tar"]}]
-tmp = out + ".tmp"
-with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
-    add(tf, ldir, "dir")
-    add(tf, ldir + "/layer.tar", "file", layer, mode=0o644)
-    add(tf, csum + ".json", "file", cj, mode=0o644)
-    add(tf, "manifest.json", "file", json.dumps(manifest).encode(), mode=0o644)
-os.replace(tmp, out)
+with open(out, "w") as f:
+    json.dump(spec, f)
 PY
+      /usr/bin/python3 "$E2E_DIR/oci_image.py" "$IMG_DIR/draplugin.tar" "$DRAPLUGIN_IMAGE" \
+        "$(dpkg --print-architecture)" "$IMG_DIR/draplugin.spec.json" ||
+      e2e_die "draplugin image: not built"
     echo "$stamp" >"$IMG_DIR/draplugin.stamp"
     e2e_log "images: built $IMG_DIR/draplugin.tar ($(du -k "$IMG_DIR/draplugin.tar" | cut -f1) KiB)"
   fi
