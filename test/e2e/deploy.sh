@@ -78,7 +78,9 @@ dep_kc() { kc -n "$DEP_NS" "$@"; }
 DEP_CLUSTER_IP=10.96.0.39
 dep_cluster_ip() {  # dep_cluster_ip add|del
   ip addr "$1" "$DEP_CLUSTER_IP/32" dev lo 2>/dev/null
-  [[ $1 == del ]] || ip -o addr show dev lo | grep -qF " $DEP_CLUSTER_IP/32"
+  # Read whole, not piped to grep -q: under pipefail, ip writing its next
+  # line (lo's inet6) after grep has quit dies of SIGPIPE and fails the check.
+  [[ $1 == del || $(ip -o addr show dev lo) == *" $DEP_CLUSTER_IP/32 "* ]]
 }
 . "$E2E_DIR/rbac.sh"   # 10d: least privilege (rbac_*)
 dep_is_fake_uuid() { local u; for u in "${DEP_UUIDS[@]}"; do [[ $u == "$1" ]] && return 0; done; return 1; }
@@ -689,8 +691,9 @@ sys.exit(not (len(gpus) == int(sys.argv[1]) and all(g["nodeMetrics"] is True and
     wait_for 60 "the extender's sweep of the agent, through the Service" top_via_extender
     check "[gpu-mem] kubectl gpupool top --from extender: the ${#DEP_UUIDS[@]} GPUs with the agent's figures (the extender's direct sweep of InternalIP:9401), 2 booked" top_via_extender
     top_auto_log() {  # the default (auto) takes the same snapshot and asks no agent
-      KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus --node "$NODE_NAME" -v 1 2>&1 >/dev/null |
-        grep -q "0 of 1 nodes are not in the extender's sweep"
+      local log  # read whole: a grep -q quitting early would SIGPIPE the CLI (pipefail)
+      log=$(KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus --node "$NODE_NAME" -v 1 2>&1 >/dev/null)
+      [[ $log == *"0 of 1 nodes are not in the extender's sweep"* ]]
     }
     check "[gpu-mem] kubectl gpupool top (default --from auto) reads the extender's snapshot and no agent" top_auto_log
     KUBECONFIG=$KUBECONFIG timeout 60 "$BUILD/bin/kubectl-gpupool" top gpus 2>&1 | sed 's/^/      /'
